@@ -1,0 +1,47 @@
+# tpsim — the two commands of the quick start:
+#   make demo   creates .venv (if missing), installs tpsim with the MPICH wheel, runs the 8-rank demo
+#   make test   same set-up, then the whole test suite: single-process tests and multi-rank runs at 1, 2, 4, 8 ranks
+PYTHON   ?= python3
+VENV     ?= .venv
+BIN      := $(VENV)/bin
+NP       ?= 8
+MPIRANKS ?= 1 2 4 8
+# Ranks run whichever python is first on PATH: put the venv's first. Agg backend and a writable
+# matplotlib cache so figures work on a headless machine.
+export PATH := $(abspath $(BIN)):$(PATH)
+export MPLBACKEND := Agg
+export MPLCONFIGDIR ?= $(abspath $(VENV))/mplconfig
+# Backstop for a rank blocked inside MPI (pytest-timeout's thread method fires first).
+export MPIEXEC_TIMEOUT ?= 900
+
+.PHONY: demo test test-serial test-mpi bench venv clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[mpich,test]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(BIN)/mpirun -n $(NP) $(BIN)/python -m tpsim.demo $(ARGS)
+
+test: test-serial test-mpi
+
+test-serial: venv
+	$(BIN)/python -m pytest tests --ignore=tests/mpi -q --timeout=300 --timeout-method=thread
+
+test-mpi: venv
+	@set -e; for n in $(MPIRANKS); do \
+	  echo "== tests/mpi on $$n ranks"; \
+	  $(BIN)/mpiexec -n $$n $(BIN)/python tests/mpi/run.py -q -p no:cacheprovider --timeout=120 --timeout-method=thread; \
+	done
+
+bench: venv
+	$(BIN)/mpirun -n $(NP) $(BIN)/python bench/bench_core.py
+
+clean:
+	rm -rf $(VENV) tpsim-out .pytest_cache

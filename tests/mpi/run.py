@@ -1,0 +1,21 @@
+"""Run pytest on every rank of an mpiexec launch, with only rank 0 reporting to the terminal.
+
+    mpiexec -n 4 python tests/mpi/run.py [pytest options]
+
+Other ranks write their stdout to /dev/null (their failures still reach rank 0 through the conftest's
+agreement step, and their tracebacks go to stderr). Exits with pytest's status on every rank.
+"""
+
+import os
+import sys
+
+import pytest
+from mpi4py import MPI
+
+if __name__ == "__main__":
+    args = [os.path.dirname(os.path.abspath(__file__)), *sys.argv[1:]]
+    if MPI.COMM_WORLD.Get_rank() != 0:  # silence stdout before pytest saves it; stderr stays
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        sys.stdout = open(os.devnull, "w")
+    sys.exit(pytest.main(args))

@@ -1,0 +1,50 @@
+"""The process grid: Megatron rank order, per-rank coordinates, the printed table, size errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tpsim.comm import ConfigError, ProcessGrid, format_grid, grid_layout
+from conftest import WORLD
+
+
+def test_megatron_rank_order_world8():
+    assert grid_layout(8, 4).tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert grid_layout(8, 4).T.tolist() == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert grid_layout(8, 2).tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert grid_layout(8, 2).T.tolist() == [[0, 2, 4, 6], [1, 3, 5, 7]]
+
+
+def test_coordinates_and_groups_match_layout(grid):
+    r = grid.rank
+    assert (grid.tp_rank, grid.dp_rank) == (r % grid.tp, r // grid.tp)
+    assert grid.tp_group.ranks == tuple(grid.tp_groups[grid.dp_rank])
+    assert grid.dp_group.ranks == tuple(grid.dp_groups[grid.tp_rank])
+    assert grid.tp_group.rank == grid.tp_rank and grid.dp_group.rank == grid.dp_rank
+    # the groups really contain those ranks: gather world ranks over each communicator
+    members = grid.tp_group.all_gather(np.array([r]), axis=0).tolist()
+    assert members == list(grid.tp_group.ranks)
+    members = grid.dp_group.all_gather(np.array([r]), axis=0).tolist()
+    assert members == list(grid.dp_group.ranks)
+    assert grid.describe().startswith(f"TP({grid.tp}) DP({grid.dp}) rank {r}")
+
+
+def test_printed_grid_world8():
+    text = format_grid(grid_layout(8, 4))
+    assert "TP(4) x DP(2) = 8 ranks" in text
+    assert "TP group 0: ranks [0, 1, 2, 3]" in text and "TP group 1: ranks [4, 5, 6, 7]" in text
+    for j, group in enumerate([[0, 4], [1, 5], [2, 6], [3, 7]]):
+        assert f"DP group {j}: ranks {group}" in text
+    rows = [line.split() for line in text.splitlines() if line.strip().startswith("dp")]
+    assert rows == [["dp0", "0", "1", "2", "3"], ["dp1", "4", "5", "6", "7"]]
+
+
+def test_bad_sizes_fail_on_every_rank_before_any_collective():
+    n = WORLD.Get_size()
+    with pytest.raises(ConfigError, match=f"world size {n} is not divisible by tp={n + 1}"):
+        ProcessGrid(tp=n + 1)  # a collective inside would hang the ranks that did not raise
+    with pytest.raises(ConfigError, match="does not match the world size"):
+        ProcessGrid(tp=1, dp=n + 1)
+    with pytest.raises(ConfigError, match="tp must be >= 1"):
+        ProcessGrid(tp=0)

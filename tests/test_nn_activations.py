@@ -1,0 +1,76 @@
+"""GeLU (tanh and exact) and softmax: derivatives against finite differences, and the numerics that matter."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tpsim.nn import GeLU, Softmax, check_module_grads, erf, gelu_forward, softmax_backward, softmax_forward
+
+TOL = 1e-7
+
+
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+@pytest.mark.parametrize("shape", [(13, 17), (2, 3, 5, 17)])
+def test_gelu_grad_matches_finite_differences(approximate, shape):
+    x = 3.0 * np.random.default_rng(0).standard_normal(shape)  # spread over the curved part and the tails
+    errors = check_module_grads(GeLU(approximate), x)
+    assert errors["input"] < TOL, f"GeLU({approximate}) dx max relative error {errors['input']:.3e}"
+
+
+def test_gelu_tanh_and_exact_are_close_but_not_equal():
+    x = np.linspace(-6, 6, 2001)
+    diff = np.abs(gelu_forward(x, "tanh") - gelu_forward(x, "none"))
+    assert diff.max() < 1e-3, f"tanh approximation off by {diff.max():.3e}"
+    assert diff.max() > 1e-6, f"tanh and exact GeLU should differ, max diff only {diff.max():.3e}"
+
+
+def test_exact_gelu_matches_math_erf_reference():
+    x = np.concatenate([np.linspace(-10, 10, 1001), [0.0, 1e-300, -1e-8, 37.5, -37.5]])
+    ref = np.array([0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0))) for v in x])
+    got = gelu_forward(x, "none")
+    err = np.abs(got - ref) / np.maximum(np.abs(ref), np.finfo(float).tiny)
+    assert err.max() <= 1e-15, f"max relative error {err.max():.3e} at x={x[err.argmax()]}"
+
+
+def test_erf_is_math_erf_elementwise_and_keeps_dtype():
+    x = np.random.default_rng(1).standard_normal((2, 3, 5)) * 2
+    ref = np.vectorize(math.erf)(x)
+    assert np.array_equal(erf(x), ref), f"max diff {np.abs(erf(x) - ref).max():.3e}"
+    assert erf(x.astype(np.float32)).dtype == np.float32
+
+
+@pytest.mark.parametrize("bad", ["exact", "erf", "", None])
+def test_gelu_rejects_unknown_approximation(bad):
+    with pytest.raises(ValueError, match="tanh"):
+        GeLU(bad)
+    with pytest.raises(ValueError, match="none"):
+        gelu_forward(np.zeros(3), bad)
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_softmax_grad_matches_finite_differences(axis):
+    x = np.random.default_rng(2).standard_normal((2, 3, 5, 17))
+    errors = check_module_grads(Softmax(axis=axis), x)
+    assert errors["input"] < TOL, f"softmax dx max relative error {errors['input']:.3e}"
+
+
+def test_softmax_is_stable_with_huge_logits():
+    x = 1000.0 * np.random.default_rng(3).standard_normal((13, 17))
+    y = softmax_forward(x)
+    assert np.isfinite(y).all(), "softmax of logits x1000 produced NaN/inf"
+    sums = y.sum(axis=-1)
+    assert np.abs(sums - 1).max() < 1e-12, f"rows sum off by {np.abs(sums - 1).max():.3e}"
+    assert np.array_equal(y.argmax(-1), x.argmax(-1))
+
+
+def test_softmax_matches_naive_and_jacobian_on_moderate_logits():
+    rng = np.random.default_rng(4)
+    x, dy = rng.standard_normal(17), rng.standard_normal(17)
+    y = softmax_forward(x)
+    naive = np.exp(x) / np.exp(x).sum()
+    assert np.abs(y - naive).max() < 1e-15, f"max diff {np.abs(y - naive).max():.3e}"
+    jacobian = np.diag(y) - np.outer(y, y)  # dy_i/dx_j, symmetric
+    dx_ref = jacobian @ dy
+    dx = softmax_backward(dy, y)
+    assert np.abs(dx - dx_ref).max() < 1e-15, f"max diff {np.abs(dx - dx_ref).max():.3e}"

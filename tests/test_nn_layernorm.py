@@ -1,0 +1,49 @@
+"""LayerNorm: the llm.c backward against finite differences, and what the forward promises."""
+
+import numpy as np
+import pytest
+
+from tpsim.nn import LayerNorm, check_module_grads
+
+TOL = 1e-7
+
+
+@pytest.mark.parametrize("shape", [(13, 17), (2, 3, 5, 17)])
+def test_layernorm_grads_match_finite_differences(shape):
+    rng = np.random.default_rng(0)
+    ln = LayerNorm(17)
+    # non-trivial affine params so dw and db are tested through a real scale and shift
+    ln.params["weight"][:] = rng.standard_normal(17)
+    ln.params["bias"][:] = rng.standard_normal(17)
+    x = 2.0 + 3.0 * rng.standard_normal(shape)
+    errors = check_module_grads(ln, x)
+    assert set(errors) == {"input", "weight", "bias"}
+    for name, err in errors.items():
+        assert err < TOL, f"{name}: max relative error {err:.3e} vs finite differences"
+
+
+def test_layernorm_forward_normalises_each_row():
+    x = 100.0 + 7.0 * np.random.default_rng(1).standard_normal((2, 3, 5, 17))
+    y, _ = LayerNorm(17).forward(x)
+    mean_err = np.abs(y.mean(-1)).max()
+    var_err = np.abs(y.var(-1) - 1).max()
+    assert mean_err < 1e-12, f"row means off zero by {mean_err:.3e}"
+    assert var_err < 1e-5, f"row variances off one by {var_err:.3e} (eps=1e-5 allows ~1e-7)"
+
+
+def test_layernorm_cache_is_xhat_and_rstd_only():
+    x = np.random.default_rng(2).standard_normal((13, 17))
+    ln = LayerNorm(17)
+    _, cache = ln.forward(x)
+    xhat, rstd = cache  # exactly two things
+    ref_rstd = 1 / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    assert xhat.shape == (13, 17) and rstd.shape == (13, 1)
+    assert np.abs(rstd - ref_rstd).max() < 1e-12, f"rstd max diff {np.abs(rstd - ref_rstd).max():.3e}"
+
+
+def test_layernorm_params_and_shape_check():
+    ln = LayerNorm(17, eps=1e-6)
+    assert np.array_equal(ln.params["weight"], np.ones(17)) and not ln.params["bias"].any()
+    assert ln.eps == 1e-6
+    with pytest.raises(ValueError, match="17"):
+        ln.forward(np.zeros((3, 16)))

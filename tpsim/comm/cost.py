@@ -1,0 +1,33 @@
+"""How many bytes a collective moves: the logical size and what one rank puts on the wire.
+
+For a group of ``p`` ranks and a collective whose full logical tensor is ``B`` bytes
+(all_reduce: the buffer; all_gather: the gathered output; reduce_scatter: the unreduced input;
+broadcast: the buffer), the bandwidth-optimal algorithms send, per rank:
+
+    all_reduce      2 (p - 1) / p * B     ring reduce-scatter followed by ring all-gather
+    all_gather        (p - 1) / p * B     each rank forwards the p - 1 chunks it does not own
+    reduce_scatter    (p - 1) / p * B     the mirror image of all_gather
+    broadcast                   B         pipelined chain: every rank but the last forwards the whole
+                                          buffer once; we report the busiest rank (0 when p == 1)
+    gather            (p - 1) / p * B     the root receives; we report what the p - 1 senders send in all / p
+
+These are the counts behind the α-β model (time ≈ α·steps + wire_bytes / bandwidth); the measured
+traffic of a real MPI library can differ (it may pick a tree for small messages), the logical size cannot.
+"""
+
+from __future__ import annotations
+
+
+def wire_bytes(op: str, nbytes: int, p: int) -> int:
+    """Bytes one rank sends for collective ``op`` on a ``nbytes`` logical tensor in a group of ``p`` ranks."""
+    if p <= 1:
+        return 0
+    if op == "all_reduce":
+        return 2 * (p - 1) * nbytes // p
+    if op in ("all_gather", "reduce_scatter", "gather"):
+        return (p - 1) * nbytes // p
+    if op == "broadcast":
+        return nbytes
+    if op == "barrier":
+        return 0
+    raise ValueError(f"unknown collective {op!r}")

@@ -1,0 +1,137 @@
+"""Traced collectives on one process group — the only place in tpsim where bytes cross between ranks.
+
+Every method is a buffer-based mpi4py call (``Allreduce``, ``Allgather``, ``Reduce_scatter_block``, ``Bcast``)
+on a contiguous NumPy array — no pickling on the hot path — and records exactly one ``CommEvent`` with the
+caller's scope and phase. Shapes:
+
+    all_reduce(x)                 x: [...]                       -> [...]            (sum / max / min)
+    all_gather(x, axis)           x: [..., n, ...] on each rank  -> [..., p*n, ...]  (rank order)
+    reduce_scatter(x, axis)       x: [..., p*n, ...] per rank    -> [..., n, ...]    (sum, chunk = group rank)
+    broadcast(x, root)            x: [...] (filled on root)      -> [...]            (in place)
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from tpsim.comm.cost import wire_bytes
+from tpsim.comm.tracer import Tracer
+
+_REDUCE_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+
+
+class Group:
+    """A named group of ranks ("tp", "dp", "world") with traced collectives."""
+
+    def __init__(self, comm: MPI.Comm, name: str, ranks: tuple[int, ...], tracer: Tracer) -> None:
+        self.comm = comm
+        self.name = name
+        self.ranks = tuple(ranks)  # world ranks, in group-rank order
+        self.size = comm.Get_size()
+        self.rank = comm.Get_rank()
+        self.tracer = tracer
+
+    def __repr__(self) -> str:
+        return f"Group({self.name}, ranks={list(self.ranks)}, me={self.rank})"
+
+    def _record(self, op: str, x: np.ndarray, shape: tuple[int, ...], t: float, reduce_op: str = "") -> None:
+        tr = self.tracer
+        if not tr.enabled:
+            return
+        nbytes = int(np.prod(shape, dtype=np.int64)) * x.itemsize
+        tr.record(op=op, reduce_op=reduce_op, group=self.name, group_size=self.size, group_ranks=self.ranks,
+                  dtype=str(x.dtype), shape=tuple(shape), bytes=nbytes, wire_bytes=wire_bytes(op, nbytes, self.size),
+                  start=t - tr.t0, duration=time.perf_counter() - t)
+
+    # --- the four collectives of tensor parallelism -----------------------------------------------------------
+    def all_reduce(self, x: np.ndarray, op: str = "sum", *, inplace: bool = False) -> np.ndarray:
+        """Element-wise reduction over the group; every rank gets the result. ``inplace`` reuses ``x``."""
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"all_reduce op must be one of {sorted(_REDUCE_OPS)}, got {op!r}")
+        x = np.ascontiguousarray(x)
+        t = time.perf_counter()
+        if inplace:
+            out = x
+            self.comm.Allreduce(MPI.IN_PLACE, out, op=_REDUCE_OPS[op])
+        else:
+            out = np.empty_like(x)
+            self.comm.Allreduce(x, out, op=_REDUCE_OPS[op])
+        self._record("all_reduce", x, x.shape, t, reduce_op=op)
+        return out
+
+    def all_gather(self, x: np.ndarray, axis: int = -1) -> np.ndarray:
+        """Concatenate every rank's ``x`` along ``axis`` in group-rank order (equal shapes on all ranks)."""
+        x = np.ascontiguousarray(x)
+        axis = axis % x.ndim
+        t = time.perf_counter()
+        stacked = np.empty((self.size,) + x.shape, dtype=x.dtype)
+        self.comm.Allgather(x, stacked)
+        if axis == 0:
+            out = stacked.reshape((self.size * x.shape[0],) + x.shape[1:])
+        else:  # chunks arrive stacked on a new leading axis; lay them side by side along `axis`
+            out = np.concatenate(list(stacked), axis=axis)
+        self._record("all_gather", x, out.shape, t)
+        return out
+
+    def reduce_scatter(self, x: np.ndarray, axis: int = -1) -> np.ndarray:
+        """Sum ``x`` over the group and keep chunk ``rank`` of ``axis`` (its length must divide by the size)."""
+        x = np.asarray(x)
+        axis = axis % x.ndim
+        n = x.shape[axis]
+        if n % self.size:
+            raise ValueError(f"reduce_scatter: dimension {axis} of shape {x.shape} is {n}, "
+                             f"not divisible by the {self.name} group size {self.size}")
+        chunk = n // self.size
+        t = time.perf_counter()
+        if axis == 0:
+            send = np.ascontiguousarray(x)
+        else:  # make each rank's chunk contiguous: [p, ..., chunk, ...]
+            send = np.ascontiguousarray(np.stack(np.split(x, self.size, axis=axis)))
+        out_shape = x.shape[:axis] + (chunk,) + x.shape[axis + 1:]
+        out = np.empty(out_shape, dtype=x.dtype)
+        self.comm.Reduce_scatter_block(send, out, op=MPI.SUM)
+        self._record("reduce_scatter", x, x.shape, t, reduce_op="sum")
+        return out
+
+    def broadcast(self, x: np.ndarray, root: int = 0) -> np.ndarray:
+        """Overwrite ``x`` on every rank with the root's (``root`` is a group rank). In place; returns ``x``."""
+        if not (x.flags.c_contiguous and x.flags.writeable):
+            raise ValueError("broadcast needs a writeable C-contiguous array (it works in place)")
+        t = time.perf_counter()
+        self.comm.Bcast(x, root=root)
+        self._record("broadcast", x, x.shape, t)
+        return x
+
+    # --- bookkeeping collectives (not on the hot path) --------------------------------------------------------
+    def barrier(self) -> None:
+        t = time.perf_counter()
+        self.comm.Barrier()
+        self._record("barrier", np.empty(0, np.uint8), (0,), t)
+
+    def gather_objects(self, obj, root: int = 0) -> list | None:
+        """Gather any picklable object to ``root`` (a list in group-rank order there, ``None`` elsewhere).
+
+        Two buffer-based steps — the sizes, then the pickled bytes with ``Gatherv`` — recorded as one
+        ``gather`` whose ``bytes`` is the total pickled size.
+        """
+        t = time.perf_counter()
+        payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+        sizes = np.zeros(self.size, dtype=np.int64)
+        self.comm.Allgather(np.array([payload.size], dtype=np.int64), sizes)
+        total = int(sizes.sum())
+        recv = np.empty(total, dtype=np.uint8) if self.rank == root else None
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        self.comm.Gatherv(payload, [recv, sizes, offsets, MPI.BYTE] if self.rank == root else None, root=root)
+        self._record("gather", payload, (total,), t)
+        if self.rank != root:
+            return None
+        return [pickle.loads(recv[o:o + s].tobytes()) for o, s in zip(offsets, sizes)]
+
+    def all_true(self, ok: bool) -> bool:
+        """True on every rank iff ``ok`` is true on every rank (a traced 1-byte MIN all-reduce)."""
+        flag = np.array([1 if ok else 0], dtype=np.int8)
+        return bool(self.all_reduce(flag, op="min")[0])

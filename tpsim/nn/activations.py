@@ -1,0 +1,81 @@
+"""GeLU, the MLP's nonlinearity, in GPT-2's tanh form and the exact erf form, each with its derivative.
+
+    exact:  gelu(x) = x · Φ(x) = 0.5 · x · (1 + erf(x / √2))
+    tanh:   gelu(x) ≈ 0.5 · x · (1 + tanh(u)),   u = √(2/π) · (x + 0.044715 · x³)     (GPT-2's ``gelu_new``)
+
+Derivatives, by the product rule:
+
+    exact:  gelu'(x) = Φ(x) + x · φ(x),           φ(x) = exp(−x²/2) / √(2π)
+    tanh:   gelu'(x) = 0.5 · (1 + t) + 0.5 · x · (1 − t²) · √(2/π) · (1 + 3 · 0.044715 · x²),   t = tanh(u)
+
+GeLU is elementwise, which is why tensor parallelism can apply it to a column-parallel shard without talking
+to any other rank. NumPy has no ``erf``; ``math.erf`` applied elementwise is exact to the last bit and slow,
+which is fine: the tanh form is the default and the hot path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tpsim.nn.module import Module
+
+APPROXIMATIONS = ("tanh", "none")
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_SQRT_2 = math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_CUBIC = 0.044715
+
+_erf_float64 = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Elementwise error function, exact to the libm result (``math.erf``), in ``x``'s dtype."""
+    x = np.asarray(x)
+    return _erf_float64(x).astype(x.dtype if x.dtype.kind == "f" else np.float64, copy=False)
+
+
+def _check(approximate: str) -> None:
+    if approximate not in APPROXIMATIONS:
+        raise ValueError(f"approximate must be one of {APPROXIMATIONS}, got {approximate!r}")
+
+
+def gelu_forward(x: np.ndarray, approximate: str = "tanh") -> np.ndarray:
+    """``x: [...]`` -> ``gelu(x): [...]``; ``approximate`` is ``"tanh"`` (GPT-2) or ``"none"`` (exact erf)."""
+    _check(approximate)
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + _CUBIC * x**3)))
+    # x / √2 exactly as written: in the left tail 1 + erf(...) cancels, so a different rounding of the
+    # argument (x · (1/√2)) would show up as a relative difference of a few ulps
+    return 0.5 * x * (1.0 + erf(x / _SQRT_2))
+
+
+def gelu_backward(dy: np.ndarray, x: np.ndarray, approximate: str = "tanh") -> np.ndarray:
+    """``dy, x: [...]`` -> ``dx = dy · gelu'(x): [...]``."""
+    _check(approximate)
+    if approximate == "tanh":
+        t = np.tanh(_SQRT_2_OVER_PI * (x + _CUBIC * x**3))
+        du_dx = _SQRT_2_OVER_PI * (1.0 + 3.0 * _CUBIC * x**2)
+        return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du_dx)
+    cdf = 0.5 * (1.0 + erf(x / _SQRT_2))
+    pdf = _INV_SQRT_2PI * np.exp(-0.5 * x * x)
+    return dy * (cdf + x * pdf)
+
+
+class GeLU(Module):
+    """Elementwise GeLU; no parameters. The cache is the input ``x`` (recomputing ``tanh`` beats storing it)."""
+
+    def __init__(self, approximate: str = "tanh") -> None:
+        super().__init__()
+        _check(approximate)
+        self.approximate = approximate
+
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return gelu_forward(x, self.approximate), x
+
+    def backward(self, dout: np.ndarray, cache: np.ndarray) -> np.ndarray:
+        return gelu_backward(dout, cache, self.approximate)
+
+    def __repr__(self) -> str:
+        return f"GeLU(approximate={self.approximate!r})"

@@ -1,0 +1,77 @@
+"""Layer normalisation over the last dimension, with the llm.c backward.
+
+Forward, per row of ``C`` features:
+
+    μ = mean(x)     rstd = 1 / √(mean((x − μ)²) + eps)     x̂ = (x − μ) · rstd     y = x̂ · w + b
+
+Backward. ``dw = Σ_rows dy · x̂`` and ``db = Σ_rows dy`` are the easy part. For ``dx`` write
+``dx̂ = dy · w``; x̂ depends on every x in its row through μ and rstd, and pushing ``dx̂`` back through both
+gives (llm.c ``doc/layernorm``):
+
+    dx = rstd · (dx̂ − mean(dx̂) − x̂ · mean(dx̂ · x̂))
+
+The ``mean(dx̂)`` term is the path through μ and the ``x̂ · mean(dx̂ · x̂)`` term the path through rstd. So the
+cache needs x̂ and rstd, nothing else. LayerNorm is replicated in tensor parallelism (every rank holds the
+full ``C``); with sequence parallelism each rank normalises its own rows, which needs no communication.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.nn.module import Module
+
+
+def layernorm_forward(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """``x: [..., C]``, ``w, b: [C]`` -> ``(y: [..., C], cache = (xhat [..., C], rstd [..., 1]))``."""
+    mean = x.mean(axis=-1, keepdims=True)
+    xc = x - mean
+    var = (xc * xc).mean(axis=-1, keepdims=True)  # biased variance, as in PyTorch and GPT-2
+    rstd = 1.0 / np.sqrt(var + eps)
+    xhat = xc * rstd
+    return xhat * w + b, (xhat, rstd)
+
+
+def layernorm_backward(
+    dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, w: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``dy, xhat: [..., C]``, ``rstd: [..., 1]``, ``w: [C]`` -> ``(dx [..., C], dw [C], db [C])``."""
+    features = w.shape[0]
+    dw = (dy * xhat).reshape(-1, features).sum(axis=0)
+    db = dy.reshape(-1, features).sum(axis=0)
+    dxhat = dy * w
+    dx = rstd * (
+        dxhat
+        - dxhat.mean(axis=-1, keepdims=True)  # through the mean μ
+        - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True)  # through rstd
+    )
+    return dx, dw, db
+
+
+class LayerNorm(Module):
+    """LayerNorm over the last dim: params ``weight`` (ones) and ``bias`` (zeros), both ``[features]``."""
+
+    def __init__(self, features: int, *, eps: float = 1e-5, dtype=np.float64) -> None:
+        super().__init__()
+        self.features = features
+        self.eps = eps
+        self.add_param("weight", np.ones(features, dtype=dtype))
+        self.add_param("bias", np.zeros(features, dtype=dtype))
+
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """``x: [..., features]`` -> ``(y: [..., features], (xhat, rstd))``."""
+        if x.shape[-1] != self.features:
+            raise ValueError(f"LayerNorm({self.features}) got input with last dim {x.shape[-1]}")
+        return layernorm_forward(x, self.params["weight"], self.params["bias"], self.eps)
+
+    def backward(self, dout: np.ndarray, cache: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        xhat, rstd = cache
+        dx, dw, db = layernorm_backward(dout, xhat, rstd, self.params["weight"])
+        self.grads["weight"] += dw
+        self.grads["bias"] += db
+        return dx
+
+    def __repr__(self) -> str:
+        return f"LayerNorm({self.features}, eps={self.eps})"

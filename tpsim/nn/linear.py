@@ -1,0 +1,94 @@
+"""A fully connected layer, ``y = x · W + b``, with its backward written out.
+
+The weight is stored ``[in, out]`` (GPT-2's Conv1D layout), so the forward is a plain ``x @ W`` and the two
+tensor-parallel splits are easy to see: a *column*-parallel layer keeps ``W[:, cols]``, a *row*-parallel
+layer keeps ``W[rows, :]``. The backward of ``y = x W + b`` is the three lines every framework hides:
+
+    dx = dy · Wᵀ        dW = xᵀ · dy        db = Σ_rows dy
+
+Leading dimensions (batch, sequence, ...) are folded into one row dimension for the matmuls, so
+``x: [..., in] -> y: [..., out]`` for any number of leading dims. The pure functions are what the parallel
+layers reuse on their shards; ``Linear`` is the serial layer built on them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.nn.module import Module
+
+
+def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    """``x: [..., in]``, ``w: [in, out]``, ``b: [out]`` or None  ->  ``y: [..., out]``."""
+    x2 = x.reshape(-1, w.shape[0])  # a view when x is contiguous: no copy of the activations
+    y = x2 @ w
+    if b is not None:
+        y += b  # y is a fresh array, so adding in place saves one allocation
+    return y.reshape(*x.shape[:-1], w.shape[1])
+
+
+def linear_backward(
+    dy: np.ndarray, x: np.ndarray, w: np.ndarray, *, has_bias: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Gradients of ``y = x·w + b``: ``dy: [..., out]``, ``x: [..., in]``, ``w: [in, out]``.
+
+    Returns ``(dx [..., in], dw [in, out], db [out] or None)``; ``db`` is None when ``has_bias`` is False.
+    """
+    fan_in, fan_out = w.shape
+    dy2 = dy.reshape(-1, fan_out)
+    x2 = x.reshape(-1, fan_in)
+    dx = (dy2 @ w.T).reshape(x.shape)
+    dw = x2.T @ dy2  # sums the outer products of every row: each row used the same W
+    db = dy2.sum(axis=0) if has_bias else None
+    return dx, dw, db
+
+
+class Linear(Module):
+    """``y = x · weight + bias`` with ``weight: [in_features, out_features]`` and ``bias: [out_features]``."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        bias: bool = True,
+        rng: np.random.Generator | None = None,
+        dtype=np.float64,
+        std: float = 0.02,
+        weight: np.ndarray | None = None,
+        bias_value: np.ndarray | None = None,
+    ) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.has_bias = bias
+        if weight is None:
+            rng = np.random.default_rng(0) if rng is None else rng
+            weight = rng.normal(0.0, std, size=(in_features, out_features))
+        elif np.shape(weight) != (in_features, out_features):
+            raise ValueError(f"weight must have shape {(in_features, out_features)}, got {np.shape(weight)}")
+        # np.array copies: a layer built from master weights must never alias (and later update) them
+        self.add_param("weight", np.array(weight, dtype=dtype))
+        if bias:
+            if bias_value is None:
+                bias_value = np.zeros(out_features)
+            elif np.shape(bias_value) != (out_features,):
+                raise ValueError(f"bias_value must have shape {(out_features,)}, got {np.shape(bias_value)}")
+            self.add_param("bias", np.array(bias_value, dtype=dtype))
+        elif bias_value is not None:
+            raise ValueError("bias_value given but bias=False")
+
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``x: [..., in]`` -> ``(y: [..., out], cache = x)``."""
+        return linear_forward(x, self.params["weight"], self.params.get("bias")), x
+
+    def backward(self, dout: np.ndarray, cache: np.ndarray) -> np.ndarray:
+        """``dout: [..., out]`` -> ``dx: [..., in]``; adds into ``grads["weight"]`` and ``grads["bias"]``."""
+        dx, dw, db = linear_backward(dout, cache, self.params["weight"], has_bias=self.has_bias)
+        self.grads["weight"] += dw
+        if db is not None:
+            self.grads["bias"] += db
+        return dx
+
+    def __repr__(self) -> str:
+        return f"Linear({self.in_features}, {self.out_features}, bias={self.has_bias})"

@@ -1,0 +1,92 @@
+"""The one contract every layer in tpsim follows, serial or parallel.
+
+A layer owns named parameters and a gradient buffer of the same shape for each. Its forward returns the output
+*and* an explicit cache (what backward needs), and its backward takes the upstream gradient plus that cache,
+returns the input gradient and **adds** (never assigns) parameter gradients into ``self.grads``. Accumulation
+is what makes a tied weight (the GPT's embedding and LM head) or a layer called twice come out right.
+
+    y, cache = layer.forward(x)
+    dx = layer.backward(dy, cache)          # layer.grads["weight"] += ...
+
+``path`` is the layer's dotted module path (``transformer.h.0.mlp``). Parallel layers use it as the *scope* of
+every collective they issue, so a trace says which layer moved which bytes. ``set_path`` names a whole tree.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+
+class Module:
+    """Base class: parameters, gradients and child modules by name (Hugging Face-style dotted names)."""
+
+    def __init__(self) -> None:
+        self.params: dict[str, np.ndarray] = {}
+        self.grads: dict[str, np.ndarray] = {}
+        self.path: str = ""
+
+    # --- parameters -------------------------------------------------------------------------------------------
+    def add_param(self, name: str, value: np.ndarray) -> np.ndarray:
+        """Register ``value`` as parameter ``name`` with a zeroed gradient of the same shape and dtype."""
+        value = np.ascontiguousarray(value)
+        self.params[name] = value
+        self.grads[name] = np.zeros_like(value)
+        return value
+
+    def children(self) -> dict[str, "Module"]:
+        """Child modules in registration order (attributes holding a Module, or lists of them as ``h.0``)."""
+        out: dict[str, Module] = {}
+        for key, value in vars(self).items():
+            if isinstance(value, Module):
+                out[key] = value
+            elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Module) for v in value):
+                for i, v in enumerate(value):
+                    out[f"{key}.{i}"] = v
+        return out
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, "Module"]]:
+        yield prefix, self
+        for name, child in self.children().items():
+            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:
+        """(dotted name, array) for every parameter of this module and its children, each array once."""
+        seen: set[int] = set()
+        for mod_name, mod in self.named_modules(prefix):
+            for name, value in mod.params.items():
+                if id(value) in seen:
+                    continue
+                seen.add(id(value))
+                yield (f"{mod_name}.{name}" if mod_name else name), value
+
+    def named_grads(self, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:
+        """(dotted name, gradient) in the same order as ``named_parameters``."""
+        seen: set[int] = set()
+        for mod_name, mod in self.named_modules(prefix):
+            for name, value in mod.params.items():
+                if id(value) in seen:
+                    continue
+                seen.add(id(value))
+                yield (f"{mod_name}.{name}" if mod_name else name), mod.grads[name]
+
+    def zero_grad(self) -> None:
+        for _, mod in self.named_modules():
+            for g in mod.grads.values():
+                g.fill(0)
+
+    def set_path(self, path: str) -> "Module":
+        """Give this module and every descendant its dotted path (used as the trace scope)."""
+        for name, mod in self.named_modules(path):
+            mod.path = name
+        return self
+
+    # --- the contract -----------------------------------------------------------------------------------------
+    def forward(self, *args, **kwargs):  # pragma: no cover - interface
+        """Return ``(out, cache)``."""
+        raise NotImplementedError
+
+    def backward(self, dout, cache):  # pragma: no cover - interface
+        """Return the input gradient; add parameter gradients into ``self.grads``."""
+        raise NotImplementedError

@@ -1,0 +1,47 @@
+"""Softmax along one axis, stable for any logit scale, and its Jacobian-vector product.
+
+    y_i = exp(x_i − max(x)) / Σ_j exp(x_j − max(x))
+
+Subtracting the max changes nothing mathematically (it cancels in the ratio) but keeps every exponent ≤ 0,
+so logits ×1000 give no overflow and no NaN. The backward never builds the ``[V, V]`` Jacobian
+``diag(y) − y yᵀ``; multiplying it by ``dy`` collapses to
+
+    dx = y · (dy − Σ_j dy_j · y_j)
+
+Attention uses this along the key axis; each tensor-parallel rank owns whole heads, so it stays local.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.nn.module import Module
+
+
+def softmax_forward(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """``x: [...]`` -> ``y: [...]``, non-negative and summing to 1 along ``axis``."""
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def softmax_backward(dy: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    """``dy, y: [...]`` (``y`` the forward's output) -> ``dx: [...]``."""
+    return y * (dy - (dy * y).sum(axis=axis, keepdims=True))
+
+
+class Softmax(Module):
+    """Softmax along ``axis``; no parameters. The cache is the output ``y``: the backward needs only that."""
+
+    def __init__(self, axis: int = -1) -> None:
+        super().__init__()
+        self.axis = axis
+
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        y = softmax_forward(x, self.axis)
+        return y, y
+
+    def backward(self, dout: np.ndarray, cache: np.ndarray) -> np.ndarray:
+        return softmax_backward(dout, cache, self.axis)
+
+    def __repr__(self) -> str:
+        return f"Softmax(axis={self.axis})"

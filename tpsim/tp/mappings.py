@@ -1,0 +1,92 @@
+"""The conjugate operators of Megatron-LM (Shoeybi et al., 2019, Fig. 3): f, g, and their scatter/gather cousins.
+
+    f  = copy to TP region       forward: identity            backward: all-reduce (sum)
+    g  = reduce from TP region   forward: all-reduce (sum)    backward: identity
+    scatter to TP region         forward: split last dim      backward: all-gather last dim
+    gather from TP region        forward: all-gather last dim backward: split last dim
+
+f and g are *conjugate*: each one's backward is the other's forward. f sits where a replicated activation
+enters a partitioned computation (every rank's input gradient is only a partial sum, so backward must add
+them); g sits where partitioned partial results leave it (the forward must add them; the gradient of a sum
+is the same for every term, so backward does nothing). Scatter and gather are the same pair for a
+*concatenation* instead of a sum.
+
+Each operator is a class with a ``forward`` and a ``backward`` a few lines apart; both take the TP ``Group``.
+They tag their collectives with phase ``forward`` or ``backward``; the calling layer supplies the scope.
+Names follow Megatron (``copy_to_tensor_model_parallel_region`` ...) so a reader can move between the two.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.comm import ConfigError, Group
+
+
+def split_last_dim(x: np.ndarray, group: Group) -> np.ndarray:
+    """This rank's contiguous chunk of the last dimension: [..., n] -> [..., n / p] (a view, no copy)."""
+    n = x.shape[-1]
+    if n % group.size:
+        raise ConfigError(f"last dimension {n} is not divisible by the {group.name} group size {group.size}")
+    chunk = n // group.size
+    return x[..., group.rank * chunk:(group.rank + 1) * chunk]
+
+
+class CopyToTPRegion:
+    """f: forward identity, backward all-reduce. x: [..., h] replicated -> [..., h] replicated."""
+
+    @staticmethod
+    def forward(x: np.ndarray, group: Group) -> np.ndarray:
+        return x
+
+    @staticmethod
+    def backward(dy: np.ndarray, group: Group) -> np.ndarray:
+        with group.tracer.region(phase="backward"):
+            return group.all_reduce(dy)
+
+
+class ReduceFromTPRegion:
+    """g: forward all-reduce, backward identity. Partial sums [..., h] on each rank -> their sum, replicated."""
+
+    @staticmethod
+    def forward(x: np.ndarray, group: Group) -> np.ndarray:
+        with group.tracer.region(phase="forward"):
+            return group.all_reduce(x)
+
+    @staticmethod
+    def backward(dy: np.ndarray, group: Group) -> np.ndarray:
+        return dy
+
+
+class ScatterToTPRegion:
+    """Forward: keep this rank's slice of the last dim [..., h] -> [..., h/p]; backward: all-gather it back."""
+
+    @staticmethod
+    def forward(x: np.ndarray, group: Group) -> np.ndarray:
+        return split_last_dim(x, group)
+
+    @staticmethod
+    def backward(dy: np.ndarray, group: Group) -> np.ndarray:
+        with group.tracer.region(phase="backward"):
+            return group.all_gather(dy, axis=-1)
+
+
+class GatherFromTPRegion:
+    """Forward: all-gather the last dim [..., h/p] -> [..., h]; backward: keep this rank's slice."""
+
+    @staticmethod
+    def forward(x: np.ndarray, group: Group) -> np.ndarray:
+        with group.tracer.region(phase="forward"):
+            return group.all_gather(x, axis=-1)
+
+    @staticmethod
+    def backward(dy: np.ndarray, group: Group) -> np.ndarray:
+        return split_last_dim(dy, group)
+
+
+# Megatron-LM's names for the same four operators (forward direction).
+copy_to_tensor_model_parallel_region = CopyToTPRegion.forward
+reduce_from_tensor_model_parallel_region = ReduceFromTPRegion.forward
+scatter_to_tensor_model_parallel_region = ScatterToTPRegion.forward
+gather_from_tensor_model_parallel_region = GatherFromTPRegion.forward
+f, g = CopyToTPRegion, ReduceFromTPRegion

@@ -1,0 +1,51 @@
+"""The parallel MLP of Megatron-LM: column-parallel c_fc → GeLU → row-parallel c_proj.
+
+    x [t, h] --f--> c_fc_i [t, ffn/p] --GeLU--> [t, ffn/p] --c_proj_i--> partial [t, h] --g--> z [t, h]
+
+GeLU is non-linear, so GeLU(X·A1 + X·A2) ≠ GeLU(X·A1) + GeLU(X·A2): splitting A by *rows* would force a
+synchronisation before the GeLU. Splitting A by *columns* instead lets each rank apply GeLU to its own slice,
+and B split by rows consumes that slice directly — the gather "waits" until g at the very end. Result: exactly
+one all-reduce of the [tokens, hidden] activation forward (g in c_proj) and one backward (f in c_fc).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.comm import Group
+from tpsim.nn.activations import gelu_backward, gelu_forward
+from tpsim.nn.mlp import MLP
+from tpsim.nn.module import Module
+from tpsim.tp.column_parallel import ColumnParallelLinear
+from tpsim.tp.row_parallel import RowParallelLinear
+
+
+class ParallelMLP(Module):
+    def __init__(self, c_fc: ColumnParallelLinear, c_proj: RowParallelLinear, approximate: str = "tanh") -> None:
+        super().__init__()
+        if c_fc.gather_output or not c_proj.input_is_parallel:
+            raise ValueError("ParallelMLP needs c_fc(gather_output=False) and c_proj(input_is_parallel=True)")
+        self.c_fc, self.c_proj, self.approximate = c_fc, c_proj, approximate
+
+    @classmethod
+    def from_serial(cls, mlp: MLP, group: Group) -> "ParallelMLP":
+        return cls(ColumnParallelLinear.from_serial(mlp.c_fc, group, gather_output=False),
+                   RowParallelLinear.from_serial(mlp.c_proj, group, input_is_parallel=True), mlp.approximate)
+
+    @classmethod
+    def create(cls, hidden: int, group: Group, ffn_hidden: int | None = None, *,
+               rng: np.random.Generator | None = None, dtype=np.float64) -> "ParallelMLP":
+        """Draw the serial master weights (same on every rank for the same ``rng`` seed) and shard them."""
+        return cls.from_serial(MLP(hidden, ffn_hidden, rng=rng, dtype=dtype), group)
+
+    def forward(self, x: np.ndarray):
+        h, c_fc_cache = self.c_fc.forward(x)  # [..., ffn/p], no communication
+        a = gelu_forward(h, self.approximate)  # element-wise: fine on a column slice
+        z, c_proj_cache = self.c_proj.forward(a)  # partial sums, all-reduced by g
+        return z, (c_fc_cache, h, c_proj_cache)
+
+    def backward(self, dz: np.ndarray, cache) -> np.ndarray:
+        c_fc_cache, h, c_proj_cache = cache
+        da = self.c_proj.backward(dz, c_proj_cache)
+        dh = gelu_backward(da, h, self.approximate)
+        return self.c_fc.backward(dh, c_fc_cache)  # f's all-reduce of dx happens here

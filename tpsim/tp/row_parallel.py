@@ -1,0 +1,71 @@
+"""RowParallelLinear — eq. (2) of the seed: [Y1 Y2]·[B1; B2] = Y1·B1 + Y2·B2.
+
+The weight B: [in, out] is split by *rows*; rank i holds B_i: [in/p, out] and the slice Y_i of the input's
+last dimension. Each rank's product is a partial sum of the answer; g adds them up:
+
+    forward   input_is_parallel=False: y_i = scatter(y)       [..., in] -> [..., in/p]
+              z = g(y_i·B_i) + b                              [..., in/p] -> [..., out]
+    backward  g backward is the identity: dz reaches every rank whole
+              db = Σ dz (replicated, identical on every rank), dB_i = y_iᵀ·dz, dy_i = dz·B_iᵀ
+              input_is_parallel=False: dy = all_gather(dy_i)
+
+The bias is added once, *after* the reduction — adding it inside each rank's partial sum would count it p
+times. After a ColumnParallelLinear(gather_output=False) the input is already split the right way
+(input_is_parallel=True), which is what saves the gather + split between the two layers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.comm import Group
+from tpsim.nn.linear import Linear, linear_backward, linear_forward
+from tpsim.nn.module import Module
+from tpsim.tp.mappings import ReduceFromTPRegion, ScatterToTPRegion
+from tpsim.tp.partition import shard_range
+
+
+class RowParallelLinear(Module):
+    """z = y·B + b with B split by input rows over the TP group; bias replicated."""
+
+    def __init__(self, in_features: int, out_features: int, group: Group, *, bias: bool = True,
+                 input_is_parallel: bool = False, rng: np.random.Generator | None = None, dtype=np.float64,
+                 std: float = 0.02, master_weight: np.ndarray | None = None,
+                 master_bias: np.ndarray | None = None) -> None:
+        super().__init__()
+        rows = shard_range(in_features, group.size, group.rank, "in_features")
+        if master_weight is None:  # every rank draws the same master matrix, then keeps its rows
+            master = Linear(in_features, out_features, bias=bias, rng=rng, dtype=dtype, std=std)
+            master_weight, master_bias = master.params["weight"], master.params.get("bias")
+        self.group, self.input_is_parallel = group, input_is_parallel
+        self.in_features, self.out_features = in_features, out_features
+        self.add_param("weight", master_weight[rows.start:rows.stop])  # [in/p, out]
+        if bias:
+            self.add_param("bias", master_bias.copy())  # [out], the same on every rank
+
+    @classmethod
+    def from_serial(cls, linear: Linear, group: Group, *, input_is_parallel: bool = False) -> "RowParallelLinear":
+        w = linear.params["weight"]
+        return cls(w.shape[0], w.shape[1], group, bias="bias" in linear.params, input_is_parallel=input_is_parallel,
+                   master_weight=w, master_bias=linear.params.get("bias"))
+
+    def forward(self, y: np.ndarray):
+        with self.group.tracer.region(scope=self.path):
+            if not self.input_is_parallel:
+                y = ScatterToTPRegion.forward(y, self.group)
+            partial = linear_forward(y, self.params["weight"], None)
+            z = ReduceFromTPRegion.forward(partial, self.group)
+            if "bias" in self.params:
+                z += self.params["bias"]  # once, after the reduction
+        return z, y
+
+    def backward(self, dz: np.ndarray, y: np.ndarray) -> np.ndarray:
+        with self.group.tracer.region(scope=self.path):
+            dz = ReduceFromTPRegion.backward(dz, self.group)
+            dy, dw, _ = linear_backward(dz, y, self.params["weight"], has_bias=False)
+            self.grads["weight"] += dw
+            if "bias" in self.params:
+                self.grads["bias"] += dz.reshape(-1, dz.shape[-1]).sum(axis=0)
+            if not self.input_is_parallel:
+                dy = ScatterToTPRegion.backward(dy, self.group)
+            return dy
