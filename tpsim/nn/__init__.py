@@ -11,11 +11,14 @@ from tpsim.nn.embedding import Embedding
 from tpsim.nn.gradcheck import check_module_grads, numerical_grad, relative_error
 from tpsim.nn.layernorm import LayerNorm, layernorm_backward, layernorm_forward
 from tpsim.nn.linear import Linear, linear_backward, linear_forward
-from tpsim.nn.module import Module
+from tpsim.nn.mlp import MLP
+from tpsim.nn.module import Module, Partition
 from tpsim.nn.softmax import Softmax, softmax_backward, softmax_forward
 
 __all__ = [
     "Module",
+    "Partition",
+    "MLP",
     "Linear",
     "linear_forward",
     "linear_backward",

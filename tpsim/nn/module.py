@@ -14,9 +14,23 @@ every collective they issue, so a trace says which layer moved which bytes. ``se
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class Partition:
+    """How a tensor-parallel shard sits in its master tensor: along ``dim``, at master positions ``index``.
+
+    ``full`` is the master's length along ``dim`` (after any padding). A parameter without a Partition is
+    *replicated*: every TP rank holds the whole of it. Clipping, export and checks read this, not layer types.
+    """
+
+    dim: int
+    index: np.ndarray
+    full: int
 
 
 class Module:
@@ -25,15 +39,31 @@ class Module:
     def __init__(self) -> None:
         self.params: dict[str, np.ndarray] = {}
         self.grads: dict[str, np.ndarray] = {}
+        self.partition: dict[str, Partition] = {}  # only for tensor-parallel shards
         self.path: str = ""
 
     # --- parameters -------------------------------------------------------------------------------------------
-    def add_param(self, name: str, value: np.ndarray) -> np.ndarray:
-        """Register ``value`` as parameter ``name`` with a zeroed gradient of the same shape and dtype."""
-        value = np.ascontiguousarray(value)
+    def add_param(self, name: str, value: np.ndarray, partition: Partition | None = None) -> np.ndarray:
+        """Register ``value`` as parameter ``name`` with a zeroed gradient of the same shape and dtype.
+
+        ``partition`` marks a tensor-parallel shard (see ``Partition``); leave it out for a replicated one.
+        """
+        value = np.array(value, order="C")  # always an own copy: a shard never aliases the master
         self.params[name] = value
         self.grads[name] = np.zeros_like(value)
+        if partition is not None:
+            self.partition[name] = partition
         return value
+
+    def named_partitions(self, prefix: str = "") -> Iterator[tuple[str, Partition | None]]:
+        """(dotted name, Partition or None) in the same order as ``named_parameters``."""
+        seen: set[int] = set()
+        for mod_name, mod in self.named_modules(prefix):
+            for name, value in mod.params.items():
+                if id(value) in seen:
+                    continue
+                seen.add(id(value))
+                yield (f"{mod_name}.{name}" if mod_name else name), mod.partition.get(name)
 
     def children(self) -> dict[str, "Module"]:
         """Child modules in registration order (attributes holding a Module, or lists of them as ``h.0``)."""

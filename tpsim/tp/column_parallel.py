@@ -19,7 +19,7 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.nn.linear import Linear, linear_backward, linear_forward
-from tpsim.nn.module import Module
+from tpsim.nn.module import Module, Partition
 from tpsim.tp.mappings import CopyToTPRegion, GatherFromTPRegion
 from tpsim.tp.partition import shard_range
 
@@ -42,9 +42,9 @@ class ColumnParallelLinear(Module):
         self.group, self.gather_output = group, gather_output
         self.in_features, self.out_features = in_features, out_features
         self.columns = np.asarray(columns)
-        self.add_param("weight", master_weight[:, self.columns])  # [in, out/p]
+        self.add_param("weight", master_weight[:, self.columns], Partition(1, self.columns, out_features))  # [in, out/p]
         if bias:
-            self.add_param("bias", master_bias[self.columns])  # [out/p]
+            self.add_param("bias", master_bias[self.columns], Partition(0, self.columns, out_features))  # [out/p]
 
     @classmethod
     def from_serial(cls, linear: Linear, group: Group, *, gather_output: bool = True,

@@ -20,7 +20,7 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.nn.linear import Linear, linear_backward, linear_forward
-from tpsim.nn.module import Module
+from tpsim.nn.module import Module, Partition
 from tpsim.tp.mappings import ReduceFromTPRegion, ScatterToTPRegion
 from tpsim.tp.partition import shard_range
 
@@ -39,9 +39,10 @@ class RowParallelLinear(Module):
             master_weight, master_bias = master.params["weight"], master.params.get("bias")
         self.group, self.input_is_parallel = group, input_is_parallel
         self.in_features, self.out_features = in_features, out_features
-        self.add_param("weight", master_weight[rows.start:rows.stop])  # [in/p, out]
+        index = np.arange(rows.start, rows.stop)
+        self.add_param("weight", master_weight[index], Partition(0, index, in_features))  # [in/p, out]
         if bias:
-            self.add_param("bias", master_bias.copy())  # [out], the same on every rank
+            self.add_param("bias", master_bias)  # [out], replicated: the same on every rank
 
     @classmethod
     def from_serial(cls, linear: Linear, group: Group, *, input_is_parallel: bool = False) -> "RowParallelLinear":
