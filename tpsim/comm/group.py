@@ -48,8 +48,12 @@ class Group:
                   start=t - tr.t0, duration=time.perf_counter() - t)
 
     # --- the four collectives of tensor parallelism -----------------------------------------------------------
-    def all_reduce(self, x: np.ndarray, op: str = "sum", *, inplace: bool = False) -> np.ndarray:
-        """Element-wise reduction over the group; every rank gets the result. ``inplace`` reuses ``x``."""
+    def all_reduce(self, x: np.ndarray, op: str = "sum", *, inplace: bool = False,
+                   out: np.ndarray | None = None) -> np.ndarray:
+        """Element-wise reduction over the group; every rank gets the result.
+
+        ``inplace`` reuses ``x``; ``out`` writes into a preallocated array (saves a fresh allocation per call).
+        """
         if op not in _REDUCE_OPS:
             raise ValueError(f"all_reduce op must be one of {sorted(_REDUCE_OPS)}, got {op!r}")
         x = np.ascontiguousarray(x)
@@ -58,7 +62,7 @@ class Group:
             out = x
             self.comm.Allreduce(MPI.IN_PLACE, out, op=_REDUCE_OPS[op])
         else:
-            out = np.empty_like(x)
+            out = np.empty_like(x) if out is None else out
             self.comm.Allreduce(x, out, op=_REDUCE_OPS[op])
         self._record("all_reduce", x, x.shape, t, reduce_op=op)
         return out

@@ -6,7 +6,10 @@ serves the classifier of the InsightFace way, whose class count need not divide 
 
 from __future__ import annotations
 
+import numpy as np
+
 from tpsim.comm import ConfigError
+from tpsim.nn.module import Partition
 
 
 def divide(n: int, p: int, what: str = "dimension") -> int:
@@ -31,3 +34,10 @@ def uneven_ranges(n: int, p: int) -> list[range]:
         out.append(range(start, start + size))
         start += size
     return out
+
+
+def take_shard(master: np.ndarray, partition: Partition | None) -> np.ndarray:
+    """The part of a master (serial) tensor that a rank holds: itself if replicated, else its index along dim."""
+    if partition is None:
+        return master
+    return np.take(master, partition.index, axis=partition.dim)

@@ -1,0 +1,110 @@
+"""Core benchmark (not a test): TP-4 MLP step vs serial, traced all-reduce vs raw mpi4py.
+
+    mpirun -n 8 python bench/bench_core.py            (make bench)
+
+1. MLP forward + backward, hidden 1024, 2048 tokens, float32. The serial step runs on one rank while the
+   other seven sleep (not spin in MPI), so it has one core to itself. The TP step runs 2 DP × 4 TP on all 8
+   ranks: on a 2-core machine each TP group then also has one core's worth of CPU, so the ratio measures what
+   tensor parallelism itself costs — the split matmuls plus the all-reduces — on equal compute.
+   Target: TP-4 step <= 1.10 x serial step.
+2. all_reduce of 1 MiB float32 over the 8 ranks: the traced ``Group.all_reduce`` vs raw ``comm.Allreduce``
+   on the same buffers, interleaved. Target: traced <= 1.05 x raw.
+Medians over repeats; one BLAS thread per rank (tpsim sets it before NumPy loads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import tpsim  # noqa: F401  - sets one BLAS thread per rank before NumPy is imported
+import numpy as np
+from mpi4py import MPI
+
+from tpsim.comm import ProcessGrid
+from tpsim.nn import MLP
+from tpsim.tp import ParallelMLP
+
+
+def quiet_wait(comm: MPI.Comm) -> None:
+    """Wait for the others without spinning a core (MPI's own barrier busy-polls)."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(0.002)
+
+
+def mlp_step(mlp, x, dz) -> None:
+    z, cache = mlp.forward(x)
+    mlp.backward(dz, cache)
+
+
+def time_it(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--allreduce-iters", type=int, default=200)
+    args = ap.parse_args()
+    comm = MPI.COMM_WORLD
+    world, rank = comm.Get_size(), comm.Get_rank()
+    tp = 4 if world % 4 == 0 else world
+    grid = ProcessGrid(tp=tp)
+    f32 = np.float32
+    serial = MLP(args.hidden, rng=np.random.default_rng(0), dtype=f32)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((args.tokens, args.hidden)).astype(f32)
+    dz = rng.standard_normal((args.tokens, args.hidden)).astype(f32)
+
+    # 1a. serial step, alone on the machine
+    t_serial = None
+    if rank == 0:
+        mlp_step(serial, x, dz)  # warm-up
+        t_serial = time_it(lambda: mlp_step(serial, x, dz), args.repeats)
+    quiet_wait(comm)
+
+    # 1b. TP step on every rank
+    par = ParallelMLP.from_serial(serial, grid.tp_group).set_path("mlp")
+    grid.tracer.enabled = False
+    mlp_step(par, x, dz)
+    comm.Barrier()
+    t_tp = time_it(lambda: (mlp_step(par, x, dz), comm.Barrier()), args.repeats)
+
+    # 2. traced vs raw all-reduce, 1 MiB, interleaved so both see the same machine state
+    buf = np.ones(256 * 1024, dtype=f32)
+    out = np.empty_like(buf)
+    grid.tracer.enabled = True
+    raw, traced = [], []
+    for i in range(args.allreduce_iters):
+        comm.Barrier()
+        t = time.perf_counter()
+        comm.Allreduce(buf, out)
+        raw.append(time.perf_counter() - t)
+        comm.Barrier()
+        t = time.perf_counter()
+        grid.world.all_reduce(buf, out=out)
+        traced.append(time.perf_counter() - t)
+        grid.tracer.reset()  # one record per call, discarded: measure the tracer's cost, not a growing list
+    t_raw, t_traced = float(np.median(raw)), float(np.median(traced))
+    t_tp = comm.allreduce(t_tp, op=MPI.MAX)  # pickled helper calls are fine here: outside the measured code
+    if rank == 0:
+        print(f"MLP fwd+bwd h={args.hidden} tokens={args.tokens} float32, {world} ranks (TP {tp} x DP {world // tp})")
+        print(f"  serial step        {t_serial * 1e3:8.1f} ms   (one rank, others sleeping)")
+        print(f"  TP-{tp} step          {t_tp * 1e3:8.1f} ms")
+        print(f"  ratio TP/serial    {t_tp / t_serial:8.3f}   (target <= 1.10)")
+        print(f"all_reduce 1 MiB float32 over {world} ranks, median of {args.allreduce_iters}")
+        print(f"  raw Allreduce      {t_raw * 1e6:8.1f} us")
+        print(f"  traced all_reduce  {t_traced * 1e6:8.1f} us")
+        print(f"  ratio traced/raw   {t_traced / t_raw:8.3f}   (target <= 1.05)")
+
+
+if __name__ == "__main__":
+    main()

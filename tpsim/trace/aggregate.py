@@ -1,0 +1,69 @@
+"""Turn a pile of collective records into the table a reader wants: who moved how many bytes, and when.
+
+Records are plain dicts (``CommEvent.as_dict()``), possibly from every rank. ``summarize`` groups them by
+any fields — by default (scope, phase, op, group) — and reports *per-rank averages*: the number of calls one
+rank made and the bytes it saw, so a table from 8 ranks reads like the story of one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+DEFAULT_KEYS = ("scope", "phase", "op", "group")
+
+
+@dataclass
+class CommRow:
+    key: tuple
+    calls: float  # per rank
+    bytes: float  # per rank, logical size of the collectives (see tpsim.comm.cost)
+    wire_bytes: float  # per rank, sent under the ring algorithm
+    seconds: float  # per rank, wall time spent inside the calls
+
+
+def summarize(records: Iterable[dict], keys: Sequence[str] = DEFAULT_KEYS, ranks: int | None = None) -> list[CommRow]:
+    """Group ``records`` by ``keys``; totals divided by the number of ranks (counted from the records)."""
+    records = list(records)
+    if ranks is None:
+        ranks = max(1, len({r["rank"] for r in records}))
+    acc: dict[tuple, list[float]] = {}
+    for r in records:
+        key = tuple(r[k] for k in keys)
+        a = acc.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+        a[0] += 1
+        a[1] += r["bytes"]
+        a[2] += r["wire_bytes"]
+        a[3] += r["duration"]
+    return [CommRow(k, a[0] / ranks, a[1] / ranks, a[2] / ranks, a[3] / ranks) for k, a in acc.items()]
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
+def format_comm_table(rows: list[CommRow], keys: Sequence[str] = DEFAULT_KEYS, title: str = "") -> str:
+    """A fixed-width text table with a total line; empty scopes print as ``(top level)``."""
+    headers = [*keys, "calls", "bytes", "wire bytes", "time ms"]
+    body = []
+    for row in rows:
+        cells = [("(top level)" if (k == "scope" and not v) else str(v)) for k, v in zip(keys, row.key)]
+        calls = f"{row.calls:g}"
+        body.append(cells + [calls, human_bytes(row.bytes), human_bytes(row.wire_bytes), f"{row.seconds * 1e3:.2f}"])
+    total = ["total"] + [""] * (len(keys) - 1) + [f"{sum(r.calls for r in rows):g}",
+                                                  human_bytes(sum(r.bytes for r in rows)),
+                                                  human_bytes(sum(r.wire_bytes for r in rows)),
+                                                  f"{sum(r.seconds for r in rows) * 1e3:.2f}"]
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *body, total)]
+    numeric = set(range(len(keys), len(headers)))
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    rule = "  ".join("-" * w for w in widths)
+    out = ([title] if title else []) + [line(headers), rule] + [line(c) for c in body] + [rule, line(total)]
+    return "\n".join(out)
