@@ -13,7 +13,9 @@ import pytest
 from mpi4py import MPI
 
 if __name__ == "__main__":
-    args = [os.path.dirname(os.path.abspath(__file__)), *sys.argv[1:]]
+    args = sys.argv[1:]
+    if not any(os.path.exists(a.split("::")[0]) for a in args if not a.startswith("-")):
+        args.insert(0, os.path.dirname(os.path.abspath(__file__)))  # no path given: the whole folder
     if MPI.COMM_WORLD.Get_rank() != 0:  # silence stdout before pytest saves it; stderr stays
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)

@@ -1,6 +1,8 @@
 """Serial layers with hand-written backward (no MPI): the math the tensor-parallel layers in ``tpsim.tp`` reuse."""
 
 from tpsim.nn.activations import GeLU, erf, gelu_backward, gelu_forward
+from tpsim.nn.attention import (CausalSelfAttention, attention_core_backward, attention_core_forward,
+                                qkv_attention_backward, qkv_attention_forward)
 from tpsim.nn.cross_entropy import (
     CrossEntropyLoss,
     softmax_cross_entropy_backward,
@@ -19,6 +21,11 @@ __all__ = [
     "Module",
     "Partition",
     "MLP",
+    "CausalSelfAttention",
+    "attention_core_forward",
+    "attention_core_backward",
+    "qkv_attention_forward",
+    "qkv_attention_backward",
     "Linear",
     "linear_forward",
     "linear_backward",

@@ -37,7 +37,16 @@ def uneven_ranges(n: int, p: int) -> list[range]:
 
 
 def take_shard(master: np.ndarray, partition: Partition | None) -> np.ndarray:
-    """The part of a master (serial) tensor that a rank holds: itself if replicated, else its index along dim."""
+    """The part of a master (serial) tensor that a rank holds: itself if replicated, else its index along dim.
+
+    A master shorter than ``partition.full`` along ``dim`` (a vocabulary padded to a multiple of tp) is
+    read as zero-padded: padded positions come out as zeros.
+    """
     if partition is None:
         return master
+    n = master.shape[partition.dim]
+    if partition.full > n:
+        pad = [(0, 0)] * master.ndim
+        pad[partition.dim] = (0, partition.full - n)
+        master = np.pad(master, pad)
     return np.take(master, partition.index, axis=partition.dim)

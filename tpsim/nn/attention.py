@@ -1,0 +1,143 @@
+"""Causal multi-head self-attention, serial, GPT-2 layout — and the per-head core the parallel twin reuses.
+
+    x [b, s, h] --c_attn--> qkv [b, s, 3h] = q | k | v        (head j of q = columns j·hd:(j+1)·hd, as HF GPT-2)
+      q, k, v -> [b, nh, s, hd]
+      scores = q·kᵀ / √hd  [b, nh, s, s],  future keys (j > i) set to −∞     causal mask
+      probs  = softmax(scores) along keys, then attention dropout (mask supplied by a dropout RNG tracker)
+      ctx    = probs·v  [b, nh, s, hd]  -> merge heads -> [b, s, h] --c_proj--> y [b, s, h]
+
+Every head is independent of the others from q·kᵀ to probs·v. That is why Megatron's ParallelAttention
+splits attention *by heads*: a rank holding the q, k and v columns of whole heads runs this same core on them
+with no communication (``tpsim.tp.attention``). The core functions below therefore take any number of heads.
+
+Backward of the core, with P the (dropped) probabilities and D = dropout's scaled mask:
+
+    dv = Pᵀ·dctx      dP = dctx·vᵀ      dprobs = D ⊙ dP      dscores = softmax_backward(dprobs) / √hd
+    dq = dscores·k    dk = dscoresᵀ·q
+
+Masked (future) scores get −∞, so their probability is exactly 0 and so is their gradient; the diagonal is
+never masked, so every row has a finite max and the softmax never sees an all −∞ row (no NaN).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.nn.dropout import dropout_mask_apply
+from tpsim.nn.linear import Linear
+from tpsim.nn.module import Module
+from tpsim.nn.softmax import softmax_backward, softmax_forward
+
+
+# --- head layout ------------------------------------------------------------------------------------------------
+def split_heads(x: np.ndarray, heads: int) -> np.ndarray:
+    """``[b, s, heads·hd]`` -> ``[b, heads, s, hd]``; its backward is ``merge_heads``."""
+    b, s, width = x.shape
+    return x.reshape(b, s, heads, width // heads).transpose(0, 2, 1, 3)
+
+
+def merge_heads(x: np.ndarray) -> np.ndarray:
+    """``[b, heads, s, hd]`` -> ``[b, s, heads·hd]``; its backward is ``split_heads``."""
+    b, heads, s, hd = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(b, s, heads * hd)
+
+
+# --- the dropout mask of the attention probabilities ------------------------------------------------------------
+def attention_keep_mask(dropout_rng, p: float, key: str, step: int, batch: int, heads: int, seq: int,
+                        head_index=None, batch_index=None) -> np.ndarray | None:
+    """Keep mask ``bool [batch, len(head_index), seq, seq]`` for the probabilities, or None (no dropout).
+
+    ``head_index``/``batch_index``: the global heads / batch rows held here (default all). The request names
+    global positions, so an exact tracker gives a head-sharded or DP rank the serial model's bits.
+    """
+    if p == 0.0 or dropout_rng is None:
+        return None
+    rows = np.arange(batch) if batch_index is None else np.asarray(batch_index, dtype=np.int64)
+    if rows.shape != (batch,):
+        raise ValueError(f"batch_index holds {rows.size} positions for {batch} local rows")
+    # Only the global batch extent is unknown here; as the outermost dimension it never enters a flat index.
+    global_shape = (int(rows.max()) + 1 if batch else 0, heads, seq, seq)
+    return dropout_rng.keep_mask(p, key=key, step=step, global_shape=global_shape,
+                                 index=(rows, slice(None) if head_index is None else head_index,
+                                        slice(None), slice(None)), region="partitioned")
+
+
+# --- the core: attention over some heads ------------------------------------------------------------------------
+def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray | None = None,
+                           p: float = 0.0) -> tuple[np.ndarray, tuple]:
+    """``q, k, v: [b, nh, s, hd]``, ``keep: bool [b, nh, s, s]`` or None -> ``(ctx [b, nh, s, hd], cache)``."""
+    s, hd = q.shape[-2], q.shape[-1]
+    scale = 1.0 / np.sqrt(hd)
+    future = np.triu(np.ones((s, s), dtype=bool), k=1)  # key j > query i: not yet seen
+    scores = np.where(future, -np.inf, (q @ k.swapaxes(-1, -2)) * scale)
+    probs = softmax_forward(scores, axis=-1)  # exp(−∞ − max) = 0 exactly: future keys get no weight
+    dropped = probs if keep is None else dropout_mask_apply(probs, keep, p)
+    ctx = dropped @ v
+    return ctx, (q, k, v, probs, dropped, keep, p, scale)
+
+
+def attention_core_backward(dctx: np.ndarray, cache: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``dctx: [b, nh, s, hd]`` -> ``(dq, dk, dv)``, each ``[b, nh, s, hd]``."""
+    q, k, v, probs, dropped, keep, p, scale = cache
+    dv = dropped.swapaxes(-1, -2) @ dctx
+    dprobs = dctx @ v.swapaxes(-1, -2)
+    if keep is not None:
+        dprobs = dropout_mask_apply(dprobs, keep, p)  # dropout's backward: the same mask, the same scale
+    dscores = softmax_backward(dprobs, probs, axis=-1) * scale  # zero where probs is zero: the masked keys
+    return dscores @ k, dscores.swapaxes(-1, -2) @ q, dv
+
+
+def qkv_attention_forward(qkv: np.ndarray, heads: int, keep: np.ndarray | None = None,
+                          p: float = 0.0) -> tuple[np.ndarray, tuple]:
+    """``qkv: [b, s, 3·heads·hd]`` laid out q | k | v -> ``(ctx [b, s, heads·hd], cache)``."""
+    q, k, v = (split_heads(t, heads) for t in np.split(qkv, 3, axis=-1))
+    ctx, cache = attention_core_forward(q, k, v, keep, p)
+    return merge_heads(ctx), cache
+
+
+def qkv_attention_backward(dctx: np.ndarray, cache: tuple) -> np.ndarray:
+    """``dctx: [b, s, heads·hd]`` -> ``dqkv: [b, s, 3·heads·hd]`` (q | k | v again)."""
+    heads = cache[0].shape[1]
+    dq, dk, dv = attention_core_backward(split_heads(dctx, heads), cache)
+    return np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)
+
+
+# --- the serial layer -------------------------------------------------------------------------------------------
+class CausalSelfAttention(Module):
+    """GPT-2 attention: ``c_attn: Linear(h, 3h)`` (q | k | v), ``c_proj: Linear(h, h)``; ``attn_dropout`` = p."""
+
+    def __init__(self, hidden: int, heads: int, *, rng: np.random.Generator | None = None, dtype=np.float64,
+                 std: float = 0.02, proj_std: float | None = None, attn_dropout: float = 0.0) -> None:
+        super().__init__()
+        if heads < 1 or hidden % heads:
+            raise ValueError(f"hidden = {hidden} must be divisible by heads = {heads} (head_dim = hidden / heads)")
+        if not 0.0 <= attn_dropout < 1.0:
+            raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
+        rng = np.random.default_rng(0) if rng is None else rng
+        self.hidden, self.heads, self.head_dim = hidden, heads, hidden // heads
+        self.attn_dropout = float(attn_dropout)
+        self.c_attn = Linear(hidden, 3 * hidden, rng=rng, dtype=dtype, std=std)
+        self.c_proj = Linear(hidden, hidden, rng=rng, dtype=dtype, std=std if proj_std is None else proj_std)
+
+    def forward(self, x: np.ndarray, *, dropout_rng=None, step: int = 0, batch_index=None):
+        """``x: [b, s, h]`` -> ``(y [b, s, h], cache)``. Dropout on the probabilities needs a ``dropout_rng``.
+
+        ``batch_index``: global batch positions of the local rows (default all), as for the parallel twin.
+        """
+        b, s, _ = x.shape
+        keep = attention_keep_mask(dropout_rng, self.attn_dropout, self.path + ".attn_dropout", step, b,
+                                   self.heads, s, batch_index=batch_index)  # every head: the serial reference
+        qkv, c_attn_cache = self.c_attn.forward(x)
+        ctx, core_cache = qkv_attention_forward(qkv, self.heads, keep, self.attn_dropout)
+        y, c_proj_cache = self.c_proj.forward(ctx)
+        return y, (c_attn_cache, core_cache, c_proj_cache)
+
+    def backward(self, dy: np.ndarray, cache) -> np.ndarray:
+        """``dy: [b, s, h]`` -> ``dx: [b, s, h]``; adds into the grads of ``c_attn`` and ``c_proj``."""
+        c_attn_cache, core_cache, c_proj_cache = cache
+        dctx = self.c_proj.backward(dy, c_proj_cache)
+        dqkv = qkv_attention_backward(dctx, core_cache)
+        return self.c_attn.backward(dqkv, c_attn_cache)
+
+    def __repr__(self) -> str:
+        return f"CausalSelfAttention(hidden={self.hidden}, heads={self.heads}, attn_dropout={self.attn_dropout})"

@@ -1,0 +1,31 @@
+"""The GPT output layer tied to the token embedding, serial: logits = h · Wᵀ with W the embedding [V, h].
+
+Tying means one array, not two: the head registers the embedding's weight *and* its gradient buffer, so the
+lookup's gradient and the head's gradient add up in one place (``Module.named_parameters`` lists it once).
+Its parallel twin is ``tpsim.tp.lm_head.ParallelLMHead`` (vocab-parallel logits, f in front).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.nn.embedding import Embedding
+from tpsim.nn.linear import linear_backward, linear_forward
+from tpsim.nn.module import Module
+
+
+class TiedLMHead(Module):
+    def __init__(self, embedding: Embedding) -> None:
+        super().__init__()
+        # the arrays only: holding the Module itself would make it a child and rename its parameters
+        self.params["weight"] = embedding.params["weight"]
+        self.grads["weight"] = embedding.grads["weight"]
+
+    def forward(self, h: np.ndarray):
+        """``h: [..., dim]`` -> ``(logits [..., V], cache = h)``."""
+        return linear_forward(h, self.params["weight"].T, None), h
+
+    def backward(self, dlogits: np.ndarray, h: np.ndarray) -> np.ndarray:
+        dh, dw_t, _ = linear_backward(dlogits, h, self.params["weight"].T, has_bias=False)
+        self.grads["weight"] += dw_t.T
+        return dh

@@ -1,0 +1,117 @@
+"""Self-attention split by heads — Megatron-LM's ParallelAttention (Shoeybi et al., 2019, Fig. 3b).
+
+Heads are independent from q·kᵀ to probs·v, so each of the p ranks takes heads / p whole heads and runs the
+serial core on them alone. The two linears around the core are the MLP's pair again:
+
+    x [b, s, h] --f--> c_attn_i (column-parallel) -> qkv_i [b, s, 3h/p] = q_i | k_i | v_i
+                       attention over this rank's heads_per_partition heads  -> ctx_i [b, s, h/p]
+                       c_proj_i (row-parallel) -> partial [b, s, h] --g--> y [b, s, h]
+
+Exactly one all-reduce of the [b, s, h] activation forward (g in c_proj) and one backward (f in c_attn).
+
+The *qkv layout trap*: c_attn's master weight is [h, 3h] with columns q | k | v. A naive contiguous split of
+those 3h columns gives rank 0 of 2 all of q and half of k — no whole head anywhere. Rank i must instead hold
+the q, k *and* v columns of its heads, so ``c_attn`` picks them with ``columns=``:
+
+    head_columns(h, heads, p, i) = [q cols of heads i·nh..] ++ [h + same] ++ [2h + same],   nh = heads / p
+
+c_proj's rows are the context columns of the same heads, which *are* contiguous: its default split fits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.comm import ConfigError, Group
+from tpsim.nn.attention import (CausalSelfAttention, attention_keep_mask, qkv_attention_backward,
+                                qkv_attention_forward)
+from tpsim.nn.module import Module
+from tpsim.tp.column_parallel import ColumnParallelLinear
+from tpsim.tp.row_parallel import RowParallelLinear
+
+
+def check_attention_sizes(hidden: int, heads: int, tp: int) -> None:
+    """Raise ``ConfigError`` (the same on every rank, before any collective) unless the heads split evenly."""
+    if heads < 1 or hidden % heads:
+        raise ConfigError(f"hidden = {hidden} is not divisible by heads = {heads}")
+    if heads % tp:
+        raise ConfigError(f"heads = {heads} is not divisible by the tensor-parallel size tp = {tp}: "
+                          f"attention is split by whole heads")
+
+
+def head_columns(hidden: int, heads: int, tp: int, tp_rank: int) -> np.ndarray:
+    """Master columns of c_attn [h, 3h] that rank ``tp_rank`` holds: its heads' q, then k, then v columns."""
+    check_attention_sizes(hidden, heads, tp)
+    width = hidden // tp  # = heads_per_partition · head_dim
+    mine = np.arange(tp_rank * width, (tp_rank + 1) * width)
+    return np.concatenate([mine, hidden + mine, 2 * hidden + mine])
+
+
+class ParallelSelfAttention(Module):
+    """Causal self-attention over ``heads / tp`` whole heads per rank; the TP twin of ``CausalSelfAttention``."""
+
+    def __init__(self, c_attn: ColumnParallelLinear, c_proj: RowParallelLinear, heads: int, *,
+                 attn_dropout: float = 0.0) -> None:
+        super().__init__()
+        group = c_attn.group
+        hidden = c_attn.in_features
+        check_attention_sizes(hidden, heads, group.size)
+        if c_attn.gather_output or not c_proj.input_is_parallel:
+            raise ValueError("ParallelSelfAttention needs c_attn(gather_output=False) and "
+                             "c_proj(input_is_parallel=True)")
+        expected = head_columns(hidden, heads, group.size, group.rank)
+        if not np.array_equal(c_attn.columns, expected):  # the layout trap, caught at construction
+            raise ValueError("c_attn must hold the q, k and v columns of whole heads (columns=head_columns(...)), "
+                             "not a contiguous block of the 3h columns")
+        if not 0.0 <= attn_dropout < 1.0:
+            raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
+        self.group, self.c_attn, self.c_proj = group, c_attn, c_proj
+        self.hidden, self.heads, self.head_dim = hidden, heads, hidden // heads
+        self.heads_per_partition = heads // group.size
+        self.attn_dropout = float(attn_dropout)
+        first = group.rank * self.heads_per_partition
+        self.head_index = np.arange(first, first + self.heads_per_partition)  # this rank's global head numbers
+
+    @classmethod
+    def from_serial(cls, attn: CausalSelfAttention, group: Group) -> "ParallelSelfAttention":
+        """Shard a serial layer's master weights: whole heads of c_attn, the matching rows of c_proj."""
+        check_attention_sizes(attn.hidden, attn.heads, group.size)
+        columns = head_columns(attn.hidden, attn.heads, group.size, group.rank)
+        return cls(ColumnParallelLinear.from_serial(attn.c_attn, group, gather_output=False, columns=columns),
+                   RowParallelLinear.from_serial(attn.c_proj, group, input_is_parallel=True),
+                   attn.heads, attn_dropout=attn.attn_dropout)
+
+    @classmethod
+    def create(cls, hidden: int, heads: int, group: Group, *, rng: np.random.Generator | None = None,
+               dtype=np.float64, std: float = 0.02, proj_std: float | None = None,
+               attn_dropout: float = 0.0) -> "ParallelSelfAttention":
+        """Draw the serial master weights (same on every rank for the same ``rng`` seed) and shard them."""
+        check_attention_sizes(hidden, heads, group.size)  # a ConfigError, before the serial layer's ValueError
+        serial = CausalSelfAttention(hidden, heads, rng=rng, dtype=dtype, std=std, proj_std=proj_std,
+                                     attn_dropout=attn_dropout)
+        return cls.from_serial(serial, group)
+
+    def forward(self, x: np.ndarray, *, dropout_rng=None, step: int = 0, batch_index=None):
+        """``x: [b, s, h]`` replicated -> ``(y [b, s, h] replicated, cache)``.
+
+        ``batch_index``: global batch positions of the local rows (an int array or range; default all), so a
+        data-parallel rank draws the same dropout bits as the serial model does for those rows.
+        """
+        b, s, _ = x.shape
+        keep = attention_keep_mask(dropout_rng, self.attn_dropout, self.path + ".attn_dropout", step, b,
+                                   self.heads, s, head_index=self.head_index, batch_index=batch_index)
+        qkv, c_attn_cache = self.c_attn.forward(x)  # f: identity forward; [b, s, 3h/p], no communication
+        ctx, core_cache = qkv_attention_forward(qkv, self.heads_per_partition, keep, self.attn_dropout)
+        y, c_proj_cache = self.c_proj.forward(ctx)  # g: the one all-reduce of the forward
+        return y, (c_attn_cache, core_cache, c_proj_cache)
+
+    def backward(self, dy: np.ndarray, cache) -> np.ndarray:
+        """``dy: [b, s, h]`` -> ``dx: [b, s, h]`` (all-reduced by f in c_attn); adds into the shards' grads."""
+        c_attn_cache, core_cache, c_proj_cache = cache
+        dctx = self.c_proj.backward(dy, c_proj_cache)  # g backward: identity
+        dqkv = qkv_attention_backward(dctx, core_cache)  # local: this rank's heads only
+        return self.c_attn.backward(dqkv, c_attn_cache)  # f backward: the one all-reduce of the backward
+
+    def __repr__(self) -> str:
+        return (f"ParallelSelfAttention(hidden={self.hidden}, heads={self.heads}, "
+                f"heads_per_partition={self.heads_per_partition}, tp={self.group.size})")

@@ -1,0 +1,66 @@
+"""ParallelLMHead — the output layer, tied to the vocab-parallel embedding, producing vocab-parallel logits.
+
+GPT ties the output projection to the input embedding E: [V, dim] (logits = h·Eᵀ). With E split by vocabulary
+rows, rank r holds E_r: [Vp/p, dim] and computes the logits of *its* vocabulary slice with no communication —
+a column-parallel linear whose weight is E_rᵀ:
+
+    forward   h --f--> logits_r = h·E_rᵀ                      [..., dim] -> [..., Vp/p]   (never gathered)
+    backward  dE_r += dlogits_rᵀ·h,  dh_r = dlogits_r·E_r      (dh_r is a partial sum over the vocabulary)
+              f backward: dh = all_reduce(dh_r)                (h fed every shard, so its grads add up)
+
+The logits stay split: ``vocab_parallel_cross_entropy`` consumes them as they are, which is the point — a
+[tokens, V] tensor is the largest activation of a language model and it never crosses the network.
+
+Tying is done by *sharing*: the head's ``params["weight"]`` and ``grads["weight"]`` are the very arrays of the
+embedding, so both backward passes add into one gradient buffer, one optimizer update moves both, and
+``Module.named_parameters`` (which deduplicates by ``id``) lists the weight once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.nn.linear import linear_backward, linear_forward
+from tpsim.nn.module import Module
+from tpsim.tp.mappings import CopyToTPRegion
+from tpsim.tp.vocab_embedding import VocabParallelEmbedding
+
+
+class ParallelLMHead(Module):
+    """``logits_local = h · weightᵀ`` with ``weight: [Vp/p, dim]`` shared with ``embedding`` (``tied=True``).
+
+    ``tied=False`` gives the head its own copy of the embedding's shard (and its own gradient) — build it from a
+    separately drawn ``VocabParallelEmbedding`` for an untied model.
+    """
+
+    def __init__(self, embedding: VocabParallelEmbedding, *, tied: bool = True) -> None:
+        super().__init__()
+        # Not stored as an attribute: a Module attribute would become a child, and set_path would rename the
+        # embedding to "<head>.embedding". Only its numbers and the group are kept.
+        self.group, self.tied = embedding.group, tied
+        self.vocab_size, self.padded_vocab_size = embedding.vocab_size, embedding.padded_vocab_size
+        self.vocab_start, self.vocab_end = embedding.vocab_start, embedding.vocab_end
+        if tied:  # the same two arrays, not copies: see the module docstring
+            self.params["weight"] = embedding.params["weight"]
+            self.grads["weight"] = embedding.grads["weight"]
+            self.partition["weight"] = embedding.partition["weight"]
+        else:
+            self.add_param("weight", embedding.params["weight"], embedding.partition["weight"])
+
+    def forward(self, h: np.ndarray):
+        """``h: [..., dim]`` replicated -> ``(logits_local [..., Vp/p], cache = h)``."""
+        with self.group.tracer.region(scope=self.path):
+            h = CopyToTPRegion.forward(h, self.group)
+            logits = linear_forward(h, self.params["weight"].T, None)
+        return logits, h
+
+    def backward(self, dlogits: np.ndarray, h: np.ndarray) -> np.ndarray:
+        """``dlogits: [..., Vp/p]`` (this rank's columns) -> ``dh: [..., dim]`` replicated (one all-reduce)."""
+        with self.group.tracer.region(scope=self.path):
+            dh, dw_t, _ = linear_backward(dlogits, h, self.params["weight"].T, has_bias=False)
+            self.grads["weight"] += dw_t.T  # [dim, Vp/p]ᵀ; += so a tied embedding's lookup grads are kept
+            return CopyToTPRegion.backward(dh, self.group)
+
+    def __repr__(self) -> str:
+        return (f"ParallelLMHead(vocab {self.vocab_size}, columns [{self.vocab_start}, {self.vocab_end}), "
+                f"tied={self.tied})")

@@ -1,0 +1,77 @@
+"""VocabParallelEmbedding — the embedding table split by vocabulary rows (Megatron-LM, section 3).
+
+The master table E: [V, dim] is padded with zero rows to Vp (see ``tpsim.tp.vocab``) and rank r keeps the rows
+[start, end). A token id lives on exactly one rank, so a lookup is a sum of p partial lookups in which every
+rank but the owner contributes a zero row:
+
+    forward   y_r[i] = E_r[ids[i] − start]  if start ≤ ids[i] < end  else 0     [...] -> [..., dim]
+              y = g(y_r) = Σ_r y_r     (one all-reduce of [..., dim])
+    backward  g backward is the identity: dy reaches every rank whole
+              dE_r[v − start] += Σ_{i: ids[i] = v} dy[i]   for the ids this rank owns (no communication)
+
+Built from the serial ``Embedding``'s master weights, the output equals the serial lookup at any TP size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.comm import Group
+from tpsim.nn.embedding import Embedding, check_ids
+from tpsim.nn.module import Module, Partition
+from tpsim.tp.mappings import ReduceFromTPRegion
+from tpsim.tp.vocab import padded_vocab_size, vocab_range
+
+
+class VocabParallelEmbedding(Module):
+    """``weight: [Vp / tp, dim]`` (this rank's rows of the padded master); forward ``ids [...] -> [..., dim]``."""
+
+    def __init__(self, vocab_size: int, dim: int, group: Group, *, rng: np.random.Generator | None = None,
+                 dtype=np.float64, std: float = 0.02, master_weight: np.ndarray | None = None) -> None:
+        super().__init__()
+        if master_weight is None:  # every rank draws the same master table, exactly as the serial layer would
+            master_weight = Embedding(vocab_size, dim, rng=rng, dtype=dtype, std=std).params["weight"]
+        elif np.shape(master_weight) != (vocab_size, dim):
+            raise ValueError(f"master_weight must have shape {(vocab_size, dim)}, got {np.shape(master_weight)}")
+        self.group = group
+        self.vocab_size, self.dim = vocab_size, dim
+        self.padded_vocab_size = padded_vocab_size(vocab_size, group.size)
+        self.vocab_start, self.vocab_end = vocab_range(self.padded_vocab_size, group.size, group.rank)
+        # rows past the real vocabulary stay zero: they are padding, never looked up, never in the softmax
+        shard = np.zeros((self.vocab_end - self.vocab_start, dim), dtype=np.asarray(master_weight).dtype)
+        n_real = max(0, min(self.vocab_end, vocab_size) - self.vocab_start)
+        shard[:n_real] = master_weight[self.vocab_start:self.vocab_start + n_real]
+        rows = np.arange(self.vocab_start, self.vocab_end)
+        self.add_param("weight", shard, Partition(0, rows, self.padded_vocab_size))  # [Vp/p, dim]
+
+    @classmethod
+    def from_serial(cls, embedding: Embedding, group: Group) -> "VocabParallelEmbedding":
+        w = embedding.params["weight"]
+        return cls(w.shape[0], w.shape[1], group, master_weight=w)
+
+    def forward(self, ids: np.ndarray):
+        """``ids: [...]`` ints in ``[0, vocab_size)`` -> ``(out [..., dim] replicated, cache)``."""
+        # checked on every rank before the collective: ids are replicated, so all ranks raise alike
+        ids = check_ids(ids, self.vocab_size)
+        local = ids - self.vocab_start
+        mine = (local >= 0) & (local < self.vocab_end - self.vocab_start)
+        local = np.where(mine, local, 0)  # a safe index for the others; their rows are zeroed next
+        partial = self.params["weight"][local]  # fancy indexing: a fresh array, safe to write into
+        partial[~mine] = 0.0
+        with self.group.tracer.region(scope=self.path):
+            out = ReduceFromTPRegion.forward(partial, self.group)
+        return out, (mine, local[mine])
+
+    def backward(self, dout: np.ndarray, cache) -> None:
+        """``dout: [..., dim]`` (whole on every rank: g's backward is the identity) -> None; no communication.
+
+        Scatter-adds the rows of ``dout`` whose id this rank owns; ``np.add.at`` keeps repeated ids.
+        """
+        mine, local_ids = cache
+        dout = ReduceFromTPRegion.backward(dout, self.group)
+        np.add.at(self.grads["weight"], local_ids, dout[mine])
+        return None
+
+    def __repr__(self) -> str:
+        return (f"VocabParallelEmbedding({self.vocab_size}, {self.dim}, rows [{self.vocab_start}, "
+                f"{self.vocab_end}) of {self.padded_vocab_size})")

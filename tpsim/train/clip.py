@@ -1,0 +1,104 @@
+"""Gradient clipping under tensor parallelism: the global norm from the shards, with one all-reduce.
+
+The serial model's gradient norm is ‖g‖_p = (Σ_params Σ_elements |g|^p)^(1/p). Under TP a parameter is either
+
+  * **sharded** (it has a ``Partition``): each TP rank holds a disjoint slice, so every rank adds the |g|^p of
+    its own slice and the sum over the TP group covers each element exactly once; or
+  * **replicated** (no Partition: LayerNorm weights, the row-parallel bias): every TP rank holds the *same*
+    full gradient. If every rank added it, the sum over the group would count it tp times and the "norm" would
+    be inflated — clipping would then fire at a different threshold than in serial training and TP would no
+    longer equal serial. So, as in Megatron, only ``tp_rank == 0`` counts replicated parameters.
+
+Each rank reduces its contribution to one number and a single all-reduce over the TP group combines them —
+SUM of Σ|g|^p for finite p, MAX of max|g| for p = ∞ — traced as ``scope="clip_grad_norm", phase="optimizer"``.
+Every rank then takes the same root, so the returned norm is identical across the TP group.
+
+Data parallelism needs nothing here: gradients are assumed already averaged over the DP group (the DP sync
+runs before clipping), so every DP replica holds the same gradients and computes the same norm by itself.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import numpy as np
+
+from tpsim.comm import Group
+from tpsim.nn.module import Module, Partition
+
+GradEntry = tuple[str, np.ndarray, Partition | None]  # (dotted name, local grad, Partition or None=replicated)
+
+CLIP_EPS = 1e-6  # PyTorch's clip_grad_norm_: coef = max_norm / (total + 1e-6), which also avoids 0/0
+
+
+def grad_entries(module: Module) -> list[GradEntry]:
+    """(name, local grad, Partition or None) for every parameter of ``module``, each tied array once."""
+    return [(name, g, part) for (name, g), (_, part) in zip(module.named_grads(), module.named_partitions())]
+
+
+def _entries(module: Module | None, params: Iterable[GradEntry] | None) -> list[GradEntry]:
+    if params is not None:
+        return list(params)
+    if module is None:
+        raise ValueError("pass a module or params=[(name, grad, partition), ...]")
+    return grad_entries(module)
+
+
+def _check_norm_type(norm_type: float) -> float:
+    p = float(norm_type)
+    if not (p > 0):  # also rejects NaN; p <= 0 is not a norm
+        raise ValueError(f"norm_type must be > 0 or inf, got {norm_type}")
+    return p
+
+
+def _local_contribution(entries: Iterable[GradEntry], p: float, count_replicated: bool) -> float:
+    """This rank's share: Σ|g|^p (or max|g| for p = ∞) over its shards, plus replicated grads if asked."""
+    out = 0.0
+    for _, g, part in entries:
+        if part is None and not count_replicated:
+            continue  # another rank (tp_rank 0) counts this replicated gradient for the whole group
+        if g.size == 0:
+            continue
+        a = np.abs(g.astype(np.float64, copy=False))  # accumulate in float64 even for float32 grads
+        if math.isinf(p):
+            out = float(np.maximum(out, a.max()))  # np.maximum keeps a NaN; max() would drop it
+        elif p == 2.0:
+            out += float(np.vdot(a, a))
+        else:
+            out += float(np.sum(a ** p))
+    return out
+
+
+def grad_norm(module: Module | None, tp_group: Group, norm_type: float = 2.0, *,
+              params: Iterable[GradEntry] | None = None) -> float:
+    """The serial model's gradient norm, computed from this rank's shards with one all-reduce over ``tp_group``.
+
+    ``params`` (optional) replaces ``grad_entries(module)`` with an explicit list of (name, grad, Partition or
+    None), e.g. the grads of several modules at once. Returns a Python float, the same on every TP rank.
+    """
+    p = _check_norm_type(norm_type)
+    entries = _entries(module, params)
+    local = _local_contribution(entries, p, count_replicated=tp_group.rank == 0)
+    op = "max" if math.isinf(p) else "sum"
+    with tp_group.tracer.region(scope="clip_grad_norm", phase="optimizer"):
+        total = float(tp_group.all_reduce(np.array([local], dtype=np.float64), op=op)[0])
+    return total if math.isinf(p) else total ** (1.0 / p)
+
+
+def clip_grad_norm(module: Module | None, tp_group: Group, max_norm: float, norm_type: float = 2.0, *,
+                   params: Iterable[GradEntry] | None = None) -> float:
+    """Scale every local gradient in place so the global norm is at most ``max_norm``; return the norm *before*.
+
+    coef = max_norm / (norm + 1e-6) is applied only when it is below 1 (PyTorch's rule). Replicated grads are
+    scaled on every rank by the same coefficient, so the replicas stay identical.
+    """
+    if not max_norm >= 0:
+        raise ValueError(f"max_norm must be >= 0, got {max_norm}")
+    entries = _entries(module, params)
+    total = grad_norm(None, tp_group, norm_type, params=entries)
+    coef = max_norm / (total + CLIP_EPS)
+    if coef < 1.0:  # False for a NaN norm too: a broken step is left for the caller to see, not hidden
+        for _, g, _ in entries:
+            g *= coef
+    return total

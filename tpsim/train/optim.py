@@ -1,0 +1,195 @@
+"""Optimizers that update each rank's *local* shards: SGD (with momentum / Nesterov) and AdamW, by hand.
+
+Every update here is element-wise: the new value of one weight depends only on that weight, its gradient and
+its own optimizer state. So a rank that holds columns 8..15 of ``c_fc.weight`` can update exactly those
+columns with no communication, and tensor-parallel training then equals serial training slice by slice.
+Optimizer state (momentum, Adam's m and v) has the shard's shape, which is why it costs 1/tp of the serial
+memory per rank for sharded parameters and the full size for replicated ones (see ``state_bytes``).
+
+    opt = AdamW(model, lr=3e-4, no_decay=lambda name: name.endswith("bias"))
+    model.zero_grad(); loss = ...; model.backward(...)   # grads accumulate into model.grads
+    opt.step()                                           # p <- update(p, g, state), in place
+
+Parameters come from ``module.named_parameters()`` / ``named_grads()``, which list an array registered in two
+modules (a tied weight) once, so it is updated once per step. A tied weight must share its gradient buffer too
+(both modules ``+=`` into one array); the constructor checks that, because a second buffer would be silently
+ignored. The formulas follow PyTorch's ``torch.optim.SGD`` (dampening 0) and ``torch.optim.AdamW``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator
+
+import numpy as np
+
+from tpsim.nn.module import Module
+
+State = dict[str, np.ndarray]  # one parameter's optimizer state, e.g. {"exp_avg": ..., "exp_avg_sq": ...}
+
+
+def _check_tied_grads(module: Module) -> None:
+    """Raise if one parameter array is registered in several modules with *different* gradient buffers."""
+    grad_of: dict[int, tuple[str, np.ndarray]] = {}
+    for mod_name, mod in module.named_modules():
+        for name, value in mod.params.items():
+            full = f"{mod_name}.{name}" if mod_name else name
+            first = grad_of.setdefault(id(value), (full, mod.grads[name]))
+            if first[1] is not mod.grads[name]:
+                raise ValueError(f"tied parameter {first[0]} / {full} has two gradient buffers; register the same "
+                                 "grad array in both modules so their contributions add up in one place")
+
+
+class Optimizer:
+    """What SGD and AdamW share: the parameter walk, weight-decay exclusion, state and checkpoints.
+
+    A subclass supplies ``_slots`` (names of its per-parameter state arrays) and ``_update(p, g, state, wd)``,
+    which changes ``p`` (and ``state``) in place and must never write into ``g``: the gradient belongs to the
+    module (clipping, logging or a DP sync may read it after the step).
+    """
+
+    _slots: tuple[str, ...] = ()
+
+    def __init__(self, module: Module, lr: float, weight_decay: float,
+                 no_decay: Callable[[str], bool] | None) -> None:
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        _check_tied_grads(module)
+        self.module = module
+        self.lr = lr  # validated by the property setter
+        self.weight_decay = float(weight_decay)
+        self.no_decay = no_decay
+        self.param_names: list[str] = [name for name, _ in module.named_parameters()]
+        self.step_count = 0
+        # State arrays exist from the start (zeros), so memory accounting is right before the first step.
+        # For SGD/AdamW, a zero buffer gives bit-for-bit PyTorch's first step (m·0 + g == g exactly).
+        self.state: dict[str, State] = {name: {slot: np.zeros_like(p) for slot in self._slots}
+                                        for name, p in module.named_parameters()}
+
+    @property
+    def lr(self) -> float:
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:  # a schedule may change lr between steps; keep it valid
+        if not value >= 0:  # also rejects NaN
+            raise ValueError(f"lr must be >= 0, got {value}")
+        self._lr = float(value)
+
+    def _entries(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+        """(name, param, grad) for each parameter, read afresh so a replaced array is still the one updated."""
+        pairs = list(zip(self.module.named_parameters(), self.module.named_grads()))
+        names = [name for (name, _), _ in pairs]
+        if names != self.param_names:
+            raise RuntimeError("the module's parameters changed after the optimizer was built: "
+                               f"{self.param_names} -> {names}")
+        for (name, p), (_, g) in pairs:
+            yield name, p, g
+
+    def decay_for(self, name: str) -> float:
+        """The weight decay applied to parameter ``name`` (0 where ``no_decay(name)`` is true)."""
+        return 0.0 if self.no_decay is not None and self.no_decay(name) else self.weight_decay
+
+    def step(self) -> None:
+        """Update every parameter in place from its current gradient."""
+        self.step_count += 1
+        for name, p, g in self._entries():
+            self._update(p, g, self.state[name], self.decay_for(name))
+
+    def _update(self, p: np.ndarray, g: np.ndarray, state: State, weight_decay: float) -> None:
+        raise NotImplementedError  # pragma: no cover - interface
+
+    def zero_grad(self) -> None:
+        self.module.zero_grad()
+
+    # --- checkpoints and accounting ---------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """``{"step": int, "state": {param name: {slot: array copy}}}`` — this rank's shards only."""
+        return {"step": self.step_count,
+                "state": {name: {k: v.copy() for k, v in slots.items()} for name, slots in self.state.items()}}
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restore from ``state_dict()``; names, slots and shapes must match this optimizer's exactly."""
+        state = sd["state"]
+        if list(state) != self.param_names:
+            raise ValueError(f"state_dict parameters {list(state)} do not match {self.param_names}")
+        for name, slots in self.state.items():
+            if set(state[name]) != set(slots):
+                raise ValueError(f"{name}: state slots {sorted(state[name])} != {sorted(slots)}")
+            for k, v in slots.items():
+                src = np.asarray(state[name][k])
+                if src.shape != v.shape:
+                    raise ValueError(f"{name}.{k}: shape {src.shape} != {v.shape} (another TP size or rank?)")
+                np.copyto(v, src)  # into the existing arrays: nothing else holds a stale reference
+        self.step_count = int(sd["step"])
+
+    def state_bytes(self) -> int:
+        """Bytes of optimizer state held by this rank (shard-sized for sharded parameters)."""
+        return sum(v.nbytes for slots in self.state.values() for v in slots.values())
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent, PyTorch semantics with dampening 0:
+
+        g' = g + wd·p                    (L2-style decay, folded into the gradient)
+        buf = momentum·buf + g'          (only if momentum > 0)
+        d = g' + momentum·buf if nesterov else buf      (d = g' without momentum)
+        p -= lr·d
+    """
+
+    def __init__(self, module: Module, lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
+                 nesterov: bool = False, *, no_decay: Callable[[str], bool] | None = None) -> None:
+        if momentum < 0:
+            raise ValueError(f"momentum must be >= 0, got {momentum}")
+        if nesterov and momentum <= 0:
+            raise ValueError("nesterov momentum needs momentum > 0")
+        self.momentum, self.nesterov = float(momentum), bool(nesterov)
+        self._slots = ("momentum_buffer",) if momentum > 0 else ()
+        super().__init__(module, lr, weight_decay, no_decay)
+
+    def _update(self, p: np.ndarray, g: np.ndarray, state: State, weight_decay: float) -> None:
+        d = g + weight_decay * p if weight_decay else g  # a new array: the module's grad stays untouched
+        if self.momentum:
+            buf = state["momentum_buffer"]
+            buf *= self.momentum
+            buf += d
+            d = d + self.momentum * buf if self.nesterov else buf
+        p -= self.lr * d
+
+
+class AdamW(Optimizer):
+    """Adam with decoupled weight decay (Loshchilov & Hutter), exactly as ``torch.optim.AdamW``:
+
+        p *= 1 - lr·wd                   (decay acts on the weight, not through m and v)
+        m = β1·m + (1-β1)·g              v = β2·v + (1-β2)·g²
+        p -= lr/(1-β1^t) · m / (√v/√(1-β2^t) + eps)      i.e. lr · m̂ / (√v̂ + eps)
+    """
+
+    _slots = ("exp_avg", "exp_avg_sq")
+
+    def __init__(self, module: Module, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.01, *,
+                 no_decay: Callable[[str], bool] | None = None) -> None:
+        beta1, beta2 = betas
+        for i, b in enumerate(betas):
+            if not 0.0 <= b < 1.0:
+                raise ValueError(f"betas[{i}] must be in [0, 1), got {b}")
+        if not eps >= 0:
+            raise ValueError(f"eps must be >= 0, got {eps}")
+        self.betas, self.eps = (float(beta1), float(beta2)), float(eps)
+        super().__init__(module, lr, weight_decay, no_decay)
+
+    def _update(self, p: np.ndarray, g: np.ndarray, state: State, weight_decay: float) -> None:
+        beta1, beta2 = self.betas
+        t = self.step_count
+        if weight_decay:
+            p *= 1.0 - self.lr * weight_decay
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m *= beta1
+        m += (1.0 - beta1) * g
+        v *= beta2
+        v += (1.0 - beta2) * (g * g)
+        step_size = self.lr / (1.0 - beta1 ** t)
+        denom = np.sqrt(v) / math.sqrt(1.0 - beta2 ** t)
+        denom += self.eps
+        p -= step_size * (m / denom)
