@@ -28,14 +28,38 @@ class RankZeroParser(argparse.ArgumentParser):
 def build_parser() -> RankZeroParser:
     p = RankZeroParser(prog="python -m tpsim.demo",
                        description="Tensor parallelism on real MPI ranks: the rank grid, a check against the "
-                                   "serial model, and where every byte of communication goes.")
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: 4 if it divides the world)")
-    p.add_argument("--dp", type=int, default=None, help="data-parallel size (default: world / tp)")
-    p.add_argument("--hidden", type=int, default=64, help="hidden size h (default 64)")
-    p.add_argument("--tokens", type=int, default=32, help="tokens per TP group for the MLP check (default 32)")
-    p.add_argument("--seed", type=int, default=1234, help="seed of the master weights and data")
-    p.add_argument("--dtype", choices=["float32", "float64"], default="float64", help="compute dtype")
-    p.add_argument("--out", default="tpsim-out", help="output folder, written by rank 0 (default tpsim-out/)")
+                                   "serial model, training, and where every byte of communication goes.")
+    p.add_argument("--scenario", choices=["gpt", "mlp", "partial-fc"], default="gpt",
+                   help="gpt: train a tiny GPT with DP x TP (default); mlp: one parallel MLP step; "
+                        "partial-fc: the InsightFace way vs the Megatron way")
+    g = p.add_argument_group("grid")
+    g.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: gcd(world, 4))")
+    g.add_argument("--dp", type=int, default=None, help="data-parallel size (default: world / tp)")
+    m = p.add_argument_group("model")
+    m.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
+    m.add_argument("--hidden", type=int, default=64, help="hidden size h (default 64)")
+    m.add_argument("--heads", type=int, default=4, help="attention heads, divisible by tp (default 4)")
+    m.add_argument("--vocab", type=int, default=32, help="vocabulary size, any value (padded to a multiple of tp)")
+    m.add_argument("--seq-len", type=int, default=16, help="tokens per sequence (default 16)")
+    m.add_argument("--dropout", type=float, default=0.0, help="embedding/residual/attention dropout p")
+    m.add_argument("--dropout-rng", choices=["exact", "megatron"], default="exact",
+                   help="exact: masks keyed by global position (TP equals serial); megatron: per-rank streams")
+    m.add_argument("--dtype", choices=["float32", "float64"], default="float64", help="compute dtype")
+    t = p.add_argument_group("training")
+    t.add_argument("--batch-size", type=int, default=16, help="global batch, sequences per step (default 16)")
+    t.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
+    t.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
+    t.add_argument("--clip", type=float, default=1.0, help="max global grad norm, 0 = off (default 1.0)")
+    t.add_argument("--bucket-mb", type=float, default=25.0, help="DP gradient bucket size in MiB (0 = per tensor)")
+    t.add_argument("--seed", type=int, default=1234, help="seed of the master weights, data and dropout")
+    t.add_argument("--tokens", type=int, default=32, help="tokens per TP group (mlp scenario)")
+    t.add_argument("--classes", type=int, default=1003, help="classes of the classifier (partial-fc scenario)")
+    o = p.add_argument_group("input / output")
+    o.add_argument("--out", default="tpsim-out", help="output folder, written by rank 0 (default tpsim-out/)")
+    o.add_argument("--init-from", metavar="FILE.npz", default=None,
+                   help="start from these full parameters (GPT-2 names, any TP size wrote them)")
+    o.add_argument("--export", metavar="DIR", default=None,
+                   help="write config.json, params.npz, grads.npz, batch.npz, step0.json for step 0")
     return p
 
 
@@ -63,13 +87,29 @@ def choose_grid(world: int, tp: int | None, dp: int | None) -> tuple[int, int]:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     args.tp, args.dp = choose_grid(world_size(), args.tp, args.dp)
-    for name in ("hidden", "tokens"):
+    for name in ("layers", "hidden", "heads", "vocab", "seq_len", "batch_size", "tokens", "classes"):
         if getattr(args, name) < 1:
-            raise ConfigError(f"--{name} must be >= 1, got {getattr(args, name)}")
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.steps < 0:
+        raise ConfigError(f"--steps must be >= 0, got {args.steps}")
+    if not 0.0 <= args.dropout < 1.0:
+        raise ConfigError(f"--dropout must be in [0, 1), got {args.dropout}")
+    for name in ("lr", "clip", "bucket_mb"):
+        if not getattr(args, name) >= 0:  # also catches nan
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.batch_size % args.dp:
+        raise ConfigError(f"--batch-size {args.batch_size} is not divisible by dp {args.dp} "
+                          f"(each DP rank takes an equal slice of the global batch)")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tpsim.demo.mlp_tour import run  # imported after parsing so --help stays fast
-
-    return run(parse(argv))
+    args = parse(argv)
+    # imported after parsing so --help and flag errors stay fast
+    if args.scenario == "mlp":
+        from tpsim.demo.mlp_tour import run
+    elif args.scenario == "partial-fc":
+        from tpsim.demo.partial_fc import run
+    else:
+        from tpsim.demo.gpt_tour import run
+    return run(args)

@@ -67,7 +67,7 @@ def vocab_parallel_cross_entropy_forward(
         raise IndexError(f"targets must be in [0, {vocab_size}) or equal ignore_index={ignore_index}")
     per_rank = logits_local.shape[-1]
     n_real = min(max(vocab_size - vocab_start, 0), per_rank)  # this rank's columns that are real tokens
-    z = logits_local.reshape(-1, per_rank)[:, :n_real]  # a view: padded columns are cut off here, once
+    z = logits_local.reshape(t.size, per_rank)[:, :n_real]  # a view: padded columns are cut off here, once
     n_tokens = z.shape[0]
 
     # the target's owner: its local column is in range; a non-owner (and every ignored row) sends 0

@@ -67,3 +67,21 @@ def format_comm_table(rows: list[CommRow], keys: Sequence[str] = DEFAULT_KEYS, t
     rule = "  ".join("-" * w for w in widths)
     out = ([title] if title else []) + [line(headers), rule] + [line(c) for c in body] + [rule, line(total)]
     return "\n".join(out)
+
+
+def layer_of(scope: str) -> str:
+    """The layer a scope belongs to: ``transformer.h.0.attn.c_proj`` → ``transformer.h.0.attn``,
+    ``transformer.wte`` stays, ``ddp.bucket3`` → ``ddp``, ``""`` → ``(top level)``."""
+    if not scope:
+        return "(top level)"
+    parts = scope.split(".")
+    if parts[0] == "transformer":
+        if len(parts) >= 4 and parts[1] == "h":
+            return ".".join(parts[:4])
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def by_layer(records: Iterable[dict]) -> list[dict]:
+    """Records with ``scope`` replaced by its layer (``layer_of``), for per-layer tables and figures."""
+    return [dict(r, scope=layer_of(r["scope"])) for r in records]

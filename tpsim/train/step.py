@@ -1,0 +1,97 @@
+"""One TP × DP training step, shared by the demo and the tests: the loss of the *global* batch, done right.
+
+The model's loss is the mean over *this rank's* non-ignored tokens. Averaging the replicas' gradients (DDP)
+then gives the mean of per-replica means — which is the global-batch mean only when every replica has the same
+number of valid tokens. With padding (``ignore_index``) they differ, so each replica scales its backward:
+
+    n_d = valid tokens of replica d,   N = Σ_d n_d   (one tiny all-reduce in the DP group)
+    global loss  L = Σ_d n_d·L_d / N
+    dL/dθ = Σ_d (n_d/N)·∇L_d = (1/dp)·Σ_d (dp·n_d/N)·∇L_d     → backward with dloss = dp·n_d/N, then DDP's mean
+
+The same all-reduce carries ``n_d·L_d`` too, so the reported loss is the global mean, identical on every rank
+(TP ranks computed the same ``L_d``; each DP group reduces the same numbers). It is issued after the forward
+(the losses are needed) and before the backward (dloss is needed), traced as scope "loss_normalizer", phase
+"dp_sync"; with dp == 1 it is skipped and dloss = 1.
+
+    zero_grad → forward → [all-reduce n, n·L] → backward(dloss) → grad_sync.sync() → clip? → optimizer.step()
+
+``tracer.step`` is left to the caller (set it before the call to tag this step's collectives).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpsim.comm import ProcessGrid
+from tpsim.models import DropoutPlan
+from tpsim.nn.module import Module
+from tpsim.train.clip import clip_grad_norm
+from tpsim.train.ddp import GradSync
+from tpsim.train.optim import Optimizer
+
+
+@dataclass(frozen=True)
+class StepResult:
+    loss: float  # mean loss over the global batch's valid tokens (all DP replicas), the same on every rank
+    grad_norm: float | None  # global gradient norm before clipping; None when ``clip`` was not given
+    tokens: int  # valid (non-ignored) tokens in the global batch
+
+
+def global_loss_scale(grid: ProcessGrid, loss_local: float, n_local: int) -> tuple[float, float, int]:
+    """``(global mean loss, dloss for this replica's backward, global valid tokens)``; see the module docstring.
+
+    One all-reduce of ``float64 [2] = (n_d, n_d·L_d)`` in the DP group when dp > 1 (counts are exact in float64
+    far beyond any batch). A replica without valid tokens gets dloss 0; a global batch without any, loss 0.
+    """
+    if grid.dp == 1:
+        return float(loss_local), 1.0, int(n_local)
+    with grid.tracer.region(scope="loss_normalizer", phase="dp_sync"):
+        total = grid.dp_group.all_reduce(np.array([n_local, n_local * loss_local], dtype=np.float64))
+    n_global = int(total[0])
+    if n_global == 0:
+        return 0.0, 0.0, 0
+    return float(total[1] / n_global), n_local * grid.dp / n_global, n_global
+
+
+def compute_grads(model: Module, grid: ProcessGrid, grad_sync: GradSync | None, ids_local: np.ndarray,
+                  labels_local: np.ndarray, *, plan: DropoutPlan = DropoutPlan()) -> tuple[float, int]:
+    """The first half of a step: gradients of the global-batch mean loss, DP-synced; ``(loss, valid tokens)``.
+
+    Split from ``train_step`` so a caller can look at (check, export) the gradients before the update.
+    """
+    if grad_sync is None and grid.dp > 1:
+        raise ValueError(f"dp = {grid.dp}: gradients must be averaged over the DP group by a GradSync")
+    model.zero_grad()
+    loss_local, cache = model.forward(ids_local, labels_local, plan)
+    n_local = int(np.count_nonzero(np.asarray(labels_local) != model.loss.ignore_index))
+    loss, dloss, n_global = global_loss_scale(grid, loss_local, n_local)
+    model.backward(dloss, cache)
+    if grad_sync is not None:
+        grad_sync.sync()
+    return loss, n_global
+
+
+def apply_update(model: Module, optimizer: Optimizer, grid: ProcessGrid, clip: float | None = None) -> float | None:
+    """The second half: optional TP-aware clipping, then the optimizer step; returns the norm (or None)."""
+    norm = None if clip is None else clip_grad_norm(model, grid.tp_group, clip)
+    optimizer.step()
+    return norm
+
+
+def train_step(model: Module, optimizer: Optimizer, grid: ProcessGrid, grad_sync: GradSync | None,
+               ids_local: np.ndarray, labels_local: np.ndarray, *, plan: DropoutPlan = DropoutPlan(),
+               clip: float | None = None) -> StepResult:
+    """One optimizer step on this DP replica's rows ``ids_local, labels_local: int [b/dp, s]``.
+
+    ``model``: a GPT (serial or TP) with ``forward(ids, labels, plan) -> (loss, cache)`` and
+    ``backward(dloss, cache)``; its ``loss.ignore_index`` marks padding. ``grad_sync``: the ``GradSync`` of
+    ``model`` over ``grid.dp_group`` (``None`` is allowed only when dp == 1). ``plan``: the dropout plan; under
+    DP its ``batch_index`` should be this replica's global rows (``dp_slice``), so masks equal serial training's.
+    ``clip``: max gradient norm (``clip_grad_norm`` over the TP group, after the DP sync); ``math.inf`` measures
+    the norm without clipping.
+    """
+    loss, n_global = compute_grads(model, grid, grad_sync, ids_local, labels_local, plan=plan)
+    norm = apply_update(model, optimizer, grid, clip)
+    return StepResult(loss=loss, grad_norm=norm, tokens=n_global)
