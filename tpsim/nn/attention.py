@@ -67,7 +67,7 @@ def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np
                            p: float = 0.0) -> tuple[np.ndarray, tuple]:
     """``q, k, v: [b, nh, s, hd]``, ``keep: bool [b, nh, s, s]`` or None -> ``(ctx [b, nh, s, hd], cache)``."""
     s, hd = q.shape[-2], q.shape[-1]
-    scale = 1.0 / np.sqrt(hd)
+    scale = 1.0 / float(np.sqrt(hd))  # a Python float: a NumPy float64 scalar would promote float32 to float64
     future = np.triu(np.ones((s, s), dtype=bool), k=1)  # key j > query i: not yet seen
     scores = np.where(future, -np.inf, (q @ k.swapaxes(-1, -2)) * scale)
     probs = softmax_forward(scores, axis=-1)  # exp(−∞ − max) = 0 exactly: future keys get no weight
