@@ -8,6 +8,8 @@ serial core on them alone. The two linears around the core are the MLP's pair ag
                        c_proj_i (row-parallel) -> partial [b, s, h] --g--> y [b, s, h]
 
 Exactly one all-reduce of the [b, s, h] activation forward (g in c_proj) and one backward (f in c_attn).
+With ``sequence_parallel=True`` the input and output are sequence shards [b, s/p, h]: c_attn all-gathers the
+sequence (f̄) and c_proj reduce-scatters it (ḡ); the core in between sees the whole sequence, as it must.
 
 The *qkv layout trap*: c_attn's master weight is [h, 3h] with columns q | k | v. A naive contiguous split of
 those 3h columns gives rank 0 of 2 all of q and half of k — no whole head anywhere. Rank i must instead hold
@@ -59,6 +61,8 @@ class ParallelSelfAttention(Module):
         if c_attn.gather_output or not c_proj.input_is_parallel:
             raise ValueError("ParallelSelfAttention needs c_attn(gather_output=False) and "
                              "c_proj(input_is_parallel=True)")
+        if c_attn.sequence_parallel != c_proj.sequence_parallel:
+            raise ValueError("ParallelSelfAttention needs c_attn and c_proj both sequence-parallel or both not")
         expected = head_columns(hidden, heads, group.size, group.rank)
         if not np.array_equal(c_attn.columns, expected):  # the layout trap, caught at construction
             raise ValueError("c_attn must hold the q, k and v columns of whole heads (columns=head_columns(...)), "
@@ -66,6 +70,7 @@ class ParallelSelfAttention(Module):
         if not 0.0 <= attn_dropout < 1.0:
             raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
         self.group, self.c_attn, self.c_proj = group, c_attn, c_proj
+        self.sequence_parallel = c_attn.sequence_parallel
         self.hidden, self.heads, self.head_dim = hidden, heads, hidden // heads
         self.heads_per_partition = heads // group.size
         self.attn_dropout = float(attn_dropout)
@@ -73,36 +78,40 @@ class ParallelSelfAttention(Module):
         self.head_index = np.arange(first, first + self.heads_per_partition)  # this rank's global head numbers
 
     @classmethod
-    def from_serial(cls, attn: CausalSelfAttention, group: Group) -> "ParallelSelfAttention":
+    def from_serial(cls, attn: CausalSelfAttention, group: Group, *,
+                    sequence_parallel: bool = False) -> "ParallelSelfAttention":
         """Shard a serial layer's master weights: whole heads of c_attn, the matching rows of c_proj."""
         check_attention_sizes(attn.hidden, attn.heads, group.size)
         columns = head_columns(attn.hidden, attn.heads, group.size, group.rank)
-        return cls(ColumnParallelLinear.from_serial(attn.c_attn, group, gather_output=False, columns=columns),
-                   RowParallelLinear.from_serial(attn.c_proj, group, input_is_parallel=True),
+        sp = sequence_parallel
+        return cls(ColumnParallelLinear.from_serial(attn.c_attn, group, gather_output=False, columns=columns,
+                                                    sequence_parallel=sp),
+                   RowParallelLinear.from_serial(attn.c_proj, group, input_is_parallel=True, sequence_parallel=sp),
                    attn.heads, attn_dropout=attn.attn_dropout)
 
     @classmethod
     def create(cls, hidden: int, heads: int, group: Group, *, rng: np.random.Generator | None = None,
                dtype=np.float64, std: float = 0.02, proj_std: float | None = None,
-               attn_dropout: float = 0.0) -> "ParallelSelfAttention":
+               attn_dropout: float = 0.0, sequence_parallel: bool = False) -> "ParallelSelfAttention":
         """Draw the serial master weights (same on every rank for the same ``rng`` seed) and shard them."""
         check_attention_sizes(hidden, heads, group.size)  # a ConfigError, before the serial layer's ValueError
         serial = CausalSelfAttention(hidden, heads, rng=rng, dtype=dtype, std=std, proj_std=proj_std,
                                      attn_dropout=attn_dropout)
-        return cls.from_serial(serial, group)
+        return cls.from_serial(serial, group, sequence_parallel=sequence_parallel)
 
     def forward(self, x: np.ndarray, *, dropout_rng=None, step: int = 0, batch_index=None):
         """``x: [b, s, h]`` replicated -> ``(y [b, s, h] replicated, cache)``.
 
+        Sequence-parallel: ``x: [b, s/p, h]`` this rank's positions -> ``y: [b, s/p, h]`` the same positions.
         ``batch_index``: global batch positions of the local rows (an int array or range; default all), so a
         data-parallel rank draws the same dropout bits as the serial model does for those rows.
         """
-        b, s, _ = x.shape
+        b, s = x.shape[0], x.shape[1] * (self.group.size if self.sequence_parallel else 1)  # s: whole sequence
         keep = attention_keep_mask(dropout_rng, self.attn_dropout, self.path + ".attn_dropout", step, b,
                                    self.heads, s, head_index=self.head_index, batch_index=batch_index)
-        qkv, c_attn_cache = self.c_attn.forward(x)  # f: identity forward; [b, s, 3h/p], no communication
+        qkv, c_attn_cache = self.c_attn.forward(x)  # f: identity forward (SP: f̄ all-gathers s); [b, s, 3h/p]
         ctx, core_cache = qkv_attention_forward(qkv, self.heads_per_partition, keep, self.attn_dropout)
-        y, c_proj_cache = self.c_proj.forward(ctx)  # g: the one all-reduce of the forward
+        y, c_proj_cache = self.c_proj.forward(ctx)  # g: the one all-reduce of the forward (SP: ḡ reduce-scatter)
         return y, (c_attn_cache, core_cache, c_proj_cache)
 
     def backward(self, dy: np.ndarray, cache) -> np.ndarray:

@@ -6,6 +6,9 @@ GeLU is non-linear, so GeLU(X·A1 + X·A2) ≠ GeLU(X·A1) + GeLU(X·A2): splitt
 synchronisation before the GeLU. Splitting A by *columns* instead lets each rank apply GeLU to its own slice,
 and B split by rows consumes that slice directly — the gather "waits" until g at the very end. Result: exactly
 one all-reduce of the [tokens, hidden] activation forward (g in c_proj) and one backward (f in c_fc).
+
+With ``sequence_parallel=True`` the block's input and output are sequence shards [b, s/p, h]: f̄ (all-gather)
+in c_fc and ḡ (reduce-scatter) in c_proj replace f and g — see ``tpsim.tp.sequence_parallel``.
 """
 
 from __future__ import annotations
@@ -25,18 +28,25 @@ class ParallelMLP(Module):
         super().__init__()
         if c_fc.gather_output or not c_proj.input_is_parallel:
             raise ValueError("ParallelMLP needs c_fc(gather_output=False) and c_proj(input_is_parallel=True)")
+        if c_fc.sequence_parallel != c_proj.sequence_parallel:
+            raise ValueError("ParallelMLP needs c_fc and c_proj both sequence-parallel or both not")
+        self.sequence_parallel = c_fc.sequence_parallel
         self.c_fc, self.c_proj, self.approximate = c_fc, c_proj, approximate
 
     @classmethod
-    def from_serial(cls, mlp: MLP, group: Group) -> "ParallelMLP":
-        return cls(ColumnParallelLinear.from_serial(mlp.c_fc, group, gather_output=False),
-                   RowParallelLinear.from_serial(mlp.c_proj, group, input_is_parallel=True), mlp.approximate)
+    def from_serial(cls, mlp: MLP, group: Group, *, sequence_parallel: bool = False) -> "ParallelMLP":
+        sp = sequence_parallel
+        return cls(ColumnParallelLinear.from_serial(mlp.c_fc, group, gather_output=False, sequence_parallel=sp),
+                   RowParallelLinear.from_serial(mlp.c_proj, group, input_is_parallel=True, sequence_parallel=sp),
+                   mlp.approximate)
 
     @classmethod
     def create(cls, hidden: int, group: Group, ffn_hidden: int | None = None, *,
-               rng: np.random.Generator | None = None, dtype=np.float64) -> "ParallelMLP":
+               rng: np.random.Generator | None = None, dtype=np.float64,
+               sequence_parallel: bool = False) -> "ParallelMLP":
         """Draw the serial master weights (same on every rank for the same ``rng`` seed) and shard them."""
-        return cls.from_serial(MLP(hidden, ffn_hidden, rng=rng, dtype=dtype), group)
+        return cls.from_serial(MLP(hidden, ffn_hidden, rng=rng, dtype=dtype), group,
+                               sequence_parallel=sequence_parallel)
 
     def forward(self, x: np.ndarray):
         h, c_fc_cache = self.c_fc.forward(x)  # [..., ffn/p], no communication
