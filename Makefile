@@ -14,7 +14,7 @@ export MPLCONFIGDIR ?= $(abspath $(VENV))/mplconfig
 # Backstop for a rank blocked inside MPI (pytest-timeout's thread method fires first).
 export MPIEXEC_TIMEOUT ?= 900
 
-.PHONY: demo test test-serial test-mpi bench venv clean
+.PHONY: demo test test-serial test-mpi bench figures lessons venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,15 @@ test-mpi: venv
 
 bench: venv
 	$(BIN)/mpirun -n $(NP) $(BIN)/python bench/bench_core.py
+
+# every lesson at its rank count, every reference solution through `tpsim check`, every stub still a stub
+# (tests/test_lessons.py runs the same inside `make test`)
+lessons: venv
+	$(BIN)/python lessons/run_all.py $(ARGS)
+
+# the committed figures in figures/: real mpirun runs at TP 1, 2, 4, 8 plus the formulas (deterministic)
+figures: venv
+	$(BIN)/python -m tpsim.trace.figures --out figures
 
 clean:
 	rm -rf $(VENV) tpsim-out .pytest_cache

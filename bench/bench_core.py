@@ -51,7 +51,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--tokens", type=int, default=2048)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--allreduce-iters", type=int, default=200)
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
@@ -64,19 +64,26 @@ def main() -> None:
     x = rng.standard_normal((args.tokens, args.hidden)).astype(f32)
     dz = rng.standard_normal((args.tokens, args.hidden)).astype(f32)
 
-    # 1a. serial step, alone on the machine
-    t_serial = None
-    if rank == 0:
-        mlp_step(serial, x, dz)  # warm-up
-        t_serial = time_it(lambda: mlp_step(serial, x, dz), args.repeats)
-    quiet_wait(comm)
-
-    # 1b. TP step on every rank
+    # 1. serial step (rank 0 alone, the others sleeping) and TP step (all ranks), interleaved round by round so
+    # both see the same machine state; medians over the rounds
     par = ParallelMLP.from_serial(serial, grid.tp_group).set_path("mlp")
     grid.tracer.enabled = False
+    if rank == 0:
+        mlp_step(serial, x, dz)  # warm-up
+    quiet_wait(comm)
     mlp_step(par, x, dz)
-    comm.Barrier()
-    t_tp = time_it(lambda: (mlp_step(par, x, dz), comm.Barrier()), args.repeats)
+    serial_times, tp_times = [], []
+    for _ in range(args.repeats):
+        if rank == 0:
+            serial_times.append(time_it(lambda: mlp_step(serial, x, dz), 1))
+        quiet_wait(comm)
+        comm.Barrier()
+        t = time.perf_counter()
+        mlp_step(par, x, dz)
+        comm.Barrier()
+        tp_times.append(time.perf_counter() - t)
+    t_serial = float(np.median(serial_times)) if rank == 0 else None
+    t_tp = float(np.median(tp_times))
 
     # 2. traced vs raw all-reduce, 1 MiB, interleaved so both see the same machine state
     buf = np.ones(256 * 1024, dtype=f32)

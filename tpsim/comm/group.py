@@ -12,6 +12,7 @@ caller's scope and phase. Shapes:
 
 from __future__ import annotations
 
+import math
 import pickle
 import time
 
@@ -34,6 +35,7 @@ class Group:
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
         self.tracer = tracer
+        self._dtype_names: dict[np.dtype, str] = {}  # str(dtype) runs Python code in NumPy: ~2 µs per call
 
     def __repr__(self) -> str:
         return f"Group({self.name}, ranks={list(self.ranks)}, me={self.rank})"
@@ -42,9 +44,12 @@ class Group:
         tr = self.tracer
         if not tr.enabled:
             return
-        nbytes = int(np.prod(shape, dtype=np.int64)) * x.itemsize
+        nbytes = math.prod(shape) * x.itemsize  # math.prod: np.prod costs ~2 µs on a tuple
+        dtype = self._dtype_names.get(x.dtype)
+        if dtype is None:
+            dtype = self._dtype_names[x.dtype] = str(x.dtype)
         tr.record(op=op, reduce_op=reduce_op, group=self.name, group_size=self.size, group_ranks=self.ranks,
-                  dtype=str(x.dtype), shape=tuple(shape), bytes=nbytes, wire_bytes=wire_bytes(op, nbytes, self.size),
+                  dtype=dtype, shape=tuple(shape), bytes=nbytes, wire_bytes=wire_bytes(op, nbytes, self.size),
                   start=t - tr.t0, duration=time.perf_counter() - t)
 
     # --- the four collectives of tensor parallelism -----------------------------------------------------------

@@ -9,6 +9,12 @@ Regions nest; an inner region that leaves ``scope`` or ``phase`` as ``None`` inh
 training loop can say ``with tracer.region(phase="dp_sync")`` around a whole gradient sync. The tracer is an
 ordinary object owned by the process grid (one per rank), never module-level state.
 
+*Compute spans* time the work between collectives. ``tracer.span(scope, phase)`` records one ``SpanEvent``
+(start, duration) when the block ends; the GPT wiring opens one around every sub-layer call, so spans nest
+like the module tree (``transformer.h.0`` contains ``transformer.h.0.attn``). A span only times: it does not
+change the scope or phase that collectives inside it are tagged with (that stays the job of ``region``).
+Spans and collectives share one clock, so a timeline can lay them side by side.
+
 Byte accounting (see ``tpsim.comm.cost``): ``bytes`` is the size of the full logical tensor of the collective,
 ``wire_bytes`` what one rank sends under the bandwidth-optimal (ring) algorithm.
 """
@@ -16,7 +22,7 @@ Byte accounting (see ``tpsim.comm.cost``): ``bytes`` is the size of the full log
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
@@ -48,14 +54,80 @@ class CommEvent:
         return d
 
 
+@dataclass(slots=True)
+class SpanEvent:
+    """One timed block of compute (a layer's forward or backward) as seen by one rank."""
+
+    rank: int
+    step: int
+    phase: str  # "forward", "backward", ... (whatever the opener passed)
+    scope: str  # dotted module path, e.g. "transformer.h.0.attn"; "" for the whole model
+    start: float  # seconds since the tracer's t0 (the same clock as CommEvent.start)
+    duration: float  # seconds
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class _Span:
+    """The context manager behind ``Tracer.span``: a plain class, not a generator, because one opens around
+    every layer call and a generator-based context manager costs several times more."""
+
+    __slots__ = ("tracer", "scope", "phase", "t")
+
+    def __init__(self, tracer: "Tracer", scope: str, phase: str) -> None:
+        self.tracer, self.scope, self.phase = tracer, scope, phase
+
+    def __enter__(self) -> "_Span":
+        self.t = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        end = time.perf_counter()
+        tr = self.tracer
+        # Appended when the span *ends*, so a child comes before its parent; readers sort by start.
+        tr.spans.append(SpanEvent(tr.rank, tr.step, self.phase, self.scope, self.t - tr.t0, end - self.t))
+        return False
+
+
+class _Region:
+    """The context manager behind ``Tracer.region`` (a plain class for the same reason as ``_Span``: every
+    parallel layer opens one per call, traced or not)."""
+
+    __slots__ = ("tracer", "scope", "phase", "saved")
+
+    def __init__(self, tracer: "Tracer", scope: str | None, phase: str | None) -> None:
+        self.tracer, self.scope, self.phase = tracer, scope, phase
+
+    def __enter__(self) -> "Tracer":
+        tr = self.tracer
+        self.saved = tr._scope, tr._phase
+        if self.scope is not None:
+            tr._scope = self.scope
+        if self.phase is not None:
+            tr._phase = self.phase
+        return tr
+
+    def __exit__(self, *exc) -> bool:
+        self.tracer._scope, self.tracer._phase = self.saved
+        return False
+
+
+_NO_SPAN = nullcontext()  # shared and reusable: a disabled tracer allocates nothing per span
+
+
 class Tracer:
-    """Collects ``CommEvent`` records for one rank. Cheap when disabled: ``record`` returns at once."""
+    """Collects ``CommEvent`` and ``SpanEvent`` records for one rank.
+
+    Cheap when disabled: ``record`` returns at once and ``span`` hands back a shared no-op context.
+    """
 
     def __init__(self, rank: int = 0, enabled: bool = True) -> None:
         self.rank = rank
         self.enabled = enabled
         self.step = 0
         self.events: list[CommEvent] = []
+        self.spans: list[SpanEvent] = []
         self.t0 = time.perf_counter()
         self._scope = ""
         self._phase = ""
@@ -69,22 +141,19 @@ class Tracer:
     def phase(self) -> str:
         return self._phase
 
-    @contextmanager
-    def region(self, scope: str | None = None, phase: str | None = None) -> Iterator["Tracer"]:
+    def region(self, scope: str | None = None, phase: str | None = None) -> "_Region":
         """Tag every collective issued inside with ``scope``/``phase`` (``None`` keeps the outer value)."""
-        saved = self._scope, self._phase
-        if scope is not None:
-            self._scope = scope
-        if phase is not None:
-            self._phase = phase
-        try:
-            yield self
-        finally:
-            self._scope, self._phase = saved
+        return _Region(self, scope, phase)
+
+    def span(self, scope: str, phase: str):
+        """Time the block as a compute span ``(scope, phase)``; spans opened inside it nest inside it."""
+        if not self.enabled:
+            return _NO_SPAN
+        return _Span(self, scope, phase)
 
     @contextmanager
     def paused(self) -> Iterator["Tracer"]:
-        """Do not record inside this block (e.g. a verification pass that is not part of training)."""
+        """Do not record collectives or spans inside this block (e.g. a verification pass)."""
         saved = self.enabled
         self.enabled = False
         try:
@@ -99,8 +168,9 @@ class Tracer:
         self.events.append(CommEvent(rank=self.rank, step=self.step, phase=self._phase, scope=self._scope, **fields))
 
     def reset(self, t0: float | None = None) -> None:
-        """Forget all records (e.g. at the start of a step); optionally restart the clock."""
+        """Forget all collectives and spans (e.g. at the start of a step); optionally restart the clock."""
         self.events.clear()
+        self.spans.clear()
         if t0 is not None:
             self.t0 = t0
 

@@ -35,6 +35,9 @@ def build_parser() -> RankZeroParser:
     g = p.add_argument_group("grid")
     g.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: gcd(world, 4))")
     g.add_argument("--dp", type=int, default=None, help="data-parallel size (default: world / tp)")
+    g.add_argument("--sequence-parallel", action="store_true",
+                   help="Megatron-SP: LayerNorm/dropout/residual regions split along the sequence over the TP "
+                        "group (--seq-len must divide by tp)")
     m = p.add_argument_group("model")
     m.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
     m.add_argument("--hidden", type=int, default=64, help="hidden size h (default 64)")
@@ -56,6 +59,8 @@ def build_parser() -> RankZeroParser:
     t.add_argument("--classes", type=int, default=1003, help="classes of the classifier (partial-fc scenario)")
     o = p.add_argument_group("input / output")
     o.add_argument("--out", default="tpsim-out", help="output folder, written by rank 0 (default tpsim-out/)")
+    o.add_argument("--timeline-steps", type=int, default=2,
+                   help="last steps kept in spans.jsonl and timeline.json (default 2)")
     o.add_argument("--init-from", metavar="FILE.npz", default=None,
                    help="start from these full parameters (GPT-2 names, any TP size wrote them)")
     o.add_argument("--export", metavar="DIR", default=None,
@@ -90,8 +95,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("layers", "hidden", "heads", "vocab", "seq_len", "batch_size", "tokens", "classes"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.steps < 0:
-        raise ConfigError(f"--steps must be >= 0, got {args.steps}")
+    for name in ("steps", "timeline_steps"):
+        if getattr(args, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if not 0.0 <= args.dropout < 1.0:
         raise ConfigError(f"--dropout must be in [0, 1), got {args.dropout}")
     for name in ("lr", "clip", "bucket_mb"):

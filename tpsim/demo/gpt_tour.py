@@ -22,7 +22,8 @@ from tpsim.demo.report import step_table, write_outputs
 from tpsim.models import DropoutPlan, GPTConfig, build_gpt, serial_gpt
 from tpsim.tp.partition import take_shard
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng
-from tpsim.trace import gather_records
+from tpsim.tp.sequence_parallel import check_sequence_length
+from tpsim.trace.records import gather_records, gather_spans
 from tpsim.trace.aggregate import human_bytes
 from tpsim.train import (AdamW, GradSync, apply_update, broadcast_batch, broadcast_params, check_replicas,
                          compute_grads, dp_slice, export_step0, load_into, load_tensors)
@@ -36,6 +37,8 @@ def say(grid: ProcessGrid, *lines: str) -> None:
 
 
 def config_from(args: argparse.Namespace) -> GPTConfig:
+    if getattr(args, "sequence_parallel", False):  # every batch is [b, seq_len]: split along it over TP
+        check_sequence_length(args.seq_len, args.tp, what="--seq-len")
     return GPTConfig(vocab_size=args.vocab, n_positions=args.seq_len, n_embd=args.hidden, n_layer=args.layers,
                      n_head=args.heads, dropout=args.dropout).check(args.tp)
 
@@ -94,9 +97,11 @@ def run(args: argparse.Namespace) -> int:
         f"GPT: {config.n_layer} layers, hidden {config.n_embd}, {config.n_head} heads "
         f"({config.n_head // grid.tp} per TP rank), vocab {config.vocab_size}, seq {args.seq_len}, "
         f"global batch {args.batch_size} ({args.batch_size // grid.dp} per DP rank), {args.dtype}, "
-        f"dropout {args.dropout} ({args.dropout_rng} RNG)", "")
+        f"dropout {args.dropout} ({args.dropout_rng} RNG)",
+        *(["sequence parallel: on (LayerNorm/dropout regions split along the sequence, "
+           f"{args.seq_len // grid.tp} positions per TP rank)"] if args.sequence_parallel else []), "")
 
-    model = build_gpt(config, grid.tp_group, seed=args.seed, dtype=dtype)
+    model = build_gpt(config, grid.tp_group, seed=args.seed, dtype=dtype, sequence_parallel=args.sequence_parallel)
     if tensors is not None:
         load_into(model, tensors)
     tracer.step = 0
@@ -129,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
                 break
             say(grid, f"Training {args.steps} steps (AdamW lr {args.lr}, clip {args.clip or 'off'}) on the "
                       f"reverse task ({task.digits} digits):")
-        norm = apply_update(model, optimizer, grid, clip)
+        with tracer.span("optimizer", "optimizer"):
+            norm = apply_update(model, optimizer, grid, clip)
         dt = time.perf_counter() - t0
         moved = sum(e.bytes for e in tracer.events if e.step == step)
         metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens,
@@ -143,12 +149,23 @@ def run(args: argparse.Namespace) -> int:
     report = check_replicas(model, grid)
     say(grid, "", ("OK: " if report.ok else "FAILED: ") + report.summary(), "")
     records = gather_records(tracer, grid.world)
+    spans = gather_spans(tracer, grid.world, last_steps=args.timeline_steps)
+    formula_ok = True  # decided on rank 0, which holds every rank's records
     if grid.rank == 0:
         last = metrics[-1]["step"] if metrics else 0
         print(step_table(records, last, grid.world_size), "")
+        from tpsim.trace.formulas import compare, format_comparison, formula_verdict, predict_step
+
+        predicted = predict_step(config, grid.tp, grid.dp, args.batch_size, args.seq_len, dtype,
+                                 clip=clip is not None and args.steps > 0, ddp_buckets=len(grad_sync.buckets),
+                                 sequence_parallel=getattr(args, "sequence_parallel", False))
+        rows = compare([r for r in records if r["step"] == last], predicted)
+        formula_ok, verdict = formula_verdict(rows)
+        print(format_comparison(rows, title=f"Measured vs predicted per layer, step {last} (per rank):"), "",
+              verdict, "", sep="\n")
         out = Path(args.out)
         paths = write_outputs(out, records, metrics, grid.world_size, last,
-                              title=f"TP {grid.tp} x DP {grid.dp}")
+                              title=f"TP {grid.tp} x DP {grid.dp}", spans=spans)
         print("wrote " + ", ".join(str(p) for p in paths))
         print(f"done in {time.perf_counter() - t_start:.1f} s", flush=True)
-    return 0 if (ok and report.ok) else 1
+    return 0 if (ok and report.ok and formula_ok) else 1

@@ -8,7 +8,7 @@ from pathlib import Path
 from tpsim.trace import format_comm_table, summarize, write_jsonl
 from tpsim.trace.aggregate import by_layer
 
-MODEL_PHASES = ("forward", "backward", "dp_sync", "data", "optimizer")
+MODEL_PHASES = ("forward", "backward", "sp_grad_sync", "dp_sync", "data", "optimizer")
 
 
 def step_table(records: list[dict], step: int, ranks: int) -> str:
@@ -21,9 +21,11 @@ def step_table(records: list[dict], step: int, ranks: int) -> str:
 
 
 def write_outputs(out: Path, records: list[dict], metrics: list[dict], ranks: int, step: int,
-                  title: str) -> list[Path]:
-    """comm.jsonl, metrics.jsonl, loss.png and comm_bytes.png (rank 0 only calls this)."""
-    from tpsim.trace.plots import plot_layer_bytes, plot_loss
+                  title: str, *, spans: list[dict] | None = None) -> list[Path]:
+    """comm.jsonl, metrics.jsonl, loss.png and comm_bytes.png; given the compute ``spans`` (``gather_spans``)
+    also spans.jsonl, timeline.json (Chrome trace of the steps they cover) and timeline.png (rank 0 only)."""
+    from tpsim.trace.run_folder import write_figures
+    from tpsim.trace.timeline import chrome_trace, write_chrome_trace
 
     out.mkdir(parents=True, exist_ok=True)
     paths = [write_jsonl(records, out / "comm.jsonl")]
@@ -31,11 +33,8 @@ def write_outputs(out: Path, records: list[dict], metrics: list[dict], ranks: in
         for m in metrics:
             fh.write(json.dumps(m) + "\n")
     paths.append(out / "metrics.jsonl")
-    if metrics:
-        paths.append(plot_loss([m["step"] for m in metrics], [m["loss"] for m in metrics], out / "loss.png",
-                               title=f"loss — {title}"))
-    one_step = [r for r in records if r["step"] == step]
-    paths.append(plot_layer_bytes(one_step, out / "comm_bytes.png", ranks=ranks,
-                                  phases=("forward", "backward", "dp_sync"),
-                                  title=f"collective bytes per layer, one step — {title}"))
-    return paths
+    if spans is not None:
+        paths.append(write_jsonl(spans, out / "spans.jsonl"))
+        paths.append(write_chrome_trace(chrome_trace(spans, records), out / "timeline.json"))
+    # the same function `tpsim plot` calls, so a regenerated figure is the one the run drew
+    return paths + write_figures(out, records, metrics, spans, step, ranks, title)

@@ -4,6 +4,10 @@ Master weights make TP equal serial at any TP size: every rank draws the *whole*
 seed (GPT-2's initialisation: N(0, 0.02) weights, residual projections N(0, 0.02/√(2·n_layer)), LayerNorm
 ones/zeros, zero biases), then keeps its shards. The draw order is fixed, so ``serial_gpt(cfg, seed)`` is
 the same model on every rank, at every TP size, in every run.
+
+``sequence_parallel=True`` (Megatron-SP) builds the same shards; only the kind of the LayerNorms (gradients
+all-reduced over TP), the LM head (gathers the sequence) and the linears' f/g (f̄/ḡ) change, so an SP model
+and a TP model from one seed hold identical parameters and export identical checkpoints.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.models.config import GPTConfig
-from tpsim.models.gpt import GPT, Block, Transformer
+from tpsim.models.gpt import GPT, Block, Transformer, attach_tracer
 from tpsim.nn.attention import CausalSelfAttention
 from tpsim.nn.cross_entropy import CrossEntropyLoss
 from tpsim.nn.embedding import Embedding
@@ -25,6 +29,7 @@ from tpsim.tp.attention import ParallelSelfAttention
 from tpsim.tp.cross_entropy import VocabParallelCrossEntropy
 from tpsim.tp.lm_head import ParallelLMHead
 from tpsim.tp.mlp import ParallelMLP
+from tpsim.tp.sequence_parallel_layers import SequenceParallelLayerNorm, SequenceParallelLMHead
 from tpsim.tp.vocab_embedding import VocabParallelEmbedding
 
 
@@ -48,22 +53,32 @@ def serial_gpt(config: GPTConfig, seed: int = 0, dtype=np.float64) -> GPT:
     return GPT(config, transformer, TiedLMHead(wte), CrossEntropyLoss())
 
 
-def parallel_gpt(serial: GPT, group: Group) -> GPT:
+def parallel_gpt(serial: GPT, group: Group, *, sequence_parallel: bool = False) -> GPT:
     """Shard a serial GPT over the TP ``group``: vocab-parallel embedding/head/loss, attention split by heads,
-    parallel MLP; LayerNorms and the position embedding replicated (copied)."""
+    parallel MLP; LayerNorms and the position embedding replicated (copied).
+
+    ``sequence_parallel``: LayerNorms, dropouts and residual adds work on [b, s/tp, h] (every batch's
+    sequence length must then divide by tp; checked in the forward, before any collective)."""
     config = serial.config
     config.check(group.size)
     tr = serial.transformer
+    sp = sequence_parallel
+    ln = (lambda m: SequenceParallelLayerNorm.from_serial(m, group)) if sp else copy.deepcopy
     wte = VocabParallelEmbedding.from_serial(tr.wte, group)
-    blocks = [Block(copy.deepcopy(b.ln_1), ParallelSelfAttention.from_serial(b.attn, group),
-                    copy.deepcopy(b.ln_2), ParallelMLP.from_serial(b.mlp, group), b.dropout) for b in tr.h]
-    transformer = Transformer(wte, copy.deepcopy(tr.wpe), blocks, copy.deepcopy(tr.ln_f), tr.dropout)
+    blocks = [Block(ln(b.ln_1), ParallelSelfAttention.from_serial(b.attn, group, sequence_parallel=sp),
+                    ln(b.ln_2), ParallelMLP.from_serial(b.mlp, group, sequence_parallel=sp), b.dropout)
+              for b in tr.h]
+    transformer = Transformer(wte, copy.deepcopy(tr.wpe), blocks, ln(tr.ln_f), tr.dropout,
+                              sp_group=group if sp else None)
+    head = SequenceParallelLMHead(wte) if sp else ParallelLMHead(wte)
     loss = VocabParallelCrossEntropy(group, vocab_size=wte.vocab_size, vocab_start=wte.vocab_start,
                                      ignore_index=serial.loss.ignore_index)
-    return GPT(config, transformer, ParallelLMHead(wte), loss)
+    # the grid's tracer times every sub-layer call (compute spans beside the collectives on the timeline)
+    return attach_tracer(GPT(config, transformer, head, loss), group.tracer)
 
 
-def build_gpt(config: GPTConfig, group: Group, seed: int = 0, dtype=np.float64) -> GPT:
+def build_gpt(config: GPTConfig, group: Group, seed: int = 0, dtype=np.float64, *,
+              sequence_parallel: bool = False) -> GPT:
     """The TP model straight from a seed (the serial master is drawn, sharded, and dropped)."""
     config.check(group.size)  # before drawing anything: a bad config fails fast and the same on every rank
-    return parallel_gpt(serial_gpt(config, seed, dtype), group)
+    return parallel_gpt(serial_gpt(config, seed, dtype), group, sequence_parallel=sequence_parallel)

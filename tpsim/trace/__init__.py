@@ -1,6 +1,14 @@
-"""Reading the communication trace: aggregation, tables and files (plots and formulas build on these)."""
+"""Reading the communication trace: records and spans as files, tables, formulas, memory, figures.
+
+    records.py       gather to rank 0; comm.jsonl / spans.jsonl       schema.py    every field, documented
+    aggregate.py     per-layer tables                                 module_table.py  CommDebugMode-style tree
+    timeline.py      Chrome trace (timeline.json) and timeline.png    plots.py     loss and bytes-per-layer figures
+    formulas.py      the paper's volumes, checked against traces      memory.py    memory per rank vs formulas
+    hardware.py      α-β link presets for what-if estimates           figures.py   `make figures`
+    run_folder.py    reading a run folder back                        cli.py       `tpsim plot`, `tpsim report`
+"""
 
 from tpsim.trace.aggregate import CommRow, format_comm_table, summarize
-from tpsim.trace.records import gather_records, write_jsonl
+from tpsim.trace.records import gather_records, gather_spans, write_jsonl
 
-__all__ = ["CommRow", "format_comm_table", "gather_records", "summarize", "write_jsonl"]
+__all__ = ["CommRow", "format_comm_table", "gather_records", "gather_spans", "summarize", "write_jsonl"]

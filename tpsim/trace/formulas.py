@@ -1,0 +1,247 @@
+"""The paper's communication volumes as predictions, and a check of a measured trace against them.
+
+Megatron-LM (Shoeybi et al., 2019, §3) puts exactly two all-reduces in the forward and two in the backward of
+every transformer block (g after attention's and the MLP's row-parallel linear; f before their column-parallel
+linear), each of the whole activation, b·s·h elements (b = rows per DP rank). Around the blocks, tpsim adds:
+
+    layer (layer_of)      phase      op          group  per step
+    batch                 data       broadcast   tp     int64 [2, b, s] (ids and labels), only when tp > 1
+    transformer.wte       forward    all_reduce  tp     b·s·h        (vocab-parallel embedding, g)
+    transformer.h.i.attn  fwd / bwd  all_reduce  tp     b·s·h each   (g in c_proj / f in c_attn)
+    transformer.h.i.mlp   fwd / bwd  all_reduce  tp     b·s·h each   (g in c_proj / f in c_fc)
+    loss                  forward    all_reduce  tp     3 × b·s      (max, Σexp, target logit; label smoothing
+                                                                      packs the last as [2, b·s])
+    loss_normalizer       dp_sync    all_reduce  dp     float64 [2], only when dp > 1
+    lm_head               backward   all_reduce  tp     b·s·h        (f of the tied head)
+    ddp                   dp_sync    all_reduce  dp     every local gradient byte, in however many buckets
+    clip_grad_norm        optimizer  all_reduce  tp     float64 [1], when clipping
+
+TP collectives are issued (and traced, with zero wire bytes) even at tp = 1; DP ones are skipped at dp = 1.
+
+Sequence parallelism (Korthikanti et al., 2022, §4.2.2; ``sequence_parallel=True``). Each all-reduce of a
+block becomes a reduce-scatter plus an all-gather along the sequence: forward, the all-gather f̄ before each
+column-parallel linear and the reduce-scatter ḡ after each row-parallel one; backward, their conjugates. Every
+one moves the full logical tensor b·s·h, the all-reduce's bytes, and the pair sends what the all-reduce sent
+((p−1)/p twice = 2(p−1)/p once). ``sp_regather_in_backward`` (default True, as in Megatron-LM and tpsim): a
+column-parallel linear keeps only its sequence shard and all-gathers it again in backward for its weight
+gradient — one more all-gather per column-parallel linear and for the LM head. Outside the blocks, as in
+Megatron-LM for learned positions: the embedding all-reduces as before and then only splits the sequence (its
+backward all-gathers), the LM head all-gathers ln_f's shard (backward: reduce-scatter), the loss is unchanged.
+Each LayerNorm's weight and bias gradients, now partial sums over sequence shards, are all-reduced as one
+[2, h] message, traced under the LayerNorm's own scope in phase ``SP_GRAD_PHASE``; the row-parallel biases and
+the position embedding get complete gradients from all-gathered tensors and need nothing. This branch is
+written from the paper and aligned with ``tpsim.tp.sequence_parallel``; tests/mpi/test_sequence_parallel.py and
+tests/mpi/test_formulas.py pin it against real traces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from tpsim.comm.cost import wire_bytes
+from tpsim.trace.aggregate import by_layer, summarize
+from tpsim.trace.memory import param_elements
+
+SP_GRAD_PHASE = "sp_grad_sync"  # SP: the all-reduce of a LayerNorm's gradients computed from sequence shards
+TRAINING_PHASES = ("data", "forward", "backward", SP_GRAD_PHASE, "dp_sync", "optimizer")
+
+
+@dataclass
+class Prediction:
+    """Collectives one rank issues in one training step for one (layer, phase, op, group).
+
+    ``calls`` None means "not predicted" (the DDP bucket count, when the caller does not give it).
+    ``bytes``: logical bytes summed over the calls; ``wire_bytes``: what the rank sends under the ring.
+    """
+
+    layer: str
+    phase: str
+    op: str
+    group: str
+    group_size: int
+    calls: int | None
+    bytes: int
+    wire_bytes: int
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return self.layer, self.phase, self.op, self.group
+
+
+def _itemsize(dtype) -> int:
+    """Bytes per element: an int is taken as is (e.g. 2 for bf16, which NumPy lacks), else ``np.dtype``."""
+    return dtype if isinstance(dtype, int) else np.dtype(dtype).itemsize
+
+
+def predict_step(config, tp: int, dp: int, batch_size: int, seq_len: int, dtype, *, clip: bool,
+                 grad_bytes_local: int | None = None, sequence_parallel: bool = False,
+                 ddp_buckets: int | None = None, label_smoothing: bool = False,
+                 sp_regather_in_backward: bool = True) -> list[Prediction]:
+    """Every collective one rank issues in one training step (see the module docstring), in issue order.
+
+    ``config``: a ``GPTConfig``; ``batch_size``: the *global* batch (each DP rank takes batch_size / dp rows);
+    ``dtype``: the model's dtype (activations, gradients) or its size in bytes. ``grad_bytes_local``: the DDP
+    bytes; default every parameter's local shard at this tp (vocabulary padded, tied head once).
+    ``ddp_buckets``: ``len(GradSync.buckets)``, the DDP call count; None leaves it unpredicted.
+    """
+    config.check(tp)
+    if batch_size % dp:
+        raise ValueError(f"global batch {batch_size} is not divisible by dp {dp}")
+    if sequence_parallel and seq_len % tp:
+        raise ValueError(f"sequence length {seq_len} is not divisible by tp {tp} (sequence parallelism)")
+    e, b, s, h, L = _itemsize(dtype), batch_size // dp, seq_len, config.n_embd, config.n_layer
+    act = b * s * h * e  # one [b, s, h] activation
+    rows: dict[tuple, Prediction] = {}
+
+    def add(layer, phase, op, group, nbytes, calls=1):
+        if calls == 0:
+            return
+        p = tp if group == "tp" else dp
+        row = rows.setdefault((layer, phase, op, group), Prediction(layer, phase, op, group, p, 0, 0, 0))
+        row.calls += calls
+        row.bytes += nbytes * calls
+        row.wire_bytes += wire_bytes(op, nbytes, p) * calls
+
+    if tp > 1:
+        add("batch", "data", "broadcast", "tp", 2 * b * s * 8)
+    blocks = [f"transformer.h.{i}" for i in range(L)]
+    add("transformer.wte", "forward", "all_reduce", "tp", act)  # under SP too: then the sequence is split
+    for blk in blocks:
+        for part in ("attn", "mlp"):
+            if sequence_parallel:  # f̄ gathers the sequence in, ḡ reduce-scatters the result out
+                add(f"{blk}.{part}", "forward", "all_gather", "tp", act)
+                add(f"{blk}.{part}", "forward", "reduce_scatter", "tp", act)
+            else:  # g
+                add(f"{blk}.{part}", "forward", "all_reduce", "tp", act)
+    if sequence_parallel:
+        add("lm_head", "forward", "all_gather", "tp", act)
+    add("loss", "forward", "all_reduce", "tp", b * s * e, calls=2)  # max, Σexp
+    add("loss", "forward", "all_reduce", "tp", (2 if label_smoothing else 1) * b * s * e)  # target (, Σz)
+    if dp > 1:
+        add("loss_normalizer", "dp_sync", "all_reduce", "dp", 2 * 8)
+    if not sequence_parallel:  # f of the head, then of c_fc and c_attn in every block
+        add("lm_head", "backward", "all_reduce", "tp", act)
+        for blk in reversed(blocks):
+            add(f"{blk}.mlp", "backward", "all_reduce", "tp", act)
+            add(f"{blk}.attn", "backward", "all_reduce", "tp", act)
+    else:
+        regather = 1 if sp_regather_in_backward else 0
+        ln_grads = 2 * h * e  # one LayerNorm's (dw, db) as a [2, h] message
+        add("lm_head", "backward", "all_gather", "tp", act, calls=regather)
+        add("lm_head", "backward", "reduce_scatter", "tp", act)
+        add("transformer.ln_f", SP_GRAD_PHASE, "all_reduce", "tp", ln_grads)
+        for blk in reversed(blocks):
+            for part, ln in (("mlp", "ln_2"), ("attn", "ln_1")):  # ḡ's all-gather, the re-gather, f̄'s scatter
+                add(f"{blk}.{part}", "backward", "all_gather", "tp", act, calls=1 + regather)
+                add(f"{blk}.{part}", "backward", "reduce_scatter", "tp", act)
+                add(f"{blk}.{ln}", SP_GRAD_PHASE, "all_reduce", "tp", ln_grads)
+        add("transformer.wte", "backward", "all_gather", "tp", act)  # the sequence split's backward
+    if dp > 1:
+        total = param_elements(config, tp) * e if grad_bytes_local is None else grad_bytes_local
+        rows[("ddp", "dp_sync", "all_reduce", "dp")] = Prediction(
+            "ddp", "dp_sync", "all_reduce", "dp", dp, ddp_buckets, total, wire_bytes("all_reduce", total, dp))
+    if clip:
+        add("clip_grad_norm", "optimizer", "all_reduce", "tp", 8)
+    return list(rows.values())
+
+
+# --- measured vs predicted -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One (layer, phase, op, group): measured per-rank averages beside the prediction; None where absent."""
+
+    layer: str
+    phase: str
+    op: str
+    group: str
+    measured_calls: float | None = None
+    predicted_calls: int | None = None
+    measured_bytes: float | None = None
+    predicted_bytes: int | None = None
+    measured_wire: float | None = None
+    predicted_wire: int | None = None
+    match: bool = field(default=False)
+
+
+def compare(measured_records: Iterable[dict], predictions: Sequence[Prediction],
+            phases: Sequence[str] | None = TRAINING_PHASES) -> list[Row]:
+    """Measured records of *one* step (dicts as in ``comm.jsonl``, one rank or many) against ``predictions``.
+
+    Records are grouped by (layer_of(scope), phase, op, group) and averaged per rank; records outside
+    ``phases`` (init, verify, trace, ...) are left out. A row matches when both sides exist, the calls are
+    equal (or not predicted) and the bytes are exactly equal. Rows come in prediction order, then any
+    measured row nobody predicted.
+    """
+    records = list(measured_records)
+    ranks = max(1, len({r["rank"] for r in records}))
+    kept = [r for r in by_layer(records) if phases is None or r["phase"] in phases]
+    measured = {row.key: row for row in summarize(kept, keys=("scope", "phase", "op", "group"), ranks=ranks)}
+    out = []
+    for p in predictions:
+        m = measured.pop(p.key, None)
+        row = Row(*p.key, predicted_calls=p.calls, predicted_bytes=p.bytes, predicted_wire=p.wire_bytes)
+        if m is not None:
+            row.measured_calls, row.measured_bytes, row.measured_wire = m.calls, m.bytes, m.wire_bytes
+            row.match = (p.calls is None or m.calls == p.calls) and m.bytes == p.bytes
+        out.append(row)
+    for key, m in measured.items():
+        out.append(Row(*key, measured_calls=m.calls, measured_bytes=m.bytes, measured_wire=m.wire_bytes))
+    return out
+
+
+def _num(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.2f}"
+
+
+def format_comparison(rows: Sequence[Row], title: str = "") -> str:
+    """A fixed-width table: calls, logical bytes and wire bytes, measured | predicted, and a match mark."""
+    headers = ["layer", "phase", "op", "group", "calls", "pred", "bytes", "pred bytes", "wire", "pred wire", "ok"]
+    body = [[r.layer, r.phase, r.op, r.group, _num(r.measured_calls),
+             "any" if r.predicted_calls is None and r.predicted_bytes is not None else _num(r.predicted_calls),
+             _num(r.measured_bytes), _num(r.predicted_bytes), _num(r.measured_wire), _num(r.predicted_wire),
+             "yes" if r.match else "NO"] for r in rows]
+    widths = [max(len(c) for c in col) for col in zip(headers, *body)]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i < 4 or i == 10 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join(([title] if title else []) + [line(headers), rule] + [line(c) for c in body])
+
+
+def formula_verdict(rows: Sequence[Row]) -> tuple[bool, str]:
+    """``(ok, loud line)``: ``FORMULA CHECK: all N rows match`` or ``FORMULA CHECK FAILED: ...`` naming rows."""
+    bad = [r for r in rows if not r.match]
+    if rows and not bad:
+        return True, f"FORMULA CHECK: all {len(rows)} rows match (calls and bytes per rank, exactly)"
+    what = "; ".join(f"{r.layer}/{r.phase}/{r.op}/{r.group}: calls {_num(r.measured_calls)} vs "
+                     f"{_num(r.predicted_calls)}, bytes {_num(r.measured_bytes)} vs {_num(r.predicted_bytes)}"
+                     for r in bad[:5])
+    more = f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
+    return False, f"FORMULA CHECK FAILED: {len(bad)} of {len(rows)} rows differ (measured vs predicted): {what}{more}"
+
+
+# --- the α-β model ---------------------------------------------------------------------------------------------
+
+
+def ring_steps(op: str, p: int) -> int:
+    """Latency steps of the ring algorithm: all_reduce 2(p−1); all_gather, reduce_scatter, gather and broadcast
+    (a pipelined chain) p−1; nothing to wait for when p == 1."""
+    if p <= 1:
+        return 0
+    return 2 * (p - 1) if op == "all_reduce" else p - 1
+
+
+def ring_time(op: str, nbytes: int, p: int, alpha: float, beta: float) -> float:
+    """Seconds for one collective on a ``nbytes`` logical tensor over ``p`` ranks: steps·α + wire_bytes·β.
+
+    ``alpha``: per-step latency, seconds; ``beta``: seconds per byte (1 / bandwidth per rank per direction).
+    """
+    return ring_steps(op, p) * alpha + wire_bytes(op, nbytes, p) * beta

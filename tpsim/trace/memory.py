@@ -1,0 +1,198 @@
+"""Memory per rank: what the live arrays hold, beside the formulas that predict it.
+
+Measured (``measure_memory``), in bytes on this rank:
+
+    params, grads     every parameter / gradient array of the model (a tied weight once; its local shard)
+    optimizer         ``optimizer.state_bytes()`` (AdamW: two shard-sized arrays per parameter)
+    activations       float arrays reachable from the cache tree ``model.forward`` returned
+    masks, indices    bool arrays (owned-id masks, valid-target masks, dropout masks) and integer arrays
+                      (owned ids, positions, target columns) in that tree — the integer ones depend on the data
+
+Each array of the cache is counted through the buffer that owns its memory (``a.base`` followed to the end),
+once: q, k and v are views of one qkv buffer, and a view keeps its whole base alive.
+
+Formulas, with b the local batch, s the sequence, h hidden, a heads, t the TP size, L layers, V the vocabulary
+padded to Vp (a multiple of t). Ours are exact — derived from what tpsim's layers cache, elements per rank:
+
+    per block, floats   4bsh + 2bs            LayerNorm x̂ and rstd ×2, the LN outputs fed to c_attn and c_fc
+                        + 12bsh/t             qkv (3h/t), context (h/t), GeLU input and output (4h/t each)
+                        + (a/t)·b·s²          attention probabilities  (+ the same again, dropped, if p > 0)
+               masks    (dropout only)        2bsh residual-dropout masks + (a/t)·b·s² attention mask
+    once, floats        bsh + bs (ln_f x̂, rstd) + bsh (LM head input) + b·s·n_real (the loss's softmax
+                        over this rank's real vocabulary columns, n_real ≤ Vp/t)
+          masks         2bs (owned ids, valid targets) + bsh embedding-dropout mask if p > 0
+
+Reference: Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (2022),
+Table 2 — activation bytes per transformer layer with 16-bit activations and 1-byte dropout masks:
+
+    no parallelism            s·b·h·(34 + 5·a·s/h)
+    tensor parallel           s·b·h·(10 + 24/t + 5·a·s/(h·t))
+    tensor + sequence par.    s·b·h/t·(34 + 5·a·s/h)
+
+Why ours differs: the sharded 24/t terms agree exactly (q, k, v, context, GeLU in and out). tpsim caches
+LayerNorm's normalised output x̂ and its rstd where Megatron keeps the LN input, holds no dropout masks when
+p = 0 (the paper always counts them), and stores float64, 8 bytes an element, not 16-bit. With dropout on and
+ours counted at 2 bytes a float and 1 a mask, a layer equals the paper's tensor-parallel line plus the 4·b·s
+bytes of the two rstd vectors (``tests/test_formulas.py`` checks this identity). Our count describes plain TP;
+under sequence parallelism the LayerNorm/dropout regions hold [b, s/t, h] and it does not apply (the paper's
+third line is the reference there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+# --- model state -----------------------------------------------------------------------------------------------
+
+
+def padded_vocab(vocab_size: int, tp: int) -> int:
+    """V rounded up to a multiple of tp (as ``tpsim.tp.vocab.padded_vocab_size`` with divisible_by = 1)."""
+    return -(-vocab_size // tp) * tp
+
+
+def param_elements(config, tp: int) -> int:
+    """Parameter elements one TP rank holds: its shards plus every replicated tensor; the tied head once.
+
+    ``wte [Vp/t, h] + wpe [n_positions, h] + L·(12h²/t + 7h/t + 6h) + ln_f 2h``: c_attn, c_proj's weight and
+    the MLP weights and column biases are sharded; LayerNorms (4h) and the two row-parallel biases (2h) are not.
+    """
+    h, L = config.n_embd, config.n_layer
+    block = (12 * h * h + 7 * h) // tp + 6 * h
+    return padded_vocab(config.vocab_size, tp) // tp * h + config.n_positions * h + L * block + 2 * h
+
+
+def model_state_bytes(config, tp: int, dtype, optimizer_slots: int = 2) -> dict[str, int]:
+    """``{"params", "grads", "optimizer"}`` bytes per rank; ``optimizer_slots`` 2 for AdamW, 1 SGD+momentum."""
+    n = param_elements(config, tp) * np.dtype(dtype).itemsize
+    return {"params": n, "grads": n, "optimizer": optimizer_slots * n}
+
+
+# --- activation formulas ---------------------------------------------------------------------------------------
+
+
+def block_activation_elements(b: int, s: int, h: int, heads: int, tp: int, dropout: bool = False) -> tuple[int, int]:
+    """``(float elements, mask elements)`` one transformer block caches on one rank (see the module docstring)."""
+    probs = heads // tp * b * s * s
+    floats = 4 * b * s * h + 2 * b * s + 12 * b * s * h // tp + probs * (2 if dropout else 1)
+    masks = 2 * b * s * h + probs if dropout else 0
+    return floats, masks
+
+
+def real_vocab_columns(vocab_size: int, tp: int, tp_rank: int) -> int:
+    """Columns of the real (unpadded) vocabulary that TP rank ``tp_rank`` holds."""
+    per_rank = padded_vocab(vocab_size, tp) // tp
+    return min(max(vocab_size - tp_rank * per_rank, 0), per_rank)
+
+
+def activation_elements(config, tp: int, batch: int, seq: int, tp_rank: int = 0,
+                        dropout: bool | None = None) -> dict[str, int]:
+    """``{"floats", "masks"}``: elements the GPT forward caches on TP rank ``tp_rank``, ``batch`` = local rows.
+
+    ``dropout`` defaults to ``config.dropout > 0`` (pass False for a forward without a dropout RNG).
+    """
+    dropout = config.dropout > 0 if dropout is None else dropout
+    b, s, h = batch, seq, config.n_embd
+    floats, masks = block_activation_elements(b, s, h, config.n_head, tp, dropout)
+    softmax = b * s * real_vocab_columns(config.vocab_size, tp, tp_rank)
+    floats = config.n_layer * floats + 2 * b * s * h + b * s + softmax
+    masks = config.n_layer * masks + 2 * b * s + (b * s * h if dropout else 0)
+    return {"floats": floats, "masks": masks}
+
+
+def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sequence_parallel: bool = False) -> float:
+    """Korthikanti et al. (2022) Table 2: activation bytes of one transformer layer, 16-bit activations.
+
+    ``t == 1`` gives the no-parallelism line; ``sequence_parallel`` the tensor + sequence parallel line.
+    """
+    sbh = s * b * h
+    if sequence_parallel:
+        return sbh / t * (34 + 5 * a * s / h)
+    if t == 1:
+        return sbh * (34 + 5 * a * s / h)
+    return sbh * (10 + 24 / t + 5 * a * s / (h * t))
+
+
+# --- measurement -----------------------------------------------------------------------------------------------
+
+
+def owner(a: np.ndarray) -> np.ndarray:
+    """The array that owns ``a``'s memory: ``a.base`` followed while it is an ndarray."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def cache_arrays(tree, exclude=()) -> list[np.ndarray]:
+    """Distinct owning buffers of every ndarray in a nested tuple/list/dict ``tree`` (first-seen order).
+
+    Buffers sharing memory with an array of ``exclude`` (the inputs, say) are left out.
+    """
+    seen: dict[int, np.ndarray] = {}
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, np.ndarray):
+            root = owner(node)
+            seen.setdefault(id(root), root)
+        elif isinstance(node, (tuple, list)):
+            stack.extend(reversed(node))
+        elif isinstance(node, dict):
+            stack.extend(reversed(list(node.values())))
+    return [a for a in seen.values() if not any(np.shares_memory(a, x) for x in exclude)]
+
+
+def measure_activations(cache, exclude=()) -> dict[str, int]:
+    """``{"activations", "masks", "indices"}`` bytes held by the cache tree: float, bool, other arrays."""
+    out = {"activations": 0, "masks": 0, "indices": 0}
+    for a in cache_arrays(cache, exclude):
+        kind = "activations" if a.dtype.kind in "fc" else "masks" if a.dtype.kind == "b" else "indices"
+        out[kind] += a.nbytes
+    return out
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Bytes on one rank. ``indices`` depend on the data (which ids this rank owns); the rest do not."""
+
+    params: int
+    grads: int
+    optimizer: int
+    activations: int
+    masks: int
+    indices: int
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer + self.activations + self.masks + self.indices
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(asdict(self), total=self.total)
+
+
+def measure_memory(model, optimizer, cache, exclude=()) -> MemoryReport:
+    """Bytes of ``model``'s parameters and gradients, ``optimizer``'s state (None: 0) and the forward ``cache``."""
+    params = sum(p.nbytes for _, p in model.named_parameters())
+    grads = sum(g.nbytes for _, g in model.named_grads())
+    state = optimizer.state_bytes() if optimizer is not None else 0
+    return MemoryReport(params, grads, state, **measure_activations(cache, exclude))
+
+
+def predict_memory(config, tp: int, batch: int, seq: int, dtype, tp_rank: int = 0, optimizer_slots: int = 2,
+                   dropout: bool | None = None) -> dict[str, int]:
+    """Our formulas as bytes, keyed like ``MemoryReport`` (no ``indices``: they depend on the data)."""
+    act = activation_elements(config, tp, batch, seq, tp_rank, dropout)
+    return {**model_state_bytes(config, tp, dtype, optimizer_slots),
+            "activations": act["floats"] * np.dtype(dtype).itemsize, "masks": act["masks"]}
+
+
+def format_memory(measured: MemoryReport, predicted: dict[str, int], title: str = "") -> str:
+    """Measured vs formula per category, one line each; the Korthikanti line is the caller's to add."""
+    lines = [title] if title else []
+    lines.append(f"{'':<12}{'measured':>14}{'formula':>14}")
+    for key, value in measured.as_dict().items():
+        pred = predicted.get(key)
+        mark = "" if pred is None else ("  ok" if pred == value else "  DIFFERS")
+        lines.append(f"{key:<12}{value:>14,}{'' if pred is None else format(pred, ','):>14}{mark}")
+    return "\n".join(lines)

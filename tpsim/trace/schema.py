@@ -1,0 +1,80 @@
+"""The files of a run folder, field by field: the one place their format is written down.
+
+A run (``python -m tpsim.demo --out DIR``) leaves in ``DIR``:
+
+    comm.jsonl      one JSON object per collective call per rank            (COMM_FIELDS)
+    spans.jsonl     one JSON object per compute span per rank, last K steps (SPAN_FIELDS)
+    metrics.jsonl   one JSON object per training step: step, loss, grad_norm, tokens, seconds, ...
+    timeline.json   Chrome trace of the last K steps (ui.perfetto.dev, chrome://tracing), see below
+    loss.png, comm_bytes.png, timeline.png      figures; ``tpsim plot DIR`` redraws them from the files
+
+Every ``.jsonl`` loads with ``pandas.read_json(path, lines=True)`` (lists stay lists in one column).
+Times are seconds (``start``, ``duration``) and microseconds (``start_us``, ``dur_us``) since a common t0
+taken right after a barrier when the process grid was built, so ranks can be compared on one axis.
+
+timeline.json: ``{"traceEvents": [...], "displayTimeUnit": "ms"}``. One process per rank (``pid`` = rank,
+named "rank N (tp i, dp j)"), two threads: ``tid`` 0 "compute" (the spans) and 1 "communication" (the
+collectives). Complete events ``ph: "X"`` with ``ts``/``dur`` in µs; events on one track nest. ``args`` of a
+collective: scope, phase, step, op, reduce_op, group, group_ranks, dtype, shape, bytes, wire_bytes; of a span:
+scope, phase, step.
+"""
+
+from __future__ import annotations
+
+# name: (JSON type(s) after json.loads, meaning)
+COMM_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "rank": ((int,), "world rank that made the call"),
+    "step": ((int,), "training step (tracer.step when the call was made)"),
+    "phase": ((str,), "forward, backward (set by the f/g operators), dp_sync, optimizer, data, init, verify, "
+                      "trace, ...; '' outside any region"),
+    "scope": ((str,), "dotted module path of the issuing layer, e.g. transformer.h.0.mlp.c_proj; "
+                      "'' at top level"),
+    "op": ((str,), "all_reduce, all_gather, reduce_scatter, broadcast, gather or barrier"),
+    "reduce_op": ((str,), "sum, max or min for reductions, '' otherwise"),
+    "group": ((str,), "tp, dp or world"),
+    "group_size": ((int,), "number of ranks in the group (p)"),
+    "group_ranks": ((list,), "world ranks of the group, in group-rank order"),
+    "dtype": ((str,), "NumPy dtype of the tensor, e.g. float64"),
+    "shape": ((list,), "shape of the logical tensor that bytes measures"),
+    "bytes": ((int,), "size of the full logical tensor: all_reduce the buffer, all_gather the gathered output, "
+                      "reduce_scatter the unreduced input, broadcast the buffer, gather the total pickled size"),
+    "wire_bytes": ((int,), "bytes one rank sends under the ring algorithm (tpsim.comm.cost.wire_bytes): "
+                           "all_reduce 2(p-1)/p*bytes, all_gather/reduce_scatter/gather (p-1)/p*bytes, "
+                           "broadcast bytes, 0 when p == 1"),
+    "start": ((int, float), "seconds since the common t0"),
+    "duration": ((int, float), "seconds spent inside the call (waiting for the others included)"),
+    "start_us": ((int, float), "start in microseconds"),
+    "dur_us": ((int, float), "duration in microseconds"),
+}
+
+SPAN_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "rank": ((int,), "world rank"),
+    "step": ((int,), "training step"),
+    "phase": ((str,), "forward or backward"),
+    "scope": ((str,), "dotted path of the module whose forward/backward this times, e.g. transformer.h.0.attn; "
+                      "'' for the whole model"),
+    "start": ((int, float), "seconds since the common t0"),
+    "duration": ((int, float), "seconds, including any collective the module issued inside"),
+    "start_us": ((int, float), "start in microseconds"),
+    "dur_us": ((int, float), "duration in microseconds"),
+}
+
+
+def field_problems(row: dict, fields: dict) -> list[str]:
+    """What is wrong with one record: missing fields and fields of the wrong JSON type (bool is not int)."""
+    problems = []
+    for name, (types, _) in fields.items():
+        if name not in row:
+            problems.append(f"missing field {name!r}")
+        elif isinstance(row[name], bool) or not isinstance(row[name], types):
+            problems.append(f"field {name!r} is {type(row[name]).__name__}, expected "
+                            + " or ".join(t.__name__ for t in types))
+    return problems
+
+
+def markdown_table(fields: dict) -> str:
+    """The fields as a Markdown table (what the README shows)."""
+    lines = ["| field | type | meaning |", "|---|---|---|"]
+    for name, (types, meaning) in fields.items():
+        lines.append(f"| `{name}` | {' / '.join(t.__name__ for t in types)} | {meaning} |")
+    return "\n".join(lines)

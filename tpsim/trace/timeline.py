@@ -1,0 +1,189 @@
+"""A run as a timeline: every rank's compute spans and collectives on one clock.
+
+Two outputs from the same records (``spans.jsonl`` + ``comm.jsonl``):
+
+    chrome_trace(...)   -> timeline.json   Chrome trace format: opens in ui.perfetto.dev and chrome://tracing
+    plot_timeline(...)  -> timeline.png    one step, one row per rank, compute above, collectives below
+
+In the Chrome trace each rank is a process (``pid`` = rank) with two threads: ``tid`` 0 "compute" and
+``tid`` 1 "communication". The viewers draw a track's events as a stack, so events on one track must *nest*
+(a child inside its parent, never a partial overlap). Spans recorded by one rank nest by construction (one
+clock; a parent's starts before and stops after its children's), and times are rounded end by end, which
+keeps that order; ``clamp_nesting`` still trims any overhang, so a merged or edited file cannot misdraw.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tpsim.trace.records import grid_of
+
+COMPUTE_TID, COMM_TID = 0, 1
+PHASE_COLORS = {"data": "#BBBBBB", "forward": "#A6CEE3", "dp_sync": "#B2DF8A", "backward": "#FDBF6F",
+                "optimizer": "#CAB2D6"}
+KIND_COLORS = {"embedding": "#F6D55C", "layernorm": "#B39DDB", "attention": "#F28E2B", "mlp": "#59A14F",
+               "lm_head": "#E15759", "loss": "#76B7B2", "block": "#D0D0D0", "transformer": "#E8E8E8",
+               "other": "#F4F4F4"}
+
+
+def rank_label(rank: int, coords: dict[int, tuple[int, int]]) -> str:
+    """``rank 5 (tp 1, dp 1)``; just ``rank 5`` when the records do not say where it sits."""
+    return f"rank {rank} (tp {coords[rank][0]}, dp {coords[rank][1]})" if rank in coords else f"rank {rank}"
+
+
+def _ns(seconds: float) -> int:
+    return round(seconds * 1e9)
+
+
+def _complete(name: str, cat: str, pid: int, tid: int, start: float, duration: float, args: dict) -> dict:
+    # Round the *end* too, not the duration: rounding is monotone, so back-to-back events stay back to back.
+    begin, end = _ns(start), _ns(start + duration)
+    return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": begin / 1000,
+            "dur": max(0, end - begin) / 1000, "args": args}
+
+
+def clamp_nesting(events: list[dict]) -> list[dict]:
+    """Sort one track's X events parent-first and trim any event that ends after the event containing it."""
+    events = sorted(events, key=lambda e: (round(e["ts"] * 1000), -round(e["dur"] * 1000)))
+    open_ends: list[int] = []  # ends (ns) of the events that contain the current one
+    for e in events:
+        begin, end = round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)
+        while open_ends and open_ends[-1] <= begin:
+            open_ends.pop()
+        if open_ends and end > open_ends[-1]:
+            end = open_ends[-1]
+            e["dur"] = (end - begin) / 1000
+        open_ends.append(end)
+    return events
+
+
+def span_name(span: dict) -> str:
+    return span["scope"] or span["phase"]  # the whole model's span is named by its phase
+
+
+def collective_args(rec: dict) -> dict:
+    keys = ("scope", "phase", "step", "op", "reduce_op", "group", "group_ranks", "dtype", "shape", "bytes",
+            "wire_bytes")
+    return {k: rec[k] for k in keys}
+
+
+def chrome_trace(spans: list[dict], records: list[dict], steps=None) -> dict:
+    """The Chrome trace of ``steps`` (default: every step that has spans) from every rank."""
+    if steps is None:
+        steps = {s["step"] for s in spans}
+    steps = set(steps)
+    coords = grid_of(records)  # from every record: a rank's groups show in the init broadcasts too
+    spans = [s for s in spans if s["step"] in steps]
+    comms = [r for r in records if r["step"] in steps]
+    ranks = sorted({s["rank"] for s in spans} | {r["rank"] for r in comms})
+    meta = []
+    for rank in ranks:
+        meta += [{"ph": "M", "pid": rank, "name": "process_name", "args": {"name": rank_label(rank, coords)}},
+                 {"ph": "M", "pid": rank, "name": "process_sort_index", "args": {"sort_index": rank}}]
+        for tid, name in ((COMPUTE_TID, "compute"), (COMM_TID, "communication")):
+            meta += [{"ph": "M", "pid": rank, "tid": tid, "name": "thread_name", "args": {"name": name}},
+                     {"ph": "M", "pid": rank, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}]
+    tracks: dict[tuple[int, int], list[dict]] = {}
+    for s in spans:
+        tracks.setdefault((s["rank"], COMPUTE_TID), []).append(
+            _complete(span_name(s), "compute", s["rank"], COMPUTE_TID, s["start"], s["duration"],
+                      {"scope": s["scope"], "phase": s["phase"], "step": s["step"]}))
+    for r in comms:
+        tracks.setdefault((r["rank"], COMM_TID), []).append(
+            _complete(f"{r['op']} {r['group']}", "communication", r["rank"], COMM_TID, r["start"], r["duration"],
+                      collective_args(r)))
+    events = meta + [e for key in sorted(tracks) for e in clamp_nesting(tracks[key])]
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"source": "tpsim", "steps": sorted(steps)}}
+
+
+def write_chrome_trace(trace: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(trace, separators=(",", ":")) + "\n")
+    return path
+
+
+def span_kind(scope: str) -> str:
+    """What sort of layer a span times, for its colour: ``transformer.h.0.ln_2`` → ``layernorm``."""
+    last = scope.rsplit(".", 1)[-1]
+    if last in ("wte", "wpe"):
+        return "embedding"
+    if last.startswith("ln"):
+        return "layernorm"
+    if last in ("attn", "mlp", "lm_head", "loss", "transformer"):
+        return {"attn": "attention"}.get(last, last)
+    if last.isdigit():
+        return "block"
+    return "other"
+
+
+def _depths(spans: list[dict]) -> list[tuple[int, dict]]:
+    """(nesting depth, span) for one rank's spans, parents first."""
+    out, ends = [], []
+    for s in sorted(spans, key=lambda s: (s["start"], -s["duration"])):
+        while ends and ends[-1] <= s["start"]:
+            ends.pop()
+        out.append((len(ends), s))
+        ends.append(s["start"] + s["duration"])
+    return out
+
+
+def _boxes(ax, boxes: list[tuple[float, float, float, float, str]], alpha: float = 1.0) -> None:
+    """Rectangles ``(x, width, y, height, colour)`` as one collection, drawn in list order (later on top):
+    one artist instead of hundreds keeps the figure quick to draw."""
+    from matplotlib.collections import PolyCollection
+
+    verts = [[(x, y), (x + w, y), (x + w, y + h), (x, y + h)] for x, w, y, h, _ in boxes]
+    ax.add_collection(PolyCollection(verts, facecolors=[b[4] for b in boxes], linewidths=0, alpha=alpha))
+
+
+def plot_timeline(spans: list[dict], records: list[dict], step: int, path: str | Path, title: str = "") -> Path:
+    """One training step, a row per rank: phases shaded, layer spans above, collectives (by op) below."""
+    from matplotlib.patches import Patch
+
+    from tpsim.trace.plots import OP_COLORS, _pyplot
+
+    plt = _pyplot()
+    spans = [s for s in spans if s["step"] == step and s["scope"]]  # the whole-model span is the phase shading
+    comms = [r for r in records if r["step"] == step]
+    ranks = sorted({s["rank"] for s in spans} | {r["rank"] for r in comms})
+    timed = spans + comms
+    t0 = min((x["start"] for x in timed), default=0.0)
+    t1 = max((x["start"] + x["duration"] for x in timed), default=t0 + 1e-3)
+    ms = lambda x: ((x["start"] - t0) * 1e3, x["duration"] * 1e3)  # noqa: E731 - (left, width) in ms
+    coords = grid_of(records)
+    fig, ax = plt.subplots(figsize=(12, 0.55 * len(ranks) + 1.8))
+    bands, bars = [], []
+    for row, rank in enumerate(ranks):
+        mine = [x for x in timed if x["rank"] == rank]
+        for phase, color in PHASE_COLORS.items():  # a phase's extent on this rank, as a faint band
+            xs = [x for x in mine if x["phase"] == phase]
+            if xs:
+                left = min(x["start"] for x in xs)
+                right = max(x["start"] + x["duration"] for x in xs)
+                bands.append(((left - t0) * 1e3, (right - left) * 1e3, row - 0.48, 0.96, color))
+        for _, s in _depths([s for s in spans if s["rank"] == rank]):  # children drawn over their parents
+            bars.append((*ms(s), row - 0.4, 0.45, KIND_COLORS[span_kind(s["scope"])]))
+        bars += [(*ms(r), row + 0.1, 0.3, OP_COLORS.get(r["op"], "#333333")) for r in mine if "op" in r]
+    _boxes(ax, bands, alpha=0.35)
+    _boxes(ax, bars)
+    ax.set_xlim(0, (t1 - t0) * 1e3 * 1.01)
+    ax.set_yticks(range(len(ranks)), [rank_label(r, coords) for r in ranks], fontsize=8)
+    ax.set_ylim(len(ranks) - 0.5, -0.5)
+    ax.set_xlabel(f"ms since the start of step {step}  (upper lane: compute spans, lower lane: collectives)")
+    ax.grid(axis="x", alpha=0.3)
+    kinds = sorted({span_kind(s["scope"]) for s in spans}, key=list(KIND_COLORS).index)
+    ops = [op for op in OP_COLORS if any(r["op"] == op for r in comms)]
+    phases = [p for p in PHASE_COLORS if any(x["phase"] == p for x in timed)]
+    handles = ([Patch(color=PHASE_COLORS[p], alpha=0.35, label=p) for p in phases]
+               + [Patch(color=KIND_COLORS[k], label=k) for k in kinds]
+               + [Patch(color=OP_COLORS[o], label=o) for o in ops])
+    ncol = min(len(handles), 8)
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=7, frameon=False)
+    ax.set_title(title or f"timeline of step {step}")
+    legend_in = 0.2 * (-(-len(handles) // ncol)) + 0.15 if handles else 0.0  # legend rows, in inches
+    fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
