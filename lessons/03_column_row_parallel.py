@@ -1,0 +1,187 @@
+# %% [markdown]
+# # Lesson 03 — Column-parallel and row-parallel linear layers
+#
+# Runs on **4 ranks**: `mpirun -n 4 python lessons/03_column_row_parallel.py` (or `tpsim lesson run 03`).
+#
+# A linear layer `y = x·W + b` with `W: [in, out]` can be split two ways, one per equation of lesson 01, each
+# wrapped with the operators of lesson 02. tpsim uses Megatron-LM's names and switches:
+#
+# * `ColumnParallelLinear(gather_output=…)` — `W` split by columns: f, then `x·W_r + b_r` → `[…, out/p]`;
+#   with `gather_output=True` an all-gather puts the full `[…, out]` back on every rank.
+# * `RowParallelLinear(input_is_parallel=…)` — `W` split by rows: with `input_is_parallel=False` the input is
+#   first split along its last dimension; then `x_r·W_r`, g (the all-reduce), and the bias, once.
+#
+# Both are built `from_serial(...)` from a serial layer's master weights, so each rank holds exactly its slice
+# of the same matrix and the result can be compared with the serial layer at any rank count. The lesson ends
+# with the reason the two are used as a pair: chained the right way, they save a gather and a split.
+
+# %%
+RANKS = 4
+
+import numpy as np
+
+from tpsim.comm import ProcessGrid
+from tpsim.nn import Linear
+from tpsim.teach.runtime import Lesson, shard_error, table
+from tpsim.tp import ColumnParallelLinear, RowParallelLinear
+from tpsim.trace.aggregate import human_bytes
+
+lesson = Lesson("03", RANKS)
+grid = ProcessGrid(tp=RANKS)
+group, tracer = grid.tp_group, grid.tracer
+
+rng = np.random.default_rng(3)  # the same master weights and data on every rank
+tokens, hidden, ffn = 5, 6, 3 * RANKS
+fc1 = Linear(hidden, ffn, rng=rng, std=0.5, bias_value=rng.standard_normal(ffn))
+fc2 = Linear(ffn, hidden, rng=rng, std=0.5, bias_value=rng.standard_normal(hidden))
+x = rng.standard_normal((tokens, hidden))
+dy = rng.standard_normal((tokens, ffn))  # an upstream gradient for fc1's output
+
+# %% [markdown]
+# ## Column-parallel: each rank owns some output features
+#
+# Rank r keeps columns `[r·out/p, (r+1)·out/p)` of the weight and the same slice of the bias. The forward needs
+# no communication; the backward computes this rank's weight gradient from its slice of `∂L/∂y` and a
+# *partial* input gradient, which f's backward all-reduces (lesson 02). Every shard records where it sits in
+# the master tensor (a `Partition`), so its gradient can be compared with the matching slice of the serial
+# layer's gradient (`take_shard`; `shard_error` takes the largest difference over all of them).
+
+# %%
+col = ColumnParallelLinear.from_serial(fc1, group, gather_output=False).set_path("fc1")
+y_r, cache = col.forward(x)
+y_serial, serial_cache = fc1.forward(x)
+mine = np.arange(ffn).reshape(RANKS, -1)[group.rank]
+lesson.equal("shape of this rank's output y_r (tokens × out/p)", y_r.shape, (tokens, ffn // RANKS))
+lesson.close("column-parallel forward: max |y_r − y_serial[:, my columns]|", y_r, y_serial[:, mine])
+
+fc1.zero_grad()
+dx = col.backward(dy[:, mine], cache)
+dx_serial = fc1.backward(dy, serial_cache)
+lesson.close("column-parallel backward: max |∂L/∂x − serial| (after f's all-reduce)", dx, dx_serial)
+lesson.close("weight and bias gradient shards vs the serial gradients' slices",
+             shard_error(col, dict(fc1.named_grads())), 0.0)
+
+# %% [markdown]
+# With `gather_output=True` the layer ends in an all-gather, so every rank gets the whole output — what you
+# want when the next layer needs all features, and a waste when it does not (see the end of the lesson).
+
+# %%
+col_gathered = ColumnParallelLinear.from_serial(fc1, group, gather_output=True).set_path("fc1")
+lesson.close("gather_output=True: max |y − y_serial| on every rank", col_gathered.forward(x)[0], y_serial)
+
+# %% [markdown]
+# ## Row-parallel: each rank owns some input features
+#
+# Rank r keeps rows `[r·in/p, (r+1)·in/p)` of the weight and needs the same slice of the input's features.
+# Its product is a full-size partial sum; g adds them up. The bias is **replicated** and added once, *after*
+# the all-reduce — added to each partial sum it would be counted p times.
+
+# %%
+u = rng.standard_normal((tokens, ffn))
+dz = rng.standard_normal((tokens, hidden))
+row = RowParallelLinear.from_serial(fc2, group, input_is_parallel=False).set_path("fc2")
+z, cache = row.forward(u)  # splits u itself (no communication), then g
+z_serial, serial_cache = fc2.forward(u)
+lesson.close("row-parallel forward: max |z − z_serial|", z, z_serial)
+
+fc2.zero_grad()
+du = row.backward(dz, cache)  # g's backward is the identity; the split's backward all-gathers ∂L/∂u
+lesson.close("row-parallel backward: max |∂L/∂u − serial|", du, fc2.backward(dz, serial_cache))
+lesson.close("weight shard and replicated bias gradients vs serial", shard_error(row, dict(fc2.named_grads())), 0.0)
+partials_with_bias = group.all_reduce(u[:, mine] @ row.params["weight"] + row.params["bias"])
+lesson.apart("the bias added before the all-reduce is counted p times", partials_with_bias, z_serial, 0.1)
+
+# %% [markdown]
+# ## Two layers in a row: gather-then-split, or nothing at all
+#
+# A transformer's MLP is two linears, `fc2(fc1(x))` (with a GeLU between them in lesson 04). Take the
+# obvious route first: `fc1` column-parallel with `gather_output=True`, so every rank has the full hidden
+# activation, then `fc2` row-parallel with `input_is_parallel=False`, which immediately throws away all but
+# its own slice of it. Forward: an all-gather, then a split that keeps exactly the columns this rank
+# computed itself. Backward: the split's backward all-gathers, and the gather's backward splits.
+#
+# Equation (1) then (2) of lesson 01 says the round trip is pointless: the slice `fc1` produced on rank r *is*
+# the slice `fc2` needs on rank r. With `gather_output=False` and `input_is_parallel=True` the pair needs only
+# f at the start and g at the end.
+
+# %%
+def run_pair(gather: bool, scope: str):
+    """fc2(fc1(x)) forward and backward, traced under ``scope``; returns (output, ∂L/∂x)."""
+    first = ColumnParallelLinear.from_serial(fc1, group, gather_output=gather).set_path(f"{scope}.fc1")
+    second = RowParallelLinear.from_serial(fc2, group, input_is_parallel=not gather).set_path(f"{scope}.fc2")
+    h, c1 = first.forward(x)
+    out, c2 = second.forward(h)
+    return out, first.backward(second.backward(dz, c2), c1)
+
+
+tracer.reset()
+z_a, dx_a = run_pair(gather=True, scope="A")
+z_b, dx_b = run_pair(gather=False, scope="B")
+z_ref, ref_cache = fc2.forward(fc1.forward(x)[0])
+lesson.close("A (gather, then split): max |output − serial|", z_a, z_ref)
+lesson.close("B (parallel input): max |output − serial|", z_b, z_ref)
+lesson.close("A and B give the same ∂L/∂x", dx_a, dx_b)
+
+# %% [markdown]
+# The trace tells the two apart. Counting this rank's records by route, phase and collective:
+
+# %%
+def calls(route: str, phase: str, op: str) -> list:
+    return [e for e in tracer.events if e.scope.startswith(route + ".") and e.phase == phase and e.op == op]
+
+
+rows = [["route", "phase", "all_gather", "all_reduce", "bytes", "wire bytes"]]
+for route in ("A", "B"):
+    for phase in ("forward", "backward"):
+        ev = [e for e in tracer.events if e.scope.startswith(route + ".") and e.phase == phase]
+        rows.append([route, phase, str(len(calls(route, phase, "all_gather"))),
+                     str(len(calls(route, phase, "all_reduce"))), human_bytes(sum(e.bytes for e in ev)),
+                     human_bytes(sum(e.wire_bytes for e in ev))])
+lesson.say("collectives per rank, one forward + backward of fc2(fc1(x)):", table(rows, right=(2, 3, 4, 5)), "")
+
+act = tokens * ffn * x.itemsize  # the gathered hidden activation [tokens, ffn]
+out_bytes = tokens * hidden * x.itemsize  # the all-reduced [tokens, hidden] tensors
+for phase in ("forward", "backward"):
+    lesson.equal(f"A, {phase}: (all_gather, all_reduce) calls",
+                 (len(calls("A", phase, "all_gather")), len(calls("A", phase, "all_reduce"))), (1, 1))
+    lesson.equal(f"B, {phase}: (all_gather, all_reduce) calls",
+                 (len(calls("B", phase, "all_gather")), len(calls("B", phase, "all_reduce"))), (0, 1))
+saved = sum(e.bytes for e in tracer.events if e.scope.startswith("A.")) - \
+    sum(e.bytes for e in tracer.events if e.scope.startswith("B."))
+lesson.equal("bytes B saves = two all-gathers of the [tokens, ffn] activation (2·tokens·ffn·8)", saved, 2 * act)
+lesson.equal("bytes B still moves = two all-reduces of [tokens, hidden]",
+             sum(e.bytes for e in tracer.events if e.scope.startswith("B.")), 2 * out_bytes)
+
+# %% [markdown]
+# The saving grows with the model: in a real MLP the gathered activation is `[tokens, 4h]`, four times the
+# `[tokens, h]` that each all-reduce moves, so route A would move five times the bytes of route B.
+
+# %%
+if lesson.rank == 0:
+    plt = lesson.pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 3.2))
+    keys = [(route, phase) for route in ("A", "B") for phase in ("forward", "backward")]
+    labels = [f"{route} {phase}" for route, phase in keys]
+    gathered = [sum(e.bytes for e in calls(route, phase, "all_gather")) for route, phase in keys]
+    reduced = [sum(e.bytes for e in calls(route, phase, "all_reduce")) for route, phase in keys]
+    ax.barh(labels, gathered, color="#55A868", label="all_gather")
+    ax.barh(labels, reduced, left=gathered, color="#4C72B0", label="all_reduce")
+    ax.invert_yaxis()
+    ax.set_xlabel("bytes per rank (logical size)")
+    ax.set_title("fc2(fc1(x)): A = gather + split, B = parallel input")
+    ax.legend()
+    fig.tight_layout()
+    lesson.save(fig, "03_gather_split_saved.png")
+
+# %% [markdown]
+# ## What to take away
+#
+# * Column-parallel: same input, split output, no forward communication; f all-reduces ∂L/∂x.
+# * Row-parallel: split input, partial outputs summed by g; the bias is added once, after the sum.
+# * Chain them with `gather_output=False` → `input_is_parallel=True`: one all-reduce forward and one
+#   backward for the pair, instead of an extra all-gather in each direction.
+#
+# Exercise: `row_parallel_forward` in `lessons/exercises/ex03_column_row_parallel.py`, then `tpsim check 03`.
+
+# %%
+lesson.finish()

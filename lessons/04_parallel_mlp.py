@@ -1,0 +1,161 @@
+# %% [markdown]
+# # Lesson 04 — The parallel MLP: GeLU lets the gather wait
+#
+# Runs on **2 ranks**: `mpirun -n 2 python lessons/04_parallel_mlp.py` (or `tpsim lesson run 04`).
+#
+# The transformer's MLP is `Z = GeLU(X·A)·B` with `A: [h, 4h]` (GPT-2's `c_fc`) and `B: [4h, h]`
+# (`c_proj`), plus biases. It holds two thirds of a block's weights, so it is the first thing to split. Two
+# ranks are enough to see every idea, as in the paper's Figure 3a: `A = [A1 A2]`, `B = [B1; B2]`.
+#
+# The question is which way to split `A`. The answer comes from one inequality about GeLU.
+
+# %%
+RANKS = 2
+
+import numpy as np
+
+from tpsim.comm import ProcessGrid
+from tpsim.nn import MLP, gelu_forward
+from tpsim.teach.runtime import Lesson, shard_error, table
+from tpsim.tp import ParallelMLP
+from tpsim.trace.aggregate import human_bytes
+
+lesson = Lesson("04", RANKS)
+grid = ProcessGrid(tp=RANKS)
+group, tracer = grid.tp_group, grid.tracer
+
+rng = np.random.default_rng(4)  # the same master weights and data on every rank
+tokens, hidden = 7, 6
+serial = MLP(hidden, rng=rng, std=0.5)  # c_fc [6, 24], c_proj [24, 6]
+for layer in (serial.c_fc, serial.c_proj):  # non-zero biases, so a misplaced bias would show
+    layer.params["bias"][...] = rng.standard_normal(layer.params["bias"].shape)
+x = rng.standard_normal((tokens, hidden))
+A, a = serial.c_fc.params["weight"], serial.c_fc.params["bias"]
+ffn = A.shape[1]
+mine = np.arange(ffn).reshape(RANKS, -1)[group.rank]  # this rank's hidden units: columns of A, rows of B
+
+# %% [markdown]
+# ## Option 1: split A by rows — GeLU blocks the way
+#
+# Split `A` by rows and `X` by columns (equation (2)): rank r computes the partial product `X_r·A_r` and
+# `X·A = X1·A1 + X2·A2`. But GeLU is not linear,
+#
+#     GeLU(X1·A1 + X2·A2)  ≠  GeLU(X1·A1) + GeLU(X2·A2)
+#
+# so the partial products must be summed — an all-reduce of the whole `[tokens, 4h]` activation — *before*
+# the GeLU, in the middle of the layer.
+
+# %%
+rows = np.arange(hidden).reshape(RANKS, -1)[group.rank]  # rank r's rows of A and columns of X
+partial = x[:, rows] @ A[rows]  # X_r·A_r
+with tracer.paused():  # a wrong turn, kept out of the trace
+    gelu_then_summed = group.all_reduce(gelu_forward(partial + a / RANKS))
+lesson.apart("GeLU of a sum is not the sum of GeLUs: max |Σ_r GeLU(X_r·A_r + a/2) − GeLU(X·A + a)|",
+             gelu_then_summed, gelu_forward(x @ A + a), 0.1)
+
+# %% [markdown]
+# So option 1 must all-reduce the `[tokens, 4h]` pre-activation, apply GeLU to the (now replicated) sum, and
+# can then use `B` split by rows on its own slice, with a second all-reduce at the end. Correct — at a price
+# the trace will show in a moment.
+
+# %%
+B, b = serial.c_proj.params["weight"], serial.c_proj.params["bias"]
+tracer.reset()
+with tracer.region(scope="option1", phase="forward"):
+    hidden_units = gelu_forward(group.all_reduce(partial) + a)  # the mid-layer sum GeLU forces
+    z_option1 = group.all_reduce(hidden_units[:, mine] @ B[mine]) + b
+option1_bytes = sum(e.bytes for e in tracer.events)
+lesson.close("option 1 (sum, then GeLU) is right: max |Z − Z_serial|", z_option1, serial.forward(x)[0])
+
+# %% [markdown]
+# ## Option 2: split A by columns — GeLU works on the shard
+#
+# Split `A` by columns instead (equation (1)). Rank r computes `X·A_r`, a slice of the hidden units, with no
+# communication. GeLU works element by element, so applied to the slice it gives exactly the slice of the
+# serial result:
+#
+#     GeLU([X·A1  X·A2]) = [GeLU(X·A1)  GeLU(X·A2)]
+#
+# and that slice is precisely the input `c_proj` needs when `B` is split by rows (lesson 03's chain). The
+# gather the hidden units seem to need "waits" — forever: the only sum is g at the very end.
+
+# %%
+h_r = gelu_forward(x @ A[:, mine] + a[mine])
+lesson.close("GeLU on the column shard: max |GeLU(X·A_r + a_r) − GeLU(X·A + a)[:, my columns]|",
+             h_r, gelu_forward(x @ A + a)[:, mine])
+
+# %% [markdown]
+# ## The whole layer: tpsim's ParallelMLP
+#
+# `ParallelMLP.from_serial` builds `c_fc` as a `ColumnParallelLinear(gather_output=False)` and `c_proj` as
+# a `RowParallelLinear(input_is_parallel=True)` from the serial master weights. Forward and backward are
+# compared with the serial MLP: the output, the input gradient and every parameter's gradient shard.
+
+# %%
+mlp = ParallelMLP.from_serial(serial, group).set_path("mlp")
+dz = rng.standard_normal((tokens, hidden))
+tracer.reset()
+z, cache = mlp.forward(x)
+dx = mlp.backward(dz, cache)
+
+serial.zero_grad()
+z_ref, serial_cache = serial.forward(x)
+dx_ref = serial.backward(dz, serial_cache)
+lesson.close("parallel MLP forward: max |Z − Z_serial|", z, z_ref)
+lesson.close("parallel MLP backward: max |∂L/∂X − serial|", dx, dx_ref)
+lesson.close("every gradient shard (c_fc columns, c_proj rows, replicated c_proj bias) vs serial",
+             shard_error(mlp, dict(serial.named_grads("mlp")), prefix="mlp"), 0.0)
+lesson.equal("this rank's largest activation, GeLU(X·A_r) (tokens × 4h/p)", cache[1].shape, (tokens, ffn // RANKS))
+
+# %% [markdown]
+# ## One all-reduce forward, one backward
+#
+# The trace of that forward and backward should hold exactly two collectives per rank: g in `c_proj` going
+# forward and f in `c_fc` going backward, each an all-reduce of a `[tokens, h]` tensor.
+
+# %%
+events = [(e.scope, e.phase, e.op, tuple(e.shape)) for e in tracer.events]
+rows = [["scope", "phase", "op", "shape", "bytes", "wire bytes"]] + [
+    [e.scope, e.phase, e.op, str(list(e.shape)), human_bytes(e.bytes), human_bytes(e.wire_bytes)]
+    for e in tracer.events]
+lesson.say("rank 0's collectives:", table(rows, right=(4, 5)), "")
+lesson.equal("collectives (scope, phase, op, shape)", events,
+             [("mlp.c_proj", "forward", "all_reduce", (tokens, hidden)),
+              ("mlp.c_fc", "backward", "all_reduce", (tokens, hidden))])
+nbytes = tokens * hidden * 8
+lesson.equal("bytes per all-reduce = tokens · h · 8", [e.bytes for e in tracer.events], [nbytes, nbytes])
+forward_bytes = sum(e.bytes for e in tracer.events if e.phase == "forward")
+lesson.equal("forward bytes, option 1 / option 2 (measured) = (4h + h) / h", option1_bytes / forward_bytes, 5.0)
+
+# %% [markdown]
+# ## A picture of the inequality
+#
+# GeLU(t) ≈ t for large t and ≈ 0 for very negative t, with a smooth bend around 0. Fix `b = 1` and vary `a`:
+# `GeLU(a + b)` and `GeLU(a) + GeLU(b)` agree only where both sit on the same straight piece.
+
+# %%
+if lesson.rank == 0:
+    plt = lesson.pyplot()
+    t = np.linspace(-4, 4, 401)
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    ax.plot(t, gelu_forward(t + 1.0), label="GeLU(a + 1)")
+    ax.plot(t, gelu_forward(t) + gelu_forward(np.array(1.0)), "--", label="GeLU(a) + GeLU(1)")
+    ax.set_xlabel("a")
+    ax.set_title("GeLU does not distribute over a sum")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    lesson.save(fig, "04_gelu_not_additive.png")
+
+# %% [markdown]
+# ## What to take away
+#
+# * Split `c_fc` by columns so GeLU runs on each rank's slice; split `c_proj` by rows so it consumes that
+#   slice directly.
+# * The parallel MLP then communicates once forward (g) and once backward (f), each a `[tokens, h]`
+#   all-reduce — and each rank stores only `1/p` of the weights and of the `[tokens, 4h]` activation.
+#
+# Exercise: wire `parallel_mlp_forward` in `lessons/exercises/ex04_parallel_mlp.py`, then `tpsim check 04`.
+
+# %%
+lesson.finish()

@@ -1,0 +1,153 @@
+# %% [markdown]
+# # Lesson 05 — Parallel self-attention: split by heads, and the qkv layout trap
+#
+# Runs on **4 ranks**: `mpirun -n 4 python lessons/05_parallel_attention.py` (or `tpsim lesson run 05`).
+#
+# GPT-2's attention is two linears around a core:
+#
+#     x [b, s, h] --c_attn--> qkv [b, s, 3h] = q | k | v --attention per head--> ctx [b, s, h] --c_proj--> y
+#
+# From `q·kᵀ` to `probs·v`, every head works alone. So, as Megatron-LM does (the paper's Figure 3b), give
+# each rank whole heads: `c_attn` becomes column-parallel (each rank computes the q, k and v of its heads),
+# the core runs locally, and `c_proj` becomes row-parallel (the context of its heads is a slice of `c_proj`'s
+# input). It is the MLP's pattern again — one all-reduce forward, one backward — with one trap in it.
+
+# %%
+RANKS = 4
+
+import numpy as np
+
+from tpsim.comm import ProcessGrid
+from tpsim.nn import CausalSelfAttention, qkv_attention_forward
+from tpsim.teach.runtime import Lesson, shard_error, table
+from tpsim.tp import ColumnParallelLinear, ParallelSelfAttention, RowParallelLinear, head_columns
+
+lesson = Lesson("05", RANKS)
+grid = ProcessGrid(tp=RANKS)
+group, tracer = grid.tp_group, grid.tracer
+
+rng = np.random.default_rng(5)  # the same master weights and data on every rank
+batch, seq, hidden, heads = 2, 6, 32, 8  # 8 heads of 4 dims; 2 heads per rank
+serial = CausalSelfAttention(hidden, heads, rng=rng, std=0.3).set_path("attn")
+for layer in (serial.c_attn, serial.c_proj):
+    layer.params["bias"][...] = 0.1 * rng.standard_normal(layer.params["bias"].shape)
+x = rng.standard_normal((batch, seq, hidden))
+dy = rng.standard_normal((batch, seq, hidden))
+y_ref, serial_cache = serial.forward(x)
+dx_ref = serial.backward(dy, serial_cache)
+
+# %% [markdown]
+# ## The layout trap
+#
+# `c_attn.weight` is `[h, 3h]` and its 3h columns are laid out `q | k | v`; inside each, head j owns
+# columns `j·hd … (j+1)·hd − 1` (hd = h / heads = 4 here). The default column split of lesson 03 hands rank r
+# the contiguous block `[r·3h/p, (r+1)·3h/p)` — which holds no whole head at all. With h = 32 and 4 ranks,
+# rank 0 gets 24 *q* columns, rank 1 gets the last 8 q columns and 16 k columns, and so on. Each rank must
+# instead hold the q, k **and** v columns of its own heads: `head_columns(h, heads, p, r)`.
+
+# %%
+def describe(columns: np.ndarray) -> str:
+    """Master columns as q/k/v ranges, e.g. 'q 0–7 | k 0–7 | v 0–7'."""
+    parts = []
+    for name, offset in (("q", 0), ("k", hidden), ("v", 2 * hidden)):
+        inside = columns[(columns >= offset) & (columns < offset + hidden)] - offset
+        if inside.size:
+            parts.append(f"{name} {inside.min()}–{inside.max()}")
+    return " | ".join(parts)
+
+
+naive = [np.arange(3 * hidden).reshape(RANKS, -1)[r] for r in range(RANKS)]  # the default contiguous split
+right = [head_columns(hidden, heads, RANKS, r) for r in range(RANKS)]  # pure arithmetic: any rank can print all
+rows = [["rank", "heads", "contiguous split of the 3h columns", "head_columns"]]
+rows += [[str(r), f"{2 * r}, {2 * r + 1}", describe(naive[r]), describe(right[r])] for r in range(RANKS)]
+lesson.say("c_attn columns held by each rank (q, k, v index ranges inside [0, h)):", table(rows, right=()), "")
+lesson.equal("rank 1's contiguous block mixes q and k", describe(naive[1]), "q 24–31 | k 0–15")
+lesson.equal("head_columns gives rank 1 the q, k and v of heads 2 and 3", describe(right[1]),
+             "q 8–15 | k 8–15 | v 8–15")
+
+# %% [markdown]
+# ## Falling into it
+#
+# Build the column-parallel `c_attn` with the default split and run the per-head core on what comes out:
+# rank 0 reads its 24 columns as "q, k, v of 2 heads" — in truth they are all q. Nothing crashes; the numbers
+# are simply wrong.
+
+# %%
+c_attn_naive = ColumnParallelLinear.from_serial(serial.c_attn, group, gather_output=False)
+c_proj = RowParallelLinear.from_serial(serial.c_proj, group, input_is_parallel=True)
+with tracer.paused():
+    qkv, _ = c_attn_naive.forward(x)
+    ctx, _ = qkv_attention_forward(qkv, heads // RANKS)
+    y_naive, _ = c_proj.forward(ctx)
+lesson.apart("contiguous split: max |y − y_serial| (wrong, silently)", y_naive, y_ref, 0.01)
+
+try:
+    ParallelSelfAttention(c_attn_naive, c_proj, heads)
+    refused = "accepted"
+except ValueError as err:
+    refused = "refused"
+    lesson.say(f"ParallelSelfAttention says: {err}", "")
+lesson.equal("ParallelSelfAttention with the contiguous split", refused, "refused")
+
+# %% [markdown]
+# ## Split by heads, done right
+#
+# `ParallelSelfAttention.from_serial` picks `c_attn`'s columns with `head_columns` and `c_proj`'s rows by
+# the default (contiguous) split — the context columns of heads 2r and 2r+1 *are* contiguous, since
+# `merge_heads` lays the heads side by side. Forward and backward against the serial layer:
+
+# %%
+attn = ParallelSelfAttention.from_serial(serial, group).set_path("attn")
+tracer.reset()
+y, cache = attn.forward(x)
+dx = attn.backward(dy, cache)
+lesson.close("split by heads: max |y − y_serial|", y, y_ref)
+lesson.close("split by heads: max |∂L/∂x − serial|", dx, dx_ref)
+lesson.close("every gradient shard (c_attn columns of my heads, c_proj rows, bias) vs serial",
+             shard_error(attn, dict(serial.named_grads("attn")), prefix="attn"), 0.0)
+lesson.equal("heads on this rank", attn.heads_per_partition, heads // RANKS)
+
+# %% [markdown]
+# The trace is the MLP's: g in `c_proj` forward, f in `c_attn` backward, each a `[b, s, h]` all-reduce.
+# The attention scores `[b, heads, s, s]` — the tensor that grows with the square of the sequence — never
+# leave their rank.
+
+# %%
+lesson.equal("collectives (scope, phase, op, shape)",
+             [(e.scope, e.phase, e.op, tuple(e.shape)) for e in tracer.events],
+             [("attn.c_proj", "forward", "all_reduce", (batch, seq, hidden)),
+              ("attn.c_attn", "backward", "all_reduce", (batch, seq, hidden))])
+
+# %% [markdown]
+# ## A picture of the two layouts
+#
+# Each strip is the 3h columns of `c_attn`, coloured by the rank holding them.
+
+# %%
+if lesson.rank == 0:
+    plt = lesson.pyplot()
+    owner = np.zeros((2, 3 * hidden))
+    for r in range(RANKS):
+        owner[0, naive[r]], owner[1, right[r]] = r, r
+    fig, ax = plt.subplots(figsize=(9, 2.2))
+    ax.imshow(owner, aspect="auto", cmap="tab10", vmin=0, vmax=9, interpolation="nearest")
+    ax.set_yticks([0, 1], ["contiguous", "head_columns"])
+    ax.set_xticks([hidden / 2, 1.5 * hidden, 2.5 * hidden], ["q", "k", "v"])
+    for edge in (hidden - 0.5, 2 * hidden - 0.5):
+        ax.axvline(edge, color="white", linewidth=2)
+    ax.set_title("c_attn's 3h columns by owning rank (colour = rank 0…3)")
+    fig.tight_layout()
+    lesson.save(fig, "05_qkv_layout.png")
+
+# %% [markdown]
+# ## What to take away
+#
+# * Attention splits by whole heads: column-parallel `c_attn`, a local core, row-parallel `c_proj`.
+# * A rank's `c_attn` columns are the q, k and v of its heads — three strided blocks, not one contiguous one.
+#   The wrong split runs without an error; only a comparison with the serial layer catches it.
+# * One all-reduce forward and one backward per attention layer; scores and probabilities stay local.
+#
+# Exercise: `qkv_columns` in `lessons/exercises/ex05_parallel_attention.py`, then `tpsim check 05`.
+
+# %%
+lesson.finish()

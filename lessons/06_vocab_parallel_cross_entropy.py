@@ -1,0 +1,138 @@
+# %% [markdown]
+# # Lesson 06 — Vocab-parallel cross-entropy: the loss without the logits
+#
+# Runs on **4 ranks**: `mpirun -n 4 python lessons/06_vocab_parallel_cross_entropy.py`
+# (or `tpsim lesson run 06`).
+#
+# The output layer of a language model turns each token's hidden state into one logit per vocabulary entry:
+# `[tokens, V]`, with V = 50257 for GPT-2. Megatron splits this layer by vocabulary (a column-parallel
+# linear tied to the embedding), so rank r ends up holding the logits `z_r: [tokens, V/p]` of its slice of
+# the vocabulary. The obvious next step — all-gather the logits and run the ordinary softmax cross-entropy —
+# would move the largest activation of the whole model. Equations (3) and (4) of the paper avoid it.
+
+# %%
+RANKS = 4
+
+import numpy as np
+
+from tpsim.comm import ProcessGrid, wire_bytes
+from tpsim.nn import softmax_cross_entropy_backward, softmax_cross_entropy_forward
+from tpsim.teach.runtime import Lesson, table
+from tpsim.tp import VocabParallelCrossEntropy, padded_vocab_size, vocab_range
+from tpsim.trace.aggregate import human_bytes
+
+lesson = Lesson("06", RANKS)
+grid = ProcessGrid(tp=RANKS)
+group, tracer = grid.tp_group, grid.tracer
+
+# %% [markdown]
+# ## Three numbers per token
+#
+# For one token with logits `z` and target `t`, the loss is `log Σ_c exp(z_c) − z_t`. Subtracting the
+# largest logit `m` keeps every exponent ≤ 0, so nothing overflows even for logits in the thousands:
+#
+#     (3)  m = max_c z_c,   S = Σ_c exp(z_c − m),   log Z = m + log S
+#     (4)  loss = log Z − z_t
+#
+# Each of `m`, `S` and `z_t` is a reduction over the vocabulary, so each is *one all-reduce of `[tokens]`
+# numbers*: MAX of the ranks' local maxima; SUM of the local sums of `exp(z − m)` (after `m` is known);
+# SUM of the target logit, which its owner contributes and every other rank sends as 0. The backward,
+# `softmax − onehot`, needs no communication at all: every rank has `m` and `S` for its own columns.
+#
+# V = 50 does not divide by 4, so the vocabulary is padded to `Vp = 52` and the last rank holds two padding
+# columns. We fill them with 10⁴ to show that they never enter the max, the sum or the gradient.
+
+# %%
+rng = np.random.default_rng(6)  # the same master logits and targets on every rank
+tokens, vocab = 6, 50
+padded = padded_vocab_size(vocab, RANKS)
+start, end = vocab_range(padded, RANKS, group.rank)
+targets = rng.integers(0, vocab, size=tokens)
+lesson.say(f"V = {vocab}, padded to Vp = {padded}; this rank (rank 0) holds columns [{start}, {end})", "")
+
+
+def local_logits(master: np.ndarray) -> np.ndarray:
+    """This rank's columns of the master logits, padding columns filled with 1e4."""
+    full = np.pad(master, ((0, 0), (0, padded - vocab)), constant_values=1e4)
+    return np.ascontiguousarray(full[:, start:end])
+
+
+loss_fn = VocabParallelCrossEntropy(group, vocab_size=vocab, vocab_start=start).set_path("loss")
+for scale in (1.0, 1000.0):
+    master = scale * rng.standard_normal((tokens, vocab))
+    tracer.reset()
+    loss, cache = loss_fn.forward(local_logits(master), targets)
+    dz = loss_fn.backward(1.0, cache)
+    loss_ref, ref_cache = softmax_cross_entropy_forward(master, targets)
+    dz_ref = np.pad(softmax_cross_entropy_backward(1.0, ref_cache), ((0, 0), (0, padded - vocab)))
+    lesson.close(f"logits ×{scale:g}: |loss − serial loss| (serial {loss_ref:.6g})", loss, loss_ref, tol=1e-12 * scale)
+    lesson.close(f"logits ×{scale:g}: max |∂loss/∂z_r − serial gradient's columns| (padding: exactly 0)",
+                 dz, dz_ref[:, start:end])
+
+# %% [markdown]
+# ## What moved
+#
+# The trace of that last forward and backward should hold exactly three all-reduces of `[tokens]` and
+# nothing else. For comparison we then gather the logits for real, the way the naive approach would.
+
+# %%
+shapes = [(e.phase, e.op, e.reduce_op, tuple(e.shape)) for e in tracer.events]
+lesson.equal("collectives of the loss (phase, op, reduction, shape)", shapes,
+             [("forward", "all_reduce", "max", (tokens,)), ("forward", "all_reduce", "sum", (tokens,)),
+              ("forward", "all_reduce", "sum", (tokens,))])
+ce_bytes = sum(e.bytes for e in tracer.events)
+lesson.equal("bytes of the three all-reduces = 3 · tokens · 8", ce_bytes, 3 * tokens * 8)
+
+tracer.reset()
+with tracer.region(scope="naive", phase="forward"):
+    gathered = group.all_gather(local_logits(master), axis=-1)  # [tokens, Vp] on every rank
+gather_bytes = sum(e.bytes for e in tracer.events)
+lesson.equal("bytes of gathering the logits = tokens · Vp · 8", gather_bytes, tokens * padded * 8)
+lesson.equal("ratio gather / vocab-parallel = Vp / 3 (measured)", round(gather_bytes / ce_bytes, 3),
+             round(padded / 3, 3))
+
+# %% [markdown]
+# Here the ratio is a modest 17. It is `Vp / 3` whatever the number of tokens, because both sides scale
+# with them — so it is about 16 750 for GPT-2's vocabulary. With the formulas of `tpsim.comm.cost`, for a
+# realistic step (8 sequences of 1024 tokens, float32, 8 ranks):
+
+# %%
+rows = [["vocabulary", "vocab-parallel CE", "gather the logits", "ratio", "wire (gather, per rank)"]]
+n_tokens, itemsize, p = 8 * 1024, 4, 8
+for v in (50, 32000, 50257, 128256):
+    vp = padded_vocab_size(v, p)
+    ce, naive = 3 * n_tokens * itemsize, n_tokens * vp * itemsize
+    rows.append([f"{v:,}", human_bytes(ce), human_bytes(naive), f"{naive / ce:,.0f}",
+                 human_bytes(wire_bytes("all_gather", naive, p))])
+lesson.say(table(rows), "")
+gpt2 = padded_vocab_size(50257, p)
+lesson.equal("GPT-2 (Vp = 50264 at 8 ranks): bytes ratio", round(n_tokens * gpt2 / (3 * n_tokens)), 16755)
+
+# %%
+if lesson.rank == 0:
+    plt = lesson.pyplot()
+    vs = np.logspace(1, 5.3, 60)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.loglog(vs, [n_tokens * padded_vocab_size(int(v), p) * itemsize for v in vs], label="all-gather the logits")
+    ax.loglog(vs, [3 * n_tokens * itemsize] * len(vs), label="vocab-parallel CE (3 all-reduces)")
+    ax.axvline(50257, color="grey", linestyle=":", label="GPT-2's V")
+    ax.set_xlabel("vocabulary size V")
+    ax.set_ylabel("bytes per step (8 × 1024 tokens, fp32)")
+    ax.set_title("cross-entropy communication")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    fig.tight_layout()
+    lesson.save(fig, "06_ce_bytes.png")
+
+# %% [markdown]
+# ## What to take away
+#
+# * The loss of vocab-split logits needs three `[tokens]` all-reduces: max, sum of exponentials, target logit.
+# * Subtracting the global max first keeps `exp` finite for any logits; padding columns are simply left out.
+# * The backward is local. The `[tokens, V]` logits — the largest activation — never cross the network.
+#
+# Exercise: the three reductions in `lessons/exercises/ex06_vocab_parallel_cross_entropy.py`, then
+# `tpsim check 06`.
+
+# %%
+lesson.finish()

@@ -1,0 +1,116 @@
+"""The lessons and exercises as whole programs under mpiexec: every lesson's CHECKs, every solution, every stub.
+
+Lessons and exercises are discovered by file name, so a new ``lessons/NN_*.py`` (with its exercise, solution
+and check) is tested here without touching this file.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mpirun import ROOT, run_mpi
+from tpsim.cli import main as tpsim_main
+from tpsim.teach.checks import CHECKS
+from tpsim.teach.lessons import discover, exercise_files, read_checks
+
+pytestmark = pytest.mark.slow
+
+LESSONS = discover()
+STUBS, SOLUTIONS = exercise_files("exercises"), exercise_files("solutions")
+NOT_DONE = 3  # tpsim check's exit status for an exercise that still raises NotImplementedError
+
+
+def tpsim(capfd, *args: str) -> tuple[int, str, str]:
+    """The ``tpsim`` command in this process: ``(exit status, stdout, stderr)``, including mpiexec's output.
+
+    The commands launch mpiexec themselves, in their own process group with a timeout (``--timeout``), so a
+    hung check is killed by the command under test; pytest-timeout is the backstop.
+    """
+    capfd.readouterr()
+    code = tpsim_main(list(args))
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda info: info.path.stem)
+def test_lesson_runs_at_its_rank_count_with_every_check_ok(lesson, tmp_path):
+    r = run_mpi(lesson.ranks, [str(lesson.path), "--out", str(tmp_path)], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    checks = read_checks(r.stdout)
+    assert checks, f"lesson {lesson.number} printed no CHECK line"
+    assert [claim for claim, ok in checks if not ok] == []
+    assert f"lesson {lesson.number}: {len(checks)} checks, all OK" in r.stdout
+    assert all(png.read_bytes()[:4] == b"\x89PNG" for png in tmp_path.glob("*.png"))
+    assert r.seconds < 30, f"lesson {lesson.number} took {r.seconds:.1f} s (aim: a few seconds)"
+
+
+def test_every_exercise_has_a_solution_a_lesson_and_a_check():
+    numbers = {info.number for info in LESSONS}
+    assert set(STUBS) == set(SOLUTIONS)
+    assert set(STUBS) <= numbers and set(STUBS) <= set(CHECKS)
+
+
+@pytest.mark.parametrize("number", sorted(SOLUTIONS))
+def test_reference_solution_passes_tpsim_check(capfd, number):
+    code, out, err = tpsim(capfd, "check", number, str(SOLUTIONS[number]))
+    assert code == 0, out + err
+    assert f"exercise {number} OK" in out
+
+
+@pytest.mark.parametrize("number", sorted(STUBS))
+def test_stub_is_reported_not_done_yet(capfd, number):
+    code, out, err = tpsim(capfd, "check", number)  # FILE defaults to the stub
+    assert code == NOT_DONE, out + err
+    assert f"exercise {number} is not done yet: implement " in out and "see the TODO" in out
+
+
+def test_wrong_rank_count_is_one_line_on_rank_zero_and_a_nonzero_exit():
+    r = run_mpi(2, [str(ROOT / "lessons" / "03_column_row_parallel.py")], timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "lesson 03 needs 4 ranks: mpirun -n 4 python lessons/03_column_row_parallel.py" in lines[0]
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_wrong_g_backward_is_explained(capfd, tmp_path):
+    """A g backward that doubles the gradient: the check names the rank, the tensor and the difference."""
+    bad = tmp_path / "ex02_wrong.py"
+    bad.write_text(SOLUTIONS["02"].read_text() + "\n\ndef g_backward(dy, group):  # redefined: the bug\n"
+                                                "    return dy * 2\n")
+    code, out, err = tpsim(capfd, "check", "02", str(bad))
+    assert code == 1, out + err
+    assert "exercise 02 FAILED: g_backward" in out
+    assert "rank 0, g_backward(dy) for dy of shape (3, 5)" in out
+    assert "expected shape (3, 5), got shape (3, 5)" in out and "max |got − expected| = " in out
+    assert "got = 2 × expected everywhere" in out and "the same goes wrong on rank 1" in out
+    assert "hint: " in out
+
+
+def test_a_function_that_raises_is_reported_without_a_hang(capfd, tmp_path):
+    bad = tmp_path / "ex05_raises.py"
+    bad.write_text("def qkv_columns(hidden, heads, tp, tp_rank):\n    return [][tp_rank]\n")
+    code, out, err = tpsim(capfd, "check", "05", str(bad), "--timeout", "60")
+    assert code == 1, out + err
+    assert "raised IndexError: list index out of range (line 2: return [][tp_rank])" in out
+
+
+def test_a_collective_on_one_rank_only_is_stopped_by_the_timeout(capfd, tmp_path):
+    bad = tmp_path / "ex02_hangs.py"
+    bad.write_text(SOLUTIONS["02"].read_text() + "\n\ndef g_backward(dy, group):  # rank 0 waits for rank 1\n"
+                                                "    return group.all_reduce(dy) if group.rank == 0 else dy\n")
+    code, out, err = tpsim(capfd, "check", "02", str(bad), "--timeout", "4")
+    assert code == 124, out + err
+    assert "stopped after 4 s: a rank is probably waiting in a collective" in err
+
+
+def test_lesson_list_and_run_from_the_cli(capfd, tmp_path):
+    code, out, _ = tpsim(capfd, "lesson", "list")
+    assert code == 0
+    for info in LESSONS:
+        assert info.title in out and info.command in out
+    code, out, err = tpsim(capfd, "lesson", "run", "1", "--out", str(tmp_path))
+    assert code == 0, out + err
+    assert "lesson 01: " in out and (tmp_path / "01_block_splits.png").exists()
+    code, _, err = tpsim(capfd, "lesson", "run", "99")
+    assert code == 2 and "there is no lesson 99" in err

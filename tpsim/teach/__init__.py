@@ -1,0 +1,17 @@
+"""The guided lessons and their exercises: discovery, the lesson runtime, and the exercise checker.
+
+    lessons/NN_name.py                jupytext percent scripts, ``mpirun -n RANKS python lessons/NN_name.py``
+    lessons/exercises/exNN_name.py    a TODO stub per lesson: the key piece, left for the learner
+    lessons/solutions/exNN_name.py    the reference answers (``tpsim check NN lessons/solutions/...`` passes)
+
+    tpsim.teach.lessons     find lessons by file name; read each one's ``RANKS = N`` and title
+    tpsim.teach.runtime     ``Lesson``: the rank check, ``CHECK ... OK`` lines, figures in ``--out``
+    tpsim.teach.verdict     run a learner's function on real ranks and explain a difference
+    tpsim.teach.checks      one check per exercise (the registry ``CHECKS``)
+    tpsim.teach.cli         ``tpsim lesson list|run NN`` and ``tpsim check NN [FILE]``
+
+Adding a lesson is adding a file: ``lessons/10_sequence_parallel.py`` that sets ``RANKS = N`` in its first code
+cell, opens with the markdown line ``# # Lesson 10 — Title``, builds ``Lesson("10", RANKS)`` and ends with
+``lesson.finish()``. The CLI, ``lessons/run_all.py`` and ``tests/test_lessons.py`` find it by its name. An
+exercise adds the stub, the solution and a check function registered with ``@exercise("10", ...)``.
+"""

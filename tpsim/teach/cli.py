@@ -1,0 +1,128 @@
+"""``tpsim lesson list|run NN`` and ``tpsim check NN [FILE]`` — plain processes that launch ``mpiexec``.
+
+The lessons and the checker run on real ranks, so these commands start ``mpiexec -n RANKS`` with the rank
+count the lesson declares, using the ``mpiexec`` beside this Python (the venv's MPICH wheel) before the first
+on PATH, and ``sys.executable`` for the ranks. Each launch runs in its own process group with a timeout; on
+timeout the whole group is killed, so a rank stuck in a collective cannot hang the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, discover, exercise_file, find_lesson, normalize, table
+
+LESSON_TIMEOUT, CHECK_TIMEOUT = 300.0, 120.0
+
+
+@dataclass
+class Launch:
+    returncode: int  # 124 when the timeout killed it
+    output: str  # stdout + stderr when captured, "" otherwise
+    seconds: float
+
+
+def mpiexec() -> str:
+    """The mpiexec beside this Python (the venv's MPICH wheel), else the first on PATH."""
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec")
+
+
+def launch(ranks: int, args: list[str], *, timeout: float, capture: bool = False) -> Launch:
+    """``mpiexec -n RANKS python ARGS``; output streamed to this terminal, or captured (stdout + stderr) when asked."""
+    env = dict(os.environ)
+    env.setdefault("MPLBACKEND", "Agg")
+    cmd = [mpiexec(), "-n", str(ranks), sys.executable, *args]
+    pipe = subprocess.PIPE if capture else None
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=pipe, stderr=subprocess.STDOUT if capture else None, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        code = 124
+        note = (f"stopped after {timeout:g} s: a rank is probably waiting in a collective that another rank "
+                f"never entered")
+        if capture:
+            out = (out or "") + note + "\n"
+        else:
+            print(note, file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C reaches only this process (the ranks run in their own session)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return Launch(code, out or "", time.perf_counter() - t0)
+
+
+def run_lesson(number: str | int, out: str | None = None, *, timeout: float = LESSON_TIMEOUT,
+               capture: bool = False) -> Launch:
+    info = find_lesson(number)
+    return launch(info.ranks, [str(info.path)] + (["--out", out] if out else []), timeout=timeout, capture=capture)
+
+
+def run_check(number: str | int, file: str | Path | None = None, *, timeout: float = CHECK_TIMEOUT,
+              capture: bool = False) -> Launch:
+    """Check ``file`` (default: the exercise stub) for exercise ``number`` at its lesson's rank count."""
+    number = normalize(number)
+    path = Path(file) if file is not None else _shorter(exercise_file(number))
+    ranks = find_lesson(number).ranks
+    return launch(ranks, ["-m", "tpsim.teach.run_check", number, str(path)], timeout=timeout, capture=capture)
+
+
+def _shorter(path: Path) -> Path:
+    """``path`` relative to the working directory when it lies below it (messages read better)."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def lesson_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tpsim lesson", description="The guided lessons, on real MPI ranks.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="number, title and rank count of every lesson")
+    run = sub.add_parser("run", help="run one lesson at its rank count")
+    run.add_argument("number", help="lesson number, e.g. 03")
+    run.add_argument("--out", default=None, help=f"folder for the lesson's figures (default {DEFAULT_OUT}/)")
+    run.add_argument("--timeout", type=float, default=LESSON_TIMEOUT, help="seconds before the run is stopped")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "list":
+            rows = [["lesson", "ranks", "title", "run it with"]]
+            rows += [[info.number, str(info.ranks), info.title, info.command] for info in discover()]
+            print(table(rows, right=(1,)) if len(rows) > 1 else "no lessons found")
+            return 0
+        return run_lesson(args.number, args.out, timeout=args.timeout).returncode
+    except LessonsNotFound as err:
+        print(f"tpsim lesson: error: {err}", file=sys.stderr)
+        return 2
+
+
+def check_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tpsim check", description="Check your exercise against the reference "
+                                     "on real ranks, at its lesson's rank count.",
+                                     epilog="exit status: 0 right, 1 wrong (explained), 2 usage, 3 not done yet "
+                                            "(NotImplementedError), 124 stopped by --timeout")
+    parser.add_argument("number", help="exercise number, e.g. 02")
+    parser.add_argument("file", nargs="?", default=None,
+                        help="the file with your functions (default lessons/exercises/exNN_*.py)")
+    parser.add_argument("--timeout", type=float, default=CHECK_TIMEOUT, help="seconds before the check is stopped")
+    args = parser.parse_args(argv)
+    try:
+        if args.file is not None and not Path(args.file).is_file():
+            raise LessonsNotFound(f"no such file: {args.file}")
+        return run_check(args.number, args.file, timeout=args.timeout).returncode
+    except LessonsNotFound as err:
+        print(f"tpsim check: error: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,114 @@
+"""Where the lessons live, what each declares (number, title, rank count, exercise files), what each prints.
+
+A lesson is a file ``lessons/NN_name.py`` whose first markdown cell starts with ``# # Lesson NN — Title`` and
+whose code declares its world size in a line ``RANKS = N``. Nothing else registers it: the CLI, the runner
+and the tests list the folder. It prints ``CHECK claim: value ... OK`` (or ``FAILED``) lines and figures into
+``DEFAULT_OUT``. Pure file reading and text, no MPI: ``tpsim lesson list`` starts no MPI runtime.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import tpsim
+
+LESSON_FILE = re.compile(r"^(\d\d)_\w+\.py$")
+RANKS_LINE = re.compile(r"^RANKS\s*=\s*(\d+)\s*(?:#.*)?$", re.MULTILINE)
+TITLE_LINE = re.compile(r"^# # (?:Lesson \d+\s*[—:-]\s*)?(.+?)\s*$", re.MULTILINE)
+KINDS = ("exercises", "solutions")
+DEFAULT_OUT = "tpsim-out/lessons"
+CHECK_LINE = re.compile(r"^CHECK (.*) \.\.\. (OK|FAILED)$", re.MULTILINE)
+
+
+class LessonsNotFound(LookupError):
+    """No ``lessons/`` folder, no such lesson, or no such exercise file; the message says which and where."""
+
+
+def lessons_dir() -> Path:
+    """The repository's ``lessons/`` folder, next to the ``tpsim`` package of a source checkout."""
+    root = Path(tpsim.__file__).resolve().parent.parent / "lessons"
+    if not root.is_dir():
+        raise LessonsNotFound(f"no lessons/ folder at {root}: the lessons ship with the source repository, not "
+                              f"the package; clone it and install it there with pip install -e .")
+    return root
+
+
+def normalize(number: str | int) -> str:
+    """``3``, ``"3"``, ``"03"`` -> ``"03"``."""
+    text = str(number).strip()
+    if not text.isdigit():
+        raise LessonsNotFound(f"a lesson number is one or two digits, got {number!r}")
+    return f"{int(text):02d}"
+
+
+@dataclass(frozen=True)
+class LessonInfo:
+    number: str  # "03"
+    path: Path
+    title: str
+    ranks: int
+
+    @property
+    def command(self) -> str:
+        return f"mpirun -n {self.ranks} python lessons/{self.path.name}"
+
+
+def read_lesson(path: Path) -> LessonInfo:
+    """Parse one lesson file's ``RANKS = N`` and title (``ValueError`` when ``RANKS`` is missing)."""
+    text = path.read_text(encoding="utf-8")
+    ranks = RANKS_LINE.search(text)
+    if ranks is None:
+        raise ValueError(f"{path} declares no 'RANKS = N' line")
+    title = TITLE_LINE.search(text)
+    return LessonInfo(path.name[:2], path, title.group(1) if title else path.stem[3:].replace("_", " "),
+                      int(ranks.group(1)))
+
+
+def discover(root: Path | None = None) -> list[LessonInfo]:
+    """Every ``NN_*.py`` in the lessons folder, by number."""
+    root = lessons_dir() if root is None else root
+    return [read_lesson(p) for p in sorted(root.iterdir()) if LESSON_FILE.match(p.name)]
+
+
+def find_lesson(number: str | int, root: Path | None = None) -> LessonInfo:
+    """Lesson ``number``, reading only its own file (another lesson being written cannot break this one)."""
+    number = normalize(number)
+    root = lessons_dir() if root is None else root
+    found = sorted(p for p in root.glob(f"{number}_*.py") if LESSON_FILE.match(p.name))
+    if not found:
+        known = ", ".join(sorted({p.name[:2] for p in root.iterdir() if LESSON_FILE.match(p.name)})) or "none"
+        raise LessonsNotFound(f"there is no lesson {number} (lessons: {known}; see tpsim lesson list)")
+    return read_lesson(found[0])
+
+
+def exercise_files(kind: str = "exercises", root: Path | None = None) -> dict[str, Path]:
+    """``{"02": lessons/exercises/ex02_conjugate_f_g.py, ...}`` (``kind`` "exercises" or "solutions")."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    folder = (lessons_dir() if root is None else root) / kind
+    pattern = re.compile(r"^ex(\d\d)_\w+\.py$")
+    return {m.group(1): p for p in sorted(folder.glob("ex*.py")) if (m := pattern.match(p.name))}
+
+
+def exercise_file(number: str | int, kind: str = "exercises", root: Path | None = None) -> Path:
+    number = normalize(number)
+    files = exercise_files(kind, root)
+    if number not in files:
+        raise LessonsNotFound(f"there is no lessons/{kind}/ex{number}_*.py")
+    return files[number]
+
+
+# --- what a lesson prints ---------------------------------------------------------------------------------------
+def read_checks(output: str) -> list[tuple[str, bool]]:
+    """The ``CHECK claim: value ... OK|FAILED`` lines of a lesson's output as ``(claim: value, ok)``."""
+    return [(m.group(1), m.group(2) == "OK") for m in CHECK_LINE.finditer(output)]
+
+
+def table(rows: list[list[str]], right: tuple[int, ...] | None = None) -> str:
+    """Rows of cells as aligned text; the columns in ``right`` (default: all but the first) right-aligned."""
+    right = tuple(range(1, len(rows[0]))) if right is None else right
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in
+                               enumerate(zip(row, widths))).rstrip() for row in rows)

@@ -1,0 +1,43 @@
+"""``mpiexec -n N python -m tpsim.teach.run_check NN FILE`` — the checker's side of ``tpsim check NN [FILE]``.
+
+Runs on every rank of a launch at lesson NN's rank count; ``tpsim.teach.cli.check_main`` starts it.
+Exit status: 0 OK, 1 wrong, 2 usage (bad number, missing file, wrong rank count), 3 not done yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tpsim.comm import ConfigError
+from tpsim.comm.launch import run_main, world_size
+from tpsim.teach.checks import CHECKS
+from tpsim.teach.lessons import LessonsNotFound, find_lesson, normalize
+from tpsim.teach.verdict import run
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise ConfigError(message)  # the same on every rank: run_main prints it once
+
+
+def main() -> int:
+    parser = _Parser(prog="python -m tpsim.teach.run_check")
+    parser.add_argument("number", help="exercise number, e.g. 02")
+    parser.add_argument("file", type=Path, help="the file holding your functions")
+    args = parser.parse_args()
+    try:
+        number = normalize(args.number)
+        ranks = find_lesson(number).ranks
+    except LessonsNotFound as err:
+        raise ConfigError(str(err)) from None
+    if number not in CHECKS:
+        raise ConfigError(f"exercise {number} has no check (add one to tpsim/teach/checks.py)")
+    if world_size() != ranks:
+        raise ConfigError(f"exercise {number} runs on {ranks} ranks like its lesson: tpsim check {number} "
+                          f"(this run has {world_size()})")
+    return run(CHECKS[number], args.file)
+
+
+if __name__ == "__main__":
+    run_main(main, prog="tpsim check")

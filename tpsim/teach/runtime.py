@@ -1,0 +1,160 @@
+"""What every lesson script shares: the rank check, ``CHECK`` lines, printing on rank 0, figures in ``--out``.
+
+    RANKS = 4
+    lesson = Lesson("03", RANKS)        # another world size: one line on rank 0, exit status 2 on every rank
+    lesson.say("printed once, by rank 0")
+    lesson.close("max |parallel − serial| of y", y, y_serial)     # CHECK ...: 2.2e-16 (tolerance 1e-12) ... OK
+    lesson.equal("all-reduces in the forward", n_calls, 1)        # CHECK ...: 1 (expected 1) ... OK
+    lesson.check("a claim", "what was measured", ok)              # the general form
+    if lesson.rank == 0:
+        plt = lesson.pyplot(); ...; lesson.save(fig, "03_collectives.png")
+    lesson.finish()                     # "lesson 03: 9 checks, all OK"; exit status 1 if any CHECK failed
+
+Every CHECK is collective. Its verdict is combined over all ranks with one all-reduce on a private, untraced
+world group, so the lesson's own traced collectives stay exactly the ones it teaches about, every rank agrees
+on every verdict, and every rank exits with the same status.
+
+A lesson is a script with cells at the top level, not a ``main()``: an uncaught exception on one rank would
+leave the others waiting in their next collective forever. ``Lesson`` therefore installs a ``sys.excepthook``
+that hands the exception to ``run_main``, which ends the job the way every tpsim entry point does: a
+``ConfigError`` (the wrong world size) prints one line on rank 0 and exits 2 everywhere, anything else prints
+its traceback and aborts the whole job.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from tpsim.comm import ConfigError, ProcessGrid, Tracer
+from tpsim.comm.launch import run_main, world_rank, world_size
+from tpsim.demo.cli import RankZeroParser
+from tpsim.nn.module import Module
+from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, find_lesson, normalize, table  # noqa: F401 (re-export)
+from tpsim.tp.partition import take_shard
+
+
+def max_abs_diff(got, expected) -> float:
+    """``max |got − expected|`` as a float; ``inf`` when either holds a NaN or the shapes differ."""
+    got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    if got.shape != expected.shape:
+        return float("inf")
+    if got.size == 0:
+        return 0.0
+    diff = np.abs(got - expected)
+    return float("inf") if np.isnan(diff).any() else float(diff.max())
+
+
+def shard_error(parallel: Module, serial: dict[str, np.ndarray], *, prefix: str = "", grads: bool = True) -> float:
+    """Largest ``|shard − its slice of the serial tensor|`` over every gradient (or parameter) of ``parallel``.
+
+    ``serial``: the serial model's tensors by dotted name (``dict(serial.named_grads(prefix))``). A shard's
+    ``Partition`` says which master positions it holds (``take_shard``); a replicated tensor is compared whole.
+    """
+    tensors = parallel.named_grads(prefix) if grads else parallel.named_parameters(prefix)
+    return max(max_abs_diff(t, take_shard(serial[name], part))
+               for (name, t), (_, part) in zip(tensors, parallel.named_partitions(prefix)))
+
+
+def _script_name(number: str) -> str:
+    try:
+        return find_lesson(number).path.name
+    except (LessonsNotFound, ValueError):
+        return f"{number}_*.py"
+
+
+class Lesson:
+    """One run of lesson ``number`` on ``ranks`` ranks; see the module docstring for the calls."""
+
+    def __init__(self, number: str | int, ranks: int, argv: list[str] | None = None) -> None:
+        self.number, self.ranks = normalize(number), int(ranks)
+        self.script = _script_name(self.number)
+        sys.excepthook = self._fail_loud  # before anything can raise
+        parser = RankZeroParser(prog=f"lessons/{self.script}")  # --help once; a bad flag: one line, exit 2
+        parser.add_argument("--out", default=DEFAULT_OUT, help=f"folder for figures (default {DEFAULT_OUT}/)")
+        args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)  # a notebook adds its own
+        self.out = Path(args.out)
+        self.rank, self.world_size = world_rank(), world_size()
+        if self.world_size != self.ranks:  # the same on every rank, before any collective
+            raise ConfigError(f"lesson {self.number} needs {self.ranks} rank{'s' if self.ranks > 1 else ''}: "
+                              f"mpirun -n {self.ranks} python lessons/{self.script} "
+                              f"(this run has {self.world_size})")
+        # A private world group whose tracer is off: CHECK verdicts never show up in a lesson's trace.
+        self._verify = ProcessGrid(tp=1, tracer=Tracer(self.rank, enabled=False)).world
+        self.results: list[bool] = []
+
+    def _fail_loud(self, exc_type, exc, tb) -> None:
+        def reraise():
+            raise exc.with_traceback(tb)
+
+        run_main(reraise, prog=f"lessons/{self.script}")
+
+    # --- output -----------------------------------------------------------------------------------------------
+    def say(self, *lines: str) -> None:
+        """Print on rank 0 only, one whole write (lines of several ranks never interleave)."""
+        if self.rank == 0:
+            print("\n".join(lines), flush=True)
+
+    def gather(self, obj) -> list | None:
+        """Every rank's ``obj`` in rank order on rank 0 (``None`` elsewhere); untraced."""
+        return self._verify.gather_objects(obj)
+
+    def pyplot(self):
+        """matplotlib.pyplot with the Agg backend, imported on the calling rank only (rank 0 draws)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        return plt
+
+    def save(self, fig, name: str) -> Path:
+        """Write ``fig`` as ``--out/name`` (rank 0 only) and say where."""
+        if self.rank != 0:
+            raise RuntimeError("only rank 0 writes figures")
+        self.out.mkdir(parents=True, exist_ok=True)
+        path = self.out / name
+        fig.savefig(path, dpi=120)
+        self.pyplot().close(fig)
+        self.say(f"wrote {path}")
+        return path
+
+    # --- checks -----------------------------------------------------------------------------------------------
+    def _verdict(self, claim: str, shown: str, ok: bool) -> bool:
+        self.results.append(ok)
+        self.say(f"CHECK {claim}: {shown} ... {'OK' if ok else 'FAILED'}")
+        return ok
+
+    def check(self, claim: str, shown: str, ok: bool) -> bool:
+        """``CHECK claim: shown ... OK`` when ``ok`` holds on every rank; ``shown`` is rank 0's."""
+        everywhere = self._verify.all_true(bool(ok))
+        if ok and not everywhere:
+            shown += " (but not on every rank)"
+        return self._verdict(claim, shown, everywhere)
+
+    def close(self, claim: str, got, expected, tol: float = 1e-12) -> float:
+        """Claim ``got`` equals ``expected`` within ``tol`` (absolute) on every rank; returns the worst difference."""
+        worst = float(self._verify.all_reduce(np.array([max_abs_diff(got, expected)]), op="max")[0])
+        self._verdict(claim, f"{worst:.1e} (tolerance {tol:g})", worst <= tol)
+        return worst
+
+    def apart(self, claim: str, a, b, at_least: float) -> float:
+        """Claim ``a`` and ``b`` differ by at least ``at_least`` somewhere, on every rank (a wrong way is wrong)."""
+        least = float(self._verify.all_reduce(np.array([max_abs_diff(a, b)]), op="min")[0])
+        self._verdict(claim, f"max |difference| {least:.3g} (at least {at_least:g})", least >= at_least)
+        return least
+
+    def equal(self, claim: str, got, expected) -> bool:
+        """Claim ``got == expected`` (numbers, strings, tuples or arrays) on every rank."""
+        same = bool(np.array_equal(got, expected)) if isinstance(got, np.ndarray) else bool(got == expected)
+        return self.check(claim, f"{got}" if same else f"{got} (expected {expected})", same)
+
+    def finish(self) -> None:
+        """The summary line; exit status 1 on every rank if any CHECK failed (the verdicts are world-wide)."""
+        failed = self.results.count(False)
+        verdict = "all OK" if not failed else f"{failed} FAILED"
+        self.say(f"lesson {self.number}: {len(self.results)} checks, {verdict}")
+        if failed:
+            sys.exit(1)
