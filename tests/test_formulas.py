@@ -11,8 +11,9 @@ import pytest
 from tpsim.models import GPTConfig
 from tpsim.trace.formulas import SP_GRAD_PHASE, compare, format_comparison, formula_verdict, predict_step, ring_time
 from tpsim.trace.hardware import IB_NDR, NVLINK4_H100, PCIE4_X16, PRESETS, estimate_breakdown, estimate_step_time
-from tpsim.trace.memory import (activation_elements, block_activation_elements, korthikanti_layer_bytes,
-                                param_elements, real_vocab_columns)
+from tpsim.trace.memory import (activation_elements, block_activation_elements, block_activation_regions,
+                                korthikanti_layer_bytes, korthikanti_layer_elements, param_elements,
+                                predict_memory, real_vocab_columns)
 
 CFG = GPTConfig(vocab_size=13, n_positions=6, n_embd=16, n_layer=2, n_head=8)
 MiB = 2**20
@@ -55,6 +56,59 @@ def test_activation_elements_by_hand():
     assert [real_vocab_columns(13, 2, r) for r in (0, 1)] == [7, 6]
     got = activation_elements(CFG, 2, b, s, tp_rank=1)
     assert got == {"floats": 2 * block + 2 * b * s * h + b * s + b * s * 6, "masks": 2 * b * s}
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("sequence_parallel", [False, True], ids=["tp", "tp+sp"])
+def test_korthikanti_elements_priced_at_16_bit_are_table2(t, sequence_parallel):
+    s, b, h, a = 32, 3, 64, 8
+    floats, masks = korthikanti_layer_elements(s, b, h, a, t, sequence_parallel)
+    assert 2 * floats + masks == pytest.approx(korthikanti_layer_bytes(s, b, h, a, t, sequence_parallel), rel=1e-15)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+def test_ours_with_sp_in_16_bit_is_korthikanti_sp_plus_the_rstd_vectors(t):
+    """The TP + SP line: our layer at 2 bytes a float and 1 a mask is the paper's + 4·b·s/t bytes."""
+    s, b, h, a = 32, 3, 64, 8
+    floats, masks = block_activation_elements(b, s, h, a, t, dropout=True, sequence_parallel=True)
+    assert 2 * floats + masks == korthikanti_layer_bytes(s, b, h, a, t, sequence_parallel=True) + 4 * b * s // t
+    paper_floats, paper_masks = korthikanti_layer_elements(s, b, h, a, t, sequence_parallel=True)
+    assert (floats, masks) == (paper_floats + 2 * b * s // t, paper_masks)  # the same masks, to the element
+
+
+def test_sequence_parallel_block_by_hand():
+    b, s, h, t = 3, 8, 16, 4  # (4bsh + 2bs)/t + 12bsh/t + (a/t)·b·s²  at a = 8; masks 2bsh/t + (a/t)·b·s²
+    probs = 2 * b * s * s
+    assert block_activation_elements(b, s, h, 8, t, sequence_parallel=True) == (
+        (4 * b * s * h + 2 * b * s) // t + 12 * b * s * h // t + probs, 0)
+    assert block_activation_elements(b, s, h, 8, t, dropout=True, sequence_parallel=True) == (
+        (4 * b * s * h + 2 * b * s) // t + 12 * b * s * h // t + 2 * probs, 2 * b * s * h // t + probs)
+    with pytest.raises(ValueError, match="sequence length 6 is not divisible by tp 4"):
+        block_activation_elements(b, 6, h, 8, t, sequence_parallel=True)
+
+
+@pytest.mark.parametrize("dropout", [False, True], ids=["no-dropout", "dropout"])
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+def test_sequence_parallel_divides_the_layernorm_dropout_region_by_tp(t, dropout):
+    b, s, h, a = 3, 16, 32, 8
+    tp, sp = (block_activation_regions(b, s, h, a, t, dropout, flag) for flag in (False, True))
+    assert [x * t for x in sp["ln_dropout"]] == list(tp["ln_dropout"]), "exactly 1/tp"
+    assert sp["tensor_parallel"] == tp["tensor_parallel"], "heads and columns are split by TP either way"
+    cfg = GPTConfig(vocab_size=13, n_positions=s, n_embd=h, n_layer=2, n_head=a, dropout=0.1 if dropout else 0.0)
+    plain, split = (predict_memory(cfg, t, b, s, np.float64, sequence_parallel=flag) for flag in (False, True))
+    if t == 1:
+        assert split == plain
+    else:
+        assert split["activations"] < plain["activations"]
+        assert split["masks"] < plain["masks"] if dropout else split["masks"] == plain["masks"]
+        assert {k: split[k] for k in ("params", "grads", "optimizer")} == {
+            k: plain[k] for k in ("params", "grads", "optimizer")}
+
+    def outside_blocks(flag):  # ln_f's x̂ and rstd and the LM head's input: [b, s, h] under TP, ÷ t under SP
+        per_block = block_activation_elements(b, s, h, a, t, dropout, flag)[0]
+        return activation_elements(cfg, t, b, s, 0, dropout, flag)["floats"] - cfg.n_layer * per_block
+
+    assert outside_blocks(False) - outside_blocks(True) == (2 * b * s * h + b * s) - (2 * b * s * h + b * s) // t
 
 
 def test_param_elements_equal_the_full_shapes_at_tp1_and_shrink_with_tp():

@@ -5,8 +5,9 @@ Story: build the GPT at each layout the world allows (the ``grid`` fixture: at w
 normaliser, backward, bucketed DDP sync, clipping, AdamW), then put this rank's own records beside
 ``predict_step`` and require equal calls, bytes and wire bytes for every (layer, phase, op, group). Then memory:
 the bytes this rank's live arrays hold against ``predict_memory`` — parameters, gradients, optimizer state and
-the forward cache, exactly, with and without dropout, on every rank (a padded vocabulary gives the last ranks
-fewer real logit columns, so the loss's softmax differs per rank).
+the forward cache, exactly, with and without dropout, with and without sequence parallelism, on every rank (a
+padded vocabulary gives the last ranks fewer real logit columns, so the loss's softmax differs per rank). Under
+SP the LayerNorm/dropout region of a block holds exactly 1/tp of what plain TP holds, and the rest is unchanged.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import pytest
 from tpsim.models import DropoutPlan, GPTConfig, build_gpt
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.trace.formulas import compare, format_comparison, predict_step
-from tpsim.trace.memory import (block_activation_elements, format_memory, measure_activations, measure_memory,
-                                param_elements, predict_memory)
+from tpsim.trace.memory import (block_activation_elements, block_activation_regions, format_memory,
+                                measure_activations, measure_memory, param_elements, predict_memory)
 from tpsim.train import AdamW, GradSync, apply_update, broadcast_batch, compute_grads, dp_slice
 
 # vocab 13 divides by no tp > 1 (padding); a small bucket cap gives several DDP buckets; label smoothing packs
@@ -85,23 +86,71 @@ def test_float32_step_moves_float32_bytes(grid):
     assert all(r.match for r in rows), format_comparison(rows, title=f"float32, TP({grid.tp}) x DP({grid.dp})")
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.2], ids=["no-dropout", "dropout"])
-def test_memory_per_rank_matches_the_formulas(grid, dropout):
-    cfg = GPTConfig(vocab_size=13, n_positions=6, n_embd=16, n_layer=2, n_head=8, dropout=dropout)
-    model = build_gpt(cfg, grid.tp_group, seed=1)
+def memory_forward(grid, dropout, sequence_parallel=False):
+    """One forward of a small GPT (b 3, s 8: the sequence splits over every tp up to 8) with tracing paused."""
+    cfg = GPTConfig(vocab_size=13, n_positions=8, n_embd=16, n_layer=2, n_head=8, dropout=dropout)
+    model = build_gpt(cfg, grid.tp_group, seed=1, sequence_parallel=sequence_parallel)
     GradSync(model, grid.dp_group)  # gradients become views into the buckets: the bytes must not change
-    opt = AdamW(model)
-    b, s = 3, 6
-    ids, labels = np.random.default_rng(3).integers(0, cfg.vocab_size, (2, b, s))
+    ids, labels = np.random.default_rng(3).integers(0, cfg.vocab_size, (2, 3, 8))
     plan = DropoutPlan(ExactDropoutRNG(5), step=0) if dropout else DropoutPlan()
     with grid.tracer.paused():
         _, cache = model.forward(ids, labels, plan)
-    measured = measure_memory(model, opt, cache, exclude=(ids, labels))
-    predicted = predict_memory(cfg, grid.tp, b, s, np.float64, tp_rank=grid.tp_rank)
-    table = format_memory(measured, predicted, title=f"TP({grid.tp}) rank {grid.tp_rank}, dropout {dropout}:")
+    return cfg, model, cache, ids, labels
+
+
+def block_regions(block_cache) -> dict:
+    """A block's cache split as ``block_activation_regions`` splits the formula.
+
+    Block cache = (ln_1, attn, attn dropout mask, ln_2, mlp, mlp dropout mask); attn = (c_attn input, core,
+    c_proj input); mlp = (c_fc input, GeLU input, c_proj input). The column-parallel inputs are LN outputs.
+    """
+    c_ln1, c_attn, k_attn, c_ln2, c_mlp, k_mlp = block_cache
+    return {"ln_dropout": (c_ln1, c_attn[0], k_attn, c_ln2, c_mlp[0], k_mlp),
+            "tensor_parallel": (c_attn[1:], c_mlp[1:])}
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True], ids=["tp", "tp+sp"])
+@pytest.mark.parametrize("dropout", [0.0, 0.2], ids=["no-dropout", "dropout"])
+def test_memory_per_rank_matches_the_formulas(grid, dropout, sequence_parallel):
+    cfg, model, cache, ids, labels = memory_forward(grid, dropout, sequence_parallel)
+    b, s = ids.shape
+    measured = measure_memory(model, AdamW(model), cache, exclude=(ids, labels))
+    predicted = predict_memory(cfg, grid.tp, b, s, np.float64, tp_rank=grid.tp_rank,
+                               sequence_parallel=sequence_parallel)
+    table = format_memory(measured, predicted, title=f"TP({grid.tp}) rank {grid.tp_rank}, dropout {dropout}, "
+                                                     f"sequence_parallel={sequence_parallel}:")
     for key, value in predicted.items():
         assert getattr(measured, key) == value, f"{key}\n{table}"
     assert measured.indices > 0, "owned ids, positions and target columns are integer arrays in the cache"
     # one block alone: GPT cache = (transformer, head, loss); transformer = (wte, wpe, mask, [blocks], ln_f)
-    floats, masks = block_activation_elements(b, s, cfg.n_embd, cfg.n_head, grid.tp, dropout > 0)
+    floats, masks = block_activation_elements(b, s, cfg.n_embd, cfg.n_head, grid.tp, dropout > 0, sequence_parallel)
     assert measure_activations(cache[0][3][0]) == {"activations": 8 * floats, "masks": masks, "indices": 0}
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2], ids=["no-dropout", "dropout"])
+def test_sequence_parallel_divides_the_layernorm_dropout_region_by_tp(grid, dropout):
+    """The same model and batch with and without SP: measured region by region, then the whole forward."""
+    cfg, _, tp_cache, ids, _ = memory_forward(grid, dropout, sequence_parallel=False)
+    _, _, sp_cache, _, _ = memory_forward(grid, dropout, sequence_parallel=True)
+    b, s, t = *ids.shape, grid.tp
+    tp_block, sp_block = (block_regions(c[0][3][0]) for c in (tp_cache, sp_cache))
+    for region in ("ln_dropout", "tensor_parallel"):
+        formula = block_activation_regions(b, s, cfg.n_embd, cfg.n_head, t, dropout > 0, sequence_parallel=True)
+        measured = measure_activations(sp_block[region])
+        assert measured == {"activations": 8 * formula[region][0], "masks": formula[region][1], "indices": 0}, region
+    assert measure_activations(tp_block["ln_dropout"]) == {"activations": 8 * (4 * b * s * cfg.n_embd + 2 * b * s),
+                                                           "masks": 2 * b * s * cfg.n_embd if dropout else 0,
+                                                           "indices": 0}
+    for kind in ("activations", "masks"):  # exactly 1/tp, and the heads/columns region untouched
+        tp_ln, sp_ln = (measure_activations(r["ln_dropout"])[kind] for r in (tp_block, sp_block))
+        assert sp_ln * t == tp_ln, f"{kind}: SP {sp_ln} x tp {t} != TP {tp_ln}"
+        assert (measure_activations(sp_block["tensor_parallel"])[kind]
+                == measure_activations(tp_block["tensor_parallel"])[kind]), kind
+    # the two regions are the whole block (no buffer counted twice, none left out)
+    for blocks, cache in ((tp_block, tp_cache), (sp_block, sp_cache)):
+        whole = measure_activations(cache[0][3][0])
+        assert whole == {k: sum(measure_activations(r)[k] for r in blocks.values()) for k in whole}
+    # the whole forward, floats and masks: less under SP as soon as there is more than one rank to split over
+    tp_bytes, sp_bytes = (sum(measure_activations(c, exclude=ids)[k] for k in ("activations", "masks"))
+                          for c in (tp_cache, sp_cache))
+    assert sp_bytes < tp_bytes if t > 1 else sp_bytes == tp_bytes, f"tp {t}: SP {sp_bytes} B, TP {tp_bytes} B"

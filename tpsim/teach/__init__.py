@@ -10,7 +10,7 @@
     tpsim.teach.checks      one check per exercise (the registry ``CHECKS``)
     tpsim.teach.cli         ``tpsim lesson list|run NN`` and ``tpsim check NN [FILE]``
 
-Adding a lesson is adding a file: ``lessons/10_sequence_parallel.py`` that sets ``RANKS = N`` in its first code
+Adding a lesson is adding a file: ``lessons/10_sequence_parallelism.py`` that sets ``RANKS = N`` in its first code
 cell, opens with the markdown line ``# # Lesson 10 — Title``, builds ``Lesson("10", RANKS)`` and ends with
 ``lesson.finish()``. The CLI, ``lessons/run_all.py`` and ``tests/test_lessons.py`` find it by its name. An
 exercise adds the stub, the solution and a check function registered with ``@exercise("10", ...)``.

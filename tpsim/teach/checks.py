@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from tpsim.comm import wire_bytes
+from tpsim.models import GPTConfig, build_gpt
 from tpsim.nn import MLP, Linear
 from tpsim.nn.module import Partition
 from tpsim.teach.verdict import Check, Report, describe_events
@@ -208,3 +209,60 @@ def check_09(r: Report) -> None:
         r.require(sent <= budget, "communication",
                   f"your collectives send {sent} bytes per rank ({describe_events(r.events)}); "
                   f"a reduce_scatter sends {budget}: all_reduce then slicing moves twice the bytes")
+
+
+@exercise("10", "g_bar_forward", "g_bar_backward",
+          g_bar_forward="group.reduce_scatter(partial, axis=1): the sum over the ranks, rank r keeping positions "
+                        "[r·s/p, (r+1)·s/p) — an all-reduce and a slice give the same numbers for twice the bytes",
+          g_bar_backward="group.all_gather(dy_shard, axis=1): every rank's block of positions side by side, in rank "
+                         "order — the same collective as f̄'s forward")
+def check_10(r: Report) -> None:
+    group = r.grid().tp_group
+    p, me = group.size, group.rank
+    for b, chunk, h in [(3, 5, 7), (2, 1, 4), (1, 3, 11)]:  # s = chunk·p positions, chunk per rank
+        s = chunk * p
+        partials = [np.random.default_rng([10, b, q]).standard_normal((b, s, h)) for q in range(p)]
+        got = r.call("g_bar_forward", partials[me].copy(), group)
+        r.require(ops(r) == ["reduce_scatter"], "communication", f"ḡ's forward is one reduce_scatter along the "
+                                                                 f"sequence; yours issued {describe_events(r.events)}")
+        r.compare(f"g_bar_forward(partial {(b, s, h)}) = the sum at positions {me * chunk}–{(me + 1) * chunk - 1}",
+                  got, sum(partials)[:, me * chunk:(me + 1) * chunk])
+        shards = [np.random.default_rng([11, b, q]).standard_normal((b, chunk, h)) for q in range(p)]
+        got = r.call("g_bar_backward", shards[me].copy(), group)
+        r.require(ops(r) == ["all_gather"], "communication", f"ḡ's backward is one all_gather along the sequence; "
+                                                             f"yours issued {describe_events(r.events)}")
+        r.compare(f"g_bar_backward(dy_shard {(b, chunk, h)}) = every rank's shard along the sequence", got,
+                  np.concatenate(shards, axis=1))
+
+
+@exercise("11", "ring_wire_bytes", "block_forward_wire_bytes",
+          ring_wire_bytes="all_reduce 2(p−1)/p·B (a reduce-scatter then an all-gather), all_gather and "
+                          "reduce_scatter (p−1)/p·B, broadcast B (a pipelined chain); nothing when p = 1",
+          block_forward_wire_bytes="two B = b·s·h·itemsize tensors per block forward (attention, MLP): plain TP one "
+                                   "all-reduce each, SP an all-gather and a reduce-scatter each")
+def check_11(r: Report) -> None:
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+        for p in (1, 2, 3, 4, 8):
+            for nbytes in (24, 24 * 1000):  # divisible by every p here
+                got = r.call("ring_wire_bytes", op, nbytes, p)
+                r.compare(f"ring_wire_bytes({op!r}, nbytes={nbytes}, p={p})", got, float(wire_bytes(op, nbytes, p)),
+                          tol=0.5)
+    b, s = 3, 8
+    for tp, sp, dtype in [(2, False, np.float64), (2, True, np.float64), (4, False, np.float64),
+                          (4, True, np.float32)]:
+        grid = r.grid(tp)
+        cfg = GPTConfig(vocab_size=11, n_positions=s, n_embd=12, n_layer=1, n_head=4)
+        model = build_gpt(cfg, grid.tp_group, seed=11, dtype=dtype, sequence_parallel=sp)
+        ids = np.random.default_rng(11).integers(0, cfg.vocab_size, (b, s))
+        r.tracer.reset()
+        model.loss_and_grads(ids, np.roll(ids, -1, axis=1))
+        traced = list(r.tracer.events)
+        for e in {(e.op, e.bytes, e.group_size): e for e in traced}.values():  # the trace's own wire_bytes column
+            got = r.call("ring_wire_bytes", e.op, e.bytes, e.group_size)
+            r.compare(f"ring_wire_bytes({e.op!r}, {e.bytes}, p={e.group_size}) for a {e.scope} {e.phase} record",
+                      got, float(e.wire_bytes), tol=0.5)
+        block = sum(e.wire_bytes for e in traced if e.scope.startswith("transformer.h.0.") and e.phase == "forward")
+        got = r.call("block_forward_wire_bytes", b, s, cfg.n_embd, np.dtype(dtype).itemsize, tp, sp)
+        r.compare(f"block_forward_wire_bytes(b={b}, s={s}, h={cfg.n_embd}, itemsize={np.dtype(dtype).itemsize}, "
+                  f"p={tp}, sequence_parallel={sp}) vs the traced forward of transformer.h.0", got, float(block),
+                  tol=0.5)

@@ -10,6 +10,7 @@ same toy GPT, runs one forward and measures every live array (``tpsim.trace.memo
                              keeps TP within the machine (Shoeybi et al., 2019, §5; Narayanan et al., 2021)
     memory_per_rank.png      measured memory per rank vs TP with our exact formulas, and the activation bytes
                              of one layer beside Korthikanti et al. (2022), Table 2
+    sp_memory.png            activation memory per rank with and without sequence parallelism (``figures_sp``)
 
 and ``figures.json`` with the numbers. Everything is seeded and the PNGs carry no timestamp, so a rerun gives
 the same files. About 10 s on two cores, most of it ``mpiexec`` start-up.
@@ -78,7 +79,8 @@ def measure_comm(tp: int, folder: Path) -> list[dict]:
 
 
 def memory_worker(tp: int, path: str) -> int:
-    """Under mpiexec: one forward of the toy GPT per dropout setting; rank 0 writes every rank's bytes."""
+    """Under mpiexec: one forward of the toy GPT per dropout setting, without and with sequence parallelism
+    (keys "0.0", "0.1", "sp 0.0", "sp 0.1"); rank 0 writes every rank's bytes."""
     from dataclasses import replace
 
     from tpsim.comm import ProcessGrid
@@ -90,9 +92,9 @@ def memory_worker(tp: int, path: str) -> int:
 
     grid = ProcessGrid(tp=tp)
     out = {}
-    for p in (0.0, 0.1):
+    for sp, p in ((False, 0.0), (False, 0.1), (True, 0.0), (True, 0.1)):
         cfg = replace(toy_config(), dropout=p)
-        model = build_gpt(cfg, grid.tp_group, seed=SEED)
+        model = build_gpt(cfg, grid.tp_group, seed=SEED, sequence_parallel=sp)
         GradSync(model, grid.dp_group)
         ids, labels = ReverseTask(cfg.vocab_size, TOY["seq_len"]).batch(SEED, 0, TOY["batch_size"])
         plan = DropoutPlan(ExactDropoutRNG(SEED), 0) if p else DropoutPlan()
@@ -102,7 +104,7 @@ def memory_worker(tp: int, path: str) -> int:
         # GPT cache = (transformer, head, loss); transformer = (wte, wpe, dropout mask, [block caches], ln_f)
         mine["block0"] = measure_activations(cache[0][3][0])
         mine["itemsize"] = model.transformer.ln_f.params["weight"].itemsize
-        out[str(p)] = grid.world.gather_objects(mine)
+        out[("sp " if sp else "") + str(p)] = grid.world.gather_objects(mine)
     if grid.rank == 0:
         Path(path).write_text(json.dumps(out))
     return 0
@@ -294,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         run_main(lambda: memory_worker(args.tp, args.json), prog="tpsim.trace.figures")
     import numpy as np
 
+    from tpsim.trace.figures_sp import plot_sp_memory
     from tpsim.trace.formulas import compare, predict_step
     from tpsim.trace.memory import predict_memory
 
@@ -307,16 +310,20 @@ def main(argv: list[str] | None = None) -> int:
             memory[tp] = json.loads(Path(f"{tmp}/m.json").read_text())
             predicted[tp] = predict_step(toy_config(), tp, 1, TOY["batch_size"], TOY["seq_len"], np.float64,
                                          clip=True)
-            mem = predict_memory(toy_config(), tp, TOY["batch_size"], TOY["seq_len"], np.float64)
-            if not all(r.match for r in compare(comm[tp], predicted[tp])) or any(
-                    memory[tp]["0.0"][0][k] != v for k, v in mem.items()):
+            runs = [(predict_memory(toy_config(), tp, TOY["batch_size"], TOY["seq_len"], np.float64, rank,
+                                    dropout=key.endswith("0.1"), sequence_parallel=key.startswith("sp")), got)
+                    for key, per_rank in memory[tp].items() for rank, got in enumerate(per_rank)]
+            memory_ok = all(got[k] == v for pred, got in runs for k, v in pred.items())  # every run, every rank
+            if not all(r.match for r in compare(comm[tp], predicted[tp])) or not memory_ok:
                 raise SystemExit(f"TP {tp}: a measurement differs from its formula; not drawing it")
-    print(f"measured bytes and memory equal the formulas exactly at TP {', '.join(map(str, TP_SIZES))}")
+    print(f"measured bytes and memory (TP, TP + SP) equal the formulas exactly at TP {', '.join(map(str, TP_SIZES))}")
     numbers = whatif_numbers()
     paths = [plot_bytes_vs_tp(comm, predicted, out / "bytes_vs_tp.png"),
-             plot_whatif(numbers, out / "whatif_tp_placement.png"), plot_memory(memory, out / "memory_per_rank.png")]
+             plot_whatif(numbers, out / "whatif_tp_placement.png"),
+             plot_memory(memory, out / "memory_per_rank.png"), plot_sp_memory(memory, out / "sp_memory.png")]
     summary = {"bytes_per_rank_per_step": {tp: series_of(comm[tp], tp) for tp in TP_SIZES},
                "memory_rank0": {tp: memory[tp]["0.0"][0] for tp in TP_SIZES},
+               "memory_rank0_sequence_parallel": {tp: memory[tp]["sp 0.0"][0] for tp in TP_SIZES},
                "whatif_seconds": {m.replace("\n", " "): v for m, v in numbers.items()}}
     paths.append(out / "figures.json")
     paths[-1].write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
