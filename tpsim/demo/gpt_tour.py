@@ -37,7 +37,7 @@ def say(grid: ProcessGrid, *lines: str) -> None:
 
 
 def config_from(args: argparse.Namespace) -> GPTConfig:
-    if getattr(args, "sequence_parallel", False):  # every batch is [b, seq_len]: split along it over TP
+    if args.sequence_parallel:  # every batch is [b, seq_len]: split along it over TP
         check_sequence_length(args.seq_len, args.tp, what="--seq-len")
     return GPTConfig(vocab_size=args.vocab, n_positions=args.seq_len, n_embd=args.hidden, n_layer=args.layers,
                      n_head=args.heads, dropout=args.dropout).check(args.tp)
@@ -153,12 +153,12 @@ def run(args: argparse.Namespace) -> int:
     formula_ok = True  # decided on rank 0, which holds every rank's records
     if grid.rank == 0:
         last = metrics[-1]["step"] if metrics else 0
-        print(step_table(records, last, grid.world_size), "")
+        print(step_table(records, last, grid.world_size) + "\n")
         from tpsim.trace.formulas import compare, format_comparison, formula_verdict, predict_step
 
         predicted = predict_step(config, grid.tp, grid.dp, args.batch_size, args.seq_len, dtype,
                                  clip=clip is not None and args.steps > 0, ddp_buckets=len(grad_sync.buckets),
-                                 sequence_parallel=getattr(args, "sequence_parallel", False))
+                                 sequence_parallel=args.sequence_parallel)
         rows = compare([r for r in records if r["step"] == last], predicted)
         formula_ok, verdict = formula_verdict(rows)
         print(format_comparison(rows, title=f"Measured vs predicted per layer, step {last} (per rank):"), "",

@@ -55,16 +55,6 @@ class Module:
             self.partition[name] = partition
         return value
 
-    def named_partitions(self, prefix: str = "") -> Iterator[tuple[str, Partition | None]]:
-        """(dotted name, Partition or None) in the same order as ``named_parameters``."""
-        seen: set[int] = set()
-        for mod_name, mod in self.named_modules(prefix):
-            for name, value in mod.params.items():
-                if id(value) in seen:
-                    continue
-                seen.add(id(value))
-                yield (f"{mod_name}.{name}" if mod_name else name), mod.partition.get(name)
-
     def children(self) -> dict[str, "Module"]:
         """Child modules in registration order (attributes holding a Module, or lists of them as ``h.0``)."""
         out: dict[str, Module] = {}
@@ -81,25 +71,27 @@ class Module:
         for name, child in self.children().items():
             yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
 
-    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:
-        """(dotted name, array) for every parameter of this module and its children, each array once."""
+    def _unique(self, prefix: str = "") -> Iterator[tuple[str, "Module", str]]:
+        """(dotted name, owning module, key) of every parameter, each array once: a tied weight shared by two
+        modules (the GPT's embedding and LM head) is listed under the first module that registered it."""
         seen: set[int] = set()
         for mod_name, mod in self.named_modules(prefix):
-            for name, value in mod.params.items():
-                if id(value) in seen:
-                    continue
-                seen.add(id(value))
-                yield (f"{mod_name}.{name}" if mod_name else name), value
+            for key, value in mod.params.items():
+                if id(value) not in seen:
+                    seen.add(id(value))
+                    yield (f"{mod_name}.{key}" if mod_name else key), mod, key
+
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:
+        """(dotted name, array) for every parameter of this module and its children, each array once."""
+        return ((name, mod.params[key]) for name, mod, key in self._unique(prefix))
 
     def named_grads(self, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:
         """(dotted name, gradient) in the same order as ``named_parameters``."""
-        seen: set[int] = set()
-        for mod_name, mod in self.named_modules(prefix):
-            for name, value in mod.params.items():
-                if id(value) in seen:
-                    continue
-                seen.add(id(value))
-                yield (f"{mod_name}.{name}" if mod_name else name), mod.grads[name]
+        return ((name, mod.grads[key]) for name, mod, key in self._unique(prefix))
+
+    def named_partitions(self, prefix: str = "") -> Iterator[tuple[str, Partition | None]]:
+        """(dotted name, Partition or None) in the same order as ``named_parameters``."""
+        return ((name, mod.partition.get(key)) for name, mod, key in self._unique(prefix))
 
     def zero_grad(self) -> None:
         for _, mod in self.named_modules():
