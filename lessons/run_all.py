@@ -23,7 +23,7 @@ NOT_DONE = 3  # tpsim check's exit status for an exercise that still raises NotI
 
 def lesson_verdict(number: str, run: Launch) -> str | None:
     """``None`` if the lesson passed, else why not."""
-    checks = read_checks(run.output)
+    checks = read_checks(run.stdout)
     if run.returncode != 0:
         return f"exit status {run.returncode}"
     if not checks:
@@ -31,7 +31,7 @@ def lesson_verdict(number: str, run: Launch) -> str | None:
     failed = [claim for claim, ok in checks if not ok]
     if failed:
         return f"{len(failed)} CHECK(s) FAILED"
-    if f"lesson {number}: {len(checks)} checks, all OK" not in run.output:
+    if f"lesson {number}: {len(checks)} checks, all OK" not in run.stdout:
         return "no summary line (did the lesson end with lesson.finish()?)"
     return None
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             passed += 1
         else:
             failed += 1
-            print("\n".join("     | " + line for line in run.output.rstrip().splitlines()[-40:]), flush=True)
+            print("\n".join("     | " + line for line in run.stdout.rstrip().splitlines()[-40:]), flush=True)
 
     for info in discover():
         run = run_lesson(info.number, args.out, timeout=args.timeout, capture=True)
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             problem = None
             if run.returncode != expect:
                 problem = f"exit status {run.returncode}, expected {expect}"
-            elif kind == "stub" and "is not done yet" not in run.output:
+            elif kind == "stub" and "is not done yet" not in run.stdout:
                 problem = "no 'not done yet' message"
             report(f"tpsim check {number} {kind}" + (" (must say: not done yet)" if kind == "stub" else ""),
                    run, problem)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 
 from tpsim.tp import CopyToTPRegion, GatherFromTPRegion, ReduceFromTPRegion, ScatterToTPRegion
 from _util import assert_close, randn

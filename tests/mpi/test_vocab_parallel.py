@@ -13,7 +13,7 @@ import pytest
 
 from tpsim.nn import Embedding, Module, softmax_cross_entropy_backward, softmax_cross_entropy_forward
 from tpsim.tp import (ParallelLMHead, VocabParallelCrossEntropy, VocabParallelEmbedding, padded_vocab_size,
-                      vocab_parallel_cross_entropy_backward, vocab_parallel_cross_entropy_forward, vocab_range)
+                      vocab_parallel_cross_entropy_forward, vocab_range)
 from _util import assert_close, randn
 
 TOL = 1e-12

@@ -9,60 +9,28 @@ timeout the whole group is killed, so a rank stuck in a collective cannot hang t
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import signal
-import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from tpsim.launcher import Launch
+from tpsim.launcher import launch as run_mpiexec
 
 from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, discover, exercise_file, find_lesson, normalize, table
 
 LESSON_TIMEOUT, CHECK_TIMEOUT = 300.0, 120.0
 
 
-@dataclass
-class Launch:
-    returncode: int  # 124 when the timeout killed it
-    output: str  # stdout + stderr when captured, "" otherwise
-    seconds: float
-
-
-def mpiexec() -> str:
-    """The mpiexec beside this Python (the venv's MPICH wheel), else the first on PATH."""
-    here = Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec")
-
-
 def launch(ranks: int, args: list[str], *, timeout: float, capture: bool = False) -> Launch:
     """``mpiexec -n RANKS python ARGS``; output streamed to this terminal, or captured (stdout + stderr) when asked."""
-    env = dict(os.environ)
-    env.setdefault("MPLBACKEND", "Agg")
-    cmd = [mpiexec(), "-n", str(ranks), sys.executable, *args]
-    pipe = subprocess.PIPE if capture else None
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=pipe, stderr=subprocess.STDOUT if capture else None, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        code = proc.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        code = 124
+    result = run_mpiexec(ranks, args, timeout=timeout, capture=capture, merge_stderr=True)
+    if result.timed_out:
         note = (f"stopped after {timeout:g} s: a rank is probably waiting in a collective that another rank "
                 f"never entered")
         if capture:
-            out = (out or "") + note + "\n"
+            result.stdout += note + "\n"
         else:
             print(note, file=sys.stderr)
-    except KeyboardInterrupt:  # Ctrl-C reaches only this process (the ranks run in their own session)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
-    return Launch(code, out or "", time.perf_counter() - t0)
+    return result
 
 
 def run_lesson(number: str | int, out: str | None = None, *, timeout: float = LESSON_TIMEOUT,

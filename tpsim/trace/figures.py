@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from tpsim.launcher import launch as run_mpiexec
 
 TP_SIZES = (1, 2, 4, 8)
 SEED = 1234
@@ -50,23 +48,12 @@ def toy_config():
 
 
 def launch(n: int, args: list[str], timeout: float = 180) -> str:
-    """``mpiexec -n N python ARGS`` in its own process group (killed whole on timeout); returns stdout."""
-    here = Path(sys.executable).parent / "mpiexec"
-    cmd = [str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec"), "-n", str(n), sys.executable,
-           *args]
-    env = dict(os.environ, MPLBACKEND="Agg")
-    env.pop("PYTHONUNBUFFERED", None)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise RuntimeError(f"{' '.join(cmd)} did not finish within {timeout} s\n{out}\n{err}")
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}\n{out[-3000:]}\n{err[-3000:]}")
-    return out
+    """``mpiexec -n N python ARGS`` (``tpsim.launcher``: killed whole on timeout); returns stdout or raises."""
+    run = run_mpiexec(n, args, timeout=timeout)
+    if run.returncode:
+        what = f"did not finish within {timeout} s" if run.timed_out else f"exited with {run.returncode}"
+        raise RuntimeError(f"mpiexec -n {n} {' '.join(args)} {what}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+    return run.stdout
 
 
 def measure_comm(tp: int, folder: Path) -> list[dict]:
