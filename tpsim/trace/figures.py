@@ -10,7 +10,7 @@ same toy GPT, runs one forward and measures every live array (``tpsim.trace.memo
                              keeps TP within the machine (Shoeybi et al., 2019, §5; Narayanan et al., 2021)
     memory_per_rank.png      measured memory per rank vs TP with our exact formulas, and the activation bytes
                              of one layer beside Korthikanti et al. (2022), Table 2
-    sp_memory.png            activation memory per rank with and without sequence parallelism (``figures_sp``)
+    sp_memory.png            activation memory per rank with and without sequence parallelism (``figures_memory``)
 
 and ``figures.json`` with the numbers. Everything is seeded and the PNGs carry no timestamp, so a rerun gives
 the same files. About 10 s on two cores, most of it ``mpiexec`` start-up.
@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from tpsim.launcher import launch as run_mpiexec
+from tpsim.trace.plots import _pyplot
 
 TP_SIZES = (1, 2, 4, 8)
 SEED = 1234
@@ -98,15 +99,6 @@ def memory_worker(tp: int, path: str) -> int:
 
 
 # --- figures ---------------------------------------------------------------------------------------------------
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _save(fig, path: Path, title: str, footnote: str, bottom: float = 0.08) -> Path:
@@ -228,48 +220,6 @@ def plot_whatif(numbers, path: Path) -> Path:
                                 "with compute.")
 
 
-def plot_memory(measured: dict[int, dict], path: Path) -> Path:
-    import numpy as np
-
-    from tpsim.trace.memory import block_activation_elements, korthikanti_layer_bytes, predict_memory
-
-    plt = _pyplot()
-    cfg, b, s = toy_config(), TOY["batch_size"], TOY["seq_len"]
-    h, a = cfg.n_embd, cfg.n_head
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11.5, 4.8))
-    for key in ("params", "grads", "optimizer", "activations"):
-        pred = [predict_memory(cfg, t, b, s, np.float64)[key] / 2**20 for t in TP_SIZES]
-        meas = [measured[t]["0.0"][0][key] / 2**20 for t in TP_SIZES]  # rank 0
-        label = {"optimizer": "optimizer (AdamW m, v)", "grads": "grads (= params)"}.get(key, key)
-        dashed = key == "params"  # params and grads are equal: dash one so both show
-        ax.plot(TP_SIZES, pred, "--" if dashed else "-", color=COLORS[key], label=label)
-        ax.plot(TP_SIZES, meas, "s" if dashed else "o", color=COLORS[key], mfc="none", ms=11 if dashed else 8)
-    ax.text(1.1, 1.3, "activations: the replicated [b, s, h] terms do not\nshrink with TP (what sequence "
-                      "parallelism splits)", fontsize=8, color=COLORS["activations"])
-    ax.set_ylabel("MiB on TP rank 0")
-    ax.set_title("memory per rank (lines: tpsim formulas, circles: live arrays)", fontsize=10)
-    ts = np.array(TP_SIZES)
-    paper = [korthikanti_layer_bytes(s, b, h, a, t) / 1024 for t in TP_SIZES]
-    bx.plot(ts, paper, "k--", label="Korthikanti et al. 2022, Table 2 (TP)")
-    for p, style in (("0.1", "-"), ("0.0", ":")):
-        ours = [(2 * f + m) / 1024 for f, m in (block_activation_elements(b, s, h, a, t, p != "0.0") for t in ts)]
-        meas = [(measured[t][p][0]["block0"]["activations"] / measured[t][p][0]["itemsize"] * 2
-                 + measured[t][p][0]["block0"]["masks"]) / 1024 for t in TP_SIZES]
-        bx.plot(ts, ours, style, color=COLORS["activations"], label=f"tpsim, dropout {'on' if p != '0.0' else 'off'}")
-        bx.plot(ts, meas, "o", color=COLORS["activations"], mfc="none", ms=8)
-    bx.set_ylabel("KiB per transformer layer per rank")
-    bx.set_title("one layer's activations in 16-bit accounting (2 B a float, 1 B a mask)", fontsize=10)
-    for axis in (ax, bx):
-        _tp_axes(axis, "tensor-parallel degree TP")
-        axis.legend(fontsize=8)
-    title = (f"Memory per rank vs TP — toy GPT (h {h}, {cfg.n_layer} layers, {a} heads, vocab {cfg.vocab_size}, "
-             f"b {b}, s {s}, float64)")
-    return _save(fig, path, title, "Measured: tpsim.trace.memory.measure_memory (cache buffers deduplicated by "
-                                   "owner). Right: tpsim caches LayerNorm's x̂ and rstd, not its input, and no masks "
-                                   "without dropout; with dropout it is the paper's line plus 4·b·s bytes (the two "
-                                   "rstd vectors). The paper counts 16-bit; tpsim stores float64 (left panel).")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tpsim.trace.figures", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="figures", help="output folder (default figures/)")
@@ -283,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         run_main(lambda: memory_worker(args.tp, args.json), prog="tpsim.trace.figures")
     import numpy as np
 
-    from tpsim.trace.figures_sp import plot_sp_memory
+    from tpsim.trace.figures_memory import plot_memory, plot_sp_memory
     from tpsim.trace.formulas import compare, predict_step
     from tpsim.trace.memory import predict_memory
 

@@ -1,4 +1,10 @@
-"""sp_memory.png — activation memory per rank vs TP, with and without sequence parallelism (``make figures``).
+"""The memory figures of ``make figures``: memory_per_rank.png and sp_memory.png.
+
+memory_per_rank.png — parameters, gradients, optimizer state and activations per rank vs TP: the live arrays
+(``tpsim.trace.memory.measure_memory``) on tpsim's exact formulas, and one layer beside Korthikanti et al.
+(2022) Table 2 in 16-bit accounting.
+
+sp_memory.png — activation memory per rank vs TP, with and without sequence parallelism.
 
 ``python -m tpsim.trace.figures`` draws it from its memory worker's runs: for TP = 1, 2, 4, 8 one forward of
 the toy GPT per dropout setting, built with and without ``sequence_parallel``, every live array of the cache
@@ -17,7 +23,50 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpsim.trace.figures import COLORS, TOY, TP_SIZES, _pyplot, _save, _tp_axes, toy_config
+from tpsim.trace.figures import COLORS, TOY, TP_SIZES, _save, _tp_axes, toy_config
+from tpsim.trace.plots import _pyplot
+
+def plot_memory(measured: dict[int, dict], path: Path) -> Path:
+    import numpy as np
+
+    from tpsim.trace.memory import block_activation_elements, korthikanti_layer_bytes, predict_memory
+
+    plt = _pyplot()
+    cfg, b, s = toy_config(), TOY["batch_size"], TOY["seq_len"]
+    h, a = cfg.n_embd, cfg.n_head
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11.5, 4.8))
+    for key in ("params", "grads", "optimizer", "activations"):
+        pred = [predict_memory(cfg, t, b, s, np.float64)[key] / 2**20 for t in TP_SIZES]
+        meas = [measured[t]["0.0"][0][key] / 2**20 for t in TP_SIZES]  # rank 0
+        label = {"optimizer": "optimizer (AdamW m, v)", "grads": "grads (= params)"}.get(key, key)
+        dashed = key == "params"  # params and grads are equal: dash one so both show
+        ax.plot(TP_SIZES, pred, "--" if dashed else "-", color=COLORS[key], label=label)
+        ax.plot(TP_SIZES, meas, "s" if dashed else "o", color=COLORS[key], mfc="none", ms=11 if dashed else 8)
+    ax.text(1.1, 1.3, "activations: the replicated [b, s, h] terms do not\nshrink with TP (what sequence "
+                      "parallelism splits)", fontsize=8, color=COLORS["activations"])
+    ax.set_ylabel("MiB on TP rank 0")
+    ax.set_title("memory per rank (lines: tpsim formulas, circles: live arrays)", fontsize=10)
+    ts = np.array(TP_SIZES)
+    paper = [korthikanti_layer_bytes(s, b, h, a, t) / 1024 for t in TP_SIZES]
+    bx.plot(ts, paper, "k--", label="Korthikanti et al. 2022, Table 2 (TP)")
+    for p, style in (("0.1", "-"), ("0.0", ":")):
+        ours = [(2 * f + m) / 1024 for f, m in (block_activation_elements(b, s, h, a, t, p != "0.0") for t in ts)]
+        meas = [(measured[t][p][0]["block0"]["activations"] / measured[t][p][0]["itemsize"] * 2
+                 + measured[t][p][0]["block0"]["masks"]) / 1024 for t in TP_SIZES]
+        bx.plot(ts, ours, style, color=COLORS["activations"], label=f"tpsim, dropout {'on' if p != '0.0' else 'off'}")
+        bx.plot(ts, meas, "o", color=COLORS["activations"], mfc="none", ms=8)
+    bx.set_ylabel("KiB per transformer layer per rank")
+    bx.set_title("one layer's activations in 16-bit accounting (2 B a float, 1 B a mask)", fontsize=10)
+    for axis in (ax, bx):
+        _tp_axes(axis, "tensor-parallel degree TP")
+        axis.legend(fontsize=8)
+    title = (f"Memory per rank vs TP — toy GPT (h {h}, {cfg.n_layer} layers, {a} heads, vocab {cfg.vocab_size}, "
+             f"b {b}, s {s}, float64)")
+    return _save(fig, path, title, "Measured: tpsim.trace.memory.measure_memory (cache buffers deduplicated by "
+                                   "owner). Right: tpsim caches LayerNorm's x̂ and rstd, not its input, and no masks "
+                                   "without dropout; with dropout it is the paper's line plus 4·b·s bytes (the two "
+                                   "rstd vectors). The paper counts 16-bit; tpsim stores float64 (left panel).")
+
 
 SP_COLOR = "#2A9D8F"
 VARIANTS = {"TP": ("", COLORS["activations"]), "TP + SP": ("sp ", SP_COLOR)}  # name: (worker key prefix, colour)
