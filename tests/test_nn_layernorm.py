@@ -26,9 +26,10 @@ def test_layernorm_forward_normalises_each_row():
     x = 100.0 + 7.0 * np.random.default_rng(1).standard_normal((2, 3, 5, 17))
     y, _ = LayerNorm(17).forward(x)
     mean_err = np.abs(y.mean(-1)).max()
-    var_err = np.abs(y.var(-1) - 1).max()
+    v = x.var(-1)
+    var_err = np.abs(y.var(-1) - v / (v + 1e-5)).max()  # eps shrinks each row's variance to v / (v + eps)
     assert mean_err < 1e-12, f"row means off zero by {mean_err:.3e}"
-    assert var_err < 1e-5, f"row variances off one by {var_err:.3e} (eps=1e-5 allows ~1e-7)"
+    assert var_err < 1e-12, f"row variances off v/(v+eps) by {var_err:.3e}"
 
 
 def test_layernorm_cache_is_xhat_and_rstd_only():

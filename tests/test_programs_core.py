@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from mpirun import ROOT, run_mpi
+from tpsim.demo.cli import build_parser
 
 pytestmark = pytest.mark.slow
 
@@ -18,7 +19,7 @@ def metrics(folder):
 
 def test_guided_demo_8_ranks(tmp_path):
     """No flags: 2 DP x 4 TP, step 0 equals serial, loss falls, replicas agree, figures written, fast."""
-    r = run_mpi(8, ["-m", "tpsim.demo", "--out", str(tmp_path)])
+    r = run_mpi(8, ["-m", "tpsim.demo", "--out", str(tmp_path)])  # no flags: the defaults are what is tested
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     assert "TP(4) x DP(2) = 8 ranks" in out
@@ -28,7 +29,8 @@ def test_guided_demo_8_ranks(tmp_path):
     for name in ("comm.jsonl", "metrics.jsonl", "loss.png", "comm_bytes.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     m = metrics(tmp_path)
-    assert len(m) == 100 and m[-1]["loss"] < 0.5 * m[0]["loss"], "the loss falls clearly"
+    default_steps = build_parser().get_default("steps")
+    assert len(m) == default_steps and m[-1]["loss"] < 0.5 * m[0]["loss"], "the loss falls clearly"
     assert r.seconds <= 30, f"the demo took {r.seconds:.1f}s (budget 30 s)"
     recs = [json.loads(line) for line in (tmp_path / "comm.jsonl").read_text().splitlines()]
     assert {x["rank"] for x in recs} == set(range(8))
@@ -53,15 +55,17 @@ def test_export_with_dp_and_reload_at_another_tp(tmp_path):
     """--export at TP 2 x DP 2 gives the global batch's grads; --init-from at TP 4 reproduces the step-0 loss."""
     exp = tmp_path / "export"
     r = run_mpi(4, ["-m", "tpsim.demo", "--tp", "2", "--dp", "2", "--steps", "0", "--vocab", "13",
+                    "--batch-size", "8", "--seq-len", "12", "--hidden", "32",
                     "--export", str(exp), "--out", str(tmp_path / "o1")])
     assert r.returncode == 0, r.stderr
     cfg = json.loads((exp / "config.json").read_text())
     assert cfg["vocab_size"] == 13 and cfg["activation_function"] == "gelu_new" and cfg["tie_word_embeddings"]
     batch, params, grads = (np.load(exp / f) for f in ("batch.npz", "params.npz", "grads.npz"))
-    assert batch["input_ids"].shape == batch["labels"].shape == (16, 16)
-    assert params["transformer.wte.weight"].shape == grads["transformer.wte.weight"].shape == (13, 64)
+    assert batch["input_ids"].shape == batch["labels"].shape == (8, 12)
+    assert params["transformer.wte.weight"].shape == grads["transformer.wte.weight"].shape == (13, 32)
     loss = json.loads((exp / "step0.json").read_text())["loss"]
     r2 = run_mpi(4, ["-m", "tpsim.demo", "--tp", "4", "--steps", "0", "--vocab", "13",
+                     "--batch-size", "8", "--seq-len", "12", "--hidden", "32",
                      "--init-from", str(exp / "params.npz"), "--export", str(tmp_path / "e2"),
                      "--out", str(tmp_path / "o2")])
     assert r2.returncode == 0, r2.stderr

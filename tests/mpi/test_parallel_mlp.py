@@ -52,3 +52,6 @@ def test_parallel_mlp_rejects_wrong_layer_options(grid):
     with pytest.raises(ValueError, match="gather_output=False"):
         ParallelMLP(ColumnParallelLinear(4, 4 * grid.tp, g, gather_output=True),
                     RowParallelLinear(4 * grid.tp, 4, g, input_is_parallel=True))
+    with pytest.raises(ValueError, match="input_is_parallel=True"):
+        ParallelMLP(ColumnParallelLinear(4, 4 * grid.tp, g, gather_output=False),
+                    RowParallelLinear(4 * grid.tp, 4, g, input_is_parallel=False))
