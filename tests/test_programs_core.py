@@ -44,7 +44,7 @@ def test_same_seed_gives_bit_identical_losses(tmp_path):
     assert [m["loss"] for m in metrics(tmp_path / "a")] == [m["loss"] for m in metrics(tmp_path / "b")]
 
 
-@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("n", [1, 2, 3])
 def test_demo_runs_at_small_world_sizes(tmp_path, n):
     r = run_mpi(n, ["-m", "tpsim.demo", "--steps", "3", "--out", str(tmp_path)])
     assert r.returncode == 0, r.stderr

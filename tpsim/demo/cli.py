@@ -14,6 +14,9 @@ from tpsim.comm import ConfigError
 from tpsim.comm.launch import world_rank, world_size
 
 
+DEFAULT_BATCH = 16
+
+
 class RankZeroParser(argparse.ArgumentParser):
     """argparse that prints help on rank 0 only and turns usage errors into ``ConfigError``."""
 
@@ -49,7 +52,8 @@ def build_parser() -> RankZeroParser:
                    help="exact: masks keyed by global position (TP equals serial); megatron: per-rank streams")
     m.add_argument("--dtype", choices=["float32", "float64"], default="float64", help="compute dtype")
     t = p.add_argument_group("training")
-    t.add_argument("--batch-size", type=int, default=16, help="global batch, sequences per step (default 16)")
+    t.add_argument("--batch-size", type=int, default=None,
+                   help="global batch, sequences per step (default: 16, rounded up to a multiple of dp)")
     t.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     t.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
     t.add_argument("--clip", type=float, default=1.0, help="max global grad norm, 0 = off (default 1.0)")
@@ -92,6 +96,9 @@ def choose_grid(world: int, tp: int | None, dp: int | None) -> tuple[int, int]:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     args.tp, args.dp = choose_grid(world_size(), args.tp, args.dp)
+    if args.batch_size is None:  # 16 sequences, rounded up so every DP rank (every rank for partial-fc) gets some
+        unit = world_size() if args.scenario == "partial-fc" else args.dp
+        args.batch_size = unit * -(-DEFAULT_BATCH // unit)
     for name in ("layers", "hidden", "heads", "vocab", "seq_len", "batch_size", "tokens", "classes"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
