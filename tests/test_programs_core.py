@@ -44,11 +44,12 @@ def test_same_seed_gives_bit_identical_losses(tmp_path):
     assert [m["loss"] for m in metrics(tmp_path / "a")] == [m["loss"] for m in metrics(tmp_path / "b")]
 
 
-@pytest.mark.parametrize("n", [1, 2, 3])
-def test_demo_runs_at_small_world_sizes(tmp_path, n):
+@pytest.mark.parametrize("n, tp, dp", [(1, 1, 1), (2, 2, 1), (3, 1, 3)])
+def test_demo_runs_at_small_world_sizes(tmp_path, n, tp, dp):
+    """No flags at any world size: TP = gcd(world, 4), the batch rounded up to a multiple of dp (18 at dp 3)."""
     r = run_mpi(n, ["-m", "tpsim.demo", "--steps", "3", "--out", str(tmp_path)])
     assert r.returncode == 0, r.stderr
-    assert f"TP({n}) x DP(1)" in r.stdout and "VERDICT: MATCH" in r.stdout
+    assert f"TP({tp}) x DP({dp})" in r.stdout and "VERDICT: MATCH" in r.stdout
 
 
 def test_export_with_dp_and_reload_at_another_tp(tmp_path):
