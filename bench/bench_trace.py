@@ -26,7 +26,8 @@ from mpi4py import MPI
 
 from tpsim.comm import ProcessGrid, Tracer
 from tpsim.data import ReverseTask
-from tpsim.models import GPTConfig, build_gpt
+from tpsim.models.build import build_gpt
+from tpsim.models.config import GPTConfig
 from tpsim.train import AdamW, GradSync, dp_slice, train_step
 
 

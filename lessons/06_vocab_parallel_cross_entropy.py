@@ -15,7 +15,8 @@ RANKS = 4
 
 import numpy as np
 
-from tpsim.comm import ProcessGrid, wire_bytes
+from tpsim.comm import ProcessGrid
+from tpsim.cost import wire_bytes
 from tpsim.nn import softmax_cross_entropy_backward, softmax_cross_entropy_forward
 from tpsim.teach.runtime import Lesson, table
 from tpsim.tp import VocabParallelCrossEntropy, padded_vocab_size, vocab_range
@@ -93,7 +94,7 @@ lesson.equal("ratio gather / vocab-parallel = Vp / 3 (measured)", round(gather_b
 
 # %% [markdown]
 # Here the ratio is a modest 17. It is `Vp / 3` whatever the number of tokens, because both sides scale
-# with them — so it is about 16 750 for GPT-2's vocabulary. With the formulas of `tpsim.comm.cost`, for a
+# with them — so it is about 16 750 for GPT-2's vocabulary. With the formulas of `tpsim.cost`, for a
 # realistic step (8 sequences of 1024 tokens, float32, 8 ranks):
 
 # %%

@@ -16,7 +16,8 @@ RANKS = 4
 import numpy as np
 
 from tpsim.comm import ProcessGrid
-from tpsim.models import GPTConfig, parallel_gpt, serial_gpt
+from tpsim.models.build import parallel_gpt, serial_gpt
+from tpsim.models.config import GPTConfig
 from tpsim.nn import CausalSelfAttention
 from tpsim.teach.runtime import Lesson, shard_error
 from tpsim.tp import ExactDropoutRNG, MegatronDropoutRNG, ParallelSelfAttention

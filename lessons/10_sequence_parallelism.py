@@ -32,7 +32,9 @@ import copy
 import numpy as np
 
 from tpsim.comm import ProcessGrid
-from tpsim.models import DropoutPlan, GPTConfig, parallel_gpt, serial_gpt
+from tpsim.models.build import parallel_gpt, serial_gpt
+from tpsim.models.config import GPTConfig
+from tpsim.models.gpt import DropoutPlan
 from tpsim.nn import MLP, LayerNorm, layernorm_backward
 from tpsim.teach.runtime import Lesson, shard_error, table
 from tpsim.tp import ExactDropoutRNG, ParallelMLP, SequenceParallelLayerNorm

@@ -23,11 +23,13 @@ from tpsim.comm import ProcessGrid
 from tpsim.data import ReverseTask
 from tpsim.demo.gpt_tour import read_batch
 from tpsim.demo.report import step_table
-from tpsim.models import GPTConfig, build_gpt
+from tpsim.models.build import build_gpt
+from tpsim.models.config import GPTConfig
 from tpsim.teach.runtime import Lesson, table
 from tpsim.trace import gather_records, gather_spans, write_jsonl
 from tpsim.trace.aggregate import human_bytes
-from tpsim.trace.formulas import compare, format_comparison, formula_verdict, predict_step, ring_steps
+from tpsim.cost import ring_steps
+from tpsim.trace.formulas import compare, format_comparison, formula_verdict, predict_step
 from tpsim.trace.hardware import IB_NDR, NVLINK4_H100, estimate_breakdown, estimate_step_time
 from tpsim.trace.timeline import chrome_trace, plot_timeline, write_chrome_trace
 from tpsim.train import AdamW, GradSync, apply_update, broadcast_params, compute_grads

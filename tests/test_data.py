@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tpsim.comm import ConfigError
+from tpsim.errors import ConfigError
 from tpsim.data import ReverseTask
 from tpsim.data.reverse import IGNORE, SEP
 

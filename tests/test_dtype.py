@@ -3,7 +3,8 @@
 import numpy as np
 
 from tpsim.data import ReverseTask
-from tpsim.models import GPTConfig, serial_gpt
+from tpsim.models.build import serial_gpt
+from tpsim.models.config import GPTConfig
 
 
 def test_float32_gpt_stays_float32():

@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from tpsim.models import GPTConfig
-from tpsim.trace.formulas import SP_GRAD_PHASE, compare, format_comparison, formula_verdict, predict_step, ring_time
+from tpsim.models.config import GPTConfig
+from tpsim.cost import ring_time
+from tpsim.trace.formulas import SP_GRAD_PHASE, compare, format_comparison, formula_verdict, predict_step
 from tpsim.trace.hardware import IB_NDR, NVLINK4_H100, PCIE4_X16, PRESETS, estimate_breakdown, estimate_step_time
 from tpsim.trace.memory import (activation_elements, block_activation_elements, block_activation_regions,
                                 korthikanti_layer_bytes, korthikanti_layer_elements, param_elements,

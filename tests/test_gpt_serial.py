@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpsim.models import DropoutPlan, GPTConfig, serial_gpt
+from tpsim.models.build import serial_gpt
+from tpsim.models.config import GPTConfig
+from tpsim.models.gpt import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG
 
 CFG = GPTConfig(vocab_size=11, n_positions=7, n_embd=8, n_layer=2, n_head=2)

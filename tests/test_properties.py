@@ -6,11 +6,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpsim.comm import ConfigError, grid_layout, wire_bytes
+from tpsim.comm import grid_layout
+from tpsim.errors import ConfigError
+from tpsim.cost import wire_bytes
 from tpsim.nn import softmax_cross_entropy_forward
 from tpsim.nn.module import Partition
-from tpsim.tp.partition import take_shard, uneven_ranges
-from tpsim.tp.vocab import padded_vocab_size, vocab_range
+from tpsim.partition import take_shard, uneven_ranges
+from tpsim.partition import padded_vocab_size, vocab_range
 from tpsim.train.ddp import assign_buckets
 
 sizes = st.integers(min_value=1, max_value=64)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from mpirun import ROOT, run_mpi
-from tpsim.comm.cost import wire_bytes
+from tpsim.cost import wire_bytes
 from tpsim.trace.module_table import module_table, scope_parts
 from tpsim.trace.schema import COMM_FIELDS, SPAN_FIELDS, field_problems
 from tpsim.trace.timeline import chrome_trace, clamp_nesting

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from tpsim.comm.tracer import SpanEvent, Tracer
-from tpsim.models import GPTConfig, serial_gpt
+from tpsim.models.build import serial_gpt
+from tpsim.models.config import GPTConfig
 from tpsim.models.gpt import attach_tracer
 
 

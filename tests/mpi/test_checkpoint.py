@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from conftest import WORLD, get_grid
 
-from tpsim.comm import ConfigError
-from tpsim.models import GPTConfig, build_gpt, parallel_gpt, serial_gpt
+from tpsim.errors import ConfigError
+from tpsim.models.build import build_gpt, parallel_gpt, serial_gpt
+from tpsim.models.config import GPTConfig
 from tpsim.train.checkpoint import (CheckpointError, export_step0, full_tensors, load_into, load_tensors,
                                     save_tensors)
 

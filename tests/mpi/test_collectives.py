@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpsim.comm import wire_bytes
+from tpsim.cost import wire_bytes
 from _util import assert_close
 
 

@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from tpsim.comm import ConfigError
-from tpsim.models import DropoutPlan, GPTConfig, build_gpt, serial_gpt
-from tpsim.tp.partition import take_shard
+from tpsim.errors import ConfigError
+from tpsim.models.build import build_gpt, serial_gpt
+from tpsim.models.config import GPTConfig
+from tpsim.models.gpt import DropoutPlan
+from tpsim.partition import take_shard
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.train import (AdamW, GradSync, broadcast_batch, broadcast_params, check_replicas, dp_slice,
                          train_step)

@@ -17,7 +17,9 @@ import inspect
 import numpy as np
 import pytest
 
-from tpsim.models import DropoutPlan, GPTConfig, build_gpt
+from tpsim.models.build import build_gpt
+from tpsim.models.config import GPTConfig
+from tpsim.models.gpt import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.trace.formulas import compare, format_comparison, predict_step
 from tpsim.trace.memory import (block_activation_elements, block_activation_regions, format_memory,

@@ -8,9 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpsim.comm import ConfigError
-from tpsim.models import DropoutPlan, GPTConfig, parallel_gpt, serial_gpt
-from tpsim.tp.partition import take_shard
+from tpsim.errors import ConfigError
+from tpsim.models.build import parallel_gpt, serial_gpt
+from tpsim.models.config import GPTConfig
+from tpsim.models.gpt import DropoutPlan
+from tpsim.partition import take_shard
 from tpsim.tp.random import ExactDropoutRNG
 
 TOL = 1e-10

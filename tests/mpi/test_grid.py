@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpsim.comm import ConfigError, ProcessGrid, format_grid, grid_layout
+from tpsim.comm import ProcessGrid, format_grid, grid_layout
+from tpsim.errors import ConfigError
 from conftest import WORLD
 
 

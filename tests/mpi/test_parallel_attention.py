@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpsim.comm import ConfigError
+from tpsim.errors import ConfigError
 from tpsim.nn.attention import CausalSelfAttention, qkv_attention_forward
 from tpsim.tp import ColumnParallelLinear, ParallelSelfAttention
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng

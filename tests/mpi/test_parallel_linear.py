@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpsim.comm import ConfigError
+from tpsim.errors import ConfigError
 from tpsim.nn import Linear
 from tpsim.tp import ColumnParallelLinear, RowParallelLinear
 from _util import assert_close, randn

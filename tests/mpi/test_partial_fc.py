@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpsim.comm import ConfigError
+from tpsim.errors import ConfigError
 from tpsim.models.partial_fc import (FaceConfig, MegatronFaceModel, PartialFCModel, SerialFaceModel,
                                      backbone_flops, class_range, classifier_flops, local_rows, loss_and_grads,
                                      redundant_flops, step_flops, synthetic_batch)
-from tpsim.tp.partition import take_shard
+from tpsim.partition import take_shard
 from _util import assert_close
 from conftest import get_grid
 

@@ -19,9 +19,11 @@ import pytest
 
 from _util import assert_close, randn
 from test_data_parallel import assert_matches_serial  # every shard vs the serial tensor, relative to its size
-from tpsim.comm import ConfigError
+from tpsim.errors import ConfigError
 from tpsim.demo.gpt_tour import config_from
-from tpsim.models import DropoutPlan, GPTConfig, build_gpt, parallel_gpt, serial_gpt
+from tpsim.models.build import build_gpt, parallel_gpt, serial_gpt
+from tpsim.models.config import GPTConfig
+from tpsim.models.gpt import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.tp.sequence_parallel import (SEQ_AXIS, GatherFromSequenceParallelRegion,
                                         ReduceScatterToSequenceParallelRegion, ScatterToSequenceParallelRegion)

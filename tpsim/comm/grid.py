@@ -21,10 +21,7 @@ from mpi4py import MPI
 
 from tpsim.comm.group import Group
 from tpsim.comm.tracer import Tracer
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot work (sizes that do not divide, ...). Raised identically on every rank."""
+from tpsim.errors import ConfigError
 
 
 def grid_layout(world: int, tp: int, dp: int | None = None) -> np.ndarray:

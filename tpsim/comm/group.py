@@ -19,7 +19,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from tpsim.comm.cost import wire_bytes
+from tpsim.cost import wire_bytes
 from tpsim.comm.tracer import Tracer
 
 _REDUCE_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}

@@ -19,7 +19,7 @@ from typing import Callable
 
 from mpi4py import MPI
 
-from tpsim.comm.grid import ConfigError
+from tpsim.errors import ConfigError
 
 
 def world_rank() -> int:

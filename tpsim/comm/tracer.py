@@ -15,7 +15,7 @@ like the module tree (``transformer.h.0`` contains ``transformer.h.0.attn``). A 
 change the scope or phase that collectives inside it are tagged with (that stays the job of ``region``).
 Spans and collectives share one clock, so a timeline can lay them side by side.
 
-Byte accounting (see ``tpsim.comm.cost``): ``bytes`` is the size of the full logical tensor of the collective,
+Byte accounting (see ``tpsim.cost``): ``bytes`` is the size of the full logical tensor of the collective,
 ``wire_bytes`` what one rank sends under the bandwidth-optimal (ring) algorithm.
 """
 

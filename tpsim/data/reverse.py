@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpsim.comm import ConfigError
+from tpsim.errors import ConfigError
 
 SEP = 0
 IGNORE = -100

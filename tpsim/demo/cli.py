@@ -10,7 +10,7 @@ import argparse
 import sys
 from math import gcd
 
-from tpsim.comm import ConfigError
+from tpsim.errors import ConfigError
 from tpsim.comm.launch import world_rank, world_size
 
 

@@ -19,8 +19,10 @@ import numpy as np
 from tpsim.comm import ProcessGrid
 from tpsim.data import ReverseTask
 from tpsim.demo.report import step_table, write_outputs
-from tpsim.models import DropoutPlan, GPTConfig, build_gpt, serial_gpt
-from tpsim.tp.partition import take_shard
+from tpsim.models.build import build_gpt, serial_gpt
+from tpsim.models.config import GPTConfig
+from tpsim.models.gpt import DropoutPlan
+from tpsim.partition import take_shard
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng
 from tpsim.tp.sequence_parallel import check_sequence_length
 from tpsim.trace.records import gather_records, gather_spans

@@ -16,7 +16,7 @@ import numpy as np
 from tpsim.comm import ProcessGrid
 from tpsim.nn import MLP
 from tpsim.tp import ParallelMLP
-from tpsim.tp.partition import take_shard
+from tpsim.partition import take_shard
 from tpsim.trace import format_comm_table, gather_records, summarize, write_jsonl
 
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5}

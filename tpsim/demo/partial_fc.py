@@ -15,12 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from tpsim.comm import ConfigError, ProcessGrid
+from tpsim.comm import ProcessGrid
+from tpsim.errors import ConfigError
 from tpsim.comm.launch import world_size
 from tpsim.demo.mlp_tour import TOLERANCE, rel_diff, say
 from tpsim.models.partial_fc import (FaceConfig, MegatronFaceModel, PartialFCModel, SerialFaceModel, backbone_flops,
                                      local_rows, loss_and_grads, redundant_flops, step_flops, synthetic_batch)
-from tpsim.tp.partition import take_shard
+from tpsim.partition import take_shard
 from tpsim.trace import gather_records, summarize
 from tpsim.trace.aggregate import human_bytes
 

@@ -1,7 +1,5 @@
-"""Models built from the layers: the GPT (GPT-2 names) serial and tensor-parallel."""
+"""Models built from the layers: the GPT (GPT-2 names) serial and tensor-parallel, and the partial-FC classifier.
 
-from tpsim.models.build import build_gpt, parallel_gpt, serial_gpt
-from tpsim.models.config import GPTConfig
-from tpsim.models.gpt import GPT, Block, DropoutPlan, Transformer
-
-__all__ = ["GPT", "Block", "DropoutPlan", "GPTConfig", "Transformer", "build_gpt", "parallel_gpt", "serial_gpt"]
+Import from the modules (``tpsim.models.config``, ``.gpt``, ``.build``, ``.partial_fc``): this package file
+imports nothing, so ``tpsim.models.config`` (pure arithmetic) loads without MPI.
+"""

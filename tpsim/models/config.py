@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tpsim.comm import ConfigError
+from tpsim.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -31,14 +31,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpsim.comm import ConfigError, Group
+from tpsim.comm import Group
+from tpsim.errors import ConfigError
 from tpsim.nn.cross_entropy import CrossEntropyLoss
 from tpsim.nn.linear import Linear
 from tpsim.nn.mlp import MLP
 from tpsim.nn.module import Module, Partition
 from tpsim.tp.column_parallel import ColumnParallelLinear
 from tpsim.tp.cross_entropy import VocabParallelCrossEntropy
-from tpsim.tp.partition import uneven_ranges
+from tpsim.partition import uneven_ranges
 
 WAYS = ("megatron", "partial_fc")
 

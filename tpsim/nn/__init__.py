@@ -14,11 +14,12 @@ from tpsim.nn.gradcheck import check_module_grads, numerical_grad, relative_erro
 from tpsim.nn.layernorm import LayerNorm, layernorm_backward, layernorm_forward
 from tpsim.nn.linear import Linear, linear_backward, linear_forward
 from tpsim.nn.mlp import MLP
-from tpsim.nn.module import Module, Partition
+from tpsim.nn.module import Entry, Module, Partition
 from tpsim.nn.softmax import Softmax, softmax_backward, softmax_forward
 
 __all__ = [
     "Module",
+    "Entry",
     "Partition",
     "MLP",
     "CausalSelfAttention",

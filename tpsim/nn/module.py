@@ -14,23 +14,20 @@ every collective they issue, so a trace says which layer moved which bytes. ``se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
+from tpsim.partition import Partition  # noqa: F401 (where a shard sits; re-exported with the contract)
 
-@dataclass(frozen=True)
-class Partition:
-    """How a tensor-parallel shard sits in its master tensor: along ``dim``, at master positions ``index``.
 
-    ``full`` is the master's length along ``dim`` (after any padding). A parameter without a Partition is
-    *replicated*: every TP rank holds the whole of it. Clipping, export and checks read this, not layer types.
-    """
+class Entry(NamedTuple):
+    """One parameter of a model as everything downstream needs it: optimizer, clipping, DP sync, checks, export."""
 
-    dim: int
-    index: np.ndarray
-    full: int
+    name: str  # dotted, Hugging Face-style: ``transformer.h.0.mlp.c_fc.weight``
+    param: np.ndarray
+    grad: np.ndarray  # same shape and dtype; backward adds into it
+    partition: Partition | None  # where the shard sits in the master tensor; None = replicated
 
 
 class Module:
@@ -80,6 +77,11 @@ class Module:
                 if id(value) not in seen:
                     seen.add(id(value))
                     yield (f"{mod_name}.{key}" if mod_name else key), mod, key
+
+    def named_entries(self, prefix: str = "") -> Iterator[Entry]:
+        """``Entry(name, param, grad, partition)`` for every parameter, each array once, in registration order."""
+        return (Entry(name, mod.params[key], mod.grads[key], mod.partition.get(key))
+                for name, mod, key in self._unique(prefix))
 
     def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:
         """(dotted name, array) for every parameter of this module and its children, each array once."""

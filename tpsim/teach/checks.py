@@ -12,13 +12,14 @@ from typing import Callable
 
 import numpy as np
 
-from tpsim.comm import wire_bytes
-from tpsim.models import GPTConfig, build_gpt
+from tpsim.cost import wire_bytes
+from tpsim.models.build import build_gpt
+from tpsim.models.config import GPTConfig
 from tpsim.nn import MLP, Linear
 from tpsim.nn.module import Partition
 from tpsim.teach.verdict import Check, Report, describe_events
 from tpsim.tp import CopyToTPRegion, ParallelMLP, ReduceFromTPRegion, RowParallelLinear, head_columns
-from tpsim.tp.partition import shard_range
+from tpsim.partition import shard_range
 
 CHECKS: dict[str, Check] = {}
 

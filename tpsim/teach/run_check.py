@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tpsim.comm import ConfigError
+from tpsim.errors import ConfigError
 from tpsim.comm.launch import run_main, world_size
 from tpsim.teach.checks import CHECKS
 from tpsim.teach.lessons import LessonsNotFound, find_lesson, normalize

@@ -28,12 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
-from tpsim.comm import ConfigError, ProcessGrid, Tracer
+from tpsim.comm import ProcessGrid, Tracer
+from tpsim.errors import ConfigError
 from tpsim.comm.launch import run_main, world_rank, world_size
 from tpsim.demo.cli import RankZeroParser
 from tpsim.nn.module import Module
 from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, find_lesson, normalize, table  # noqa: F401 (re-export)
-from tpsim.tp.partition import take_shard
+from tpsim.partition import take_shard
 
 
 def max_abs_diff(got, expected) -> float:

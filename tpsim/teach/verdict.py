@@ -23,7 +23,8 @@ from typing import Callable
 
 import numpy as np
 
-from tpsim.comm import CommEvent, ConfigError, Group, ProcessGrid, Tracer
+from tpsim.comm import CommEvent, Group, ProcessGrid, Tracer
+from tpsim.errors import ConfigError
 from tpsim.comm.launch import world_rank
 
 OK, WRONG, RAISED, NOT_DONE = 0, 1, 2, 3  # agreed by MAX over the ranks: the worst wins

@@ -1,5 +1,6 @@
 """Tensor-parallel operators and layers, built on the traced communication layer and the serial math."""
 
+from tpsim.partition import divide, padded_vocab_size, shard_range, take_shard, uneven_ranges, vocab_range
 from tpsim.tp.attention import ParallelSelfAttention, head_columns
 from tpsim.tp.column_parallel import ColumnParallelLinear
 from tpsim.tp.cross_entropy import (VocabParallelCrossEntropy, VocabParallelCrossEntropyCache,
@@ -9,7 +10,6 @@ from tpsim.tp.mappings import (CopyToTPRegion, GatherFromTPRegion, ReduceFromTPR
                                copy_to_tensor_model_parallel_region, gather_from_tensor_model_parallel_region,
                                reduce_from_tensor_model_parallel_region, scatter_to_tensor_model_parallel_region)
 from tpsim.tp.mlp import ParallelMLP
-from tpsim.tp.partition import divide, shard_range, take_shard, uneven_ranges
 from tpsim.tp.random import DropoutRNG, ExactDropoutRNG, MegatronDropoutRNG, make_dropout_rng
 from tpsim.tp.row_parallel import RowParallelLinear
 from tpsim.tp.sequence_parallel import (GatherFromSequenceParallelRegion, ReduceScatterToSequenceParallelRegion,
@@ -17,7 +17,6 @@ from tpsim.tp.sequence_parallel import (GatherFromSequenceParallelRegion, Reduce
                                         reduce_scatter_to_sequence_parallel_region,
                                         scatter_to_sequence_parallel_region)
 from tpsim.tp.sequence_parallel_layers import SequenceParallelLayerNorm, SequenceParallelLMHead
-from tpsim.tp.vocab import padded_vocab_size, vocab_range
 from tpsim.tp.vocab_embedding import VocabParallelEmbedding
 
 __all__ = [

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpsim.comm import ConfigError, Group
+from tpsim.comm import Group
+from tpsim.errors import ConfigError
 from tpsim.nn.attention import (CausalSelfAttention, attention_keep_mask, qkv_attention_backward,
                                 qkv_attention_forward)
 from tpsim.nn.module import Module

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpsim.comm import ConfigError, Group
+from tpsim.comm import Group
+from tpsim.errors import ConfigError
 
 
 def split_last_dim(x: np.ndarray, group: Group) -> np.ndarray:

@@ -29,7 +29,7 @@ from tpsim.comm import Group
 from tpsim.nn.linear import Linear, linear_backward, linear_forward
 from tpsim.nn.module import Module, Partition
 from tpsim.tp.mappings import ReduceFromTPRegion, ScatterToTPRegion
-from tpsim.tp.partition import shard_range
+from tpsim.partition import shard_range
 from tpsim.tp.sequence_parallel import ReduceScatterToSequenceParallelRegion
 
 

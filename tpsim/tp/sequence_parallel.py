@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpsim.comm import ConfigError, Group
+from tpsim.comm import Group
+from tpsim.errors import ConfigError
 from tpsim.nn.module import Partition
 
 SEQ_AXIS = 1  # [batch, seq, hidden]

@@ -1,6 +1,6 @@
 """VocabParallelEmbedding — the embedding table split by vocabulary rows (Megatron-LM, section 3).
 
-The master table E: [V, dim] is padded with zero rows to Vp (see ``tpsim.tp.vocab``) and rank r keeps the rows
+The master table E: [V, dim] is padded with zero rows to Vp (see ``tpsim.partition``) and rank r keeps the rows
 [start, end). A token id lives on exactly one rank, so a lookup is a sum of p partial lookups in which every
 rank but the owner contributes a zero row:
 
@@ -20,7 +20,7 @@ from tpsim.comm import Group
 from tpsim.nn.embedding import Embedding, check_ids
 from tpsim.nn.module import Module, Partition
 from tpsim.tp.mappings import ReduceFromTPRegion
-from tpsim.tp.vocab import padded_vocab_size, vocab_range
+from tpsim.partition import padded_vocab_size, vocab_range
 
 
 class VocabParallelEmbedding(Module):

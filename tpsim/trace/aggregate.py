@@ -17,7 +17,7 @@ DEFAULT_KEYS = ("scope", "phase", "op", "group")
 class CommRow:
     key: tuple
     calls: float  # per rank
-    bytes: float  # per rank, logical size of the collectives (see tpsim.comm.cost)
+    bytes: float  # per rank, logical size of the collectives (see tpsim.cost)
     wire_bytes: float  # per rank, sent under the ring algorithm
     seconds: float  # per rank, wall time spent inside the calls
 

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from tpsim.launcher import launch as run_mpiexec
-from tpsim.trace.plots import _pyplot
+from tpsim.plotting import pyplot
 
 TP_SIZES = (1, 2, 4, 8)
 SEED = 1234
@@ -39,7 +39,7 @@ COLORS = {"params": "#4C72B0", "grads": "#55A868", "optimizer": "#8172B2", "acti
 
 
 def toy_config():
-    from tpsim.models import GPTConfig
+    from tpsim.models.config import GPTConfig
 
     return GPTConfig(vocab_size=TOY["vocab"], n_positions=TOY["seq_len"], n_embd=TOY["hidden"],
                      n_layer=TOY["layers"], n_head=TOY["heads"])
@@ -73,7 +73,8 @@ def memory_worker(tp: int, path: str) -> int:
 
     from tpsim.comm import ProcessGrid
     from tpsim.data import ReverseTask
-    from tpsim.models import DropoutPlan, build_gpt
+    from tpsim.models.build import build_gpt
+    from tpsim.models.gpt import DropoutPlan
     from tpsim.tp.random import ExactDropoutRNG
     from tpsim.trace.memory import measure_activations, measure_memory
     from tpsim.train import AdamW, GradSync
@@ -108,7 +109,7 @@ def _save(fig, path: Path, title: str, footnote: str, bottom: float = 0.08) -> P
     fig.tight_layout(rect=(0, bottom, 1, 1))
     fig.text(0.01, 0.01, footnote, fontsize=7, color="#444444", va="bottom", wrap=True)
     fig.savefig(path, dpi=130, metadata={"Software": None})  # no version/timestamp: reruns give equal files
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -133,7 +134,7 @@ def series_of(rows, ranks: int = 1) -> dict[str, list[float]]:
 
 
 def plot_bytes_vs_tp(measured: dict[int, list[dict]], predicted: dict[int, list], path: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     names = sorted({k for tp in TP_SIZES for k in series_of(predicted[tp])},
                    key=lambda k: -max(series_of(predicted[tp]).get(k, [0])[0] for tp in TP_SIZES))
     fig, axes = plt.subplots(1, 2, figsize=(11, 5.2), sharey=True)
@@ -168,7 +169,7 @@ def plot_bytes_vs_tp(measured: dict[int, list[dict]], predicted: dict[int, list]
 
 def whatif_numbers() -> dict[str, dict[str, dict[str, float]]]:
     """Seconds per step, by group, for each WHATIF model, TP placed inside vs across nodes."""
-    from tpsim.models import GPTConfig
+    from tpsim.models.config import GPTConfig
     from tpsim.trace.formulas import predict_step
     from tpsim.trace.hardware import IB_NDR, NVLINK4_H100, estimate_breakdown
 
@@ -184,7 +185,7 @@ def whatif_numbers() -> dict[str, dict[str, dict[str, float]]]:
 
 
 def plot_whatif(numbers, path: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 5.2))
     places = list(next(iter(numbers.values())))
     width = 0.38

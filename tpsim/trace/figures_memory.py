@@ -24,14 +24,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from tpsim.trace.figures import COLORS, TOY, TP_SIZES, _save, _tp_axes, toy_config
-from tpsim.trace.plots import _pyplot
+from tpsim.plotting import pyplot
 
 def plot_memory(measured: dict[int, dict], path: Path) -> Path:
     import numpy as np
 
     from tpsim.trace.memory import block_activation_elements, korthikanti_layer_bytes, predict_memory
 
-    plt = _pyplot()
+    plt = pyplot()
     cfg, b, s = toy_config(), TOY["batch_size"], TOY["seq_len"]
     h, a = cfg.n_embd, cfg.n_head
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11.5, 4.8))
@@ -79,7 +79,7 @@ def plot_sp_memory(measured: dict[int, dict], path: Path) -> Path:
 
     from tpsim.trace.memory import block_activation_elements, korthikanti_layer_elements, predict_memory
 
-    plt = _pyplot()
+    plt = pyplot()
     cfg, b, s = toy_config(), TOY["batch_size"], TOY["seq_len"]
     h, a, item = cfg.n_embd, cfg.n_head, np.dtype(np.float64).itemsize
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11.5, 5))

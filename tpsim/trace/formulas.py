@@ -41,7 +41,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from tpsim.comm.cost import wire_bytes
+from tpsim.cost import wire_bytes
 from tpsim.trace.aggregate import by_layer, summarize
 from tpsim.trace.memory import param_elements
 
@@ -226,22 +226,3 @@ def formula_verdict(rows: Sequence[Row]) -> tuple[bool, str]:
                      for r in bad[:5])
     more = f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
     return False, f"FORMULA CHECK FAILED: {len(bad)} of {len(rows)} rows differ (measured vs predicted): {what}{more}"
-
-
-# --- the α-β model ---------------------------------------------------------------------------------------------
-
-
-def ring_steps(op: str, p: int) -> int:
-    """Latency steps of the ring algorithm: all_reduce 2(p−1); all_gather, reduce_scatter, gather and broadcast
-    (a pipelined chain) p−1; nothing to wait for when p == 1."""
-    if p <= 1:
-        return 0
-    return 2 * (p - 1) if op == "all_reduce" else p - 1
-
-
-def ring_time(op: str, nbytes: int, p: int, alpha: float, beta: float) -> float:
-    """Seconds for one collective on a ``nbytes`` logical tensor over ``p`` ranks: steps·α + wire_bytes·β.
-
-    ``alpha``: per-step latency, seconds; ``beta``: seconds per byte (1 / bandwidth per rank per direction).
-    """
-    return ring_steps(op, p) * alpha + wire_bytes(op, nbytes, p) * beta

@@ -1,6 +1,6 @@
 """Named α-β link presets, and what a step's collectives would cost on them.
 
-The α-β model prices one collective as ``steps·α + wire_bytes·β`` (``tpsim.trace.formulas.ring_time``): α the
+The α-β model prices one collective as ``steps·α + wire_bytes·β`` (``tpsim.cost.ring_time``): α the
 latency of one ring step, β = 1 / bandwidth the seconds per byte one rank sends. Summed over a step's
 collectives it estimates the step's communication time with nothing overlapped — an upper bound on what the
 network adds, and a fair way to compare placements, not a prediction of a real run.
@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from tpsim.trace.formulas import Prediction, ring_steps
+from tpsim.cost import ring_steps
+from tpsim.trace.formulas import Prediction
 
 
 @dataclass(frozen=True)

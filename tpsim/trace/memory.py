@@ -63,12 +63,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from tpsim.partition import padded_vocab_size
+
 # --- model state -----------------------------------------------------------------------------------------------
-
-
-def padded_vocab(vocab_size: int, tp: int) -> int:
-    """V rounded up to a multiple of tp (as ``tpsim.tp.vocab.padded_vocab_size`` with divisible_by = 1)."""
-    return -(-vocab_size // tp) * tp
 
 
 def param_elements(config, tp: int) -> int:
@@ -79,7 +76,7 @@ def param_elements(config, tp: int) -> int:
     """
     h, L = config.n_embd, config.n_layer
     block = (12 * h * h + 7 * h) // tp + 6 * h
-    return padded_vocab(config.vocab_size, tp) // tp * h + config.n_positions * h + L * block + 2 * h
+    return padded_vocab_size(config.vocab_size, tp) // tp * h + config.n_positions * h + L * block + 2 * h
 
 
 def model_state_bytes(config, tp: int, dtype, optimizer_slots: int = 2) -> dict[str, int]:
@@ -117,7 +114,7 @@ def block_activation_elements(b: int, s: int, h: int, heads: int, tp: int, dropo
 
 def real_vocab_columns(vocab_size: int, tp: int, tp_rank: int) -> int:
     """Columns of the real (unpadded) vocabulary that TP rank ``tp_rank`` holds."""
-    per_rank = padded_vocab(vocab_size, tp) // tp
+    per_rank = padded_vocab_size(vocab_size, tp) // tp
     return min(max(vocab_size - tp_rank * per_rank, 0), per_rank)
 
 

@@ -9,23 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from tpsim.plotting import pyplot
 from tpsim.trace.aggregate import layer_of
 
 OP_COLORS = {"all_reduce": "#4C72B0", "all_gather": "#55A868", "reduce_scatter": "#C44E52",
              "broadcast": "#8172B2", "gather": "#CCB974", "barrier": "#999999"}
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_loss(steps: Sequence[int], losses: Sequence[float], path: str | Path, title: str = "") -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ax.plot(steps, losses, marker="o", markersize=3)
     ax.set_xlabel("step")
@@ -41,7 +33,7 @@ def plot_loss(steps: Sequence[int], losses: Sequence[float], path: str | Path, t
 def plot_layer_bytes(records: list[dict], path: str | Path, ranks: int, steps: int = 1,
                      phases: Sequence[str] = ("forward", "backward"), title: str = "") -> Path:
     """Bytes per rank per step for every layer: one panel per phase, bars stacked by collective op."""
-    plt = _pyplot()
+    plt = pyplot()
     layers: list[str] = []
     for r in records:
         layer = layer_of(r["scope"])

@@ -38,7 +38,7 @@ COMM_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
     "shape": ((list,), "shape of the logical tensor that bytes measures"),
     "bytes": ((int,), "size of the full logical tensor: all_reduce the buffer, all_gather the gathered output, "
                       "reduce_scatter the unreduced input, broadcast the buffer, gather the total pickled size"),
-    "wire_bytes": ((int,), "bytes one rank sends under the ring algorithm (tpsim.comm.cost.wire_bytes): "
+    "wire_bytes": ((int,), "bytes one rank sends under the ring algorithm (tpsim.cost.wire_bytes): "
                            "all_reduce 2(p-1)/p*bytes, all_gather/reduce_scatter/gather (p-1)/p*bytes, "
                            "broadcast bytes, 0 when p == 1"),
     "start": ((int, float), "seconds since the common t0"),

@@ -142,9 +142,10 @@ def plot_timeline(spans: list[dict], records: list[dict], step: int, path: str |
     """One training step, a row per rank: phases shaded, layer spans above, collectives (by op) below."""
     from matplotlib.patches import Patch
 
-    from tpsim.trace.plots import OP_COLORS, _pyplot
+    from tpsim.plotting import pyplot
+    from tpsim.trace.plots import OP_COLORS
 
-    plt = _pyplot()
+    plt = pyplot()
     spans = [s for s in spans if s["step"] == step and s["scope"]]  # the whole-model span is the phase shading
     comms = [r for r in records if r["step"] == step]
     ranks = sorted({s["rank"] for s in spans} | {r["rank"] for r in comms})

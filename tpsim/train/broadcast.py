@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpsim.comm import ConfigError, ProcessGrid
+from tpsim.comm import ProcessGrid
+from tpsim.errors import ConfigError
 from tpsim.nn.module import Module
 
 

@@ -41,9 +41,10 @@ import tempfile
 
 import numpy as np
 
-from tpsim.comm import ConfigError, Group
+from tpsim.comm import Group
+from tpsim.errors import ConfigError
 from tpsim.nn.module import Module
-from tpsim.tp.partition import take_shard
+from tpsim.partition import take_shard
 
 MAX_LISTED = 5  # problems named in one error message; the rest are counted
 

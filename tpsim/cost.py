@@ -1,4 +1,7 @@
-"""How many bytes a collective moves: the logical size and what one rank puts on the wire.
+"""What a collective costs: the bytes one rank puts on the wire, and the α-β time of the ring algorithm.
+
+Pure arithmetic (no MPI): the traced ``Group`` records ``wire_bytes`` for every call, and the formulas, the
+link presets and the planner price collectives with ``ring_time``.
 
 For a group of ``p`` ranks and a collective whose full logical tensor is ``B`` bytes
 (all_reduce: the buffer; all_gather: the gathered output; reduce_scatter: the unreduced input;
@@ -11,8 +14,9 @@ broadcast: the buffer), the bandwidth-optimal algorithms send, per rank:
                                           buffer once; we report the busiest rank (0 when p == 1)
     gather            (p - 1) / p * B     the root receives; we report what the p - 1 senders send in all / p
 
-These are the counts behind the α-β model (time ≈ α·steps + wire_bytes / bandwidth); the measured
-traffic of a real MPI library can differ (it may pick a tree for small messages), the logical size cannot.
+The α-β model prices one collective as ``ring_steps·α + wire_bytes·β`` (α the latency of one ring step, β the
+seconds per byte one rank sends). The measured traffic of a real MPI library can differ (it may pick a tree for
+small messages); the logical size cannot.
 """
 
 from __future__ import annotations
@@ -31,3 +35,19 @@ def wire_bytes(op: str, nbytes: int, p: int) -> int:
     if op == "barrier":
         return 0
     raise ValueError(f"unknown collective {op!r}")
+
+
+def ring_steps(op: str, p: int) -> int:
+    """Latency steps of the ring algorithm: all_reduce 2(p−1); all_gather, reduce_scatter, gather and broadcast
+    (a pipelined chain) p−1; nothing to wait for when p == 1."""
+    if p <= 1:
+        return 0
+    return 2 * (p - 1) if op == "all_reduce" else p - 1
+
+
+def ring_time(op: str, nbytes: int, p: int, alpha: float, beta: float) -> float:
+    """Seconds for one collective on a ``nbytes`` logical tensor over ``p`` ranks: steps·α + wire_bytes·β.
+
+    ``alpha``: per-step latency, seconds; ``beta``: seconds per byte (1 / bandwidth per rank per direction).
+    """
+    return ring_steps(op, p) * alpha + wire_bytes(op, nbytes, p) * beta

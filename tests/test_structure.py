@@ -1,0 +1,124 @@
+"""The shape of the code itself: what a reader of ``tpsim/`` may rely on (issue: one contract, one way).
+
+- no import cycle between tpsim modules (counting imports inside functions too: a lazy import that only
+  keeps a circle from failing is still a circle);
+- no file in ``tpsim/`` over 300 lines and no function over 60;
+- the pure-arithmetic modules (formulas, memory, link presets, the model config) import without MPI, so a
+  planner runs on a laptop with nothing but NumPy;
+- the article the teaching material follows is cited by name, never as "the seed".
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "tpsim"
+MAX_FILE_LINES = 300
+MAX_FUNCTION_LINES = 60
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def sources() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(path: Path, modules: set[str]) -> set[str]:
+    """The tpsim modules ``path`` imports, anywhere in the file: ``from a.b import c`` counts as ``a.b.c`` when
+    that is a module, else ``a.b``."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in modules)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module in modules:
+            for a in node.names:
+                out.add(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module)
+    return out
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    mods = sources()
+    graph = {name: imports_of(path, set(mods)) - {name} for name, path in mods.items()}
+    circles = cycles(graph)
+    assert not circles, "import circles (modules that import each other):\n" + "\n".join(map(str, circles))
+
+
+def test_no_file_over_300_lines_and_no_function_over_60():
+    long_files = [f"{p.relative_to(ROOT)}: {n}" for p in sources().values()
+                  if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES]
+    long_functions = []
+    for path in sources().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {n}")
+    assert not long_files, f"files over {MAX_FILE_LINES} lines:\n" + "\n".join(long_files)
+    assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long_functions)
+
+
+@pytest.mark.parametrize("modules", [
+    "tpsim.trace.formulas, tpsim.trace.memory, tpsim.trace.hardware, tpsim.models.config",
+    "tpsim.cost, tpsim.errors, tpsim.phases, tpsim.partition, tpsim.nn",
+])
+def test_pure_arithmetic_imports_without_mpi(modules):
+    code = f"import sys, {modules}; assert 'mpi4py' not in sys.modules, 'mpi4py was imported'"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+# "eq. (1) of the seed", "seed §3.1", "the seed's eq. (3)": the article's old nickname. The RNG seed keeps its name.
+ARTICLE_AS_SEED = re.compile(r"seed\s*§|seed['’]s\s+(eq|§|section)|(eq\.?|equation|§)\s*\(?[\d.]+\)?\s+(of|in)\s+the\s+seed",
+                             re.IGNORECASE)
+
+
+def test_the_article_is_cited_by_name():
+    paths = [*PACKAGE.rglob("*.py"), *(ROOT / "lessons").rglob("*.py"), ROOT / "README.md"]
+    hits = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in paths
+            for i, line in enumerate(p.read_text().splitlines(), 1) if ARTICLE_AS_SEED.search(line)]
+    assert not hits, "cite the SenseParrots article (or the paper) by name:\n" + "\n".join(hits)

@@ -1,0 +1,13 @@
+"""The one error type a user's configuration can raise, defined below everything so that pure arithmetic
+(formulas, memory, partition sizes, the planner) can raise it without importing MPI.
+
+``ConfigError`` means "this configuration cannot work" (sizes that do not divide, a world size that does not
+match tp × dp, ...). Entry points turn it into one line and exit status 2 on every rank (``run_main``), so every
+check that raises it must run identically on every rank, before the first collective.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot work (sizes that do not divide, ...). Raised identically on every rank."""

@@ -1,0 +1,105 @@
+"""Who holds which slice: the arithmetic of splitting a dimension over the tensor-parallel group.
+
+Pure arithmetic, no MPI, so the formulas, the memory model and a planner can use it on a laptop.
+
+Even splits (Megatron's ``divide``) are required wherever the math needs equal shards; ``uneven_ranges``
+serves the classifier of the InsightFace way (An et al. 2021, "Partial FC"), whose class count need not
+divide by the world size. A ``Partition`` records where a shard sits in its master tensor.
+
+Vocabulary padding (Megatron's ``VocabUtility``): a vocabulary of V tokens is split by rows (embedding) or
+columns (LM head, logits) into p equal, contiguous ranges. V rarely divides by p (GPT-2's 50257 is prime),
+so the table is padded with zero rows up to
+
+    Vp = ⌈V / p⌉ · p          rank r owns ids [r · Vp/p, (r + 1) · Vp/p)
+
+The padded ids (≥ V) are never looked up and never enter the softmax — the cross-entropy masks them — so
+padding changes the shapes, never the math.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpsim.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Partition:
+    """How a tensor-parallel shard sits in its master tensor: along ``dim``, at master positions ``index``.
+
+    ``full`` is the master's length along ``dim`` (after any padding). A parameter without a Partition is
+    *replicated*: every TP rank holds the whole of it. Clipping, export and checks read this, not layer types.
+    """
+
+    dim: int
+    index: np.ndarray
+    full: int
+
+
+def divide(n: int, p: int, what: str = "dimension") -> int:
+    """n / p, or a ``ConfigError`` naming the constraint."""
+    if n % p:
+        raise ConfigError(f"{what} = {n} is not divisible by the tensor-parallel size {p}")
+    return n // p
+
+
+def shard_range(n: int, p: int, rank: int, what: str = "dimension") -> range:
+    """The contiguous index range [rank·n/p, (rank+1)·n/p) that ``rank`` owns."""
+    k = divide(n, p, what)
+    return range(rank * k, (rank + 1) * k)
+
+
+def uneven_ranges(n: int, p: int) -> list[range]:
+    """Split n into p contiguous ranges whose sizes differ by at most one (the first n % p get one more)."""
+    base, extra = divmod(n, p)
+    out, start = [], 0
+    for r in range(p):
+        size = base + (1 if r < extra else 0)
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+def take_shard(master: np.ndarray, partition: Partition | None) -> np.ndarray:
+    """The part of a master (serial) tensor that a rank holds: itself if replicated, else its index along dim.
+
+    A master shorter than ``partition.full`` along ``dim`` (a vocabulary padded to a multiple of tp) is
+    read as zero-padded: padded positions come out as zeros.
+    """
+    if partition is None:
+        return master
+    n = master.shape[partition.dim]
+    if partition.full > n:
+        pad = [(0, 0)] * master.ndim
+        pad[partition.dim] = (0, partition.full - n)
+        master = np.pad(master, pad)
+    return np.take(master, partition.index, axis=partition.dim)
+
+
+# --- the vocabulary ----------------------------------------------------------------------------------------------
+def padded_vocab_size(vocab_size: int, tp: int, *, divisible_by: int = 1) -> int:
+    """The smallest multiple of ``divisible_by · tp`` that is ≥ ``vocab_size``.
+
+    ``divisible_by`` is Megatron's ``--make-vocab-size-divisible-by`` (128 there, for fast matmul shapes);
+    1 gives the least padding.
+    """
+    if vocab_size < 1 or tp < 1 or divisible_by < 1:
+        raise ConfigError(f"need vocab_size, tp, divisible_by ≥ 1, got {vocab_size}, {tp}, {divisible_by}")
+    multiple = divisible_by * tp
+    return -(-vocab_size // multiple) * multiple
+
+
+def vocab_range(padded_vocab: int, tp: int, rank: int) -> tuple[int, int]:
+    """``(start, end)``: the contiguous ids that ``rank`` owns, ``end − start = padded_vocab / tp``.
+
+    ``padded_vocab`` must divide by ``tp`` (use ``padded_vocab_size``); ids ≥ the real vocabulary are padding.
+    """
+    if padded_vocab % tp:
+        raise ConfigError(f"padded vocabulary {padded_vocab} is not divisible by the tensor-parallel size {tp}"
+                          f" (pad it with padded_vocab_size first)")
+    if not 0 <= rank < tp:
+        raise ConfigError(f"rank {rank} is not in [0, {tp})")
+    per_rank = padded_vocab // tp
+    return rank * per_rank, (rank + 1) * per_rank
