@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from tpsim.phases import PASSES
 from tpsim.trace.aggregate import human_bytes, layer_of
 
-COLUMN_PHASES = ("forward", "backward")  # their own columns; every other phase goes under "other"
+COLUMN_PHASES = PASSES  # forward and backward have their own columns; every other phase goes under "other"
 BY = ("module", "layer", "op")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from tpsim.phases import PASSES
 from tpsim.plotting import pyplot
 from tpsim.trace.aggregate import layer_of
 
@@ -31,7 +32,7 @@ def plot_loss(steps: Sequence[int], losses: Sequence[float], path: str | Path, t
 
 
 def plot_layer_bytes(records: list[dict], path: str | Path, ranks: int, steps: int = 1,
-                     phases: Sequence[str] = ("forward", "backward"), title: str = "") -> Path:
+                     phases: Sequence[str] = PASSES, title: str = "") -> Path:
     """Bytes per rank per step for every layer: one panel per phase, bars stacked by collective op."""
     plt = pyplot()
     layers: list[str] = []

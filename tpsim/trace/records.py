@@ -12,13 +12,15 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tpsim.phases import TRACE
+
 if TYPE_CHECKING:  # only for the hints: reading a run folder (tpsim plot/report) must not start MPI
     from tpsim.comm import Group, Tracer
 
 
 def _gather(rows: list[dict], tracer: Tracer, world: Group, root: int) -> list[dict] | None:
     # The gather itself is traced (phase "trace") *after* the caller's snapshot, so it is not in what it gathers.
-    with tracer.region(scope="", phase="trace"):
+    with tracer.region(scope="", phase=TRACE):
         per_rank = world.gather_objects(rows, root=root)
     if per_rank is None:
         return None

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpsim.phases import DP_SYNC, PASSES
 from tpsim.trace.records import grid_sizes, read_jsonl
 from tpsim.trace.schema import COMM_FIELDS, SPAN_FIELDS, field_problems
 
 FILES = {"comm": "comm.jsonl", "metrics": "metrics.jsonl", "spans": "spans.jsonl"}
-TRAINING_PHASES = ("forward", "backward")
 
 
 class RunFolderError(Exception):
@@ -61,7 +61,7 @@ def load_run(path: str | Path, need: tuple[str, ...] = ("comm",)) -> Run:
 
 def training_steps(records: list[dict]) -> list[int]:
     """Steps that ran the model (have forward/backward records), ascending."""
-    return sorted({r["step"] for r in records if r["phase"] in TRAINING_PHASES})
+    return sorted({r["step"] for r in records if r["phase"] in PASSES})
 
 
 def default_step(run: Run) -> int:
@@ -100,7 +100,7 @@ def write_figures(out: Path, records: list[dict], metrics: list[dict] | None, sp
                                title=f"loss — {title}"))
     one_step = [r for r in records if r["step"] == step]
     paths.append(plot_layer_bytes(one_step, out / "comm_bytes.png", ranks=ranks,
-                                  phases=("forward", "backward", "dp_sync"),
+                                  phases=(*PASSES, DP_SYNC),
                                   title=f"collective bytes per layer, one step — {title}"))
     if spans and any(s["step"] == step for s in spans):
         paths.append(plot_timeline(spans, records, step, out / "timeline.png",

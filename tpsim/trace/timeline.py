@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER
 from tpsim.trace.records import grid_of
 
 COMPUTE_TID, COMM_TID = 0, 1
-PHASE_COLORS = {"data": "#BBBBBB", "forward": "#A6CEE3", "dp_sync": "#B2DF8A", "backward": "#FDBF6F",
-                "optimizer": "#CAB2D6"}
+PHASE_COLORS = {DATA: "#BBBBBB", FORWARD: "#A6CEE3", DP_SYNC: "#B2DF8A", BACKWARD: "#FDBF6F", OPTIMIZER: "#CAB2D6"}
 KIND_COLORS = {"embedding": "#F6D55C", "layernorm": "#B39DDB", "attention": "#F28E2B", "mlp": "#59A14F",
                "lm_head": "#E15759", "loss": "#76B7B2", "block": "#D0D0D0", "transformer": "#E8E8E8",
                "other": "#F4F4F4"}

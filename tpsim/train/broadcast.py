@@ -22,6 +22,7 @@ import numpy as np
 from tpsim.comm import ProcessGrid
 from tpsim.errors import ConfigError
 from tpsim.nn.module import Module
+from tpsim.phases import DATA, INIT
 
 
 def broadcast_params(module: Module, grid: ProcessGrid) -> None:
@@ -35,11 +36,11 @@ def broadcast_params(module: Module, grid: ProcessGrid) -> None:
     if grid.tp > 1:
         for name, p, part in entries:
             if part is None:  # replicated across TP: TP rank 0's copy wins
-                with tracer.region(scope=name, phase="init"):
+                with tracer.region(scope=name, phase=INIT):
                     grid.tp_group.broadcast(p, root=0)
     if grid.dp > 1:
         for name, p, _ in entries:  # every shard equals its twin in DP replica 0
-            with tracer.region(scope=name, phase="init"):
+            with tracer.region(scope=name, phase=INIT):
                 grid.dp_group.broadcast(p, root=0)
 
 
@@ -60,7 +61,7 @@ def broadcast_batch(grid: ProcessGrid, ids: np.ndarray, labels: np.ndarray) -> t
     packed = np.empty((2, *ids.shape), dtype=np.int64)
     if grid.tp_rank == 0:
         packed[0], packed[1] = ids, labels
-    with grid.tracer.region(scope="batch", phase="data"):
+    with grid.tracer.region(scope="batch", phase=DATA):
         grid.tp_group.broadcast(packed, root=0)
     return packed[0].copy(), packed[1].copy()
 

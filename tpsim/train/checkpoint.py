@@ -45,6 +45,7 @@ from tpsim.comm import Group
 from tpsim.errors import ConfigError
 from tpsim.nn.module import Module
 from tpsim.partition import take_shard
+from tpsim.phases import EXPORT
 
 MAX_LISTED = 5  # problems named in one error message; the rest are counted
 
@@ -100,7 +101,7 @@ def full_tensors(model: Module, tp_group: Group, which: str = "params",
         if part is None:
             out[name] = shard.copy()
             continue
-        with tp_group.tracer.region(scope=name, phase="export"):
+        with tp_group.tracer.region(scope=name, phase=EXPORT):
             gathered = tp_group.all_gather(shard, axis=part.dim)
             index = tp_group.all_gather(np.asarray(part.index, dtype=np.int64), axis=0)
         master = np.zeros(_master_shape(shard.shape, part), dtype=shard.dtype)

@@ -26,6 +26,7 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.nn.module import Module, Partition
+from tpsim.phases import OPTIMIZER
 
 GradEntry = tuple[str, np.ndarray, Partition | None]  # (dotted name, local grad, Partition or None=replicated)
 
@@ -81,7 +82,7 @@ def grad_norm(module: Module | None, tp_group: Group, norm_type: float = 2.0, *,
     entries = _entries(module, params)
     local = _local_contribution(entries, p, count_replicated=tp_group.rank == 0)
     op = "max" if math.isinf(p) else "sum"
-    with tp_group.tracer.region(scope="clip_grad_norm", phase="optimizer"):
+    with tp_group.tracer.region(scope="clip_grad_norm", phase=OPTIMIZER):
         total = float(tp_group.all_reduce(np.array([local], dtype=np.float64), op=op)[0])
     return total if math.isinf(p) else total ** (1.0 / p)
 

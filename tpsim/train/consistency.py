@@ -28,6 +28,7 @@ import numpy as np
 
 from tpsim.comm import ProcessGrid
 from tpsim.nn.module import Module
+from tpsim.phases import VERIFY
 
 
 def param_digest(p: np.ndarray) -> bytes:
@@ -105,7 +106,7 @@ def check_replicas(module: Module, grid: ProcessGrid) -> ConsistencyReport:
     # row g of tp_bad / column t of dp_bad: filled by the ranks of TP group g / DP group t, zero elsewhere
     tp_bad = np.zeros((grid.dp, n_rep), dtype=np.int8)
     dp_bad = np.zeros((grid.tp, n), dtype=np.int8)
-    with grid.tracer.region(scope="check_replicas", phase="verify"):
+    with grid.tracer.region(scope="check_replicas", phase=VERIFY):
         tp_bad[grid.dp_rank] = _differs(grid.tp_group, digests[replicated])
         dp_bad[grid.tp_rank] = _differs(grid.dp_group, digests)
         flags = np.concatenate([tp_bad.ravel(), dp_bad.ravel()])

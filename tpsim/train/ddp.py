@@ -31,6 +31,7 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.nn.module import Module
+from tpsim.phases import DP_SYNC
 
 DEFAULT_BUCKET_CAP_BYTES = 25 * 2**20  # torch DDP's bucket_cap_mb=25
 
@@ -130,7 +131,7 @@ class GradSync:
         self._check_views()
         tracer = self.dp_group.tracer
         for i, buf in enumerate(self.buffers):
-            with tracer.region(scope=f"ddp.bucket{i}", phase="dp_sync"):
+            with tracer.region(scope=f"ddp.bucket{i}", phase=DP_SYNC):
                 self.dp_group.all_reduce(buf, op="sum", inplace=True)
             buf /= self.dp  # sum then divide (DDP divides first; for dp a power of two both are exact)
 

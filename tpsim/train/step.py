@@ -27,6 +27,7 @@ import numpy as np
 from tpsim.comm import ProcessGrid
 from tpsim.models.gpt import DropoutPlan
 from tpsim.nn.module import Module
+from tpsim.phases import DP_SYNC
 from tpsim.train.clip import clip_grad_norm
 from tpsim.train.ddp import GradSync
 from tpsim.train.optim import Optimizer
@@ -47,7 +48,7 @@ def global_loss_scale(grid: ProcessGrid, loss_local: float, n_local: int) -> tup
     """
     if grid.dp == 1:
         return float(loss_local), 1.0, int(n_local)
-    with grid.tracer.region(scope="loss_normalizer", phase="dp_sync"):
+    with grid.tracer.region(scope="loss_normalizer", phase=DP_SYNC):
         total = grid.dp_group.all_reduce(np.array([n_local, n_local * loss_local], dtype=np.float64))
     n_global = int(total[0])
     if n_global == 0:
