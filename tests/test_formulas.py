@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from tpsim.models.config import GPTConfig
 from tpsim.cost import ring_time
-from tpsim.trace.formulas import SP_GRAD_PHASE, compare, format_comparison, formula_verdict, predict_step
+from tpsim.models.config import GPTConfig
+from tpsim.phases import SP_GRAD_SYNC
+from tpsim.trace.formulas import compare, format_comparison, formula_verdict, predict_step
 from tpsim.trace.hardware import IB_NDR, NVLINK4_H100, PCIE4_X16, PRESETS, estimate_breakdown, estimate_step_time
 from tpsim.trace.memory import (activation_elements, block_activation_elements, block_activation_regions,
                                 korthikanti_layer_bytes, korthikanti_layer_elements, param_elements,
@@ -149,7 +150,7 @@ def test_sequence_parallel_moves_the_same_bytes_in_gathers_and_scatters():
     ar = rows(plain, "transformer.h.0.attn", "forward")["all_reduce"]
     assert fwd["all_gather"].bytes == fwd["reduce_scatter"].bytes == ar.bytes
     assert fwd["all_gather"].wire_bytes + fwd["reduce_scatter"].wire_bytes == ar.wire_bytes
-    ln = [p for p in sp if p.phase == SP_GRAD_PHASE]
+    ln = [p for p in sp if p.phase == SP_GRAD_SYNC]
     assert len(ln) == 2 * CFG.n_layer + 1 and all(p.bytes == 2 * CFG.n_embd * 8 for p in ln)
     lean = predict_step(CFG, 4, 1, 4, 8, np.float64, clip=False, sequence_parallel=True,
                         sp_regather_in_backward=False)

@@ -28,10 +28,10 @@ gradient — one more all-gather per column-parallel linear and for the LM head.
 Megatron-LM for learned positions: the embedding all-reduces as before and then only splits the sequence (its
 backward all-gathers), the LM head all-gathers ln_f's shard (backward: reduce-scatter), the loss is unchanged.
 Each LayerNorm's weight and bias gradients, now partial sums over sequence shards, are all-reduced as one
-[2, h] message, traced under the LayerNorm's own scope in phase ``SP_GRAD_PHASE``; the row-parallel biases and
-the position embedding get complete gradients from all-gathered tensors and need nothing. This branch is
-written from the paper and aligned with ``tpsim.tp.sequence_parallel``; tests/mpi/test_sequence_parallel.py and
-tests/mpi/test_formulas.py pin it against real traces.
+[2, h] message, traced under the LayerNorm's own scope in phase ``sp_grad_sync`` (``tpsim.phases``); the
+row-parallel biases and the position embedding get complete gradients from all-gathered tensors and need
+nothing. This branch is written from the paper and aligned with ``tpsim.tp.sequence_parallel``;
+tests/mpi/test_sequence_parallel.py and tests/mpi/test_formulas.py pin it against real traces.
 """
 
 from __future__ import annotations
@@ -42,11 +42,10 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from tpsim.cost import wire_bytes
+from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER, SP_GRAD_SYNC, TRAINING
 from tpsim.trace.aggregate import by_layer, summarize
 from tpsim.trace.memory import param_elements
 
-SP_GRAD_PHASE = "sp_grad_sync"  # SP: the all-reduce of a LayerNorm's gradients computed from sequence shards
-TRAINING_PHASES = ("data", "forward", "backward", SP_GRAD_PHASE, "dp_sync", "optimizer")
 
 
 @dataclass
@@ -76,6 +75,76 @@ def _itemsize(dtype) -> int:
     return dtype if isinstance(dtype, int) else np.dtype(dtype).itemsize
 
 
+class _Rows:
+    """The predictions being built, keyed by (layer, phase, op, group) in the order the collectives are issued."""
+
+    def __init__(self, tp: int, dp: int) -> None:
+        self.sizes = {"tp": tp, "dp": dp}
+        self.rows: dict[tuple[str, str, str, str], Prediction] = {}
+
+    def add(self, layer: str, phase: str, op: str, group: str, nbytes: int, calls: int = 1) -> None:
+        """``calls`` collectives of ``nbytes`` logical bytes each (none at all when ``calls`` is 0)."""
+        if calls == 0:
+            return
+        p = self.sizes[group]
+        row = self.rows.setdefault((layer, phase, op, group), Prediction(layer, phase, op, group, p, 0, 0, 0))
+        row.calls += calls
+        row.bytes += nbytes * calls
+        row.wire_bytes += wire_bytes(op, nbytes, p) * calls
+
+
+def _forward(rows: _Rows, blocks: list[str], act: int, sequence_parallel: bool) -> None:
+    """The model's forward up to the logits: g per block under TP, the pair f̄ then ḡ under SP."""
+    rows.add("transformer.wte", FORWARD, "all_reduce", "tp", act)  # under SP too: then the sequence is split
+    for blk in blocks:
+        for part in ("attn", "mlp"):
+            if sequence_parallel:  # f̄ gathers the sequence in, ḡ reduce-scatters the result out
+                rows.add(f"{blk}.{part}", FORWARD, "all_gather", "tp", act)
+                rows.add(f"{blk}.{part}", FORWARD, "reduce_scatter", "tp", act)
+            else:  # g
+                rows.add(f"{blk}.{part}", FORWARD, "all_reduce", "tp", act)
+    if sequence_parallel:
+        rows.add("lm_head", FORWARD, "all_gather", "tp", act)
+
+
+def _loss(rows: _Rows, row_bytes: int, dp: int, label_smoothing: bool) -> None:
+    """The vocab-parallel cross-entropy's three all-reduces of ``row_bytes`` (b·s elements), the DP normaliser."""
+    rows.add("loss", FORWARD, "all_reduce", "tp", row_bytes, calls=2)  # max, Σexp
+    rows.add("loss", FORWARD, "all_reduce", "tp", (2 if label_smoothing else 1) * row_bytes)  # target (, Σz)
+    if dp > 1:
+        rows.add("loss_normalizer", DP_SYNC, "all_reduce", "dp", 2 * 8)
+
+
+def _tp_backward(rows: _Rows, blocks: list[str], act: int) -> None:
+    """f of the tied head, then of c_fc and c_attn in every block, last block first."""
+    rows.add("lm_head", BACKWARD, "all_reduce", "tp", act)
+    for blk in reversed(blocks):
+        rows.add(f"{blk}.mlp", BACKWARD, "all_reduce", "tp", act)
+        rows.add(f"{blk}.attn", BACKWARD, "all_reduce", "tp", act)
+
+
+def _sp_backward(rows: _Rows, blocks: list[str], act: int, ln_grads: int, regather: int) -> None:
+    """SP's backward: the conjugates of f̄ and ḡ, ``regather`` re-gathers per column-parallel linear, and
+    each LayerNorm's (dw, db) all-reduced as one ``ln_grads``-byte message in phase ``SP_GRAD_SYNC``."""
+    rows.add("lm_head", BACKWARD, "all_gather", "tp", act, calls=regather)
+    rows.add("lm_head", BACKWARD, "reduce_scatter", "tp", act)
+    rows.add("transformer.ln_f", SP_GRAD_SYNC, "all_reduce", "tp", ln_grads)
+    for blk in reversed(blocks):
+        for part, ln in (("mlp", "ln_2"), ("attn", "ln_1")):  # ḡ's all-gather, the re-gather, f̄'s scatter
+            rows.add(f"{blk}.{part}", BACKWARD, "all_gather", "tp", act, calls=1 + regather)
+            rows.add(f"{blk}.{part}", BACKWARD, "reduce_scatter", "tp", act)
+            rows.add(f"{blk}.{ln}", SP_GRAD_SYNC, "all_reduce", "tp", ln_grads)
+    rows.add("transformer.wte", BACKWARD, "all_gather", "tp", act)  # the sequence split's backward
+
+
+def _check_sizes(config, tp: int, dp: int, batch_size: int, seq_len: int, sequence_parallel: bool) -> None:
+    config.check(tp)
+    if batch_size % dp:
+        raise ValueError(f"global batch {batch_size} is not divisible by dp {dp}")
+    if sequence_parallel and seq_len % tp:
+        raise ValueError(f"sequence length {seq_len} is not divisible by tp {tp} (sequence parallelism)")
+
+
 def predict_step(config, tp: int, dp: int, batch_size: int, seq_len: int, dtype, *, clip: bool,
                  grad_bytes_local: int | None = None, sequence_parallel: bool = False,
                  ddp_buckets: int | None = None, label_smoothing: bool = False,
@@ -87,65 +156,26 @@ def predict_step(config, tp: int, dp: int, batch_size: int, seq_len: int, dtype,
     bytes; default every parameter's local shard at this tp (vocabulary padded, tied head once).
     ``ddp_buckets``: ``len(GradSync.buckets)``, the DDP call count; None leaves it unpredicted.
     """
-    config.check(tp)
-    if batch_size % dp:
-        raise ValueError(f"global batch {batch_size} is not divisible by dp {dp}")
-    if sequence_parallel and seq_len % tp:
-        raise ValueError(f"sequence length {seq_len} is not divisible by tp {tp} (sequence parallelism)")
-    e, b, s, h, L = _itemsize(dtype), batch_size // dp, seq_len, config.n_embd, config.n_layer
+    _check_sizes(config, tp, dp, batch_size, seq_len, sequence_parallel)
+    e, b, s, h = _itemsize(dtype), batch_size // dp, seq_len, config.n_embd
     act = b * s * h * e  # one [b, s, h] activation
-    rows: dict[tuple, Prediction] = {}
-
-    def add(layer, phase, op, group, nbytes, calls=1):
-        if calls == 0:
-            return
-        p = tp if group == "tp" else dp
-        row = rows.setdefault((layer, phase, op, group), Prediction(layer, phase, op, group, p, 0, 0, 0))
-        row.calls += calls
-        row.bytes += nbytes * calls
-        row.wire_bytes += wire_bytes(op, nbytes, p) * calls
-
+    blocks = [f"transformer.h.{i}" for i in range(config.n_layer)]
+    rows = _Rows(tp, dp)
     if tp > 1:
-        add("batch", "data", "broadcast", "tp", 2 * b * s * 8)
-    blocks = [f"transformer.h.{i}" for i in range(L)]
-    add("transformer.wte", "forward", "all_reduce", "tp", act)  # under SP too: then the sequence is split
-    for blk in blocks:
-        for part in ("attn", "mlp"):
-            if sequence_parallel:  # f̄ gathers the sequence in, ḡ reduce-scatters the result out
-                add(f"{blk}.{part}", "forward", "all_gather", "tp", act)
-                add(f"{blk}.{part}", "forward", "reduce_scatter", "tp", act)
-            else:  # g
-                add(f"{blk}.{part}", "forward", "all_reduce", "tp", act)
+        rows.add("batch", DATA, "broadcast", "tp", 2 * b * s * 8)  # int64 [2, b, s]: ids and labels
+    _forward(rows, blocks, act, sequence_parallel)
+    _loss(rows, b * s * e, dp, label_smoothing)
     if sequence_parallel:
-        add("lm_head", "forward", "all_gather", "tp", act)
-    add("loss", "forward", "all_reduce", "tp", b * s * e, calls=2)  # max, Σexp
-    add("loss", "forward", "all_reduce", "tp", (2 if label_smoothing else 1) * b * s * e)  # target (, Σz)
-    if dp > 1:
-        add("loss_normalizer", "dp_sync", "all_reduce", "dp", 2 * 8)
-    if not sequence_parallel:  # f of the head, then of c_fc and c_attn in every block
-        add("lm_head", "backward", "all_reduce", "tp", act)
-        for blk in reversed(blocks):
-            add(f"{blk}.mlp", "backward", "all_reduce", "tp", act)
-            add(f"{blk}.attn", "backward", "all_reduce", "tp", act)
+        _sp_backward(rows, blocks, act, ln_grads=2 * h * e, regather=1 if sp_regather_in_backward else 0)
     else:
-        regather = 1 if sp_regather_in_backward else 0
-        ln_grads = 2 * h * e  # one LayerNorm's (dw, db) as a [2, h] message
-        add("lm_head", "backward", "all_gather", "tp", act, calls=regather)
-        add("lm_head", "backward", "reduce_scatter", "tp", act)
-        add("transformer.ln_f", SP_GRAD_PHASE, "all_reduce", "tp", ln_grads)
-        for blk in reversed(blocks):
-            for part, ln in (("mlp", "ln_2"), ("attn", "ln_1")):  # ḡ's all-gather, the re-gather, f̄'s scatter
-                add(f"{blk}.{part}", "backward", "all_gather", "tp", act, calls=1 + regather)
-                add(f"{blk}.{part}", "backward", "reduce_scatter", "tp", act)
-                add(f"{blk}.{ln}", SP_GRAD_PHASE, "all_reduce", "tp", ln_grads)
-        add("transformer.wte", "backward", "all_gather", "tp", act)  # the sequence split's backward
+        _tp_backward(rows, blocks, act)
     if dp > 1:
         total = param_elements(config, tp) * e if grad_bytes_local is None else grad_bytes_local
-        rows[("ddp", "dp_sync", "all_reduce", "dp")] = Prediction(
-            "ddp", "dp_sync", "all_reduce", "dp", dp, ddp_buckets, total, wire_bytes("all_reduce", total, dp))
+        rows.rows[("ddp", DP_SYNC, "all_reduce", "dp")] = Prediction(
+            "ddp", DP_SYNC, "all_reduce", "dp", dp, ddp_buckets, total, wire_bytes("all_reduce", total, dp))
     if clip:
-        add("clip_grad_norm", "optimizer", "all_reduce", "tp", 8)
-    return list(rows.values())
+        rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "tp", 8)
+    return list(rows.rows.values())
 
 
 # --- measured vs predicted -------------------------------------------------------------------------------------
@@ -169,7 +199,7 @@ class Row:
 
 
 def compare(measured_records: Iterable[dict], predictions: Sequence[Prediction],
-            phases: Sequence[str] | None = TRAINING_PHASES) -> list[Row]:
+            phases: Sequence[str] | None = TRAINING) -> list[Row]:
     """Measured records of *one* step (dicts as in ``comm.jsonl``, one rank or many) against ``predictions``.
 
     Records are grouped by (layer_of(scope), phase, op, group) and averaged per rank; records outside
