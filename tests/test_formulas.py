@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from tpsim.cost import ring_time
+from tpsim.cost import ring_steps, ring_time
 from tpsim.models.config import GPTConfig
 from tpsim.phases import SP_GRAD_SYNC
-from tpsim.trace.formulas import compare, format_comparison, formula_verdict, predict_step
+from tpsim.trace.formulas import Prediction, compare, format_comparison, formula_verdict, predict_step
 from tpsim.trace.hardware import IB_NDR, NVLINK4_H100, PCIE4_X16, PRESETS, estimate_breakdown, estimate_step_time
 from tpsim.trace.memory import (activation_elements, block_activation_elements, block_activation_regions,
                                 korthikanti_layer_bytes, korthikanti_layer_elements, param_elements,
@@ -28,6 +28,13 @@ def test_ring_time_is_steps_times_alpha_plus_wire_times_beta():
     assert ring_time("reduce_scatter", MiB, 8, a, beta) == pytest.approx(7 * a + 7 / 8 * MiB * beta)
     assert ring_time("broadcast", MiB, 2, a, beta) == pytest.approx(a + MiB * beta)
     assert ring_time("all_reduce", MiB, 1, a, beta) == 0.0, "a group of one sends nothing and waits for nobody"
+
+
+def test_a_step_estimate_prices_each_collective_as_ring_time():
+    """hardware's running sum and ring_time share one α-β formula: three all-reduces cost three ring_times."""
+    link, wire = NVLINK4_H100, 3 * ring_steps("all_reduce", 4) * MiB // 4
+    preds = [Prediction("x", "forward", "all_reduce", "tp", 4, 3, 3 * MiB, wire)]
+    assert estimate_step_time(preds, link) == pytest.approx(3 * ring_time("all_reduce", MiB, 4, link.alpha, link.beta))
 
 
 def test_korthikanti_table2_by_hand():

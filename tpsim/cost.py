@@ -14,9 +14,9 @@ broadcast: the buffer), the bandwidth-optimal algorithms send, per rank:
                                           buffer once; we report the busiest rank (0 when p == 1)
     gather            (p - 1) / p * B     the root receives; we report what the p - 1 senders send in all / p
 
-The α-β model prices one collective as ``ring_steps·α + wire_bytes·β`` (α the latency of one ring step, β the
-seconds per byte one rank sends). The measured traffic of a real MPI library can differ (it may pick a tree for
-small messages); the logical size cannot.
+The α-β model prices one collective as ``ring_steps·α + wire_bytes·β`` (``alpha_beta_time``; α the latency
+of one ring step, β the seconds per byte one rank sends). The measured traffic of a real MPI library can differ
+(it may pick a tree for small messages); the logical size cannot.
 """
 
 from __future__ import annotations
@@ -45,9 +45,19 @@ def ring_steps(op: str, p: int) -> int:
     return 2 * (p - 1) if op == "all_reduce" else p - 1
 
 
+def alpha_beta_time(steps: int, wire: int, alpha: float, beta: float, total: float = 0.0) -> float:
+    """The α-β model, written once: ``total`` + ``steps`` latency steps of ``alpha`` seconds each + ``wire`` bytes
+    sent at ``beta`` seconds a byte (1 / bandwidth per rank per direction).
+
+    ``total`` lets a running sum over a step's collectives (``tpsim.trace.hardware``) add the two terms one
+    after the other, as it always has, so its seconds stay the same to the last bit.
+    """
+    return total + steps * alpha + wire * beta
+
+
 def ring_time(op: str, nbytes: int, p: int, alpha: float, beta: float) -> float:
     """Seconds for one collective on a ``nbytes`` logical tensor over ``p`` ranks: steps·α + wire_bytes·β.
 
     ``alpha``: per-step latency, seconds; ``beta``: seconds per byte (1 / bandwidth per rank per direction).
     """
-    return ring_steps(op, p) * alpha + wire_bytes(op, nbytes, p) * beta
+    return alpha_beta_time(ring_steps(op, p), wire_bytes(op, nbytes, p), alpha, beta)

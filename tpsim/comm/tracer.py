@@ -2,12 +2,13 @@
 
 Layers do not pass their names to the communication layer by hand. They open a *region*:
 
-    with tracer.region(scope=self.path, phase="forward"):
+    with tracer.region(scope=self.path, phase=FORWARD):
         y = tp_group.all_reduce(partial)            # recorded as scope=self.path, phase="forward"
 
 Regions nest; an inner region that leaves ``scope`` or ``phase`` as ``None`` inherits the outer one, so a
-training loop can say ``with tracer.region(phase="dp_sync")`` around a whole gradient sync. The tracer is an
-ordinary object owned by the process grid (one per rank), never module-level state.
+training loop can say ``with tracer.region(phase=DP_SYNC)`` around a whole gradient sync. Phase names are the
+constants of ``tpsim.phases``. The tracer is an ordinary object owned by the process grid (one per rank), never
+module-level state.
 
 *Compute spans* time the work between collectives. ``tracer.span(scope, phase)`` records one ``SpanEvent``
 (start, duration) when the block ends; the GPT wiring opens one around every sub-layer call, so spans nest
@@ -33,7 +34,7 @@ class CommEvent:
 
     rank: int  # world rank that recorded it
     step: int  # training step (set by the caller with ``tracer.step``)
-    phase: str  # "forward", "backward", "dp_sync", "init", "data", ... ; "" outside any region
+    phase: str  # a ``tpsim.phases`` name: "forward", "backward", "dp_sync", ... ; "" outside any region
     scope: str  # dotted module path of the issuing layer, e.g. "transformer.h.0.mlp"; "" at top level
     op: str  # "all_reduce", "all_gather", "reduce_scatter", "broadcast", "gather", "barrier"
     reduce_op: str  # "sum" / "max" / "min" for reductions, "" otherwise

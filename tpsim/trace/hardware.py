@@ -1,6 +1,6 @@
 """Named α-β link presets, and what a step's collectives would cost on them.
 
-The α-β model prices one collective as ``steps·α + wire_bytes·β`` (``tpsim.cost.ring_time``): α the
+The α-β model prices one collective as ``steps·α + wire_bytes·β`` (``tpsim.cost.alpha_beta_time``): α the
 latency of one ring step, β = 1 / bandwidth the seconds per byte one rank sends. Summed over a step's
 collectives it estimates the step's communication time with nothing overlapped — an upper bound on what the
 network adds, and a fair way to compare placements, not a prediction of a real run.
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from tpsim.cost import ring_steps
+from tpsim.cost import alpha_beta_time, ring_steps
 from tpsim.trace.formulas import Prediction
 
 
@@ -77,7 +77,7 @@ def estimate_breakdown(rows: Iterable[Prediction | dict], links: Links, key: str
             label = r["scope" if key == "layer" else key]
             ranks.add(r["rank"])
         link = _link(links, group)
-        out[label] = out.get(label, 0.0) + calls * ring_steps(op, p) * link.alpha + wire * link.beta
+        out[label] = alpha_beta_time(calls * ring_steps(op, p), wire, link.alpha, link.beta, out.get(label, 0.0))
     n = max(1, len(ranks))
     return {k: v / n for k, v in out.items()}
 
