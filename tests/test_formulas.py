@@ -216,7 +216,7 @@ def test_estimates_from_records_equal_estimates_from_predictions():
 
 def test_whatif_tp_across_nodes_costs_more_than_tp_inside_a_node():
     """The figure's claim, as numbers: for every model, TP over InfiniBand is slower than TP over NVLink."""
-    from tpsim.trace.figures import whatif_numbers
+    from tpsim.trace.figures.whatif import whatif_numbers
 
     for model, places in whatif_numbers().items():
         inside, across = (sum(v.values()) for v in places.values())

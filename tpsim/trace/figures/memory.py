@@ -6,9 +6,10 @@ memory_per_rank.png — parameters, gradients, optimizer state and activations p
 
 sp_memory.png — activation memory per rank vs TP, with and without sequence parallelism.
 
-``python -m tpsim.trace.figures`` draws it from its memory worker's runs: for TP = 1, 2, 4, 8 one forward of
-the toy GPT per dropout setting, built with and without ``sequence_parallel``, every live array of the cache
-counted by ``tpsim.trace.memory`` (buffers deduplicated by owner). Two panels:
+``python -m tpsim.trace.figures`` draws them from the memory worker's runs (``runs.measure_memory``): for
+TP = 1, 2, 4, 8 one forward of the toy GPT per dropout setting, built with and without ``sequence_parallel``,
+every live array of the cache counted by ``tpsim.trace.memory`` (buffers deduplicated by owner). sp_memory.png
+has two panels:
 
     left   the whole forward cache on TP rank 0, float64 activations plus bool masks, as stored: measured
            points on our exact formula (``predict_memory(..., sequence_parallel=...)``), dropout off and on
@@ -23,8 +24,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpsim.trace.figures import COLORS, TOY, TP_SIZES, _save, _tp_axes, toy_config
 from tpsim.plotting import pyplot
+from tpsim.trace.figures.style import COLORS, TOY, TP_SIZES, save_figure, tp_axes, toy_config
+
 
 def plot_memory(measured: dict[int, dict], path: Path) -> Path:
     import numpy as np
@@ -58,14 +60,15 @@ def plot_memory(measured: dict[int, dict], path: Path) -> Path:
     bx.set_ylabel("KiB per transformer layer per rank")
     bx.set_title("one layer's activations in 16-bit accounting (2 B a float, 1 B a mask)", fontsize=10)
     for axis in (ax, bx):
-        _tp_axes(axis, "tensor-parallel degree TP")
+        tp_axes(axis, "tensor-parallel degree TP")
         axis.legend(fontsize=8)
     title = (f"Memory per rank vs TP — toy GPT (h {h}, {cfg.n_layer} layers, {a} heads, vocab {cfg.vocab_size}, "
              f"b {b}, s {s}, float64)")
-    return _save(fig, path, title, "Measured: tpsim.trace.memory.measure_memory (cache buffers deduplicated by "
-                                   "owner). Right: tpsim caches LayerNorm's x̂ and rstd, not its input, and no masks "
-                                   "without dropout; with dropout it is the paper's line plus 4·b·s bytes (the two "
-                                   "rstd vectors). The paper counts 16-bit; tpsim stores float64 (left panel).")
+    return save_figure(fig, path, title,
+                       "Measured: tpsim.trace.memory.measure_memory (cache buffers deduplicated by "
+                       "owner). Right: tpsim caches LayerNorm's x̂ and rstd, not its input, and no masks "
+                       "without dropout; with dropout it is the paper's line plus 4·b·s bytes (the two "
+                       "rstd vectors). The paper counts 16-bit; tpsim stores float64 (left panel).")
 
 
 SP_COLOR = "#2A9D8F"
@@ -113,17 +116,18 @@ def plot_sp_memory(measured: dict[int, dict], path: Path) -> Path:
     bx.set_ylabel("KiB per transformer layer on TP rank 0")
     bx.set_title("one layer, dropout on, at 8 B a float and 1 B a mask", fontsize=10)
     for axis in (ax, bx):
-        _tp_axes(axis, "tensor-parallel degree TP (DP = 1)")
+        tp_axes(axis, "tensor-parallel degree TP (DP = 1)")
         axis.yaxis.set_major_formatter(FormatStrFormatter("%g"))
         axis.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
         axis.tick_params(axis="y", which="both", labelsize=8)
         axis.legend(fontsize=8, loc="lower left")
     title = (f"Activation memory per rank vs TP, with and without sequence parallelism (SP)\ntoy GPT: h {h}, "
              f"{cfg.n_layer} layers, {a} heads, vocab {cfg.vocab_size}, batch {b} x seq {s}, float64")
-    return _save(fig, path, title, "Measured: tpsim.trace.memory.measure_activations on one forward's cache "
-                                   "(buffers deduplicated by owner), TP rank 0; lines: predict_memory and "
-                                   "block_activation_elements(..., sequence_parallel). Paper: its 16-bit floats "
-                                   "re-priced at 8 B, masks at 1 B. What differs from the paper: tpsim keeps "
-                                   "LayerNorm's x̂ and rstd where Megatron keeps its input (+2·b·s/r floats a layer, "
-                                   f"r = 1 for TP, t for SP: at most {gap:.1%} here), keeps no masks with dropout off, "
-                                   "and stores float64; the rest agrees element for element.", bottom=0.09)
+    return save_figure(fig, path, title,
+                       "Measured: tpsim.trace.memory.measure_activations on one forward's cache "
+                       "(buffers deduplicated by owner), TP rank 0; lines: predict_memory and "
+                       "block_activation_elements(..., sequence_parallel). Paper: its 16-bit floats "
+                       "re-priced at 8 B, masks at 1 B. What differs from the paper: tpsim keeps "
+                       "LayerNorm's x̂ and rstd where Megatron keeps its input (+2·b·s/r floats a layer, "
+                       f"r = 1 for TP, t for SP: at most {gap:.1%} here), keeps no masks with dropout off, "
+                       "and stores float64; the rest agrees element for element.", bottom=0.09)
