@@ -37,7 +37,7 @@ test-serial: venv
 test-mpi: venv
 	@set -e; for n in $(MPIRANKS); do \
 	  echo "== tests/mpi on $$n ranks"; \
-	  $(BIN)/mpiexec -n $$n $(BIN)/python tests/mpi/run.py -q -p no:cacheprovider --timeout=120 --timeout-method=thread; \
+	  $(BIN)/mpiexec -n $$n $(BIN)/python tests/mpi/pytest_on_every_rank.py -q -p no:cacheprovider --timeout=120 --timeout-method=thread; \
 	done
 
 bench: venv

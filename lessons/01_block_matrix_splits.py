@@ -5,8 +5,9 @@
 #
 # Tensor parallelism spreads one layer's weights over several devices so that each device stores and multiplies
 # only a slice. Whether that works without drowning in communication comes down to two facts about block
-# matrices, equations (1) and (2) of the Megatron-LM paper. This lesson checks them in plain NumPy, on one
-# process, before any rank talks to another; every later lesson runs them on real ranks.
+# matrices, equations (1) and (2) of the SenseParrots article on model parallelism that these lessons follow
+# (README.md, "Sources"). This lesson checks them in plain NumPy, on one process, before any rank talks to
+# another; every later lesson runs them on real ranks.
 #
 # Shapes follow the code base: activations are `[tokens, features]` and a weight is `[in, out]`, so a linear
 # layer is `y = x · W`.

@@ -4,8 +4,8 @@
 # Runs on **2 ranks**: `mpirun -n 2 python lessons/02_conjugate_f_g.py` (or `tpsim lesson run 02`).
 #
 # Lesson 01 showed where tensor parallelism communicates: after a row split the partial results must be summed.
-# Megatron-LM packs all of its communication into two tiny operators, called **f** and **g** in the paper
-# (Figure 3), and places them at the two edges of every parallel region:
+# Megatron-LM packs all of its communication into two tiny operators, called **f** and **g** in its paper
+# (Shoeybi et al. 2019, §3 and Figure 3), and places them at the two edges of every parallel region:
 #
 # | operator | Megatron name | forward | backward |
 # |---|---|---|---|

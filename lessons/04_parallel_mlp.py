@@ -5,7 +5,8 @@
 #
 # The transformer's MLP is `Z = GeLU(X·A)·B` with `A: [h, 4h]` (GPT-2's `c_fc`) and `B: [4h, h]`
 # (`c_proj`), plus biases. It holds two thirds of a block's weights, so it is the first thing to split. Two
-# ranks are enough to see every idea, as in the paper's Figure 3a: `A = [A1 A2]`, `B = [B1; B2]`.
+# ranks are enough to see every idea, as in Figure 3a of the Megatron-LM paper (Shoeybi et al. 2019):
+# `A = [A1 A2]`, `B = [B1; B2]`.
 #
 # The question is which way to split `A`. The answer comes from one inequality about GeLU.
 

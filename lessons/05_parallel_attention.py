@@ -7,7 +7,7 @@
 #
 #     x [b, s, h] --c_attn--> qkv [b, s, 3h] = q | k | v --attention per head--> ctx [b, s, h] --c_proj--> y
 #
-# From `q·kᵀ` to `probs·v`, every head works alone. So, as Megatron-LM does (the paper's Figure 3b), give
+# From `q·kᵀ` to `probs·v`, every head works alone. So, as Megatron-LM does (Shoeybi et al. 2019, Fig. 3b), give
 # each rank whole heads: `c_attn` becomes column-parallel (each rank computes the q, k and v of its heads),
 # the core runs locally, and `c_proj` becomes row-parallel (the context of its heads is a slice of `c_proj`'s
 # input). It is the MLP's pattern again — one all-reduce forward, one backward — with one trap in it.

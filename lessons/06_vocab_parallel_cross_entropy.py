@@ -8,7 +8,8 @@
 # `[tokens, V]`, with V = 50257 for GPT-2. Megatron splits this layer by vocabulary (a column-parallel
 # linear tied to the embedding), so rank r ends up holding the logits `z_r: [tokens, V/p]` of its slice of
 # the vocabulary. The obvious next step — all-gather the logits and run the ordinary softmax cross-entropy —
-# would move the largest activation of the whole model. Equations (3) and (4) of the paper avoid it.
+# would move the largest activation of the whole model. Equations (3) and (4) of the SenseParrots article
+# (§2.2.2 there) avoid it.
 
 # %%
 RANKS = 4
@@ -30,10 +31,12 @@ group, tracer = grid.tp_group, grid.tracer
 # ## Three numbers per token
 #
 # For one token with logits `z` and target `t`, the loss is `log Σ_c exp(z_c) − z_t`. Subtracting the
-# largest logit `m` keeps every exponent ≤ 0, so nothing overflows even for logits in the thousands:
+# largest logit `m` keeps every exponent ≤ 0, so nothing overflows even for logits in the thousands. With
+# the vocabulary split over ranks r (the SenseParrots article's equations, same numbers):
 #
-#     (3)  m = max_c z_c,   S = Σ_c exp(z_c − m),   log Z = m + log S
-#     (4)  loss = log Z − z_t
+#     (4)  m = max_r max_{c on r} z_c                the global max is the max of the ranks' maxima
+#     (3)  S = Σ_r Σ_{c on r} exp(z_c − m)           the global sum is the sum of the ranks' sums
+#          loss = m + log S − z_t                    z_t from the rank that holds column t
 #
 # Each of `m`, `S` and `z_t` is a reduction over the vocabulary, so each is *one all-reduce of `[tokens]`
 # numbers*: MAX of the ranks' local maxima; SUM of the local sums of `exp(z − m)` (after `m` is known);

@@ -9,6 +9,8 @@
 # 1. **Dropout** draws random bits. Which ranks must draw the *same* bits, and which must draw *different* ones?
 # 2. **Gradient clipping** needs the norm of *all* gradients. Shards are disjoint, but replicated parameters
 #    sit on every rank — counted naively, they are counted p times.
+#
+# Both are the "extra handling" of §2.2.3 of the SenseParrots article; the answers below are Megatron-LM's.
 
 # %%
 RANKS = 4

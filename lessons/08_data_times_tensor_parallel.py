@@ -5,9 +5,10 @@
 #
 # Tensor parallelism splits one model over a few devices; data parallelism runs several copies of that split
 # model on different rows of the batch. With 8 ranks: 2 replicas (DP = 2), each a model split 4 ways (TP = 4).
-# This lesson builds the grid, shows how §3.1 of the paper keeps all copies equal — parameters broadcast once,
-# the batch broadcast inside each TP group every step — averages the gradients over the DP groups the way
-# PyTorch's DDP does, and trains a tiny GPT that stays equal to the serial model.
+# This lesson builds the grid, shows how §3.1 of the SenseParrots article ("the Megatron way") keeps all
+# copies equal — parameters broadcast once, the batch broadcast inside each TP group every step — averages the
+# gradients over the DP groups the way PyTorch's DDP does, and trains a tiny GPT that stays equal to the
+# serial model.
 
 # %%
 RANKS = 8
@@ -44,7 +45,7 @@ lesson.equal("(tp_rank, dp_rank) = (rank % 4, rank // 4) on every rank", (grid.t
              (grid.rank % 4, grid.rank // 4))
 
 # %% [markdown]
-# ## §3.1: start equal — broadcast the parameters
+# ## Start equal — broadcast the parameters (the SenseParrots article, §3.1)
 #
 # Every rank draws its model from a seed. Suppose replica 1 was started from another seed, and one rank's
 # LayerNorm drifted. `check_replicas` compares a hash of every parameter: replicated parameters across each
@@ -77,7 +78,7 @@ lesson.say(f"after: {report.summary()}", "")
 lesson.equal("replicas consistent after the broadcasts", report.ok, True)
 
 # %% [markdown]
-# ## §3.1 again: the batch
+# ## The article's §3.1 again: the batch
 #
 # Every rank of a TP group must see the same rows (they compute slices of the same activations), and the DP
 # replicas must see different rows. Megatron reads the data on TP rank 0 only and broadcasts it over the TP

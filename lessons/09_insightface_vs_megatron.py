@@ -16,8 +16,10 @@
 #   in the backward a **reduce-scatter** — the all-gather's conjugate — hands each rank the gradient of its own
 #   embeddings. The backbone's gradients are then all-reduced, as in DDP.
 #
-# Both are implemented in `tpsim.models.partial_fc` and must equal the serial model. We compare the bytes
-# they move and the FLOPs they spend.
+# The two designs are §3.1 and §3.2 of the SenseParrots article; the InsightFace way is the model parallelism
+# of An et al. 2021, "Partial FC" (without its sampling of negative classes). Both are implemented in
+# `tpsim.models.partial_fc` and must equal the serial model. We compare the bytes they move and the FLOPs they
+# spend.
 
 # %%
 RANKS = 4

@@ -8,7 +8,7 @@
 # tracer wrote, the way you would read a profile of a real run:
 #
 # 1. the **records** (one per collective per rank) as a per-layer table, checked row by row against the
-#    paper's volumes (`tpsim.trace.formulas.predict_step`);
+#    volumes of the Megatron-LM paper (`tpsim.trace.formulas.predict_step`);
 # 2. the **wire bytes** of each record, recomputed from the ring algorithm;
 # 3. the **timeline**: a Chrome trace (`timeline.json`, for ui.perfetto.dev) and a PNG of one step;
 # 4. an **α-β what-if**: the step priced on NVLink and InfiniBand, and a GPT-2-medium-sized model priced from
@@ -43,9 +43,9 @@ lesson.say(grid.table(), "")
 # ## A few traced training steps
 #
 # The training loop of the demo (`tpsim.demo.gpt_tour`), cut to its bones: TP rank 0 reads the batch and
-# broadcasts it (§3.1), `compute_grads` runs forward, the DP loss normaliser, backward and the DDP bucket
-# all-reduce, and `apply_update` clips (one all-reduce of the squared norm over TP) and steps AdamW.
-# `tracer.step` tags every record and span with the step it belongs to.
+# broadcasts it (the SenseParrots article, §3.1), `compute_grads` runs forward, the DP loss normaliser,
+# backward and the DDP bucket all-reduce, and `apply_update` clips (one all-reduce of the squared norm over
+# TP) and steps AdamW. `tracer.step` tags every record and span with the step it belongs to.
 
 # %%
 config = GPTConfig(vocab_size=16, n_positions=8, n_embd=32, n_layer=2, n_head=4)
@@ -91,12 +91,12 @@ lesson.check("every record's bytes = its shape's elements × the dtype's size",
 # %% [markdown]
 # ## Every row against the formulas
 #
-# `predict_step` writes down what Megatron-LM's §3 says a step must issue: per block two all-reduces of
-# `b·s·h` forward (g after attention and after the MLP) and two backward (f before them); the embedding's
-# all-reduce, the LM head's in the backward, the loss's three `[b·s]` all-reduces; the batch broadcast, the
-# DP loss normaliser, the DDP bucket, the clip all-reduce. `compare` lines the trace up against it: a row
-# matches when the calls and the bytes per rank are *exactly* equal. A collective nobody predicted, or one
-# that went missing, fails its row.
+# `predict_step` writes down what §3 of the Megatron-LM paper (Shoeybi et al. 2019) says a step must issue:
+# per block two all-reduces of `b·s·h` forward (g after attention and after the MLP) and two backward (f
+# before them); the embedding's all-reduce, the LM head's in the backward, the loss's three `[b·s]`
+# all-reduces; the batch broadcast, the DP loss normaliser, the DDP bucket, the clip all-reduce. `compare`
+# lines the trace up against it: a row matches when the calls and the bytes per rank are *exactly* equal. A
+# collective nobody predicted, or one that went missing, fails its row.
 
 # %%
 predicted = predict_step(config, grid.tp, grid.dp, BATCH, config.n_positions, np.float64, clip=True,

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from mpirun import run_mpi
+from launch_program import run_mpi
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

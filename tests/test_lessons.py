@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from mpirun import ROOT, run_mpi
+from launch_program import ROOT, run_mpi
 from tpsim.cli import main as tpsim_main
 from tpsim.teach.checks import CHECKS
 from tpsim.teach.lessons import discover, exercise_files, read_checks

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from mpirun import ROOT, run_mpi
+from launch_program import ROOT, run_mpi
 from tpsim.demo.cli import build_parser
 
 pytestmark = pytest.mark.slow

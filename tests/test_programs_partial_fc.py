@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mpirun import ROOT, run_mpi
+from launch_program import ROOT, run_mpi
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from mpirun import ROOT, run_mpi
+from launch_program import ROOT, run_mpi
 from tpsim.cost import wire_bytes
 from tpsim.trace.module_table import module_table, scope_parts
 from tpsim.trace.schema import COMM_FIELDS, SPAN_FIELDS, field_problems

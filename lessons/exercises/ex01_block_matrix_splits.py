@@ -10,7 +10,7 @@ import numpy as np
 
 
 def column_parallel_matmul(x: np.ndarray, a_blocks: list[np.ndarray]) -> np.ndarray:
-    """Eq. (1): ``x · [A_1 … A_p] = [x·A_1 … x·A_p]``.
+    """The SenseParrots article's eq. (1): ``x · [A_1 … A_p] = [x·A_1 … x·A_p]``.
 
     ``x: [tokens, inner]``; ``a_blocks``: the column blocks of ``A: [inner, out]``, block i ``[inner, out_i]``
     (widths may differ). Return ``x · A: [tokens, out]`` built from the p products ``x · A_i`` — what p
@@ -21,7 +21,7 @@ def column_parallel_matmul(x: np.ndarray, a_blocks: list[np.ndarray]) -> np.ndar
 
 
 def row_parallel_matmul(y_blocks: list[np.ndarray], b_blocks: list[np.ndarray]) -> np.ndarray:
-    """Eq. (2): ``[Y_1 … Y_p] · [B_1; …; B_p] = Y_1·B_1 + … + Y_p·B_p``.
+    """The SenseParrots article's eq. (2): ``[Y_1 … Y_p] · [B_1; …; B_p] = Y_1·B_1 + … + Y_p·B_p``.
 
     ``y_blocks``: the column blocks of ``Y: [tokens, inner]``, block i ``[tokens, inner_i]``; ``b_blocks``: the
     matching row blocks of ``B: [inner, out]``, block i ``[inner_i, out]``. Return ``Y · B: [tokens, out]``.

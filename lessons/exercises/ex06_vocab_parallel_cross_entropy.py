@@ -20,5 +20,6 @@ def vocab_parallel_nll(logits_local: np.ndarray, targets: np.ndarray, vocab_star
     Returns ``loss: [tokens]``, the same on every rank. Allowed: three ``group.all_reduce`` calls of
     ``[tokens]`` elements (``op="max"`` or ``op="sum"``); the logits can be ×1000, so mind the overflow.
     """
-    # TODO: eq. (3) — the global max, then Σ exp(z − max); eq. (4) — the target's logit, from its owner.
+    # TODO (the SenseParrots article, eqs. (3)(4)): eq. (4), the global max; then eq. (3)'s Σ exp(z − max);
+    # then the target's logit, from the rank that owns it.
     raise NotImplementedError

@@ -1,6 +1,7 @@
-"""Harness for tests that run on every rank of one ``mpiexec -n N python -m pytest tests/mpi`` launch.
+"""Harness for the every-rank tests: each runs on every rank of one ``mpiexec -n N`` launch of pytest.
 
-- Launch through ``tests/mpi/run.py``: only rank 0 reports to the terminal, the other ranks run silently.
+- Launch through ``tests/mpi/pytest_on_every_rank.py``: only rank 0 reports to the terminal, the others run
+  silently (tests/README.md says how to run and add these tests).
 - A test's outcome is agreed by all ranks: after each test every rank shares whether it failed and why, so a
   failure on rank 3 alone fails the test on every rank and rank 0 prints "rank 3: ..." — failures are never
   hidden behind rank 0's pass. A rank that fails prints its own traceback to stderr at once, in case the

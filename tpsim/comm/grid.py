@@ -1,7 +1,8 @@
 """The process grid: which ranks form each tensor-parallel (TP) and data-parallel (DP) group.
 
-Megatron's rank order puts TP ranks next to each other (TP inside a node, over the fast links), so the whole
-grid is one reshape of the world ranks:
+Megatron's rank order puts TP ranks next to each other (TP inside a node, over the fast links; DP between
+nodes: §3.1 of the SenseParrots article, and Narayanan et al. 2021), so the whole grid is one reshape of the
+world ranks:
 
     grid = arange(world).reshape(dp, tp)        # row i = TP group i,  column j = DP group j
     world 8, tp 4  ->  TP [[0,1,2,3],[4,5,6,7]]            DP [[0,4],[1,5],[2,6],[3,7]]

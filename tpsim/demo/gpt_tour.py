@@ -1,7 +1,8 @@
 """The guided demo: a tiny GPT trained with data × tensor parallelism, proven equal to the serial model.
 
     1. the rank grid                      which ranks form each TP and DP group
-    2. set-up                             master weights from the seed (or --init-from), broadcasts of §3.1
+    2. set-up                             master weights from the seed (or --init-from), the broadcasts of
+                                          §3.1 of the SenseParrots article
     3. step 0 vs the serial model         loss and every gradient, max difference printed
     4. training                           loss, tokens/s and collective bytes per step
     5. replica consistency                replicated params equal across TP, everything equal across DP
@@ -46,7 +47,8 @@ def config_from(args: argparse.Namespace) -> GPTConfig:
 
 
 def read_batch(grid: ProcessGrid, task: ReverseTask, seed: int, step: int, batch_size: int):
-    """TP rank 0 reads the global batch and keeps its DP slice; the TP group gets it by broadcast (§3.1)."""
+    """TP rank 0 reads the global batch and keeps its DP slice; the TP group gets it by broadcast (the
+    SenseParrots article, §3.1)."""
     rows = dp_slice(batch_size, grid.dp, grid.dp_rank)
     local = (batch_size // grid.dp, task.seq_len)
     if grid.tp_rank == 0:

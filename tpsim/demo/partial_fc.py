@@ -1,5 +1,8 @@
 """The partial-FC stop: the InsightFace way vs the Megatron way for a face model with a huge classifier.
 
+The two ways are §3.2 and §3.1 of the SenseParrots article; the InsightFace way is the model parallelism of
+An et al. 2021, "Partial FC" (without its sampling of negative classes).
+
 1. Draw the serial face model (backbone + classifier over ``classes`` identities) and a global batch.
 2. Build both parallel models over the world group: Megatron (everything TP, batch broadcast, backbone run on
    every rank) and InsightFace (data-parallel backbone, class-sliced classifier, embeddings all-gathered).

@@ -3,7 +3,7 @@
     records.py       gather to rank 0; comm.jsonl / spans.jsonl       schema.py    every field, documented
     aggregate.py     per-layer tables                                 module_table.py  CommDebugMode-style tree
     timeline.py      Chrome trace (timeline.json) and timeline.png    plots.py     loss and bytes-per-layer figures
-    formulas.py      the paper's volumes, checked against traces      memory.py    memory per rank vs formulas
+    formulas.py      Megatron-LM's volumes, checked against traces    memory.py    memory per rank vs formulas
     hardware.py      α-β link presets for what-if estimates           figures/     `make figures` (a package)
     run_folder.py    reading a run folder back                        cli.py       `tpsim plot`, `tpsim report`
 """

@@ -1,4 +1,4 @@
-"""The paper's communication volumes as predictions, and a check of a measured trace against them.
+"""Megatron-LM's communication volumes as predictions, and a check of a measured trace against them.
 
 Megatron-LM (Shoeybi et al., 2019, §3) puts exactly two all-reduces in the forward and two in the backward of
 every transformer block (g after attention's and the MLP's row-parallel linear; f before their column-parallel
@@ -30,7 +30,7 @@ backward all-gathers), the LM head all-gathers ln_f's shard (backward: reduce-sc
 Each LayerNorm's weight and bias gradients, now partial sums over sequence shards, are all-reduced as one
 [2, h] message, traced under the LayerNorm's own scope in phase ``sp_grad_sync`` (``tpsim.phases``); the
 row-parallel biases and the position embedding get complete gradients from all-gathered tensors and need
-nothing. This branch is written from the paper and aligned with ``tpsim.tp.sequence_parallel``;
+nothing. This branch is written from Korthikanti et al. and aligned with ``tpsim.tp.sequence_parallel``;
 tests/mpi/test_sequence_parallel.py and tests/mpi/test_formulas.py pin it against real traces.
 """
 

@@ -42,7 +42,7 @@ Table 2 — activation bytes per transformer layer with 16-bit activations and 1
     tensor parallel           s·b·h·(10 + 24/t + 5·a·s/(h·t))
     tensor + sequence par.    s·b·h/t·(34 + 5·a·s/h)
 
-In elements (``korthikanti_layer_elements``, from the paper's §4.1 itemisation) a layer holds 4sbh/r + 12sbh/t
+In elements (``korthikanti_layer_elements``, Korthikanti et al. §4.1) a layer holds 4sbh/r + 12sbh/t
 + 2·(a/t)·b·s² floats (LN inputs, the QKV and MLP inputs, q k v, the projection input, GeLU in and out, softmax
 output and its dropout) and 2sbh/r + (a/t)·b·s² masks; 2 bytes a float plus 1 a mask gives each line above.
 

@@ -1,5 +1,6 @@
-"""Training on top of the models: optimizers on local shards, TP-aware clipping, DP gradient sync (DDP),
-the broadcasts of seed §3.1, replica checks, the training step, and checkpoints with resharding."""
+"""Training on top of the models: optimizers on local shards, TP-aware clipping (the SenseParrots article,
+§2.2.3), DP gradient sync (DDP), the broadcasts of the article's §3.1, replica checks, the training step, and
+checkpoints with resharding."""
 
 from tpsim.train.broadcast import broadcast_batch, broadcast_params, dp_slice
 from tpsim.train.checkpoint import (CheckpointError, export_step0, full_tensors, load_into, load_tensors,

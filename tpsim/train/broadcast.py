@@ -1,4 +1,8 @@
-"""The broadcasts that make TP × DP start and stay in step (seed §3.1): parameters once, the batch every step.
+"""The broadcasts that make TP × DP start and stay in step: parameters once, the batch every step.
+
+This is the Megatron way of combining DP and TP as §3.1 of the SenseParrots article describes it: DDP's own
+parameter broadcast inside the DP group, one more broadcast of the non-parallel layers inside the TP group, and
+the batch broadcast inside the TP group before every forward.
 
 Parameters. Every rank may draw its model from the same seed, but a checkpoint loaded on one rank, or any
 drift, would leave replicas apart, and DP averaging cannot repair a difference in the *weights*. So at start:

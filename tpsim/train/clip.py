@@ -1,5 +1,8 @@
 """Gradient clipping under tensor parallelism: the global norm from the shards, with one all-reduce.
 
+clip_grad_norm is the SenseParrots article's example (§2.2.3) of a place that needs the whole model's
+parameters and therefore a collective of its own.
+
 The serial model's gradient norm is ‖g‖_p = (Σ_params Σ_elements |g|^p)^(1/p). Under TP a parameter is either
 
   * **sharded** (it has a ``Partition``): each TP rank holds a disjoint slice, so every rank adds the |g|^p of

@@ -1,7 +1,7 @@
 """Proof that the replicas agree: replicated parameters equal across TP, every parameter equal across DP.
 
 TP × DP training is only correct while two invariants hold (they are what ``broadcast_params`` establishes,
-seed §3.1, and what identical averaged gradients preserve):
+§3.1 of the SenseParrots article, and what identical averaged gradients preserve):
 
     (a) a **replicated** parameter (no ``Partition``) is bit-for-bit the same on every rank of a TP group;
     (b) **every** parameter (shard) is bit-for-bit the same on every rank of a DP group.

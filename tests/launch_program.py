@@ -1,4 +1,10 @@
-"""Launch a whole program under mpiexec from a test — with a timeout that kills every rank, never a hang."""
+"""Launch a whole program under mpiexec from a single-process test, with a timeout that kills every rank.
+
+The program tests (``test_programs_*.py``, ``test_lessons.py``, ``test_trace_outputs.py``) import it by its bare
+name (pytest puts ``tests/`` on ``sys.path``): ``from launch_program import ROOT, run_mpi``. A hang becomes a
+failed test carrying the output so far, never a stuck suite. Not to be confused with
+``tests/mpi/pytest_on_every_rank.py``, which runs pytest itself on every rank.
+"""
 
 from __future__ import annotations
 

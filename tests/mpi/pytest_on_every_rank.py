@@ -1,9 +1,10 @@
-"""Run pytest on every rank of an mpiexec launch, with only rank 0 reporting to the terminal.
+"""The entry point of the every-rank tests: pytest on every rank of one mpiexec launch, rank 0 reporting.
 
-    mpiexec -n 4 python tests/mpi/run.py [pytest options]
+    mpiexec -n 4 python tests/mpi/pytest_on_every_rank.py [pytest options]
 
 Other ranks write their stdout to /dev/null (their failures still reach rank 0 through the conftest's
 agreement step, and their tracebacks go to stderr). Exits with pytest's status on every rank.
+Not to be confused with ``tests/launch_program.py``, which a single-process test uses to start a whole program.
 """
 
 import os
