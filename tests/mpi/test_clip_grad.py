@@ -58,9 +58,9 @@ def fwd_bwd(serial: Module, parallel: Module, step: int = 0, hidden: int = 13) -
 def matching(serial: Module, parallel: Module, which: str = "grads"):
     """(name, parallel local tensor, the serial tensor's matching slice) for every parameter."""
     get = (lambda m: m.named_grads()) if which == "grads" else (lambda m: m.named_parameters())
-    for (name, s), (pname, local), (_, part) in zip(get(serial), get(parallel), parallel.named_partitions()):
+    for (name, s), (pname, param, grad, part) in zip(get(serial), parallel.named_entries()):
         assert name == pname, f"{name} != {pname}"
-        yield name, local, s if part is None else np.take(s, part.index, axis=part.dim)
+        yield name, grad if which == "grads" else param, s if part is None else np.take(s, part.index, axis=part.dim)
 
 
 def serial_norm(model: Module, p: float) -> float:
@@ -136,8 +136,7 @@ def test_naive_norm_counting_replicated_grads_on_every_rank_is_wrong(grid):
     fwd_bwd(serial, parallel)
     local = sum(float(np.sum(g * g)) for _, g in parallel.named_grads())
     naive = math.sqrt(grid.tp_group.all_reduce(np.array([local]))[0])
-    replicated = sum(float(np.sum(g * g)) for (_, g), (_, part) in
-                     zip(parallel.named_grads(), parallel.named_partitions()) if part is None)
+    replicated = sum(float(np.sum(e.grad * e.grad)) for e in parallel.named_entries() if e.partition is None)
     true = serial_norm(serial, 2.0)
     assert replicated > 0
     assert_rel(naive**2, true**2 + (grid.tp - 1) * replicated, "naive² = serial² + (tp-1)·Σ replicated²")
@@ -160,8 +159,8 @@ def test_adamw_on_shards_equals_serial_adamw_after_clipped_steps(grid):
     for name, local, ref in matching(serial, parallel, "params"):
         assert_close(local, ref, 1e-12, f"param {name} after 2 steps")
     # Optimizer memory: sharded state is 1/tp of the serial state, replicated state is whole.
-    expected = sum(2 * (s.nbytes if part is None else s.nbytes // grid.tp) for (_, s), (_, part) in
-                   zip(serial.named_parameters(), parallel.named_partitions()))
+    expected = sum(2 * (s.nbytes if e.partition is None else s.nbytes // grid.tp) for (_, s), e in
+                   zip(serial.named_parameters(), parallel.named_entries()))
     assert p_opt.state_bytes() == expected
 
 

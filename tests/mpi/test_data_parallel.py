@@ -73,7 +73,8 @@ def assert_matches_serial(par, serial, which="params"):
     get = (lambda m: m.named_parameters()) if which == "params" else (lambda m: m.named_grads())
     ref = dict(get(serial))
     worst = {}
-    for (name, x), (_, part) in zip(get(par), par.named_partitions()):
+    for name, param, grad, part in par.named_entries():
+        x = param if which == "params" else grad
         expected = take_shard(ref[name], part)
         worst[name] = float(np.max(np.abs(x - expected)) / max(np.max(np.abs(expected)), 1e-300))
     bad = {k: f"{v:.1e}" for k, v in worst.items() if v > TOL}

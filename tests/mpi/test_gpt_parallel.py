@@ -41,7 +41,7 @@ def assert_grads_match(serial, par):
     names = [n for n, _ in par.named_parameters()]
     assert names == list(ref), "parameter names differ from the serial model's"
     worst = {}
-    for (name, g), (_, part) in zip(par.named_grads(), par.named_partitions()):
+    for name, _, g, part in par.named_entries():
         expected = take_shard(ref[name], part)
         worst[name] = float(np.max(np.abs(g - expected)) / max(np.max(np.abs(expected)), 1e-300))
     bad = {k: f"{v:.1e}" for k, v in worst.items() if v > TOL}

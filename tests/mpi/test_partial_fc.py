@@ -37,7 +37,7 @@ def check_grads(model, serial, what: str) -> None:
     ref = dict(serial.named_grads())
     names = [name for name, _ in model.named_grads()]
     assert names == list(ref), f"{what}: parameter names {names} != {list(ref)}"
-    for (name, g), (_, part) in zip(model.named_grads(), model.named_partitions()):
+    for name, _, g, part in model.named_entries():
         assert_close(g, take_shard(ref[name], part), 1e-12, f"{what} {name} grad")
 
 

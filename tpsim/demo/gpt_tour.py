@@ -1,8 +1,8 @@
 """The guided demo: a tiny GPT trained with data × tensor parallelism, proven equal to the serial model.
 
     1. the rank grid                      which ranks form each TP and DP group
-    2. set-up                             master weights from the seed (or --init-from), the broadcasts of
-                                          §3.1 of the SenseParrots article
+    2. set-up                             master weights from --seed (or --init-from), the broadcasts of §3.1
+                                          of the SenseParrots article
     3. step 0 vs the serial model         loss and every gradient, max difference printed
     4. training                           loss, tokens/s and collective bytes per step
     5. replica consistency                replicated params equal across TP, everything equal across DP
@@ -18,12 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from tpsim.comm import ProcessGrid
+from tpsim.comm.agree import Agreement
+from tpsim.compare import relative_difference, shard_differences
 from tpsim.data import ReverseTask
-from tpsim.demo.report import step_table, write_outputs
+from tpsim.demo.report import say, step_table, write_outputs
 from tpsim.models.build import build_gpt, serial_gpt
 from tpsim.models.config import GPTConfig
 from tpsim.models.gpt import DropoutPlan
-from tpsim.partition import take_shard
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng
 from tpsim.tp.sequence_parallel import check_sequence_length
 from tpsim.trace.records import gather_records, gather_spans
@@ -31,12 +32,7 @@ from tpsim.trace.aggregate import human_bytes
 from tpsim.train import (AdamW, GradSync, apply_update, broadcast_batch, broadcast_params, check_replicas,
                          compute_grads, dp_slice, export_step0, load_into, load_tensors)
 
-TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
-
-
-def say(grid: ProcessGrid, *lines: str) -> None:
-    if grid.rank == 0:
-        print("\n".join(lines), flush=True)
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4}  # of relative_difference, purely relative (floor 1e-30)
 
 
 def config_from(args: argparse.Namespace) -> GPTConfig:
@@ -48,7 +44,7 @@ def config_from(args: argparse.Namespace) -> GPTConfig:
 
 def read_batch(grid: ProcessGrid, task: ReverseTask, seed: int, step: int, batch_size: int):
     """TP rank 0 reads the global batch and keeps its DP slice; the TP group gets it by broadcast (the
-    SenseParrots article, §3.1)."""
+    SenseParrots article §3.1)."""
     rows = dp_slice(batch_size, grid.dp, grid.dp_rank)
     local = (batch_size // grid.dp, task.seq_len)
     if grid.tp_rank == 0:
@@ -60,7 +56,7 @@ def read_batch(grid: ProcessGrid, task: ReverseTask, seed: int, step: int, batch
     return ids, labels, np.arange(batch_size)[rows]
 
 
-def check_against_serial(grid, model, args, config, task, plan, dtype) -> tuple[bool, str]:
+def check_against_serial(grid, model, args, config, task, parallel_loss, dtype) -> tuple[bool, str]:
     """Step 0's loss and gradients (already DP-synced in ``model``) vs the serial model on the global batch."""
     if args.dropout > 0 and args.dropout_rng == "megatron":
         return True, "  (skipped: Megatron dropout masks depend on the shard, so they never equal serial's)"
@@ -70,74 +66,76 @@ def check_against_serial(grid, model, args, config, task, plan, dtype) -> tuple[
             load_into(serial, load_tensors(args.init_from, config.param_shapes()))
         ids, labels = task.batch(args.seed, 0, args.batch_size)
         loss = serial.loss_and_grads(ids, labels, DropoutPlan(ExactDropoutRNG(args.seed), 0))
-    ref = dict(serial.named_grads())
-    worst, worst_name = 0.0, ""
-    for (name, g), (_, part) in zip(model.named_grads(), model.named_partitions()):
-        expected = take_shard(ref[name], part)
-        d = float(np.max(np.abs(g - expected)) / max(float(np.max(np.abs(expected))), 1e-30))
-        if d > worst:
-            worst, worst_name = d, name
-    with grid.tracer.region(phase="verify"):
-        both = grid.world.all_reduce(np.array([abs(plan - loss) / abs(loss), worst]), op="max")
+    diffs = shard_differences(model, dict(serial.named_grads()), floor=1e-30)
+    worst_name = max(diffs, key=diffs.get)
+    worst = diffs[worst_name]
+    both = Agreement(grid.world).reduce([relative_difference(parallel_loss, loss, floor=0.0), worst], op="max")
     tol = TOLERANCE[args.dtype]
     ok = bool(np.all(both <= tol))
     lines = [f"  serial loss {loss:.12f}   max relative |Δloss| over ranks {both[0]:.2e}",
              f"  max relative |Δgrad| over every parameter shard on every rank {both[1]:.2e}"
-             + (f" (on this rank: {worst_name})" if worst_name else ""),
+             + (f" (on this rank: {worst_name})" if worst > 0 else ""),
              f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — TP({grid.tp}) x DP({grid.dp}) step 0 equals the serial "
-             f"model within {tol:g} ({args.dtype}, {len(ref)} parameters)"]
+             f"model within {tol:g} ({args.dtype}, {len(diffs)} parameters)"]
     return ok, "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    t_start = time.perf_counter()
-    dtype = np.dtype(args.dtype)
-    config = config_from(args)  # every size checked on every rank before the first collective
-    task = ReverseTask(args.vocab, args.seq_len)
-    tensors = load_tensors(args.init_from, config.param_shapes()) if args.init_from else None
-    grid = ProcessGrid(tp=args.tp, dp=args.dp)
-    tracer = grid.tracer
-    say(grid, grid.table(), "",
-        f"GPT: {config.n_layer} layers, hidden {config.n_embd}, {config.n_head} heads "
-        f"({config.n_head // grid.tp} per TP rank), vocab {config.vocab_size}, seq {args.seq_len}, "
-        f"global batch {args.batch_size} ({args.batch_size // grid.dp} per DP rank), {args.dtype}, "
-        f"dropout {args.dropout} ({args.dropout_rng} RNG)",
-        *(["sequence parallel: on (LayerNorm/dropout regions split along the sequence, "
-           f"{args.seq_len // grid.tp} positions per TP rank)"] if args.sequence_parallel else []), "")
+def header(grid: ProcessGrid, args: argparse.Namespace, config: GPTConfig) -> list[str]:
+    """The grid, the model's sizes and the sequence-parallel line: what rank 0 prints first."""
+    return [grid.table(), "",
+            f"GPT: {config.n_layer} layers, hidden {config.n_embd}, {config.n_head} heads "
+            f"({config.n_head // grid.tp} per TP rank), vocab {config.vocab_size}, seq {args.seq_len}, "
+            f"global batch {args.batch_size} ({args.batch_size // grid.dp} per DP rank), {args.dtype}, "
+            f"dropout {args.dropout} ({args.dropout_rng} RNG)",
+            *(["sequence parallel: on (LayerNorm/dropout regions split along the sequence, "
+               f"{args.seq_len // grid.tp} positions per TP rank)"] if args.sequence_parallel else []), ""]
 
+
+def build(grid: ProcessGrid, args: argparse.Namespace, config: GPTConfig, dtype, tensors) -> tuple:
+    """This rank's shard of the model, replicas made equal (traced as step 0), and its DP gradient sync."""
     model = build_gpt(config, grid.tp_group, seed=args.seed, dtype=dtype, sequence_parallel=args.sequence_parallel)
     if tensors is not None:
         load_into(model, tensors)
-    tracer.step = 0
+    grid.tracer.step = 0
     broadcast_params(model, grid)
     grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes=int(args.bucket_mb * 2**20))
+    say(grid, f"DP gradient sync: {len(grad_sync.buckets)} bucket(s), "
+              f"{human_bytes(grad_sync.total_bytes)} of gradients per rank", "")
+    return model, grad_sync
+
+
+def first_step(grid, model, args, config, task, loss, dtype) -> bool:
+    """Step 0: the check against the serial model, the export (``--export``), the training banner."""
+    say(grid, "Step 0 against the serial model (same seed, same global batch):")
+    ok, text = check_against_serial(grid, model, args, config, task, loss, dtype)
+    say(grid, text, "")
+    if args.export:
+        ids_g, labels_g = task.batch(args.seed, 0, args.batch_size)
+        paths = export_step0(args.export, model, grid.tp_group, config=config, input_ids=ids_g,
+                             labels=labels_g, loss=loss, write=grid.rank == 0, dp=grid.dp)
+        say(grid, f"exported step 0 to {args.export}/: {', '.join(Path(p).name for p in paths.values())}", "")
+    if args.steps > 0:
+        say(grid, f"Training {args.steps} steps (AdamW lr {args.lr}, clip {args.clip or 'off'}) on the "
+                  f"reverse task ({task.digits} digits):")
+    return ok
+
+
+def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict], bool]:
+    """``--steps`` steps of AdamW (step 0 checked against serial); the metrics of each step and step 0's verdict."""
+    tracer = grid.tracer
     optimizer = AdamW(model, lr=args.lr, weight_decay=0.01, no_decay=lambda n: n.endswith("bias") or ".ln_" in n)
     rng = make_dropout_rng(args.dropout_rng, args.seed, grid.tp_rank)
     clip = args.clip if args.clip > 0 else None
-    say(grid, f"DP gradient sync: {len(grad_sync.buckets)} bucket(s), "
-              f"{human_bytes(grad_sync.total_bytes)} of gradients per rank", "")
-
     metrics, ok = [], True
     for step in range(max(args.steps, 1)):
         tracer.step = step
         t0 = time.perf_counter()
         ids, labels, rows = read_batch(grid, task, args.seed, step, args.batch_size)
-        plan = DropoutPlan(rng, step, rows)
-        loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=plan)
+        loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows))
         if step == 0:
-            say(grid, "Step 0 against the serial model (same seed, same global batch):")
-            ok, text = check_against_serial(grid, model, args, config, task, loss, dtype)
-            say(grid, text, "")
-            if args.export:
-                ids_g, labels_g = task.batch(args.seed, 0, args.batch_size)
-                paths = export_step0(args.export, model, grid.tp_group, config=config, input_ids=ids_g,
-                                     labels=labels_g, loss=loss, write=grid.rank == 0, dp=grid.dp)
-                say(grid, f"exported step 0 to {args.export}/: {', '.join(Path(p).name for p in paths.values())}",
-                    "")
+            ok = first_step(grid, model, args, config, task, loss, dtype)
             if args.steps == 0:
                 break
-            say(grid, f"Training {args.steps} steps (AdamW lr {args.lr}, clip {args.clip or 'off'}) on the "
-                      f"reverse task ({task.digits} digits):")
         with tracer.span("optimizer", "optimizer"):
             norm = apply_update(model, optimizer, grid, clip)
         dt = time.perf_counter() - t0
@@ -148,28 +146,45 @@ def run(args: argparse.Namespace) -> int:
         if step % max(1, args.steps // 10) == 0 or step == args.steps - 1:
             say(grid, f"  step {step:4d}  loss {loss:7.4f}  |grad| {norm if norm is not None else float('nan'):6.3f}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} collectives/rank")
+    return metrics, ok
 
-    tracer.step = metrics[-1]["step"] + 1 if metrics else 1
-    report = check_replicas(model, grid)
-    say(grid, "", ("OK: " if report.ok else "FAILED: ") + report.summary(), "")
-    records = gather_records(tracer, grid.world)
-    spans = gather_spans(tracer, grid.world, last_steps=args.timeline_steps)
-    formula_ok = True  # decided on rank 0, which holds every rank's records
-    if grid.rank == 0:
-        last = metrics[-1]["step"] if metrics else 0
-        print(step_table(records, last, grid.world_size) + "\n")
-        from tpsim.trace.formulas import compare, format_comparison, formula_verdict, predict_step
 
-        predicted = predict_step(config, grid.tp, grid.dp, args.batch_size, args.seq_len, dtype,
-                                 clip=clip is not None and args.steps > 0, ddp_buckets=len(grad_sync.buckets),
-                                 sequence_parallel=args.sequence_parallel)
-        rows = compare([r for r in records if r["step"] == last], predicted)
-        formula_ok, verdict = formula_verdict(rows)
-        print(format_comparison(rows, title=f"Measured vs predicted per layer, step {last} (per rank):"), "",
-              verdict, "", sep="\n")
-        out = Path(args.out)
-        paths = write_outputs(out, records, metrics, grid.world_size, last,
-                              title=f"TP {grid.tp} x DP {grid.dp}", spans=spans)
-        print("wrote " + ", ".join(str(p) for p in paths))
-        print(f"done in {time.perf_counter() - t_start:.1f} s", flush=True)
-    return 0 if (ok and report.ok and formula_ok) else 1
+def final_report(grid, args, config, dtype, metrics, ddp_buckets: int, t_start: float) -> bool:
+    """Rank 0: the step table, measured vs predicted (FORMULA CHECK), the files; True unless a formula failed."""
+    records = gather_records(grid.tracer, grid.world)
+    spans = gather_spans(grid.tracer, grid.world, last_steps=args.timeline_steps)
+    if grid.rank != 0:  # decided on rank 0, which holds every rank's records
+        return True
+    last = metrics[-1]["step"] if metrics else 0
+    print(step_table(records, last, grid.world_size) + "\n")
+    from tpsim.trace.formulas import compare, format_comparison, formula_verdict, predict_step
+
+    predicted = predict_step(config, grid.tp, grid.dp, args.batch_size, args.seq_len, dtype,
+                             clip=args.clip > 0 and args.steps > 0, ddp_buckets=ddp_buckets,
+                             sequence_parallel=args.sequence_parallel)
+    rows = compare([r for r in records if r["step"] == last], predicted)
+    formula_ok, verdict = formula_verdict(rows)
+    print(format_comparison(rows, title=f"Measured vs predicted per layer, step {last} (per rank):"), "",
+          verdict, "", sep="\n")
+    paths = write_outputs(Path(args.out), records, metrics, grid.world_size, last,
+                          title=f"TP {grid.tp} x DP {grid.dp}", spans=spans)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    print(f"done in {time.perf_counter() - t_start:.1f} s", flush=True)
+    return formula_ok
+
+
+def run(args: argparse.Namespace) -> int:
+    t_start = time.perf_counter()
+    dtype = np.dtype(args.dtype)
+    config = config_from(args)  # every size checked on every rank before the first collective
+    task = ReverseTask(args.vocab, args.seq_len)
+    tensors = load_tensors(args.init_from, config.param_shapes()) if args.init_from else None
+    grid = ProcessGrid(tp=args.tp, dp=args.dp)
+    say(grid, *header(grid, args, config))
+    model, grad_sync = build(grid, args, config, dtype, tensors)
+    metrics, ok = train(grid, model, grad_sync, args, config, task, dtype)
+    grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
+    replicas = check_replicas(model, grid)
+    say(grid, "", ("OK: " if replicas.ok else "FAILED: ") + replicas.summary(), "")
+    formula_ok = final_report(grid, args, config, dtype, metrics, len(grad_sync.buckets), t_start)
+    return 0 if (ok and replicas.ok and formula_ok) else 1

@@ -14,21 +14,14 @@ from pathlib import Path
 import numpy as np
 
 from tpsim.comm import ProcessGrid
+from tpsim.comm.agree import Agreement
+from tpsim.compare import relative_difference, shard_differences
+from tpsim.demo.report import difference_lines, say
 from tpsim.nn import MLP
 from tpsim.tp import ParallelMLP
-from tpsim.partition import take_shard
 from tpsim.trace import format_comm_table, gather_records, summarize, write_jsonl
 
-TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
-
-
-def say(grid: ProcessGrid, *lines: str) -> None:
-    if grid.rank == 0:
-        print("\n".join(lines), flush=True)
-
-
-def rel_diff(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.max(np.abs(a - b)) / max(1.0, float(np.max(np.abs(b)))))
+TOLERANCE = {"float64": 1e-12, "float32": 1e-5}  # of relative_difference (floor 1: absolute below 1)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,18 +48,14 @@ def run(args: argparse.Namespace) -> int:
     with tracer.paused():  # the serial reference is bookkeeping, not part of the parallel step
         z_ref, c_ref = serial.forward(x)
         dx_ref = serial.backward(dz, c_ref)
-    diffs = {"output": rel_diff(z, z_ref), "input grad": rel_diff(dx, dx_ref)}
-    grads_ref = dict(serial.named_grads("mlp"))
-    for (name, g), (_, part) in zip(mlp.named_grads("mlp"), mlp.named_partitions("mlp")):
-        diffs[name] = rel_diff(g, take_shard(grads_ref[name], part))
-    with tracer.region(phase="verify"):
-        worst = grid.world.all_reduce(np.array(list(diffs.values())), op="max")
+    diffs = {"output": relative_difference(z, z_ref), "input grad": relative_difference(dx, dx_ref),
+             **shard_differences(mlp, dict(serial.named_grads("mlp")), prefix="mlp", floor=1.0)}
+    worst = Agreement(grid.world).reduce(list(diffs.values()), op="max")
     tol = TOLERANCE[args.dtype]
     ok = bool(np.all(worst <= tol))
-    width = max(map(len, diffs))
     say(grid, f"Parallel MLP (h={args.hidden}, ffn={4 * args.hidden}, {args.tokens} tokens, {args.dtype}) "
               f"vs the serial MLP, max relative difference over all {grid.world_size} ranks:",
-        *[f"  {k:<{width}}  {v:.2e}" for k, v in zip(diffs, worst)],
+        *difference_lines(diffs, worst),
         f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — TP({grid.tp}) equals serial within {tol:g}", "")
 
     records = gather_records(tracer, grid.world)

@@ -19,12 +19,16 @@ from pathlib import Path
 import numpy as np
 
 from tpsim.comm import ProcessGrid
-from tpsim.errors import ConfigError
+from tpsim.comm.agree import Agreement
 from tpsim.comm.launch import world_size
-from tpsim.demo.mlp_tour import TOLERANCE, rel_diff, say
+from tpsim.compare import relative_difference, shard_differences
+from tpsim.demo.mlp_tour import TOLERANCE
+from tpsim.demo.report import difference_lines, say
+from tpsim.errors import ConfigError
 from tpsim.models.partial_fc import (FaceConfig, MegatronFaceModel, PartialFCModel, SerialFaceModel, backbone_flops,
                                      local_rows, loss_and_grads, redundant_flops, step_flops, synthetic_batch)
-from tpsim.partition import take_shard
+from tpsim.plotting import pyplot
+from tpsim.table import format_table
 from tpsim.trace import gather_records, summarize
 from tpsim.trace.aggregate import human_bytes
 
@@ -60,17 +64,8 @@ def human_flops(n: float) -> str:
 
 def compare(model, serial, loss, loss_ref, d_emb, d_emb_ref) -> dict[str, float]:
     """Max relative difference of the loss, d(embeddings) and every gradient (shard vs master's matching part)."""
-    diffs = {"loss": rel_diff(np.float64(loss), np.float64(loss_ref)), "d(embeddings)": rel_diff(d_emb, d_emb_ref)}
-    ref = dict(serial.named_grads())
-    for (name, g), (_, part) in zip(model.named_grads(), model.named_partitions()):
-        diffs[name] = rel_diff(g, take_shard(ref[name], part))
-    return diffs
-
-
-def table(rows: list[list[str]], right_from: int = 1) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.rjust(w) if i >= right_from else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
-            for r in rows]
+    return {"loss": relative_difference(loss, loss_ref), "d(embeddings)": relative_difference(d_emb, d_emb_ref),
+            **shard_differences(model, dict(serial.named_grads()), floor=1.0)}
 
 
 def comm_lines(summaries: dict[str, dict[tuple, object]]) -> list[str]:
@@ -89,7 +84,7 @@ def comm_lines(summaries: dict[str, dict[tuple, object]]) -> list[str]:
             row += [f"{sum(r.calls for r in picked):g}", human_bytes(sum(r.bytes for r in picked)),
                     human_bytes(sum(r.wire_bytes for r in picked))]
         rows.append(row)
-    return table(rows, right_from=2)
+    return format_table(rows, right=range(2, len(head))).split("\n")
 
 
 def flop_lines(flops: dict[str, list], cfg: FaceConfig, n: int, world: int) -> list[str]:
@@ -102,18 +97,14 @@ def flop_lines(flops: dict[str, list], cfg: FaceConfig, n: int, world: int) -> l
     rows.append(["all"] + [human_flops(sum(getattr(x, f) for x in flops[w])) for w in flops for f in fields])
     full = backbone_flops(n, cfg)
     waste = {w: human_flops(redundant_flops(cfg, n, world, w)) for w in flops}
-    return table(rows) + [
+    return format_table(rows).split("\n") + [
         f"redundant backbone FLOPs per step over the world: Megatron way {waste['megatron']} = {world - 1} x one "
         f"backbone pass of {human_flops(full)} (it runs {world}x), InsightFace way {waste['partial_fc']} (it runs 1x)"]
 
 
 def plot(path: Path, summaries: dict, flops: dict, world: int) -> None:
     """Two panels: bytes per step per rank stacked by op, and FLOPs per rank stacked by kind (rank 0 only)."""
-    import matplotlib  # lazily, on the plotting rank only: importing pyplot on every rank is slow
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()  # on the plotting rank only: importing pyplot on every rank is slow
     fig, (ax_b, ax_f) = plt.subplots(1, 2, figsize=(12, 4.5))
     ways = list(summaries)
     ops = sorted({k[1] for s in summaries.values() for k in s})
@@ -181,13 +172,11 @@ def run(args: argparse.Namespace) -> int:
     say(grid, f"Face model: features {cfg.features} -> hidden {cfg.hidden} -> embedding {cfg.emb_dim}, "
               f"{cfg.classes} classes, global batch {n}, {args.dtype}, {world.size} ranks", "")
     for way, d in diffs.items():
-        with tracer.region(phase="verify"):
-            worst = world.all_reduce(np.array(list(d.values())), op="max")
+        worst = Agreement(world).reduce(list(d.values()), op="max")
         good = bool(np.all(worst <= tol))
         ok &= good
-        width = max(map(len, d))
         say(grid, f"{TITLES[way]} ({about[way]}) vs serial, max relative difference over all ranks:",
-            *[f"  {k:<{width}}  {v:.2e}" for k, v in zip(d, worst)],
+            *difference_lines(d, worst),
             f"VERDICT: {'MATCH' if good else 'MISMATCH'} — {TITLES[way]} equals serial within {tol:g}", "")
 
     flops = {w: [step_flops(cfg, n, world.size, r, w) for r in range(world.size)] for w in models}

@@ -1,14 +1,29 @@
-"""What the demo shows at the end: the per-layer communication table, figures and files in ``--out``."""
+"""What the demo prints and writes: rank 0's lines, differences from the serial model, the per-layer
+communication table, figures and files in ``--out``."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from tpsim.comm import ProcessGrid
+from tpsim.table import format_table
 from tpsim.trace import format_comm_table, summarize, write_jsonl
 from tpsim.trace.aggregate import by_layer
 
 MODEL_PHASES = ("forward", "backward", "sp_grad_sync", "dp_sync", "data", "optimizer")
+
+
+def say(grid: ProcessGrid, *lines: str) -> None:
+    """Print ``lines`` on rank 0 only, in one write."""
+    if grid.rank == 0:
+        print("\n".join(lines), flush=True)
+
+
+def difference_lines(names, worst) -> list[str]:
+    """``  name  1.2e-16`` per tensor, names aligned: each tensor's worst difference over the ranks."""
+    rows = [[name, f"{value:.2e}"] for name, value in zip(names, worst)]
+    return ["  " + line for line in format_table(rows, right=()).split("\n")]
 
 
 def step_table(records: list[dict], step: int, ranks: int) -> str:

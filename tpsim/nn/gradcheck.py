@@ -7,7 +7,9 @@ gradient: ``L = Σ out · dout``. Then ``∂L/∂x`` is exactly what ``backward(
 ``∂L/∂W`` is what it adds into ``grads``, and every one of them can be compared with the finite difference.
 
 The reported error per tensor is ``max |analytic − numeric| / max(|analytic|, |numeric|)``: relative to the
-tensor's scale rather than elementwise, since elementwise ratios blow up on entries that are nearly zero.
+tensor's scale rather than elementwise, since elementwise ratios blow up on entries that are nearly zero. It is
+``tpsim.compare.relative_difference``, measured against the larger of the two scales (neither side is the
+reference: the finite difference has its own O(ε²) error).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from tpsim.compare import relative_difference
 from tpsim.nn.module import Module
 
 
@@ -35,9 +38,7 @@ def numerical_grad(f: Callable[[], float], x: np.ndarray, eps: float = 1e-6) -> 
 
 def relative_error(analytic: np.ndarray, numeric: np.ndarray) -> float:
     """``max |a − n|`` over the larger of the two tensors' max magnitudes; 0 when both are all zero."""
-    scale = max(float(np.max(np.abs(analytic), initial=0.0)), float(np.max(np.abs(numeric), initial=0.0)))
-    diff = float(np.max(np.abs(analytic - numeric), initial=0.0))
-    return diff / scale if scale > 0 else diff
+    return relative_difference(analytic, numeric, floor=float(np.max(np.abs(analytic), initial=0.0)))
 
 
 def check_module_grads(

@@ -15,7 +15,8 @@ from pathlib import Path
 from tpsim.launcher import Launch
 from tpsim.launcher import launch as run_mpiexec
 
-from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, discover, exercise_file, find_lesson, normalize, table
+from tpsim.table import format_table
+from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, discover, exercise_file, find_lesson, normalize
 
 LESSON_TIMEOUT, CHECK_TIMEOUT = 300.0, 120.0
 
@@ -69,7 +70,7 @@ def lesson_main(argv: list[str]) -> int:
         if args.command == "list":
             rows = [["lesson", "ranks", "title", "run it with"]]
             rows += [[info.number, str(info.ranks), info.title, info.command] for info in discover()]
-            print(table(rows, right=(1,)) if len(rows) > 1 else "no lessons found")
+            print(format_table(rows, right=(1,)) if len(rows) > 1 else "no lessons found")
             return 0
         return run_lesson(args.number, args.out, timeout=args.timeout).returncode
     except LessonsNotFound as err:

@@ -104,11 +104,3 @@ def exercise_file(number: str | int, kind: str = "exercises", root: Path | None 
 def read_checks(output: str) -> list[tuple[str, bool]]:
     """The ``CHECK claim: value ... OK|FAILED`` lines of a lesson's output as ``(claim: value, ok)``."""
     return [(m.group(1), m.group(2) == "OK") for m in CHECK_LINE.finditer(output)]
-
-
-def table(rows: list[list[str]], right: tuple[int, ...] | None = None) -> str:
-    """Rows of cells as aligned text; the columns in ``right`` (default: all but the first) right-aligned."""
-    right = tuple(range(1, len(rows[0]))) if right is None else right
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in
-                               enumerate(zip(row, widths))).rstrip() for row in rows)

@@ -11,8 +11,8 @@
     lesson.finish()                     # "lesson 03: 9 checks, all OK"; exit status 1 if any CHECK failed
 
 Every CHECK is collective. Its verdict is combined over all ranks with one all-reduce on a private, untraced
-world group, so the lesson's own traced collectives stay exactly the ones it teaches about, every rank agrees
-on every verdict, and every rank exits with the same status.
+world group (``tpsim.comm.agree.Agreement``), so the lesson's own traced collectives stay exactly the ones it
+teaches about, every rank agrees on every verdict, and every rank exits with the same status.
 
 A lesson is a script with cells at the top level, not a ``main()``: an uncaught exception on one rank would
 leave the others waiting in their next collective forever. ``Lesson`` therefore installs a ``sys.excepthook``
@@ -28,35 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from tpsim.comm import ProcessGrid, Tracer
-from tpsim.errors import ConfigError
+from tpsim.comm.agree import Agreement
 from tpsim.comm.launch import run_main, world_rank, world_size
+from tpsim.compare import max_abs_diff, shard_error  # noqa: F401 (shard_error: what lessons compare shards with)
 from tpsim.demo.cli import RankZeroParser
-from tpsim.nn.module import Module
-from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, find_lesson, normalize, table  # noqa: F401 (re-export)
-from tpsim.partition import take_shard
-
-
-def max_abs_diff(got, expected) -> float:
-    """``max |got − expected|`` as a float; ``inf`` when either holds a NaN or the shapes differ."""
-    got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
-    if got.shape != expected.shape:
-        return float("inf")
-    if got.size == 0:
-        return 0.0
-    diff = np.abs(got - expected)
-    return float("inf") if np.isnan(diff).any() else float(diff.max())
-
-
-def shard_error(parallel: Module, serial: dict[str, np.ndarray], *, prefix: str = "", grads: bool = True) -> float:
-    """Largest ``|shard − its slice of the serial tensor|`` over every gradient (or parameter) of ``parallel``.
-
-    ``serial``: the serial model's tensors by dotted name (``dict(serial.named_grads(prefix))``). A shard's
-    ``Partition`` says which master positions it holds (``take_shard``); a replicated tensor is compared whole.
-    """
-    tensors = parallel.named_grads(prefix) if grads else parallel.named_parameters(prefix)
-    return max(max_abs_diff(t, take_shard(serial[name], part))
-               for (name, t), (_, part) in zip(tensors, parallel.named_partitions(prefix)))
+from tpsim.errors import ConfigError
+from tpsim.plotting import pyplot
+from tpsim.table import format_table as table  # noqa: F401 (the lessons' name for the one table formatter)
+from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, find_lesson, normalize
 
 
 def _script_name(number: str) -> str:
@@ -82,8 +61,7 @@ class Lesson:
             raise ConfigError(f"lesson {self.number} needs {self.ranks} rank{'s' if self.ranks > 1 else ''}: "
                               f"mpirun -n {self.ranks} python lessons/{self.script} "
                               f"(this run has {self.world_size})")
-        # A private world group whose tracer is off: CHECK verdicts never show up in a lesson's trace.
-        self._verify = ProcessGrid(tp=1, tracer=Tracer(self.rank, enabled=False)).world
+        self._agree = Agreement()  # untraced: CHECK verdicts never show up in a lesson's trace
         self.results: list[bool] = []
 
     def _fail_loud(self, exc_type, exc, tb) -> None:
@@ -100,16 +78,11 @@ class Lesson:
 
     def gather(self, obj) -> list | None:
         """Every rank's ``obj`` in rank order on rank 0 (``None`` elsewhere); untraced."""
-        return self._verify.gather_objects(obj)
+        return self._agree.gather(obj)
 
     def pyplot(self):
-        """matplotlib.pyplot with the Agg backend, imported on the calling rank only (rank 0 draws)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        return plt
+        """matplotlib.pyplot with the Agg backend (``tpsim.plotting.pyplot``), imported on the calling rank only."""
+        return pyplot()
 
     def save(self, fig, name: str) -> Path:
         """Write ``fig`` as ``--out/name`` (rank 0 only) and say where."""
@@ -118,7 +91,7 @@ class Lesson:
         self.out.mkdir(parents=True, exist_ok=True)
         path = self.out / name
         fig.savefig(path, dpi=120)
-        self.pyplot().close(fig)
+        pyplot().close(fig)
         self.say(f"wrote {path}")
         return path
 
@@ -130,20 +103,20 @@ class Lesson:
 
     def check(self, claim: str, shown: str, ok: bool) -> bool:
         """``CHECK claim: shown ... OK`` when ``ok`` holds on every rank; ``shown`` is rank 0's."""
-        everywhere = self._verify.all_true(bool(ok))
+        everywhere = self._agree.all_true(ok)
         if ok and not everywhere:
             shown += " (but not on every rank)"
         return self._verdict(claim, shown, everywhere)
 
     def close(self, claim: str, got, expected, tol: float = 1e-12) -> float:
         """Claim ``got`` equals ``expected`` within ``tol`` (absolute) on every rank; returns the worst difference."""
-        worst = float(self._verify.all_reduce(np.array([max_abs_diff(got, expected)]), op="max")[0])
+        worst = float(self._agree.reduce([max_abs_diff(got, expected)], op="max")[0])
         self._verdict(claim, f"{worst:.1e} (tolerance {tol:g})", worst <= tol)
         return worst
 
     def apart(self, claim: str, a, b, at_least: float) -> float:
         """Claim ``a`` and ``b`` differ by at least ``at_least`` somewhere, on every rank (a wrong way is wrong)."""
-        least = float(self._verify.all_reduce(np.array([max_abs_diff(a, b)]), op="min")[0])
+        least = float(self._agree.reduce([max_abs_diff(a, b)], op="min")[0])
         self._verdict(claim, f"max |difference| {least:.3g} (at least {at_least:g})", least >= at_least)
         return least
 

@@ -7,7 +7,7 @@ A check (``tpsim.teach.checks``) drives a ``Report`` on every rank:
     report.require(not report.events, "g_backward", "g's backward must not communicate")
 
 A learner's function may raise (``NotImplementedError`` in a stub, a bug elsewhere) on some ranks and not on
-others. After every call the ranks therefore agree, with one untraced all-reduce, whether any of them failed;
+others. After every call the ranks therefore agree (``tpsim.comm.agree``, untraced) whether any of them failed;
 if one did, all of them stop, so no rank is left waiting in a collective the others never reach. At the end
 the findings of every rank are gathered to rank 0, which prints ``OK`` or the explanation, and every rank
 returns the same exit status: 0 OK, 1 wrong, 3 not done yet.
@@ -23,9 +23,10 @@ from typing import Callable
 
 import numpy as np
 
-from tpsim.comm import CommEvent, Group, ProcessGrid, Tracer
+from tpsim.comm import CommEvent, ProcessGrid, Tracer
+from tpsim.comm.agree import Agreement
+from tpsim.compare import max_abs_diff
 from tpsim.errors import ConfigError
-from tpsim.comm.launch import world_rank
 
 OK, WRONG, RAISED, NOT_DONE = 0, 1, 2, 3  # agreed by MAX over the ranks: the worst wins
 EXIT_STATUS = {OK: 0, WRONG: 1, RAISED: 1, NOT_DONE: 3}
@@ -122,9 +123,9 @@ def describe_events(events: list[CommEvent]) -> str:
 class Report:
     """The learner's module, the traced collectives of the last call, and this rank's findings."""
 
-    def __init__(self, check: Check, module, verify: Group) -> None:
-        self.check, self.module, self.verify = check, module, verify
-        self.rank, self.world_size = verify.rank, verify.size
+    def __init__(self, check: Check, module, agree: Agreement) -> None:
+        self.check, self.module, self.agree = check, module, agree
+        self.rank, self.world_size = agree.rank, agree.size
         self.tracer = Tracer(self.rank)  # pass it to the ProcessGrid the learner's functions get
         self.events: list[CommEvent] = []  # the collectives of the last ``call``
         self.findings: list[Finding] = []
@@ -155,7 +156,7 @@ class Report:
                 where = f" (line {frames[-1].lineno}: {frames[-1].line})" if frames else ""
                 self.findings.append(Finding(self.rank, name, name, [f"raised {type(err).__name__}: {err}{where}"]))
             self.events = list(self.tracer.events)
-        agreed = int(self.verify.all_reduce(np.array([status], dtype=np.int8), op="max")[0])
+        agreed = int(self.agree.reduce(np.array([status], dtype=np.int8), op="max")[0])
         if agreed != OK:
             raise Stop(agreed, name)
         return out
@@ -166,7 +167,7 @@ class Report:
         lines = explain_difference(got, expected, tol)
         if lines is None:
             if np.asarray(expected).dtype.kind == "f" and np.size(expected):
-                self.worst = max(self.worst, float(np.max(np.abs(np.asarray(got) - expected))))
+                self.worst = max(self.worst, max_abs_diff(got, expected))
             return True
         self.findings.append(Finding(self.rank, self.function, what, lines))
         return False
@@ -190,28 +191,28 @@ def load(path: Path, number: str):
 
 def run(check: Check, path: Path) -> int:
     """Check the file ``path`` on every rank; rank 0 prints the verdict. Returns the exit status (same everywhere)."""
-    verify = ProcessGrid(tp=1, tracer=Tracer(world_rank(), enabled=False)).world
+    agree = Agreement()
     status, stopped_in = OK, ""
     try:
         module = load(path, check.number)
     except ConfigError:
         raise
     except Exception as err:  # a syntax error, say: the same on every rank
-        report = Report(check, None, verify)
+        report = Report(check, None, agree)
         report.findings.append(Finding(report.rank, "", str(path), [f"cannot import it: {type(err).__name__}: {err}"]))
         status = WRONG
     else:
-        report = Report(check, module, verify)
+        report = Report(check, module, agree)
         try:
             check.run(report)
         except Stop as stop:
             status, stopped_in = stop.status, stop.function
     # the worst status, and whether any rank found something wrong (a wrong answer outranks "not done")
-    agreed = verify.all_reduce(np.array([status, bool(report.findings)], dtype=np.int8), op="max")
+    agreed = agree.reduce(np.array([status, bool(report.findings)], dtype=np.int8), op="max")
     status = WRONG if agreed[1] else int(agreed[0])
-    gathered = verify.gather_objects((report.findings, report.compared, report.worst))
-    if verify.rank == 0:
-        print(summary(check, path, status, stopped_in, gathered, verify.size), flush=True)
+    gathered = agree.gather((report.findings, report.compared, report.worst))
+    if agree.rank == 0:
+        print(summary(check, path, status, stopped_in, gathered, agree.size), flush=True)
     return EXIT_STATUS[status]
 
 

@@ -48,6 +48,8 @@ def human_bytes(n: float) -> str:
 
 def format_comm_table(rows: list[CommRow], keys: Sequence[str] = DEFAULT_KEYS, title: str = "") -> str:
     """A fixed-width text table with a total line; empty scopes print as ``(top level)``."""
+    from tpsim.table import RULE, format_table
+
     headers = [*keys, "calls", "bytes", "wire bytes", "time ms"]
     body = []
     for row in rows:
@@ -58,15 +60,7 @@ def format_comm_table(rows: list[CommRow], keys: Sequence[str] = DEFAULT_KEYS, t
                                                   human_bytes(sum(r.bytes for r in rows)),
                                                   human_bytes(sum(r.wire_bytes for r in rows)),
                                                   f"{sum(r.seconds for r in rows) * 1e3:.2f}"]
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *body, total)]
-    numeric = set(range(len(keys), len(headers)))
-
-    def line(cells):
-        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    rule = "  ".join("-" * w for w in widths)
-    out = ([title] if title else []) + [line(headers), rule] + [line(c) for c in body] + [rule, line(total)]
-    return "\n".join(out)
+    return format_table([headers, RULE, *body, RULE, total], right=range(len(keys), len(headers)), title=title)
 
 
 def layer_of(scope: str) -> str:

@@ -232,18 +232,14 @@ def _num(x) -> str:
 
 def format_comparison(rows: Sequence[Row], title: str = "") -> str:
     """A fixed-width table: calls, logical bytes and wire bytes, measured | predicted, and a match mark."""
+    from tpsim.table import RULE, format_table
+
     headers = ["layer", "phase", "op", "group", "calls", "pred", "bytes", "pred bytes", "wire", "pred wire", "ok"]
     body = [[r.layer, r.phase, r.op, r.group, _num(r.measured_calls),
              "any" if r.predicted_calls is None and r.predicted_bytes is not None else _num(r.predicted_calls),
              _num(r.measured_bytes), _num(r.predicted_bytes), _num(r.measured_wire), _num(r.predicted_wire),
              "yes" if r.match else "NO"] for r in rows]
-    widths = [max(len(c) for c in col) for col in zip(headers, *body)]
-
-    def line(cells):
-        return "  ".join(c.ljust(w) if i < 4 or i == 10 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join(([title] if title else []) + [line(headers), rule] + [line(c) for c in body])
+    return format_table([headers, RULE, *body], right=range(4, 10), title=title)
 
 
 def formula_verdict(rows: Sequence[Row]) -> tuple[bool, str]:

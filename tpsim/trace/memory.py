@@ -238,10 +238,11 @@ def predict_memory(config, tp: int, batch: int, seq: int, dtype, tp_rank: int = 
 
 def format_memory(measured: MemoryReport, predicted: dict[str, int], title: str = "") -> str:
     """Measured vs formula per category, one line each; the Korthikanti line is the caller's to add."""
-    lines = [title] if title else []
-    lines.append(f"{'':<12}{'measured':>14}{'formula':>14}")
+    from tpsim.table import format_table
+
+    rows = [["", "measured", "formula", ""]]
     for key, value in measured.as_dict().items():
         pred = predicted.get(key)
-        mark = "" if pred is None else ("  ok" if pred == value else "  DIFFERS")
-        lines.append(f"{key:<12}{value:>14,}{'' if pred is None else format(pred, ','):>14}{mark}")
-    return "\n".join(lines)
+        rows.append([key, f"{value:,}", "" if pred is None else f"{pred:,}",
+                     "" if pred is None else ("ok" if pred == value else "DIFFERS")])
+    return format_table(rows, right=(1, 2), title=title)

@@ -111,23 +111,20 @@ def module_table(records: Iterable[dict], by: str = "module", rank: int | None =
                 line += [f"{calls / ranks:g}", human_bytes(nbytes / ranks), human_bytes(wire / ranks),
                          f"{seconds / ranks * 1e3:.2f}"]
         cells.append(line)
+    from tpsim.table import column_widths, format_table
+
     head = {"module": "module", "layer": "layer", "op": "op (group)"}[by]
-    label_w = max([len(head), *map(len, labels)])
-    widths = [max([len(sub[i % 4]), *(len(c[i]) for c in cells)]) for i in range(len(sub) * len(groups))]
-    group_w = [sum(widths[4 * g:4 * g + 4]) + 6 for g in range(len(groups))]
-
-    def join(label: str, parts: list[str]) -> str:
-        return (label.ljust(label_w) + "  " + "   ".join(
-            "  ".join(p.rjust(w) for p, w in zip(parts[4 * g:4 * g + 4], widths[4 * g:4 * g + 4]))
-            for g in range(len(groups)))).rstrip()
-
-    top = " " * label_w + "  " + "   ".join(f" {g} ".center(w, "-") for g, w in zip(groups, group_w))
-    rule = "-" * len(join(head, sub * len(groups)))
+    text = [[head, *sub * len(groups)], *([label, *line] for label, line in zip(labels, cells))]
+    # two spaces inside a phase's four columns, three between phases
+    gaps = ["  "] + ["   " if i % 4 == 3 else "  " for i in range(len(sub) * len(groups) - 1)]
+    lines = format_table(text, sep=gaps).split("\n")
+    widths = column_widths(text)
+    top = " " * widths[0] + "  " + "   ".join(f" {g} ".center(sum(widths[1 + 4 * i:5 + 4 * i]) + 6, "-")
+                                             for i, g in enumerate(groups))
+    rule = "-" * len(lines[0])
     who = f"on rank {rank}" if rank is not None else f"per rank (average over {ranks} ranks)"
     out = [title] if title else []
-    out += [top.rstrip(), join(head, sub * len(groups)), rule]
-    out += [join(label, line) for label, line in zip(labels[:-1], cells[:-1])]
-    out += [rule, join(labels[-1], cells[-1])]
+    out += [top.rstrip(), lines[0], rule, *lines[1:-1], rule, lines[-1]]
     calls, nbytes, wire = (sum(t[i] for t in rows[0][1].totals) for i in range(3))
     out.append(f"all phases: {calls / ranks:g} calls, {nbytes / ranks:,.0f} bytes, {wire / ranks:,.0f} wire bytes "
                f"{who}; bytes = logical tensor size, wire = ring algorithm")

@@ -36,16 +36,16 @@ def broadcast_params(module: Module, grid: ProcessGrid) -> None:
     guarantees it); a tied weight is listed once and so broadcast once.
     """
     tracer = grid.tracer
-    entries = [(name, p, part) for (name, p), (_, part) in zip(module.named_parameters(), module.named_partitions())]
+    entries = list(module.named_entries())
     if grid.tp > 1:
-        for name, p, part in entries:
-            if part is None:  # replicated across TP: TP rank 0's copy wins
-                with tracer.region(scope=name, phase=INIT):
-                    grid.tp_group.broadcast(p, root=0)
+        for e in entries:
+            if e.partition is None:  # replicated across TP: TP rank 0's copy wins
+                with tracer.region(scope=e.name, phase=INIT):
+                    grid.tp_group.broadcast(e.param, root=0)
     if grid.dp > 1:
-        for name, p, _ in entries:  # every shard equals its twin in DP replica 0
-            with tracer.region(scope=name, phase=INIT):
-                grid.dp_group.broadcast(p, root=0)
+        for e in entries:  # every shard equals its twin in DP replica 0
+            with tracer.region(scope=e.name, phase=INIT):
+                grid.dp_group.broadcast(e.param, root=0)
 
 
 def broadcast_batch(grid: ProcessGrid, ids: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

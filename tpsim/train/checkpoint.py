@@ -193,8 +193,8 @@ def load_into(model: Module, tensors: dict[str, np.ndarray]) -> None:
     touched. No communication: each rank reads its master positions from its Partitions.
     """
     check_tensors(tensors, model.config.param_shapes(), "tensors")
-    for (name, param), (_, part) in zip(model.named_parameters(), model.named_partitions()):
-        param[...] = take_shard(np.asarray(tensors[name]), part)
+    for e in model.named_entries():
+        e.param[...] = take_shard(np.asarray(tensors[e.name]), e.partition)
 
 
 # --- the step-0 export folder ---------------------------------------------------------------------------------------

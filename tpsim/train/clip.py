@@ -38,7 +38,7 @@ CLIP_EPS = 1e-6  # PyTorch's clip_grad_norm_: coef = max_norm / (total + 1e-6), 
 
 def grad_entries(module: Module) -> list[GradEntry]:
     """(name, local grad, Partition or None) for every parameter of ``module``, each tied array once."""
-    return [(name, g, part) for (name, g), (_, part) in zip(module.named_grads(), module.named_partitions())]
+    return [(e.name, e.grad, e.partition) for e in module.named_entries()]
 
 
 def _entries(module: Module | None, params: Iterable[GradEntry] | None) -> list[GradEntry]:

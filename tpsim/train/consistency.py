@@ -97,10 +97,10 @@ def check_replicas(module: Module, grid: ProcessGrid) -> ConsistencyReport:
     every rank. Cost: at most one all_gather in the TP group, one in the DP group and one world all-reduce, of
     8 bytes per parameter.
     """
-    entries = [(name, p, part) for (name, p), (_, part) in zip(module.named_parameters(), module.named_partitions())]
-    names = [name for name, _, _ in entries]
-    replicated = [i for i, (_, _, part) in enumerate(entries) if part is None]
-    digests = _digests([p for _, p, _ in entries])
+    entries = list(module.named_entries())
+    names = [e.name for e in entries]
+    replicated = [i for i, e in enumerate(entries) if e.partition is None]
+    digests = _digests([e.param for e in entries])
     n, n_rep = len(entries), len(replicated)
 
     # row g of tp_bad / column t of dp_bad: filled by the ranks of TP group g / DP group t, zero elsewhere
