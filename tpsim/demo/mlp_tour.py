@@ -18,6 +18,7 @@ from tpsim.comm.agree import Agreement
 from tpsim.compare import relative_difference, shard_differences
 from tpsim.demo.report import difference_lines, say
 from tpsim.nn import MLP
+from tpsim.phases import DATA
 from tpsim.tp import ParallelMLP
 from tpsim.trace import format_comm_table, gather_records, summarize, write_jsonl
 
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if grid.tp_rank == 0:  # only TP rank 0 "reads" data; each DP group gets its own batch
         rng = np.random.default_rng([args.seed, grid.dp_rank])
         x[:], dz[:] = rng.standard_normal(x.shape), rng.standard_normal(x.shape)
-    with tracer.region(phase="data"):
+    with tracer.region(phase=DATA):
         grid.tp_group.broadcast(x)
         grid.tp_group.broadcast(dz)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from tpsim.table import RULE, format_table
+
 DEFAULT_KEYS = ("scope", "phase", "op", "group")
 
 
@@ -48,7 +50,6 @@ def human_bytes(n: float) -> str:
 
 def format_comm_table(rows: list[CommRow], keys: Sequence[str] = DEFAULT_KEYS, title: str = "") -> str:
     """A fixed-width text table with a total line; empty scopes print as ``(top level)``."""
-    from tpsim.table import RULE, format_table
 
     headers = [*keys, "calls", "bytes", "wire bytes", "time ms"]
     body = []

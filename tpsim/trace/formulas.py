@@ -43,6 +43,7 @@ import numpy as np
 
 from tpsim.cost import wire_bytes
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER, SP_GRAD_SYNC, TRAINING
+from tpsim.table import RULE, format_table
 from tpsim.trace.aggregate import by_layer, summarize
 from tpsim.trace.memory import param_elements
 
@@ -232,7 +233,6 @@ def _num(x) -> str:
 
 def format_comparison(rows: Sequence[Row], title: str = "") -> str:
     """A fixed-width table: calls, logical bytes and wire bytes, measured | predicted, and a match mark."""
-    from tpsim.table import RULE, format_table
 
     headers = ["layer", "phase", "op", "group", "calls", "pred", "bytes", "pred bytes", "wire", "pred wire", "ok"]
     body = [[r.layer, r.phase, r.op, r.group, _num(r.measured_calls),

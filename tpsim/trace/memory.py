@@ -64,6 +64,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from tpsim.partition import padded_vocab_size
+from tpsim.table import format_table
 
 # --- model state -----------------------------------------------------------------------------------------------
 
@@ -238,7 +239,6 @@ def predict_memory(config, tp: int, batch: int, seq: int, dtype, tp_rank: int = 
 
 def format_memory(measured: MemoryReport, predicted: dict[str, int], title: str = "") -> str:
     """Measured vs formula per category, one line each; the Korthikanti line is the caller's to add."""
-    from tpsim.table import format_table
 
     rows = [["", "measured", "formula", ""]]
     for key, value in measured.as_dict().items():

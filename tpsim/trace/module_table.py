@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from tpsim.phases import PASSES
+from tpsim.table import column_widths, format_table
 from tpsim.trace.aggregate import human_bytes, layer_of
 
 COLUMN_PHASES = PASSES  # forward and backward have their own columns; every other phase goes under "other"
@@ -111,7 +112,6 @@ def module_table(records: Iterable[dict], by: str = "module", rank: int | None =
                 line += [f"{calls / ranks:g}", human_bytes(nbytes / ranks), human_bytes(wire / ranks),
                          f"{seconds / ranks * 1e3:.2f}"]
         cells.append(line)
-    from tpsim.table import column_widths, format_table
 
     head = {"module": "module", "layer": "layer", "op": "op (group)"}[by]
     text = [[head, *sub * len(groups)], *([label, *line] for label, line in zip(labels, cells))]
