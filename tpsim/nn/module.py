@@ -8,6 +8,7 @@
 ``grads`` is the input gradient first, then one gradient per parameter, in the forward's order
 (``linear_backward(dy, cache) -> (dx, dw, db)``); a function with several inputs returns one gradient each
 (``attention_core_backward -> (dq, dk, dv)``), and one without parameters returns the input gradient alone.
+Their tensor-parallel versions (``tpsim.tp``) take the process group and the layer's layout flag after these.
 
 **Modules** own named parameters and a gradient buffer of the same shape for each. ``forward`` returns the
 output *and* the cache; ``backward(dout, cache)`` returns the input gradient and **adds** (never assigns)

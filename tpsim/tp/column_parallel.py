@@ -40,6 +40,12 @@ def shard_index(n: int, group: Group, index, what: str) -> np.ndarray:
     return np.arange(n)[shard_range(n, group.size, group.rank, what)] if index is None else np.asarray(index)
 
 
+def serial_keywords(linear: Linear) -> dict:
+    """The ``Linear`` keywords that rebuild ``linear``'s master weights: how ``from_serial`` feeds ``__init__``."""
+    w = linear.params["weight"]
+    return dict(bias=linear.has_bias, dtype=w.dtype, weight=w, bias_value=linear.params.get("bias"))
+
+
 def column_parallel_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: Group,
                             sequence_parallel: bool) -> tuple[np.ndarray, LinearCache]:
     """f (or f̄), then ``y_i = x·w + b``: ``x [..., in]`` (SP: ``[b, s/p, in]``), ``w [in, out/p]`` -> ``[..., out/p]``.
@@ -86,10 +92,8 @@ class ColumnParallelLinear(Module):
     def from_serial(cls, linear: Linear, group: Group, *, gather_output: bool = True,
                     columns: np.ndarray | None = None, sequence_parallel: bool = False) -> "ColumnParallelLinear":
         """This rank's columns of the serial layer's master weights."""
-        w = linear.params["weight"]
-        return cls(w.shape[0], w.shape[1], group, gather_output=gather_output, columns=columns,
-                   sequence_parallel=sequence_parallel, bias=linear.has_bias, dtype=w.dtype, weight=w,
-                   bias_value=linear.params.get("bias"))
+        return cls(linear.in_features, linear.out_features, group, gather_output=gather_output, columns=columns,
+                   sequence_parallel=sequence_parallel, **serial_keywords(linear))
 
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, LinearCache]:
         """``x: [..., in]`` replicated (SP: ``[b, s/p, in]``) -> ``(y [..., out/p] or gathered [..., out], cache)``."""

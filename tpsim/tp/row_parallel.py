@@ -32,17 +32,13 @@ from tpsim.comm import Group
 from tpsim.nn.linear import Linear, LinearCache, linear_backward, linear_forward
 from tpsim.nn.module import Module
 from tpsim.partition import Partition, take_shard
-from tpsim.tp.column_parallel import shard_index
+from tpsim.tp.column_parallel import serial_keywords, shard_index
 from tpsim.tp.mappings import ScatterToTPRegion
 from tpsim.tp.regions import leave_tp_region, leave_tp_region_backward
 
 
 class RowParallelLinear(Module):
-    """z = y·B + b with B split by input rows over the TP group; bias replicated.
-
-    Keywords after the layout ones are the serial ``Linear``'s: the master weights are drawn (or, given as
-    ``weight``/``bias_value``, checked) by ``Linear`` itself, so every rank holds a slice of the same master.
-    """
+    """z = y·B + b with B split by input rows over the TP group; bias replicated. Built as ``ColumnParallelLinear``."""
 
     def __init__(self, in_features: int, out_features: int, group: Group, *, input_is_parallel: bool = False,
                  rows: np.ndarray | None = None, sequence_parallel: bool = False, bias: bool = True,
@@ -68,10 +64,8 @@ class RowParallelLinear(Module):
     def from_serial(cls, linear: Linear, group: Group, *, input_is_parallel: bool = False,
                     rows: np.ndarray | None = None, sequence_parallel: bool = False) -> "RowParallelLinear":
         """This rank's rows of the serial layer's master weight (and the whole bias)."""
-        w = linear.params["weight"]
-        return cls(w.shape[0], w.shape[1], group, input_is_parallel=input_is_parallel, rows=rows,
-                   sequence_parallel=sequence_parallel, bias=linear.has_bias, dtype=w.dtype, weight=w,
-                   bias_value=linear.params.get("bias"))
+        return cls(linear.in_features, linear.out_features, group, input_is_parallel=input_is_parallel, rows=rows,
+                   sequence_parallel=sequence_parallel, **serial_keywords(linear))
 
     def forward(self, y: np.ndarray) -> tuple[np.ndarray, LinearCache]:
         """``y: [..., in/p]`` (or ``[..., in]`` to be split here) -> ``(z [..., out] (SP: [b, s/p, out]), cache)``."""
