@@ -50,9 +50,9 @@ mine = np.arange(ffn).reshape(RANKS, -1)[group.rank]  # this rank's hidden units
 rows = np.arange(hidden).reshape(RANKS, -1)[group.rank]  # rank r's rows of A and columns of X
 partial = x[:, rows] @ A[rows]  # X_r·A_r
 with tracer.paused():  # a wrong turn, kept out of the trace
-    gelu_then_summed = group.all_reduce(gelu_forward(partial + a / RANKS))
+    gelu_then_summed = group.all_reduce(gelu_forward(partial + a / RANKS)[0])
 lesson.apart("GeLU of a sum is not the sum of GeLUs: max |Σ_r GeLU(X_r·A_r + a/2) − GeLU(X·A + a)|",
-             gelu_then_summed, gelu_forward(x @ A + a), 0.1)
+             gelu_then_summed, gelu_forward(x @ A + a)[0], 0.1)
 
 # %% [markdown]
 # So option 1 must all-reduce the `[tokens, 4h]` pre-activation, apply GeLU to the (now replicated) sum, and
@@ -63,7 +63,7 @@ lesson.apart("GeLU of a sum is not the sum of GeLUs: max |Σ_r GeLU(X_r·A_r + a
 B, b = serial.c_proj.params["weight"], serial.c_proj.params["bias"]
 tracer.reset()
 with tracer.region(scope="option1", phase="forward"):
-    hidden_units = gelu_forward(group.all_reduce(partial) + a)  # the mid-layer sum GeLU forces
+    hidden_units, _ = gelu_forward(group.all_reduce(partial) + a)  # the mid-layer sum GeLU forces
     z_option1 = group.all_reduce(hidden_units[:, mine] @ B[mine]) + b
 option1_bytes = sum(e.bytes for e in tracer.events)
 lesson.close("option 1 (sum, then GeLU) is right: max |Z − Z_serial|", z_option1, serial.forward(x)[0])
@@ -81,9 +81,9 @@ lesson.close("option 1 (sum, then GeLU) is right: max |Z − Z_serial|", z_optio
 # gather the hidden units seem to need "waits" — forever: the only sum is g at the very end.
 
 # %%
-h_r = gelu_forward(x @ A[:, mine] + a[mine])
+h_r, _ = gelu_forward(x @ A[:, mine] + a[mine])  # every nn function returns (out, cache)
 lesson.close("GeLU on the column shard: max |GeLU(X·A_r + a_r) − GeLU(X·A + a)[:, my columns]|",
-             h_r, gelu_forward(x @ A + a)[:, mine])
+             h_r, gelu_forward(x @ A + a)[0][:, mine])
 
 # %% [markdown]
 # ## The whole layer: tpsim's ParallelMLP
@@ -106,7 +106,8 @@ lesson.close("parallel MLP forward: max |Z − Z_serial|", z, z_ref)
 lesson.close("parallel MLP backward: max |∂L/∂X − serial|", dx, dx_ref)
 lesson.close("every gradient shard (c_fc columns, c_proj rows, replicated c_proj bias) vs serial",
              shard_error(mlp, dict(serial.named_grads("mlp")), prefix="mlp"), 0.0)
-lesson.equal("this rank's largest activation, GeLU(X·A_r) (tokens × 4h/p)", cache[1].shape, (tokens, ffn // RANKS))
+lesson.equal("this rank's largest activation, GeLU(X·A_r) (tokens × 4h/p)", cache.c_proj.x.shape,
+             (tokens, ffn // RANKS))
 
 # %% [markdown]
 # ## One all-reduce forward, one backward
@@ -139,8 +140,8 @@ if lesson.rank == 0:
     plt = lesson.pyplot()
     t = np.linspace(-4, 4, 401)
     fig, ax = plt.subplots(figsize=(6, 3.4))
-    ax.plot(t, gelu_forward(t + 1.0), label="GeLU(a + 1)")
-    ax.plot(t, gelu_forward(t) + gelu_forward(np.array(1.0)), "--", label="GeLU(a) + GeLU(1)")
+    ax.plot(t, gelu_forward(t + 1.0)[0], label="GeLU(a + 1)")
+    ax.plot(t, gelu_forward(t)[0] + gelu_forward(np.array(1.0))[0], "--", label="GeLU(a) + GeLU(1)")
     ax.set_xlabel("a")
     ax.set_title("GeLU does not distribute over a sum")
     ax.grid(alpha=0.3)

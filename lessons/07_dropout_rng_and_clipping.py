@@ -20,7 +20,7 @@ import numpy as np
 from tpsim.comm import ProcessGrid
 from tpsim.models.build import parallel_gpt, serial_gpt
 from tpsim.models.config import GPTConfig
-from tpsim.nn import CausalSelfAttention
+from tpsim.nn import CausalSelfAttention, DropoutPlan
 from tpsim.teach.runtime import Lesson, shard_error
 from tpsim.tp import ExactDropoutRNG, MegatronDropoutRNG, ParallelSelfAttention
 from tpsim.train import clip_grad_norm, grad_entries, grad_norm
@@ -111,12 +111,12 @@ rng = np.random.default_rng(70)
 x = rng.standard_normal((b, s, 16))
 serial_attn = CausalSelfAttention(16, heads, rng=rng, std=0.3, attn_dropout=0.2).set_path("attn")
 attn = ParallelSelfAttention.from_serial(serial_attn, group).set_path("attn")
-y_exact = attn.forward(x, dropout_rng=ExactDropoutRNG(SEED))[0]
+y_exact = attn.forward(x, DropoutPlan(ExactDropoutRNG(SEED)))[0]
 lesson.close("exact RNG: parallel attention with dropout = serial", y_exact,
-             serial_attn.forward(x, dropout_rng=ExactDropoutRNG(SEED))[0])
-y_megatron = attn.forward(x, dropout_rng=MegatronDropoutRNG(SEED, group.rank))[0]
+             serial_attn.forward(x, DropoutPlan(ExactDropoutRNG(SEED)))[0])
+y_megatron = attn.forward(x, DropoutPlan(MegatronDropoutRNG(SEED, group.rank)))[0]
 lesson.apart("Megatron RNG: parallel attention with dropout ≠ serial", y_megatron,
-             serial_attn.forward(x, dropout_rng=MegatronDropoutRNG(SEED, 0))[0], 1e-3)
+             serial_attn.forward(x, DropoutPlan(MegatronDropoutRNG(SEED, 0)))[0], 1e-3)
 
 # %% [markdown]
 # ## Part 2 — clipping: count every element once

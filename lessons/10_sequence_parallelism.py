@@ -34,8 +34,7 @@ import numpy as np
 from tpsim.comm import ProcessGrid
 from tpsim.models.build import parallel_gpt, serial_gpt
 from tpsim.models.config import GPTConfig
-from tpsim.models.gpt import DropoutPlan
-from tpsim.nn import MLP, LayerNorm, layernorm_backward
+from tpsim.nn import MLP, DropoutPlan, LayerNorm, layernorm_backward
 from tpsim.teach.runtime import Lesson, shard_error, table
 from tpsim.tp import ExactDropoutRNG, ParallelMLP, SequenceParallelLayerNorm
 from tpsim.tp import GatherFromSequenceParallelRegion as f_bar
@@ -72,15 +71,17 @@ mine = np.arange(s).reshape(p, -1)[group.rank]  # this rank's sequence positions
 
 # %%
 ln_tp = copy.deepcopy(serial_ln)  # plain TP replicates the LayerNorm: a copy on every rank
-_, (xhat_tp, _) = ln_tp.forward(x)
-_, (xhat_serial, rstd_serial) = serial_ln.forward(x)
+xhat_tp = ln_tp.forward(x)[1].xhat  # the cache: LayerNormCache(xhat, rstd, w)
+_, ln_cache_serial = serial_ln.forward(x)
+xhat_serial = ln_cache_serial.xhat
 copies = lesson.gather(xhat_tp)  # every rank's x̂, on rank 0
 identical = copies is None or all(np.array_equal(c, copies[0]) for c in copies)  # judged where they are
 lesson.check("plain TP: every rank caches the whole [b, s, h] x̂, and the 4 copies are equal",
              f"shape {xhat_tp.shape} on each rank", identical)
 
 ln_sp = SequenceParallelLayerNorm.from_serial(serial_ln, group).set_path("sp.ln_2")
-_, (xhat_sp, rstd_sp) = ln_sp.forward(split_sequence(x, group))
+_, ln_cache_sp = ln_sp.forward(split_sequence(x, group))
+xhat_sp = ln_cache_sp.xhat
 lesson.equal("SP: x̂ of this rank's positions only, [b, s/p, h]", xhat_sp.shape, (b, s // p, h))
 lesson.close("SP: the shard is the serial x̂ at this rank's positions", xhat_sp, xhat_serial[:, mine])
 
@@ -218,9 +219,9 @@ lesson.equal("SP forward sends what the plain TP forward sends (wire bytes per r
 
 # %%
 with tracer.paused():
-    (fc_cache_tp, _, _), (fc_cache_sp, _, _) = mlp_tp.forward(x)[1], mlp_sp.forward(x[:, mine])[1]
+    fc_cache_tp, fc_cache_sp = mlp_tp.forward(x)[1].c_fc, mlp_sp.forward(x[:, mine])[1].c_fc
 lesson.equal("what c_fc keeps for its backward: plain TP [b, s, h], SP [b, s/p, h]",
-             (fc_cache_tp.shape, fc_cache_sp.shape), ((b, s, h), (b, s // p, h)))
+             (fc_cache_tp.x.shape, fc_cache_sp.x.shape), ((b, s, h), (b, s // p, h)))
 regather = calls("sp.mlp.c_fc", "backward", "all_gather")
 lesson.equal("SP backward: ḡ's all-gather, c_fc's re-gather of its input, f̄'s reduce-scatter",
              [(e.scope, e.op) for e in calls("sp.", "backward")],
@@ -242,9 +243,8 @@ lesson.equal("SP backward wire bytes − the re-gather = plain TP backward wire 
 # every position already.
 
 # %%
-weight = serial_ln.params["weight"]
-_, dw_r, db_r = layernorm_backward(dy[:, mine], xhat_sp, rstd_sp, weight)  # this rank's positions only
-_, dw_serial, db_serial = layernorm_backward(dy, xhat_serial, rstd_serial, weight)
+_, dw_r, db_r = layernorm_backward(dy[:, mine], ln_cache_sp)  # this rank's positions only
+_, dw_serial, db_serial = layernorm_backward(dy, ln_cache_serial)
 lesson.apart("one rank's (dw, db) from its own positions is not the gradient", np.stack([dw_r, db_r]),
              np.stack([dw_serial, db_serial]), 0.1)
 with tracer.paused():
@@ -275,8 +275,8 @@ models = {"TP": parallel_gpt(serial, group), "TP+SP": parallel_gpt(serial, group
 
 def ln_dropout_region(cache):
     """The LayerNorm caches (x̂, rstd) and dropout masks of the embedding, every block and ln_f."""
-    (_, _, keep, blocks, c_lnf), _, _ = cache
-    return [keep, c_lnf] + [(c_ln1, k_attn, c_ln2, k_mlp) for c_ln1, _, k_attn, c_ln2, _, k_mlp in blocks]
+    tr = cache.transformer
+    return [tr.drop, tr.ln_f] + [(blk.ln_1, blk.attn_dropout, blk.ln_2, blk.mlp_dropout) for blk in tr.h]
 
 
 memory, losses, events = {}, {}, {}

@@ -7,7 +7,7 @@ import pytest
 
 from tpsim.models.build import serial_gpt
 from tpsim.models.config import GPTConfig
-from tpsim.models.gpt import DropoutPlan
+from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG
 
 CFG = GPTConfig(vocab_size=11, n_positions=7, n_embd=8, n_layer=2, n_head=2)

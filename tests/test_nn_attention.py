@@ -4,7 +4,7 @@ per-head reference forward, no NaN at large scores, and a clear error when hidde
 import numpy as np
 import pytest
 
-from tpsim.nn import CausalSelfAttention, check_module_grads
+from tpsim.nn import CausalSelfAttention, DropoutPlan, check_module_grads
 from tpsim.tp.random import ExactDropoutRNG
 
 TOL = 1e-7  # float64 central differences with eps 1e-6 land near 1e-9; 1e-7 leaves honest headroom
@@ -57,7 +57,7 @@ def test_attention_grads_with_dropout_match_finite_differences():
     rng = ExactDropoutRNG(seed=7)
     keep = rng.keep_mask(0.3, PATH + ".attn_dropout", 4, (B, HEADS, S, S), (slice(None),) * 4, "partitioned")
     assert 0 < keep.sum() < keep.size, "the mask should drop some probabilities and keep others"
-    errors = check_module_grads(attn, x, forward_kwargs={"dropout_rng": rng, "step": 4})
+    errors = check_module_grads(attn, x, forward_kwargs={"plan": DropoutPlan(rng, step=4)})
     for name, err in errors.items():
         assert err < TOL, f"{name} (dropout p=0.3): max relative error {err:.3e} vs finite differences"
 
@@ -67,7 +67,7 @@ def test_attention_forward_matches_plain_reference(p):
     attn = make_attention(seed=3, attn_dropout=p)
     x = np.random.default_rng(4).standard_normal((B, S, H))
     rng = ExactDropoutRNG(seed=11)
-    y, _ = attn.forward(x, dropout_rng=rng, step=2)
+    y, _ = attn.forward(x, DropoutPlan(rng, step=2))
     keep = rng.keep_mask(p, PATH + ".attn_dropout", 2, (B, HEADS, S, S), (slice(None),) * 4, "partitioned")
     ref = reference_attention(attn, x, keep if p > 0 else None, p)
     assert y.shape == (B, S, H)
@@ -78,10 +78,10 @@ def test_attention_without_rng_or_p_is_deterministic_and_dropout_changes_output(
     x = np.random.default_rng(5).standard_normal((B, S, H))
     plain = make_attention(seed=6)
     dropping = make_attention(seed=6, attn_dropout=0.3)
-    y0, _ = plain.forward(x, dropout_rng=ExactDropoutRNG(1))  # p = 0: the tracker is never asked
+    y0, _ = plain.forward(x, DropoutPlan(ExactDropoutRNG(1)))  # p = 0: the tracker is never asked
     y1, _ = dropping.forward(x)  # no tracker: evaluation, no dropout
     assert np.array_equal(y0, y1)
-    y2, _ = dropping.forward(x, dropout_rng=ExactDropoutRNG(1))
+    y2, _ = dropping.forward(x, DropoutPlan(ExactDropoutRNG(1)))
     assert not np.allclose(y1, y2), "attention dropout with a tracker should change the output"
 
 
@@ -93,8 +93,8 @@ def test_attention_is_causal(p):
     for t in range(S - 1):
         x2 = x.copy()
         x2[:, t + 1:] += np.random.default_rng(t).standard_normal((B, S - t - 1, H))
-        y, _ = attn.forward(x, dropout_rng=ExactDropoutRNG(3))
-        y2, _ = attn.forward(x2, dropout_rng=ExactDropoutRNG(3))
+        y, _ = attn.forward(x, DropoutPlan(ExactDropoutRNG(3)))
+        y2, _ = attn.forward(x2, DropoutPlan(ExactDropoutRNG(3)))
         assert np.array_equal(y[:, :t + 1], y2[:, :t + 1]), f"output at positions <= {t} saw a future token"
         assert not np.allclose(y[:, t + 1:], y2[:, t + 1:]), "later positions should see the change"
 
@@ -106,7 +106,7 @@ def test_attention_large_scores_give_no_nan_and_no_grad_to_the_future():
         y, cache = attn.forward(x)
         dx = attn.backward(np.ones_like(y), cache)
     assert np.isfinite(y).all() and np.isfinite(dx).all()
-    probs = cache[1][3]  # core cache: (q, k, v, probs, ...)
+    probs = cache.core.softmax.y  # the probabilities, before dropout
     assert np.array_equal(np.triu(probs, k=1), np.zeros_like(probs)), "future keys must get zero weight"
     assert np.allclose(probs.sum(axis=-1), 1.0, rtol=0, atol=1e-12)
 
@@ -127,10 +127,10 @@ def test_attention_batch_index_gives_the_serial_rows_dropout_bits():
     attn = make_attention(seed=12, attn_dropout=0.3)
     x = np.random.default_rng(13).standard_normal((5, S, H))
     rows = np.array([1, 4])
-    y_full, _ = attn.forward(x, dropout_rng=ExactDropoutRNG(2), step=1)
-    y_rows, _ = attn.forward(x[rows], dropout_rng=ExactDropoutRNG(2), step=1, batch_index=rows)
-    y_first, _ = attn.forward(x[rows], dropout_rng=ExactDropoutRNG(2), step=1)  # rows taken as 0, 1: other bits
+    y_full, _ = attn.forward(x, DropoutPlan(ExactDropoutRNG(2), step=1))
+    y_rows, _ = attn.forward(x[rows], DropoutPlan(ExactDropoutRNG(2), step=1, batch_index=rows))
+    y_first, _ = attn.forward(x[rows], DropoutPlan(ExactDropoutRNG(2), step=1))  # rows taken as 0, 1: other bits
     assert np.abs(y_rows - y_full[rows]).max() < 1e-12
     assert not np.allclose(y_first, y_full[rows])
     with pytest.raises(ValueError, match="batch_index"):
-        attn.forward(x, dropout_rng=ExactDropoutRNG(2), batch_index=rows)
+        attn.forward(x, DropoutPlan(ExactDropoutRNG(2), batch_index=rows))

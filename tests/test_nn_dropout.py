@@ -11,11 +11,11 @@ TOL = 1e-7
 def test_dropout_p0_and_eval_are_identity():
     x = np.random.default_rng(0).standard_normal((13, 17))
     y, cache = Dropout(0.0).forward(x)
-    assert y is x and cache is None
+    assert y is x and cache.keep is None
     y, cache = Dropout(0.5).forward(x, training=False)
-    assert y is x and cache is None
+    assert y is x and cache.keep is None
     dy = np.ones_like(x)
-    assert Dropout(0.5).backward(dy, None) is dy, "identity forward must have identity backward"
+    assert Dropout(0.5).backward(dy, cache) is dy, "identity forward must have identity backward"
 
 
 def test_dropout_uses_the_given_mask_exactly():
@@ -25,13 +25,14 @@ def test_dropout_uses_the_given_mask_exactly():
     y, cache = Dropout(0.3).forward(x, keep=keep)
     expected = np.where(keep, x / 0.7, 0.0)
     assert np.abs(y - expected).max() < 1e-15, f"max diff {np.abs(y - expected).max():.3e}"
-    assert np.array_equal(cache, keep)
+    assert np.array_equal(cache.keep, keep)
 
 
 def test_dropout_keep_rate_and_mean_with_fixed_seed():
     p, n = 0.3, 200_000
     x = np.ones(n)
-    y, keep = Dropout(p).forward(x, rng=np.random.default_rng(2))
+    y, cache = Dropout(p).forward(x, rng=np.random.default_rng(2))
+    keep = cache.keep
     sigma = np.sqrt(p * (1 - p) / n)  # binomial standard deviation of the keep rate
     rate = keep.mean()
     assert abs(rate - (1 - p)) < 5 * sigma, f"keep rate {rate:.5f}, expected {1 - p} +- {5 * sigma:.5f}"
@@ -41,9 +42,9 @@ def test_dropout_keep_rate_and_mean_with_fixed_seed():
 
 def test_dropout_is_reproducible_from_a_seed():
     x = np.ones((13, 17))
-    _, k1 = Dropout(0.5).forward(x, rng=np.random.default_rng(7))
-    _, k2 = Dropout(0.5).forward(x, rng=np.random.default_rng(7))
-    _, k3 = Dropout(0.5, rng=np.random.default_rng(8)).forward(x)
+    k1 = Dropout(0.5).forward(x, rng=np.random.default_rng(7))[1].keep
+    k2 = Dropout(0.5).forward(x, rng=np.random.default_rng(7))[1].keep
+    k3 = Dropout(0.5, rng=np.random.default_rng(8)).forward(x)[1].keep
     assert np.array_equal(k1, k2)
     assert not np.array_equal(k1, k3)
 
@@ -52,8 +53,9 @@ def test_dropout_backward_applies_the_same_mask():
     rng = np.random.default_rng(3)
     x, dy = rng.standard_normal((13, 17)), rng.standard_normal((13, 17))
     layer = Dropout(0.4)
-    y, keep = layer.forward(x, rng=rng)
-    dx = layer.backward(dy, keep)
+    y, cache = layer.forward(x, rng=rng)
+    keep = cache.keep
+    dx = layer.backward(dy, cache)
     assert np.array_equal(dx == 0, ~keep | (dy == 0)), "gradient must vanish exactly where the mask dropped"
     assert np.abs(dx - dropout_mask_apply(dy, keep, 0.4)).max() == 0.0
 

@@ -36,7 +36,8 @@ def test_layernorm_cache_is_xhat_and_rstd_only():
     x = np.random.default_rng(2).standard_normal((13, 17))
     ln = LayerNorm(17)
     _, cache = ln.forward(x)
-    xhat, rstd = cache  # exactly two things
+    xhat, rstd, w = cache  # exactly two activations, and the weight by reference (not a copy)
+    assert w is ln.params["weight"] and cache.PARAMETERS == ("w",)
     ref_rstd = 1 / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
     assert xhat.shape == (13, 17) and rstd.shape == (13, 1)
     assert np.abs(rstd - ref_rstd).max() < 1e-12, f"rstd max diff {np.abs(rstd - ref_rstd).max():.3e}"

@@ -25,16 +25,18 @@ def test_linear_forward_matches_reference_and_keeps_shape():
     rng = np.random.default_rng(2)
     w, b = rng.standard_normal((17, 11)), rng.standard_normal(11)
     x = rng.standard_normal((2, 3, 5, 17))
-    y = linear_forward(x, w, b)
+    y, cache = linear_forward(x, w, b)
     ref = np.einsum("abci,io->abco", x, w) + b
     assert y.shape == (2, 3, 5, 11)
+    assert cache.x is x and cache.w is w and cache.has_bias, "the cache references the inputs, never copies"
     assert np.allclose(y, ref, rtol=0, atol=1e-12), f"max diff {np.abs(y - ref).max():.3e}"
 
 
 def test_linear_backward_without_bias_returns_none_for_db():
     rng = np.random.default_rng(3)
     x, w, dy = rng.standard_normal((13, 17)), rng.standard_normal((17, 11)), rng.standard_normal((13, 11))
-    dx, dw, db = linear_backward(dy, x, w, has_bias=False)
+    _, cache = linear_forward(x, w, None)
+    dx, dw, db = linear_backward(dy, cache)
     assert db is None
     assert dx.shape == x.shape and dw.shape == w.shape
     assert np.allclose(dw, x.T @ dy, rtol=0, atol=1e-12), f"max diff {np.abs(dw - x.T @ dy).max():.3e}"

@@ -21,8 +21,8 @@ def parallel_mlp_forward(x: np.ndarray, fc_weight: np.ndarray, fc_bias: np.ndarr
     ``proj_weight: [ffn/p, h]``                        this rank's rows of c_proj (B)
     ``proj_bias: [h]``                                  replicated
     Returns ``z: [tokens, h]`` on every rank, with exactly one collective.
-    Tools: ``linear_forward(x, w, b)`` (``b`` may be None), ``gelu_forward(h)`` (GPT-2's tanh GeLU),
-    ``group.all_reduce(x)``.
+    Tools: ``linear_forward(x, w, b)`` (``b`` may be None), ``gelu_forward(h)`` (GPT-2's tanh GeLU) — each
+    returns ``(out, cache)``, so take ``[0]`` or unpack — and ``group.all_reduce(x)``.
     """
     # TODO: column-parallel c_fc, GeLU on the shard, row-parallel c_proj, one all-reduce, the bias.
     raise NotImplementedError

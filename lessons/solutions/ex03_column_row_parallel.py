@@ -10,5 +10,5 @@ from tpsim.nn import linear_forward
 
 def row_parallel_forward(y_shard: np.ndarray, weight_shard: np.ndarray, bias: np.ndarray,
                          group: Group) -> np.ndarray:
-    partial = linear_forward(y_shard, weight_shard, None)  # [tokens, out]: this rank's term of Σ_i Y_i·B_i
+    partial, _ = linear_forward(y_shard, weight_shard, None)  # [tokens, out]: this rank's term of Σ_i Y_i·B_i
     return group.all_reduce(partial) + bias  # g, then the bias once (on every rank's partial it counts p times)

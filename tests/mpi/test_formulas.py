@@ -17,7 +17,7 @@ import pytest
 
 from tpsim.models.build import build_gpt
 from tpsim.models.config import GPTConfig
-from tpsim.models.gpt import DropoutPlan
+from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.trace.formulas import compare, format_comparison, predict_step
 from tpsim.trace.memory import (block_activation_elements, block_activation_regions, format_memory,
@@ -126,7 +126,7 @@ def test_memory_per_rank_matches_the_formulas(grid, dropout, sequence_parallel):
     assert measured.indices > 0, "owned ids, positions and target columns are integer arrays in the cache"
     # one block alone: GPT cache = (transformer, head, loss); transformer = (wte, wpe, mask, [blocks], ln_f)
     floats, masks = block_activation_elements(b, s, cfg.n_embd, cfg.n_head, grid.tp, dropout > 0, sequence_parallel)
-    assert measure_activations(cache[0][3][0]) == {"activations": 8 * floats, "masks": masks, "indices": 0}
+    assert measure_activations(cache.transformer.h[0]) == {"activations": 8 * floats, "masks": masks, "indices": 0}
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.2], ids=["no-dropout", "dropout"])
@@ -150,7 +150,7 @@ def test_sequence_parallel_divides_the_layernorm_dropout_region_by_tp(grid, drop
                 == measure_activations(tp_block["tensor_parallel"])[kind]), kind
     # the two regions are the whole block (no buffer counted twice, none left out)
     for blocks, cache in ((tp_block, tp_cache), (sp_block, sp_cache)):
-        whole = measure_activations(cache[0][3][0])
+        whole = measure_activations(cache.transformer.h[0])
         assert whole == {k: sum(measure_activations(r)[k] for r in blocks.values()) for k in whole}
     # the whole forward, floats and masks: less under SP as soon as there is more than one rank to split over
     tp_bytes, sp_bytes = (sum(measure_activations(c, exclude=ids)[k] for k in ("activations", "masks"))

@@ -11,7 +11,7 @@ import pytest
 from tpsim.errors import ConfigError
 from tpsim.models.build import parallel_gpt, serial_gpt
 from tpsim.models.config import GPTConfig
-from tpsim.models.gpt import DropoutPlan
+from tpsim.nn.dropout import DropoutPlan
 from tpsim.partition import take_shard
 from tpsim.tp.random import ExactDropoutRNG
 

@@ -8,7 +8,8 @@ import pytest
 
 from tpsim.errors import ConfigError
 from tpsim.nn.attention import CausalSelfAttention, qkv_attention_forward
-from tpsim.tp import ColumnParallelLinear, ParallelSelfAttention
+from tpsim.nn.dropout import DropoutPlan
+from tpsim.tp import ColumnParallelLinear, ParallelSelfAttention, RowParallelLinear
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng
 from _util import assert_close, randn
 
@@ -43,9 +44,9 @@ def test_parallel_attention_equals_serial(grid, heads_per_rank, p):
     assert attn.heads_per_partition == heads_per_rank
     x, dy = randn(1, B, S, hidden), randn(2, B, S, hidden)
 
-    y_ref, c = serial.forward(x, dropout_rng=ExactDropoutRNG(42), step=3)
+    y_ref, c = serial.forward(x, DropoutPlan(ExactDropoutRNG(42), step=3))
     dx_ref = serial.backward(dy, c)
-    y, cache = attn.forward(x, dropout_rng=make_dropout_rng("exact", 42, r), step=3)
+    y, cache = attn.forward(x, DropoutPlan(make_dropout_rng("exact", 42, r), step=3))
     dx = attn.backward(dy, cache)
 
     cols = my_columns(hidden, heads, tp, r)
@@ -68,9 +69,9 @@ def test_parallel_attention_with_data_parallel_rows_equals_serial(grid):
     serial = make_serial(heads, p=0.2)
     attn = ParallelSelfAttention.from_serial(serial, grid.tp_group).set_path(PATH)
     x, dy = randn(3, batch, S, hidden), randn(4, batch, S, hidden)
-    y_ref, c = serial.forward(x, dropout_rng=ExactDropoutRNG(5), step=8)
+    y_ref, c = serial.forward(x, DropoutPlan(ExactDropoutRNG(5), step=8))
     dx_ref = serial.backward(dy, c)
-    y, cache = attn.forward(x[rows], dropout_rng=ExactDropoutRNG(5), step=8, batch_index=rows)
+    y, cache = attn.forward(x[rows], DropoutPlan(ExactDropoutRNG(5), step=8, batch_index=rows))
     dx = attn.backward(dy[rows], cache)
     assert_close(y, y_ref[rows], 1e-12, "output rows")
     assert_close(dx, dx_ref[rows], 1e-12, "input grad rows")
@@ -108,10 +109,10 @@ def test_naive_contiguous_qkv_split_is_wrong(grid):
 def test_parallel_attention_communication(grid):
     """Exactly one all-reduce forward (g, in c_proj) and one backward (f, in c_attn), each [b, s, h]."""
     heads, hidden = 2 * grid.tp, 2 * grid.tp * HD
-    attn = ParallelSelfAttention.create(hidden, heads, grid.tp_group, rng=np.random.default_rng(0),
-                                        attn_dropout=0.2).set_path(PATH)
+    serial = CausalSelfAttention(hidden, heads, rng=np.random.default_rng(0), attn_dropout=0.2)
+    attn = ParallelSelfAttention.from_serial(serial, grid.tp_group).set_path(PATH)
     x = randn(1, B, S, hidden)
-    y, cache = attn.forward(x, dropout_rng=make_dropout_rng("megatron", 3, grid.tp_rank))
+    y, cache = attn.forward(x, DropoutPlan(make_dropout_rng("megatron", 3, grid.tp_rank)))
     attn.backward(np.ones_like(y), cache)
     ev = grid.tracer.events
     assert [(e.op, e.phase, e.scope) for e in ev] == [
@@ -121,12 +122,18 @@ def test_parallel_attention_communication(grid):
         assert e.shape == (B, S, hidden) and e.bytes == B * S * hidden * 8 and e.group == "tp"
 
 
+def hand_made_shards(hidden: int, group):
+    """c_attn and c_proj shards of any width (one column, one row) — the sizes are only checked by attention."""
+    return (ColumnParallelLinear(hidden, 3 * hidden, group, gather_output=False, columns=[0]),
+            RowParallelLinear(hidden, hidden, group, input_is_parallel=True, rows=[0]))
+
+
 def test_heads_not_divisible_by_tp_is_a_config_error(grid):
     if grid.tp == 1:
         pytest.skip("every head count divides by tp 1")
     heads = grid.tp + 1  # hidden divides by heads, heads does not divide by tp
     with pytest.raises(ConfigError, match=rf"heads = {heads} .* tp = {grid.tp}"):
-        ParallelSelfAttention.create(heads * 4, heads, grid.tp_group)
+        ParallelSelfAttention(*hand_made_shards(heads * 4, grid.tp_group), heads)
     with pytest.raises(ConfigError, match=rf"heads = {heads} .* tp = {grid.tp}"):
         ParallelSelfAttention.from_serial(CausalSelfAttention(heads * 4, heads), grid.tp_group)
     assert not grid.tracer.events, "the check must come before any collective"
@@ -134,4 +141,4 @@ def test_heads_not_divisible_by_tp_is_a_config_error(grid):
 
 def test_hidden_not_divisible_by_heads_is_a_config_error(grid):
     with pytest.raises(ConfigError, match="hidden = 10 is not divisible by heads = 4"):
-        ParallelSelfAttention.create(10, 4, grid.tp_group)
+        ParallelSelfAttention(*hand_made_shards(10, grid.tp_group), 4)

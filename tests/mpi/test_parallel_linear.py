@@ -80,6 +80,23 @@ def test_master_weight_init_is_tp_invariant(grid):
     assert_close(row.params["weight"], master_r[4 * r:4 * (r + 1)], 0, "row shard")
 
 
+def test_chosen_rows_and_columns_hold_those_master_slices(grid):
+    """``columns=`` and ``rows=`` pick any master positions (uneven class slices, whole heads); the rest is alike."""
+    g, r = grid.tp_group, grid.tp_rank
+    serial_c = Linear(5, 3 * grid.tp, rng=np.random.default_rng(6))
+    serial_r = Linear(3 * grid.tp, 5, rng=np.random.default_rng(6))
+    mine = np.arange(r, 3 * grid.tp, grid.tp)  # strided: not the default contiguous block
+    col = ColumnParallelLinear.from_serial(serial_c, g, gather_output=False, columns=mine)
+    row = RowParallelLinear.from_serial(serial_r, g, input_is_parallel=True, rows=mine)
+    assert_close(col.params["weight"], serial_c.params["weight"][:, mine], 0, "column shard")
+    assert_close(row.params["weight"], serial_r.params["weight"][mine], 0, "row shard")
+    assert col.partition["weight"].index.tolist() == row.partition["weight"].index.tolist() == mine.tolist()
+    with pytest.raises(ValueError, match="contiguous"):
+        ColumnParallelLinear.from_serial(serial_c, g, columns=mine)  # gather_output=True needs the default split
+    with pytest.raises(ValueError, match="contiguous"):
+        RowParallelLinear.from_serial(serial_r, g, rows=mine)  # so does input_is_parallel=False
+
+
 def test_indivisible_features_give_a_clear_error(grid):
     if grid.tp == 1:
         pytest.skip("every size divides by 1")

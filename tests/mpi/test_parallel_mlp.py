@@ -33,7 +33,8 @@ def test_parallel_mlp_equals_serial(grid, approximate):
 def test_parallel_mlp_communication(grid):
     """Exactly one all-reduce forward (g, in c_proj) and one backward (f, in c_fc), each [tokens, hidden]."""
     tokens, hidden = 13, 8
-    mlp = ParallelMLP.create(hidden, grid.tp_group, rng=np.random.default_rng(0)).set_path("transformer.h.0.mlp")
+    serial = MLP(hidden, rng=np.random.default_rng(0))
+    mlp = ParallelMLP.from_serial(serial, grid.tp_group).set_path("transformer.h.0.mlp")
     x = randn(1, tokens, hidden)
     z, cache = mlp.forward(x)
     mlp.backward(np.ones_like(z), cache)

@@ -23,7 +23,7 @@ from tpsim.errors import ConfigError
 from tpsim.demo.gpt_tour import config_from
 from tpsim.models.build import build_gpt, parallel_gpt, serial_gpt
 from tpsim.models.config import GPTConfig
-from tpsim.models.gpt import DropoutPlan
+from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.tp.sequence_parallel import (SEQ_AXIS, GatherFromSequenceParallelRegion,
                                         ReduceScatterToSequenceParallelRegion, ScatterToSequenceParallelRegion)
@@ -203,17 +203,18 @@ def nbytes(tree, seen=None) -> int:
         seen.add(id(tree))
         return tree.nbytes
     if isinstance(tree, (tuple, list)):
-        return sum(nbytes(t, seen) for t in tree)
+        parameters = getattr(type(tree), "PARAMETERS", ())  # a weight a cache points at is no activation
+        return sum(nbytes(t, seen) for name, t in zip(getattr(tree, "_fields", [None] * len(tree)), tree)
+                   if name not in parameters)
     return 0
 
 
 def ln_dropout_bytes(cache) -> int:
     """The LayerNorm (x̂, rstd) and dropout-mask caches of the embedding, every block and ln_f."""
-    c_tr = cache[0]
-    _, _, keep, blocks, c_lnf = c_tr
-    total = nbytes(keep) + nbytes(c_lnf)
-    for c_ln1, _, k_attn, c_ln2, _, k_mlp in blocks:
-        total += nbytes(c_ln1) + nbytes(k_attn) + nbytes(c_ln2) + nbytes(k_mlp)
+    c_tr = cache.transformer
+    total = nbytes(c_tr.drop) + nbytes(c_tr.ln_f)
+    for blk in c_tr.h:
+        total += nbytes(blk.ln_1) + nbytes(blk.attn_dropout) + nbytes(blk.ln_2) + nbytes(blk.mlp_dropout)
     return total
 
 

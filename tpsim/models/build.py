@@ -6,7 +6,7 @@ ones/zeros, zero biases), then keeps its shards. The draw order is fixed, so ``s
 the same model on every rank, at every TP size, in every run.
 
 ``sequence_parallel=True`` (Megatron-SP) builds the same shards; only the kind of the LayerNorms (gradients
-all-reduced over TP), the LM head (gathers the sequence) and the linears' f/g (f̄/ḡ) change, so an SP model
+all-reduced over TP), the LM head (f̄: gathers the sequence) and the linears' f/g (f̄/ḡ) change, so an SP model
 and a TP model from one seed hold identical parameters and export identical checkpoints.
 """
 
@@ -29,7 +29,7 @@ from tpsim.tp.attention import ParallelSelfAttention
 from tpsim.tp.cross_entropy import VocabParallelCrossEntropy
 from tpsim.tp.lm_head import ParallelLMHead
 from tpsim.tp.mlp import ParallelMLP
-from tpsim.tp.sequence_parallel_layers import SequenceParallelLayerNorm, SequenceParallelLMHead
+from tpsim.tp.sequence_parallel_layernorm import SequenceParallelLayerNorm
 from tpsim.tp.vocab_embedding import VocabParallelEmbedding
 
 
@@ -70,7 +70,7 @@ def parallel_gpt(serial: GPT, group: Group, *, sequence_parallel: bool = False) 
               for b in tr.h]
     transformer = Transformer(wte, copy.deepcopy(tr.wpe), blocks, ln(tr.ln_f), tr.dropout,
                               sp_group=group if sp else None)
-    head = SequenceParallelLMHead(wte) if sp else ParallelLMHead(wte)
+    head = ParallelLMHead(wte, sequence_parallel=sp)
     loss = VocabParallelCrossEntropy(group, vocab_size=wte.vocab_size, vocab_start=wte.vocab_start,
                                      ignore_index=serial.loss.ignore_index)
     # the grid's tracer times every sub-layer call (compute spans beside the collectives on the timeline)

@@ -11,7 +11,8 @@ The serial model (``tpsim.models.build.serial_gpt``) plugs in ``Embedding``, ``C
 one file, "TP equals serial" tests exactly the layers, not two hand-copied models.
 
 Module paths are Hugging Face GPT-2's (``transformer.h.0.attn.c_attn``) and serve as trace scopes and
-parameter names alike. Dropout masks come from a ``DropoutRNG`` keyed by site, step and global position.
+parameter names alike. Dropout masks come from a ``DropoutRNG`` keyed by site, step and global position;
+a forward carries it in a ``DropoutPlan`` (``tpsim.nn.dropout``) that every block and attention layer takes.
 
 Sequence parallelism (``Transformer(sp_group=tp_group)``, Korthikanti et al. 2022): after ``wte(ids) + wpe``
 the sequence is scattered, so LayerNorms, dropouts and residual adds run on [b, s/p, h]; the blocks' layers
@@ -28,46 +29,37 @@ span named by the sub-layer's path, so a timeline shows the per-layer forward an
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
-from tpsim.nn.dropout import dropout_mask_apply
-from tpsim.nn.module import Module, Partition
+from tpsim.nn.dropout import DropoutCache, DropoutPlan, dropout_backward, replicated_dropout
+from tpsim.nn.module import Module
 from tpsim.tp.sequence_parallel import ScatterToSequenceParallelRegion, check_sequence_length, sequence_partition
 
 
-@dataclass(frozen=True)
-class DropoutPlan:
-    """Where dropout bits come from for one forward: the tracker, the step, the global rows held here."""
-
-    rng: object | None = None  # a tpsim.tp.random.DropoutRNG; None = no dropout (evaluation)
-    step: int = 0
-    batch_index: np.ndarray | None = None  # global batch positions of the local rows (DP); None = all
-    seq_partition: Partition | None = None  # SP: this rank's sequence positions (set by Transformer); None = all
-
-
-def replicated_dropout(x: np.ndarray, p: float, key: str, plan: DropoutPlan):
-    """Dropout on a replicated activation [b, s, h]: every TP rank draws the same bits. Returns (y, keep).
-
-    Under sequence parallelism ``x`` is [b, s/p, h] at the positions ``plan.seq_partition`` names: the mask
-    request gives those global positions, so the exact RNG draws the serial model's bits for them, and region
-    "partitioned" (Megatron forks its model-parallel RNG for dropout in SP regions).
-    """
-    if p == 0.0 or plan.rng is None:
-        return x, None
-    b = x.shape[0]
-    rows = np.arange(b) if plan.batch_index is None else np.asarray(plan.batch_index)
-    seq = plan.seq_partition
-    positions, s = (slice(None), x.shape[1]) if seq is None else (seq.index, seq.full)
-    keep = plan.rng.keep_mask(p, key=key, step=plan.step, global_shape=(int(rows.max()) + 1, s, x.shape[2]),
-                              index=(rows, positions, slice(None)),
-                              region="replicated" if seq is None else "partitioned")
-    return dropout_mask_apply(x, keep, p), keep
+class BlockCache(NamedTuple):
+    ln_1: tuple  # the caches of the block's layers, by their GPT-2 names
+    attn: tuple
+    attn_dropout: DropoutCache  # the residual dropout after attention (``attn.resid_dropout``)
+    ln_2: tuple
+    mlp: tuple
+    mlp_dropout: DropoutCache  # the residual dropout after the MLP (``mlp.dropout``)
 
 
-def _undrop(dy: np.ndarray, keep, p: float) -> np.ndarray:
-    return dy if keep is None else dropout_mask_apply(dy, keep, p)
+class TransformerCache(NamedTuple):
+    wte: tuple
+    wpe: tuple
+    drop: DropoutCache  # the embedding dropout
+    h: list[BlockCache]  # one per block
+    ln_f: tuple
+
+
+class GPTCache(NamedTuple):
+    transformer: TransformerCache
+    lm_head: tuple
+    loss: tuple
 
 
 class _Wiring(Module):
@@ -103,23 +95,23 @@ class Block(_Wiring):
         self.ln_1, self.attn, self.ln_2, self.mlp = ln_1, attn, ln_2, mlp
         self.dropout = dropout
 
-    def forward(self, x: np.ndarray, plan: DropoutPlan = DropoutPlan()):
+    def forward(self, x: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, BlockCache]:
+        """``x: [b, s, h]`` (SP: ``[b, s/p, h]``) -> ``(y, BlockCache)``, ``y`` shaped as ``x``."""
         h1, c_ln1 = self._timed(self.ln_1, "forward", x)
-        a, c_attn = self._timed(self.attn, "forward", h1, dropout_rng=plan.rng, step=plan.step,
-                                batch_index=plan.batch_index)
-        a, k_attn = replicated_dropout(a, self.dropout, f"{self.path}.attn.resid_dropout", plan)
+        a, c_attn = self._timed(self.attn, "forward", h1, plan)
+        a, d_attn = replicated_dropout(a, self.dropout, f"{self.path}.attn.resid_dropout", plan)
         x = x + a
         h2, c_ln2 = self._timed(self.ln_2, "forward", x)
         m, c_mlp = self._timed(self.mlp, "forward", h2)
-        m, k_mlp = replicated_dropout(m, self.dropout, f"{self.path}.mlp.dropout", plan)
-        return x + m, (c_ln1, c_attn, k_attn, c_ln2, c_mlp, k_mlp)
+        m, d_mlp = replicated_dropout(m, self.dropout, f"{self.path}.mlp.dropout", plan)
+        return x + m, BlockCache(c_ln1, c_attn, d_attn, c_ln2, c_mlp, d_mlp)
 
-    def backward(self, dy: np.ndarray, cache) -> np.ndarray:
-        c_ln1, c_attn, k_attn, c_ln2, c_mlp, k_mlp = cache
-        dm = self._timed(self.mlp, "backward", _undrop(dy, k_mlp, self.dropout), c_mlp)
-        dx = dy + self._timed(self.ln_2, "backward", dm, c_ln2)  # the residual passes dy straight through
-        da = self._timed(self.attn, "backward", _undrop(dx, k_attn, self.dropout), c_attn)
-        return dx + self._timed(self.ln_1, "backward", da, c_ln1)
+    def backward(self, dy: np.ndarray, cache: BlockCache) -> np.ndarray:
+        """``dy`` shaped as the output -> ``dx`` shaped as the input; adds into every sub-layer's grads."""
+        dm = self._timed(self.mlp, "backward", dropout_backward(dy, cache.mlp_dropout), cache.mlp)
+        dx = dy + self._timed(self.ln_2, "backward", dm, cache.ln_2)  # the residual passes dy straight through
+        da = self._timed(self.attn, "backward", dropout_backward(dx, cache.attn_dropout), cache.attn)
+        return dx + self._timed(self.ln_1, "backward", da, cache.ln_1)
 
 
 class Transformer(_Wiring):
@@ -132,7 +124,8 @@ class Transformer(_Wiring):
         self.dropout = dropout
         self.sp_group = sp_group  # the TP Group under sequence parallelism (x: [b, s/p, h]); None = off
 
-    def forward(self, ids: np.ndarray, plan: DropoutPlan = DropoutPlan()):
+    def forward(self, ids: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, TransformerCache]:
+        """``ids: int [b, s]`` -> ``(ln_f's output [b, s, h] (SP: [b, s/p, h]), TransformerCache)``."""
         b, s = ids.shape
         n_pos = self.wpe.params["weight"].shape[0]
         if s > n_pos:
@@ -145,25 +138,25 @@ class Transformer(_Wiring):
         if self.sp_group is not None:  # enter the sequence-parallel region: keep this rank's s/p positions
             x = ScatterToSequenceParallelRegion.forward(x, self.sp_group)
             plan = replace(plan, seq_partition=sequence_partition(s, self.sp_group))
-        x, keep = replicated_dropout(x, self.dropout, f"{self.path}.drop", plan)
+        x, drop = replicated_dropout(x, self.dropout, f"{self.path}.drop", plan)
         caches = []
         for block in self.h:
             x, c = self._timed(block, "forward", x, plan)
             caches.append(c)
         y, c_lnf = self._timed(self.ln_f, "forward", x)
-        return y, (c_wte, c_wpe, keep, caches, c_lnf)
+        return y, TransformerCache(c_wte, c_wpe, drop, caches, c_lnf)
 
-    def backward(self, dy: np.ndarray, cache) -> None:
-        c_wte, c_wpe, keep, caches, c_lnf = cache
-        dx = self._timed(self.ln_f, "backward", dy, c_lnf)
-        for block, c in zip(reversed(self.h), reversed(caches)):
+    def backward(self, dy: np.ndarray, cache: TransformerCache) -> None:
+        """``dy`` shaped as the output -> None (ids carry no gradient); adds into every parameter's grad."""
+        dx = self._timed(self.ln_f, "backward", dy, cache.ln_f)
+        for block, c in zip(reversed(self.h), reversed(cache.h)):
             dx = self._timed(block, "backward", dx, c)
-        dx = _undrop(dx, keep, self.dropout)
+        dx = dropout_backward(dx, cache.drop)
         if self.sp_group is not None:  # the scatter's backward: all-gather [b, s/p, h] -> [b, s, h]
             with self.sp_group.tracer.region(scope=self.wte.path):
                 dx = ScatterToSequenceParallelRegion.backward(dx, self.sp_group)
-        self._timed(self.wpe, "backward", dx.sum(axis=0), c_wpe)  # positions are shared by every sequence
-        self._timed(self.wte, "backward", dx, c_wte)
+        self._timed(self.wpe, "backward", dx.sum(axis=0), cache.wpe)  # positions are shared by every sequence
+        self._timed(self.wte, "backward", dx, cache.wte)
 
 
 class GPT(_Wiring):
@@ -183,15 +176,14 @@ class GPT(_Wiring):
             h, c_tr = self._timed(self.transformer, "forward", ids, plan)
             logits, c_head = self._timed(self.lm_head, "forward", h)
             loss, c_loss = self._timed(self.loss, "forward", logits, labels)
-        return loss, (c_tr, c_head, c_loss)
+        return loss, GPTCache(c_tr, c_head, c_loss)
 
-    def backward(self, dloss: float, cache) -> None:
-        """Accumulate every parameter's gradient of ``dloss · loss``."""
-        c_tr, c_head, c_loss = cache
+    def backward(self, dloss: float, cache: GPTCache) -> None:
+        """Accumulate every parameter's gradient of ``dloss · loss``; returns None (ids carry no gradient)."""
         with self._span(self.path, "backward"):
-            dlogits = self._timed(self.loss, "backward", dloss, c_loss)
-            dh = self._timed(self.lm_head, "backward", dlogits, c_head)
-            self._timed(self.transformer, "backward", dh, c_tr)
+            dlogits = self._timed(self.loss, "backward", dloss, cache.loss)
+            dh = self._timed(self.lm_head, "backward", dlogits, cache.lm_head)
+            self._timed(self.transformer, "backward", dh, cache.transformer)
 
     def loss_and_grads(self, ids: np.ndarray, labels: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> float:
         """Zero the gradients, run forward and backward, return the loss."""

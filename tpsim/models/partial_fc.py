@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,6 +41,7 @@ from tpsim.nn.module import Module, Partition
 from tpsim.tp.column_parallel import ColumnParallelLinear
 from tpsim.tp.cross_entropy import VocabParallelCrossEntropy
 from tpsim.partition import uneven_ranges
+from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD
 
 WAYS = ("megatron", "partial_fc")
 
@@ -79,6 +81,14 @@ def local_rows(batch_size: int, group: Group) -> slice:
     return slice(group.rank * n, (group.rank + 1) * n)
 
 
+class FaceCache(NamedTuple):
+    """The cache of every face model: its three stages' caches."""
+
+    backbone: tuple  # MLPCache
+    classifier: tuple  # LinearCache
+    loss: tuple  # (vocab-parallel) CrossEntropyCache
+
+
 class _FaceModel(Module):
     """What the three models share: a backbone, the config, and a per-step gradient sync (none by default)."""
 
@@ -106,13 +116,12 @@ class SerialFaceModel(_FaceModel):
         emb, c_bb = self.backbone.forward(x)  # [N, E]
         logits, c_cls = self.classifier.forward(emb)  # [N, C]
         loss, c_ce = self.loss.forward(logits, labels)
-        return loss, (c_bb, c_cls, c_ce)
+        return loss, FaceCache(c_bb, c_cls, c_ce)
 
     def backward(self, dloss, cache) -> np.ndarray:
         """Adds every gradient; returns d(embeddings) [N, E] — where the two parallel ways differ."""
-        c_bb, c_cls, c_ce = cache
-        d_emb = self.classifier.backward(self.loss.backward(dloss, c_ce), c_cls)
-        self.backbone.backward(d_emb, c_bb)
+        d_emb = self.classifier.backward(self.loss.backward(dloss, cache.loss), cache.classifier)
+        self.backbone.backward(d_emb, cache.backbone)
         return d_emb
 
 
@@ -146,25 +155,24 @@ class PartialFCModel(_FaceModel):
     def forward(self, x_local: np.ndarray, labels_local: np.ndarray):
         """``x_local [n, F]``, ``labels_local [n]`` (this rank's samples) -> ``(global mean loss, cache)``."""
         g, tr = self.group, self.group.tracer
-        with tr.region(scope="loss", phase="data"):  # every rank scores every sample, so needs every label
+        with tr.region(scope="loss", phase=DATA):  # every rank scores every sample, so needs every label
             labels = g.all_gather(np.ascontiguousarray(labels_local), axis=0)  # [N]
-        with tr.region(scope="backbone", phase="forward"):
+        with tr.region(scope="backbone", phase=FORWARD):
             emb, c_bb = self.backbone.forward(x_local)  # [n, E]: own samples only, no collective
-        with tr.region(scope="embeddings", phase="forward"):
+        with tr.region(scope="embeddings", phase=FORWARD):
             emb_all = g.all_gather(emb, axis=0)  # [N, E] in rank order = global sample order
-        with tr.region(scope="classifier", phase="forward"):
+        with tr.region(scope="classifier", phase=FORWARD):
             logits, c_cls = self.classifier.forward(emb_all)  # [N, C_r]: no collective
         loss, c_ce = self.loss.forward(logits, labels)  # scope "loss": the three [N] all-reduces
-        return loss, (c_bb, c_cls, c_ce)
+        return loss, FaceCache(c_bb, c_cls, c_ce)
 
     def backward(self, dloss, cache) -> np.ndarray:
         """Adds every gradient; returns this rank's d(embeddings) [n, E]. Call ``sync_grads`` afterwards."""
-        c_bb, c_cls, c_ce = cache
-        dlogits = self.loss.backward(dloss, c_ce)  # [N, C_r], no collective
-        d_emb_partial = self.classifier.backward(dlogits, c_cls)  # [N, E]: only this slice's classes' share
-        with self.group.tracer.region(scope="embeddings", phase="backward"):
+        dlogits = self.loss.backward(dloss, cache.loss)  # [N, C_r], no collective
+        d_emb_partial = self.classifier.backward(dlogits, cache.classifier)  # [N, E]: only this slice's classes' share
+        with self.group.tracer.region(scope="embeddings", phase=BACKWARD):
             d_emb = self.group.reduce_scatter(d_emb_partial, axis=0)  # [n, E]: summed over slices, own rows
-        self.backbone.backward(d_emb, c_bb)
+        self.backbone.backward(d_emb, cache.backbone)
         return d_emb
 
     def sync_grads(self) -> None:
@@ -175,7 +183,7 @@ class PartialFCModel(_FaceModel):
         """
         grads = [gr for _, gr in self.backbone.named_grads()]
         flat = np.concatenate([gr.ravel() for gr in grads])  # one call, not one per tensor (DDP's bucket)
-        with self.group.tracer.region(scope="backbone", phase="dp_sync"):
+        with self.group.tracer.region(scope="backbone", phase=DP_SYNC):
             self.group.all_reduce(flat, inplace=True)
         offset = 0
         for gr in grads:
@@ -201,22 +209,21 @@ class MegatronFaceModel(_FaceModel):
         """``x [N, F]``, ``labels [N]``: the global batch, read on group rank 0 only (other ranks: any values)."""
         g, tr = self.group, self.group.tracer
         x, labels = np.array(x, order="C"), np.array(labels, order="C")  # own copies: broadcast writes in place
-        with tr.region(phase="data"):
+        with tr.region(phase=DATA):
             with tr.region(scope="backbone"):
                 g.broadcast(x, root=0)
             with tr.region(scope="loss"):
                 g.broadcast(labels, root=0)
-        with tr.region(scope="backbone", phase="forward"):
+        with tr.region(scope="backbone", phase=FORWARD):
             emb, c_bb = self.backbone.forward(x)  # [N, E] on EVERY rank: the same work p times
         logits, c_cls = self.classifier.forward(emb)  # scope "classifier": f is the identity forward
         loss, c_ce = self.loss.forward(logits, labels)
-        return loss, (c_bb, c_cls, c_ce)
+        return loss, FaceCache(c_bb, c_cls, c_ce)
 
     def backward(self, dloss, cache) -> np.ndarray:
         """Adds every gradient; returns d(embeddings) [N, E], replicated (f's all-reduce in the classifier)."""
-        c_bb, c_cls, c_ce = cache
-        d_emb = self.classifier.backward(self.loss.backward(dloss, c_ce), c_cls)
-        self.backbone.backward(d_emb, c_bb)  # whole batch, whole gradient: identical on every rank
+        d_emb = self.classifier.backward(self.loss.backward(dloss, cache.loss), cache.classifier)
+        self.backbone.backward(d_emb, cache.backbone)  # whole batch, whole gradient: identical on every rank
         return d_emb
 
 

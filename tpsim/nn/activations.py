@@ -16,6 +16,7 @@ which is fine: the tanh form is the default and the hot path.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,19 +42,24 @@ def _check(approximate: str) -> None:
         raise ValueError(f"approximate must be one of {APPROXIMATIONS}, got {approximate!r}")
 
 
-def gelu_forward(x: np.ndarray, approximate: str = "tanh") -> np.ndarray:
-    """``x: [...]`` -> ``gelu(x): [...]``; ``approximate`` is ``"tanh"`` (GPT-2) or ``"none"`` (exact erf)."""
+class GeluCache(NamedTuple):
+    x: np.ndarray  # [...] the input: recomputing tanh from it beats storing it
+    approximate: str
+
+
+def gelu_forward(x: np.ndarray, approximate: str = "tanh") -> tuple[np.ndarray, GeluCache]:
+    """``x: [...]`` -> ``(gelu(x): [...], GeluCache)``; ``approximate`` is ``"tanh"`` (GPT-2) or ``"none"`` (erf)."""
     _check(approximate)
     if approximate == "tanh":
-        return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + _CUBIC * x**3)))
+        return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + _CUBIC * x**3))), GeluCache(x, approximate)
     # x / √2 exactly as written: in the left tail 1 + erf(...) cancels, so a different rounding of the
     # argument (x · (1/√2)) would show up as a relative difference of a few ulps
-    return 0.5 * x * (1.0 + erf(x / _SQRT_2))
+    return 0.5 * x * (1.0 + erf(x / _SQRT_2)), GeluCache(x, approximate)
 
 
-def gelu_backward(dy: np.ndarray, x: np.ndarray, approximate: str = "tanh") -> np.ndarray:
-    """``dy, x: [...]`` -> ``dx = dy · gelu'(x): [...]``."""
-    _check(approximate)
+def gelu_backward(dy: np.ndarray, cache: GeluCache) -> np.ndarray:
+    """``dy: [...]`` -> ``dx = dy · gelu'(x): [...]``."""
+    x, approximate = cache
     if approximate == "tanh":
         t = np.tanh(_SQRT_2_OVER_PI * (x + _CUBIC * x**3))
         du_dx = _SQRT_2_OVER_PI * (1.0 + 3.0 * _CUBIC * x**2)
@@ -64,18 +70,18 @@ def gelu_backward(dy: np.ndarray, x: np.ndarray, approximate: str = "tanh") -> n
 
 
 class GeLU(Module):
-    """Elementwise GeLU; no parameters. The cache is the input ``x`` (recomputing ``tanh`` beats storing it)."""
+    """Elementwise GeLU; no parameters. The cache holds the input ``x`` (recomputing ``tanh`` beats storing it)."""
 
     def __init__(self, approximate: str = "tanh") -> None:
         super().__init__()
         _check(approximate)
         self.approximate = approximate
 
-    def forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return gelu_forward(x, self.approximate), x
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, GeluCache]:
+        return gelu_forward(x, self.approximate)
 
-    def backward(self, dout: np.ndarray, cache: np.ndarray) -> np.ndarray:
-        return gelu_backward(dout, cache, self.approximate)
+    def backward(self, dout: np.ndarray, cache: GeluCache) -> np.ndarray:
+        return gelu_backward(dout, cache)
 
     def __repr__(self) -> str:
         return f"GeLU(approximate={self.approximate!r})"

@@ -21,12 +21,14 @@ never masked, so every row has a finite max and the softmax never sees an all �
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from tpsim.nn.dropout import dropout_mask_apply
-from tpsim.nn.linear import Linear
+from tpsim.nn.dropout import DropoutPlan, dropout_mask_apply
+from tpsim.nn.linear import Linear, LinearCache
 from tpsim.nn.module import Module
-from tpsim.nn.softmax import softmax_backward, softmax_forward
+from tpsim.nn.softmax import SoftmaxCache, softmax_backward, softmax_forward
 
 
 # --- head layout ------------------------------------------------------------------------------------------------
@@ -43,63 +45,80 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
 
 
 # --- the dropout mask of the attention probabilities ------------------------------------------------------------
-def attention_keep_mask(dropout_rng, p: float, key: str, step: int, batch: int, heads: int, seq: int,
-                        head_index=None, batch_index=None) -> np.ndarray | None:
+def attention_keep_mask(plan: DropoutPlan, p: float, key: str, batch: int, heads: int, seq: int,
+                        head_index=None) -> np.ndarray | None:
     """Keep mask ``bool [batch, len(head_index), seq, seq]`` for the probabilities, or None (no dropout).
 
-    ``head_index``/``batch_index``: the global heads / batch rows held here (default all). The request names
-    global positions, so an exact tracker gives a head-sharded or DP rank the serial model's bits.
+    ``head_index``: the global heads held here (default all); ``plan.batch_index``: the global batch rows.
+    The request names global positions, so an exact tracker gives a head-sharded or DP rank the serial
+    model's bits.
     """
-    if p == 0.0 or dropout_rng is None:
+    if p == 0.0 or plan.rng is None:
         return None
-    rows = np.arange(batch) if batch_index is None else np.asarray(batch_index, dtype=np.int64)
-    if rows.shape != (batch,):
-        raise ValueError(f"batch_index holds {rows.size} positions for {batch} local rows")
+    rows = plan.rows(batch)
     # Only the global batch extent is unknown here; as the outermost dimension it never enters a flat index.
     global_shape = (int(rows.max()) + 1 if batch else 0, heads, seq, seq)
-    return dropout_rng.keep_mask(p, key=key, step=step, global_shape=global_shape,
-                                 index=(rows, slice(None) if head_index is None else head_index,
-                                        slice(None), slice(None)), region="partitioned")
+    return plan.rng.keep_mask(p, key=key, step=plan.step, global_shape=global_shape,
+                              index=(rows, slice(None) if head_index is None else head_index,
+                                     slice(None), slice(None)), region="partitioned")
 
 
 # --- the core: attention over some heads ------------------------------------------------------------------------
+class AttentionCoreCache(NamedTuple):
+    q: np.ndarray  # [b, nh, s, hd]
+    k: np.ndarray  # [b, nh, s, hd]
+    v: np.ndarray  # [b, nh, s, hd]
+    softmax: SoftmaxCache  # the probabilities [b, nh, s, s] before dropout
+    dropped: np.ndarray  # [b, nh, s, s] after dropout (the probabilities themselves when there is none)
+    keep: np.ndarray | None  # bool [b, nh, s, s] or None
+    p: float
+    scale: float  # 1 / √hd
+
+
 def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray | None = None,
-                           p: float = 0.0) -> tuple[np.ndarray, tuple]:
+                           p: float = 0.0) -> tuple[np.ndarray, AttentionCoreCache]:
     """``q, k, v: [b, nh, s, hd]``, ``keep: bool [b, nh, s, s]`` or None -> ``(ctx [b, nh, s, hd], cache)``."""
     s, hd = q.shape[-2], q.shape[-1]
     scale = 1.0 / float(np.sqrt(hd))  # a Python float: a NumPy float64 scalar would promote float32 to float64
     future = np.triu(np.ones((s, s), dtype=bool), k=1)  # key j > query i: not yet seen
     scores = np.where(future, -np.inf, (q @ k.swapaxes(-1, -2)) * scale)
-    probs = softmax_forward(scores, axis=-1)  # exp(−∞ − max) = 0 exactly: future keys get no weight
+    probs, softmax = softmax_forward(scores, axis=-1)  # exp(−∞ − max) = 0 exactly: future keys get no weight
     dropped = probs if keep is None else dropout_mask_apply(probs, keep, p)
     ctx = dropped @ v
-    return ctx, (q, k, v, probs, dropped, keep, p, scale)
+    return ctx, AttentionCoreCache(q, k, v, softmax, dropped, keep, p, scale)
 
 
-def attention_core_backward(dctx: np.ndarray, cache: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def attention_core_backward(dctx: np.ndarray, cache: AttentionCoreCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``dctx: [b, nh, s, hd]`` -> ``(dq, dk, dv)``, each ``[b, nh, s, hd]``."""
-    q, k, v, probs, dropped, keep, p, scale = cache
+    q, k, v, softmax, dropped, keep, p, scale = cache
     dv = dropped.swapaxes(-1, -2) @ dctx
     dprobs = dctx @ v.swapaxes(-1, -2)
     if keep is not None:
         dprobs = dropout_mask_apply(dprobs, keep, p)  # dropout's backward: the same mask, the same scale
-    dscores = softmax_backward(dprobs, probs, axis=-1) * scale  # zero where probs is zero: the masked keys
+    dscores = softmax_backward(dprobs, softmax) * scale  # zero where probs is zero: the masked keys
     return dscores @ k, dscores.swapaxes(-1, -2) @ q, dv
 
 
 def qkv_attention_forward(qkv: np.ndarray, heads: int, keep: np.ndarray | None = None,
-                          p: float = 0.0) -> tuple[np.ndarray, tuple]:
+                          p: float = 0.0) -> tuple[np.ndarray, AttentionCoreCache]:
     """``qkv: [b, s, 3·heads·hd]`` laid out q | k | v -> ``(ctx [b, s, heads·hd], cache)``."""
     q, k, v = (split_heads(t, heads) for t in np.split(qkv, 3, axis=-1))
     ctx, cache = attention_core_forward(q, k, v, keep, p)
     return merge_heads(ctx), cache
 
 
-def qkv_attention_backward(dctx: np.ndarray, cache: tuple) -> np.ndarray:
+def qkv_attention_backward(dctx: np.ndarray, cache: AttentionCoreCache) -> np.ndarray:
     """``dctx: [b, s, heads·hd]`` -> ``dqkv: [b, s, 3·heads·hd]`` (q | k | v again)."""
-    heads = cache[0].shape[1]
-    dq, dk, dv = attention_core_backward(split_heads(dctx, heads), cache)
+    dq, dk, dv = attention_core_backward(split_heads(dctx, cache.q.shape[1]), cache)
     return np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)
+
+
+class AttentionCache(NamedTuple):
+    """The cache of ``CausalSelfAttention`` and of its parallel twin."""
+
+    c_attn: LinearCache
+    core: AttentionCoreCache
+    c_proj: LinearCache
 
 
 # --- the serial layer -------------------------------------------------------------------------------------------
@@ -119,25 +138,24 @@ class CausalSelfAttention(Module):
         self.c_attn = Linear(hidden, 3 * hidden, rng=rng, dtype=dtype, std=std)
         self.c_proj = Linear(hidden, hidden, rng=rng, dtype=dtype, std=std if proj_std is None else proj_std)
 
-    def forward(self, x: np.ndarray, *, dropout_rng=None, step: int = 0, batch_index=None):
-        """``x: [b, s, h]`` -> ``(y [b, s, h], cache)``. Dropout on the probabilities needs a ``dropout_rng``.
+    def forward(self, x: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, AttentionCache]:
+        """``x: [b, s, h]`` -> ``(y [b, s, h], cache)``. Dropout on the probabilities needs ``plan.rng``.
 
-        ``batch_index``: global batch positions of the local rows (default all), as for the parallel twin.
+        ``plan.batch_index``: global batch positions of the local rows (default all), as for the parallel twin.
         """
         b, s, _ = x.shape
-        keep = attention_keep_mask(dropout_rng, self.attn_dropout, self.path + ".attn_dropout", step, b,
-                                   self.heads, s, batch_index=batch_index)  # every head: the serial reference
-        qkv, c_attn_cache = self.c_attn.forward(x)
-        ctx, core_cache = qkv_attention_forward(qkv, self.heads, keep, self.attn_dropout)
-        y, c_proj_cache = self.c_proj.forward(ctx)
-        return y, (c_attn_cache, core_cache, c_proj_cache)
+        keep = attention_keep_mask(plan, self.attn_dropout, self.path + ".attn_dropout", b, self.heads,
+                                   s)  # every head: the serial reference
+        qkv, c_attn = self.c_attn.forward(x)
+        ctx, core = qkv_attention_forward(qkv, self.heads, keep, self.attn_dropout)
+        y, c_proj = self.c_proj.forward(ctx)
+        return y, AttentionCache(c_attn, core, c_proj)
 
-    def backward(self, dy: np.ndarray, cache) -> np.ndarray:
+    def backward(self, dy: np.ndarray, cache: AttentionCache) -> np.ndarray:
         """``dy: [b, s, h]`` -> ``dx: [b, s, h]``; adds into the grads of ``c_attn`` and ``c_proj``."""
-        c_attn_cache, core_cache, c_proj_cache = cache
-        dctx = self.c_proj.backward(dy, c_proj_cache)
-        dqkv = qkv_attention_backward(dctx, core_cache)
-        return self.c_attn.backward(dqkv, c_attn_cache)
+        dctx = self.c_proj.backward(dy, cache.c_proj)
+        dqkv = qkv_attention_backward(dctx, cache.core)
+        return self.c_attn.backward(dqkv, cache.c_attn)
 
     def __repr__(self) -> str:
         return f"CausalSelfAttention(hidden={self.hidden}, heads={self.heads}, attn_dropout={self.attn_dropout})"

@@ -57,7 +57,8 @@ class Embedding(Module):
         return self.params["weight"][ids], ids
 
     def backward(self, dout: np.ndarray, cache: np.ndarray) -> None:
-        """``dout: [..., dim]``: scatter-adds into ``grads["weight"]``; returns None (ids have no gradient)."""
+        """``dout: [..., dim]``: scatter-adds into ``grads["weight"]``; returns None: ids carry no gradient
+        (the contract for integer inputs, ``tpsim.nn.module``)."""
         np.add.at(self.grads["weight"], cache, dout)
         return None
 

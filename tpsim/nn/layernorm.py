@@ -11,33 +11,43 @@ gives (llm.c ``doc/layernorm``):
     dx = rstd · (dx̂ − mean(dx̂) − x̂ · mean(dx̂ · x̂))
 
 The ``mean(dx̂)`` term is the path through μ and the ``x̂ · mean(dx̂ · x̂)`` term the path through rstd. So the
-cache needs x̂ and rstd, nothing else. LayerNorm is replicated in tensor parallelism (every rank holds the
-full ``C``); with sequence parallelism each rank normalises its own rows, which needs no communication.
+cache needs x̂ and rstd (plus a reference to w), nothing else. LayerNorm is replicated in tensor parallelism
+(every rank holds the full ``C``); with sequence parallelism each rank normalises its own rows, which needs no
+communication.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
 from tpsim.nn.module import Module
 
 
+class LayerNormCache(NamedTuple):
+    xhat: np.ndarray  # [..., C] the normalised input
+    rstd: np.ndarray  # [..., 1] 1 / σ of each row
+    w: np.ndarray  # [C] the scale the forward used: a reference to the parameter, not a copy
+
+    PARAMETERS = ("w",)
+
+
 def layernorm_forward(
     x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5
-) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """``x: [..., C]``, ``w, b: [C]`` -> ``(y: [..., C], cache = (xhat [..., C], rstd [..., 1]))``."""
+) -> tuple[np.ndarray, LayerNormCache]:
+    """``x: [..., C]``, ``w, b: [C]`` -> ``(y: [..., C], LayerNormCache(xhat [..., C], rstd [..., 1], w))``."""
     mean = x.mean(axis=-1, keepdims=True)
     xc = x - mean
     var = (xc * xc).mean(axis=-1, keepdims=True)  # biased variance, as in PyTorch and GPT-2
     rstd = 1.0 / np.sqrt(var + eps)
     xhat = xc * rstd
-    return xhat * w + b, (xhat, rstd)
+    return xhat * w + b, LayerNormCache(xhat, rstd, w)
 
 
-def layernorm_backward(
-    dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, w: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``dy, xhat: [..., C]``, ``rstd: [..., 1]``, ``w: [C]`` -> ``(dx [..., C], dw [C], db [C])``."""
+def layernorm_backward(dy: np.ndarray, cache: LayerNormCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``dy: [..., C]`` -> ``(dx [..., C], dw [C], db [C])``."""
+    xhat, rstd, w = cache
     features = w.shape[0]
     dw = (dy * xhat).reshape(-1, features).sum(axis=0)
     db = dy.reshape(-1, features).sum(axis=0)
@@ -60,15 +70,14 @@ class LayerNorm(Module):
         self.add_param("weight", np.ones(features, dtype=dtype))
         self.add_param("bias", np.zeros(features, dtype=dtype))
 
-    def forward(self, x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-        """``x: [..., features]`` -> ``(y: [..., features], (xhat, rstd))``."""
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, LayerNormCache]:
+        """``x: [..., features]`` -> ``(y: [..., features], LayerNormCache(xhat, rstd, w))``."""
         if x.shape[-1] != self.features:
             raise ValueError(f"LayerNorm({self.features}) got input with last dim {x.shape[-1]}")
         return layernorm_forward(x, self.params["weight"], self.params["bias"], self.eps)
 
-    def backward(self, dout: np.ndarray, cache: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        xhat, rstd = cache
-        dx, dw, db = layernorm_backward(dout, xhat, rstd, self.params["weight"])
+    def backward(self, dout: np.ndarray, cache: LayerNormCache) -> np.ndarray:
+        dx, dw, db = layernorm_backward(dout, cache)
         self.grads["weight"] += dw
         self.grads["bias"] += db
         return dx

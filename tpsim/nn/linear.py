@@ -13,27 +13,36 @@ layers reuse on their shards; ``Linear`` is the serial layer built on them.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from tpsim.nn.module import Module
 
 
-def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-    """``x: [..., in]``, ``w: [in, out]``, ``b: [out]`` or None  ->  ``y: [..., out]``."""
+class LinearCache(NamedTuple):
+    x: np.ndarray  # [..., in] the input (a parallel layer may keep a shard and rebuild it, see tpsim.tp)
+    w: np.ndarray  # [in, out] the weight the forward used: a reference to the parameter, not a copy
+    has_bias: bool
+
+    PARAMETERS = ("w",)
+
+
+def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> tuple[np.ndarray, LinearCache]:
+    """``x: [..., in]``, ``w: [in, out]``, ``b: [out]`` or None  ->  ``(y: [..., out], LinearCache)``."""
     x2 = x.reshape(-1, w.shape[0])  # a view when x is contiguous: no copy of the activations
     y = x2 @ w
     if b is not None:
         y += b  # y is a fresh array, so adding in place saves one allocation
-    return y.reshape(*x.shape[:-1], w.shape[1])
+    return y.reshape(*x.shape[:-1], w.shape[1]), LinearCache(x, w, b is not None)
 
 
-def linear_backward(
-    dy: np.ndarray, x: np.ndarray, w: np.ndarray, *, has_bias: bool = True
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Gradients of ``y = x·w + b``: ``dy: [..., out]``, ``x: [..., in]``, ``w: [in, out]``.
+def linear_backward(dy: np.ndarray, cache: LinearCache) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Gradients of ``y = x·w + b``: ``dy: [..., out]`` -> ``(dx [..., in], dw [in, out], db [out] or None)``.
 
-    Returns ``(dx [..., in], dw [in, out], db [out] or None)``; ``db`` is None when ``has_bias`` is False.
+    ``db`` is None when the forward had no bias.
     """
+    x, w, has_bias = cache
     fan_in, fan_out = w.shape
     dy2 = dy.reshape(-1, fan_out)
     x2 = x.reshape(-1, fan_in)
@@ -78,13 +87,13 @@ class Linear(Module):
         elif bias_value is not None:
             raise ValueError("bias_value given but bias=False")
 
-    def forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``x: [..., in]`` -> ``(y: [..., out], cache = x)``."""
-        return linear_forward(x, self.params["weight"], self.params.get("bias")), x
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, LinearCache]:
+        """``x: [..., in]`` -> ``(y: [..., out], LinearCache)``."""
+        return linear_forward(x, self.params["weight"], self.params.get("bias"))
 
-    def backward(self, dout: np.ndarray, cache: np.ndarray) -> np.ndarray:
+    def backward(self, dout: np.ndarray, cache: LinearCache) -> np.ndarray:
         """``dout: [..., out]`` -> ``dx: [..., in]``; adds into ``grads["weight"]`` and ``grads["bias"]``."""
-        dx, dw, db = linear_backward(dout, cache, self.params["weight"], has_bias=self.has_bias)
+        dx, dw, db = linear_backward(dout, cache)
         self.grads["weight"] += dw
         if db is not None:
             self.grads["bias"] += db

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.nn.embedding import Embedding
-from tpsim.nn.linear import linear_backward, linear_forward
+from tpsim.nn.linear import LinearCache, linear_backward, linear_forward
 from tpsim.nn.module import Module
 
 
@@ -21,11 +21,12 @@ class TiedLMHead(Module):
         self.params["weight"] = embedding.params["weight"]
         self.grads["weight"] = embedding.grads["weight"]
 
-    def forward(self, h: np.ndarray):
-        """``h: [..., dim]`` -> ``(logits [..., V], cache = h)``."""
-        return linear_forward(h, self.params["weight"].T, None), h
+    def forward(self, h: np.ndarray) -> tuple[np.ndarray, LinearCache]:
+        """``h: [..., dim]`` -> ``(logits [..., V], LinearCache(h, Wᵀ, False))``."""
+        return linear_forward(h, self.params["weight"].T, None)
 
-    def backward(self, dlogits: np.ndarray, h: np.ndarray) -> np.ndarray:
-        dh, dw_t, _ = linear_backward(dlogits, h, self.params["weight"].T, has_bias=False)
+    def backward(self, dlogits: np.ndarray, cache: LinearCache) -> np.ndarray:
+        """``dlogits: [..., V]`` -> ``dh: [..., dim]``; adds into the tied weight's gradient."""
+        dh, dw_t, _ = linear_backward(dlogits, cache)
         self.grads["weight"] += dw_t.T
         return dh

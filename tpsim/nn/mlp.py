@@ -7,11 +7,21 @@ This is the serial twin of ``tpsim.tp.mlp.ParallelMLP``; both are built from the
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from tpsim.nn.activations import gelu_backward, gelu_forward
-from tpsim.nn.linear import Linear
+from tpsim.nn.activations import GeluCache, gelu_backward, gelu_forward
+from tpsim.nn.linear import Linear, LinearCache
 from tpsim.nn.module import Module
+
+
+class MLPCache(NamedTuple):
+    """The cache of ``MLP`` and of its parallel twin."""
+
+    c_fc: LinearCache  # holds x
+    gelu: GeluCache  # holds h = x·A + a, GeLU's input
+    c_proj: LinearCache  # holds GeLU(h), c_proj's input
 
 
 class MLP(Module):
@@ -25,14 +35,15 @@ class MLP(Module):
         self.c_fc = Linear(hidden, ffn_hidden, rng=rng, dtype=dtype, std=std)
         self.c_proj = Linear(ffn_hidden, hidden, rng=rng, dtype=dtype, std=std if proj_std is None else proj_std)
 
-    def forward(self, x: np.ndarray):
-        h, c_fc_cache = self.c_fc.forward(x)
-        a = gelu_forward(h, self.approximate)
-        z, c_proj_cache = self.c_proj.forward(a)
-        return z, (c_fc_cache, h, c_proj_cache)
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, MLPCache]:
+        """``x: [..., h]`` -> ``(z: [..., h], MLPCache)``."""
+        h, c_fc = self.c_fc.forward(x)
+        a, gelu = gelu_forward(h, self.approximate)
+        z, c_proj = self.c_proj.forward(a)
+        return z, MLPCache(c_fc, gelu, c_proj)
 
-    def backward(self, dz: np.ndarray, cache) -> np.ndarray:
-        c_fc_cache, h, c_proj_cache = cache
-        da = self.c_proj.backward(dz, c_proj_cache)
-        dh = gelu_backward(da, h, self.approximate)
-        return self.c_fc.backward(dh, c_fc_cache)
+    def backward(self, dz: np.ndarray, cache: MLPCache) -> np.ndarray:
+        """``dz: [..., h]`` -> ``dx: [..., h]``; adds into the grads of ``c_fc`` and ``c_proj``."""
+        da = self.c_proj.backward(dz, cache.c_proj)
+        dh = gelu_backward(da, cache.gelu)
+        return self.c_fc.backward(dh, cache.c_fc)

@@ -1,12 +1,32 @@
-"""The one contract every layer in tpsim follows, serial or parallel.
+"""The one contract every layer in tpsim follows, serial or parallel, pure function or Module.
 
-A layer owns named parameters and a gradient buffer of the same shape for each. Its forward returns the output
-*and* an explicit cache (what backward needs), and its backward takes the upstream gradient plus that cache,
-returns the input gradient and **adds** (never assigns) parameter gradients into ``self.grads``. Accumulation
-is what makes a tied weight (the GPT's embedding and LM head) or a layer called twice come out right.
+**Pure functions** come in pairs, the way llm.c writes its layers:
+
+    out, cache = name_forward(inputs..., parameters..., options...)
+    grads      = name_backward(dout, cache)         # exactly the upstream gradient and that cache
+
+``grads`` is the input gradient first, then one gradient per parameter, in the forward's order
+(``linear_backward(dy, cache) -> (dx, dw, db)``); a function with several inputs returns one gradient each
+(``attention_core_backward -> (dq, dk, dv)``), and one without parameters returns the input gradient alone.
+Their tensor-parallel versions (``tpsim.tp``) take the process group and the layer's layout flag after these.
+
+**Modules** own named parameters and a gradient buffer of the same shape for each. ``forward`` returns the
+output *and* the cache; ``backward(dout, cache)`` returns the input gradient and **adds** (never assigns)
+parameter gradients into ``self.grads``. Accumulation is what makes a tied weight (the GPT's embedding and LM
+head) or a layer called twice come out right.
 
     y, cache = layer.forward(x)
     dx = layer.backward(dy, cache)          # layer.grads["weight"] += ...
+
+**Integer inputs carry no gradient.** A layer whose input is token ids (``Embedding``, its vocab-parallel twin,
+the ``Transformer`` and the ``GPT`` they open) returns ``None`` from ``backward``; a loss returns the gradient
+of its logits only (the targets are integers too).
+
+**Caches** are what backward needs and nothing more. A cache of several parts is a ``NamedTuple`` whose fields
+say what they hold (``LinearCache(x, w, has_bias)``, ``MLPCache(c_fc, gelu, c_proj)``); a composite layer's
+cache holds its sub-layers' caches by name, and only the layer that made a cache reads inside it. A field that
+points at a *parameter* rather than a saved activation (a ``w`` the backward multiplies by) is named in the
+cache type's ``PARAMETERS``, so memory accounting (``tpsim.trace.memory``) never counts a weight as activation.
 
 ``path`` is the layer's dotted module path (``transformer.h.0.mlp``). Parallel layers use it as the *scope* of
 every collective they issue, so a trace says which layer moved which bytes. ``set_path`` names a whole tree.

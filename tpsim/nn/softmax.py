@@ -13,35 +13,43 @@ Attention uses this along the key axis; each tensor-parallel rank owns whole hea
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from tpsim.nn.module import Module
 
 
-def softmax_forward(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """``x: [...]`` -> ``y: [...]``, non-negative and summing to 1 along ``axis``."""
+class SoftmaxCache(NamedTuple):
+    y: np.ndarray  # [...] the forward's output: the backward needs only that
+    axis: int
+
+
+def softmax_forward(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, SoftmaxCache]:
+    """``x: [...]`` -> ``(y: [...], SoftmaxCache)``, ``y`` non-negative and summing to 1 along ``axis``."""
     e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+    y = e / e.sum(axis=axis, keepdims=True)
+    return y, SoftmaxCache(y, axis)
 
 
-def softmax_backward(dy: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-    """``dy, y: [...]`` (``y`` the forward's output) -> ``dx: [...]``."""
+def softmax_backward(dy: np.ndarray, cache: SoftmaxCache) -> np.ndarray:
+    """``dy: [...]`` -> ``dx: [...]``."""
+    y, axis = cache
     return y * (dy - (dy * y).sum(axis=axis, keepdims=True))
 
 
 class Softmax(Module):
-    """Softmax along ``axis``; no parameters. The cache is the output ``y``: the backward needs only that."""
+    """Softmax along ``axis``; no parameters. The cache holds the output ``y``: the backward needs only that."""
 
     def __init__(self, axis: int = -1) -> None:
         super().__init__()
         self.axis = axis
 
-    def forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        y = softmax_forward(x, self.axis)
-        return y, y
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, SoftmaxCache]:
+        return softmax_forward(x, self.axis)
 
-    def backward(self, dout: np.ndarray, cache: np.ndarray) -> np.ndarray:
-        return softmax_backward(dout, cache, self.axis)
+    def backward(self, dout: np.ndarray, cache: SoftmaxCache) -> np.ndarray:
+        return softmax_backward(dout, cache)
 
     def __repr__(self) -> str:
         return f"Softmax(axis={self.axis})"

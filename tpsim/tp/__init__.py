@@ -2,7 +2,7 @@
 
 from tpsim.partition import divide, padded_vocab_size, shard_range, take_shard, uneven_ranges, vocab_range
 from tpsim.tp.attention import ParallelSelfAttention, head_columns
-from tpsim.tp.column_parallel import ColumnParallelLinear
+from tpsim.tp.column_parallel import ColumnParallelLinear, column_parallel_backward, column_parallel_forward
 from tpsim.tp.cross_entropy import (VocabParallelCrossEntropy, VocabParallelCrossEntropyCache,
                                     vocab_parallel_cross_entropy_backward, vocab_parallel_cross_entropy_forward)
 from tpsim.tp.lm_head import ParallelLMHead
@@ -11,13 +11,15 @@ from tpsim.tp.mappings import (CopyToTPRegion, GatherFromTPRegion, ReduceFromTPR
                                reduce_from_tensor_model_parallel_region, scatter_to_tensor_model_parallel_region)
 from tpsim.tp.mlp import ParallelMLP
 from tpsim.tp.random import DropoutRNG, ExactDropoutRNG, MegatronDropoutRNG, make_dropout_rng
+from tpsim.tp.regions import (enter_tp_region, enter_tp_region_backward, leave_tp_region, leave_tp_region_backward,
+                              regather_input)
 from tpsim.tp.row_parallel import RowParallelLinear
 from tpsim.tp.sequence_parallel import (GatherFromSequenceParallelRegion, ReduceScatterToSequenceParallelRegion,
                                         ScatterToSequenceParallelRegion, gather_from_sequence_parallel_region,
-                                        reduce_scatter_to_sequence_parallel_region,
+                                        gather_sequence, reduce_scatter_to_sequence_parallel_region,
                                         scatter_to_sequence_parallel_region)
-from tpsim.tp.sequence_parallel_layers import SequenceParallelLayerNorm, SequenceParallelLMHead
-from tpsim.tp.vocab_embedding import VocabParallelEmbedding
+from tpsim.tp.sequence_parallel_layernorm import SequenceParallelLayerNorm
+from tpsim.tp.vocab_embedding import VocabEmbeddingCache, VocabParallelEmbedding
 
 __all__ = [
     # the conjugate operators f, g and their scatter/gather cousins (Megatron names too)
@@ -27,10 +29,13 @@ __all__ = [
     # sequence parallelism: f̄ and ḡ along the sequence
     "GatherFromSequenceParallelRegion", "ReduceScatterToSequenceParallelRegion", "ScatterToSequenceParallelRegion",
     "gather_from_sequence_parallel_region", "reduce_scatter_to_sequence_parallel_region",
-    "scatter_to_sequence_parallel_region", "SequenceParallelLayerNorm", "SequenceParallelLMHead",
+    "scatter_to_sequence_parallel_region", "gather_sequence", "SequenceParallelLayerNorm",
+    # entering and leaving the TP region: (f, g), or (f̄, ḡ) under sequence parallelism
+    "enter_tp_region", "enter_tp_region_backward", "regather_input", "leave_tp_region", "leave_tp_region_backward",
     # layers
-    "ColumnParallelLinear", "RowParallelLinear", "ParallelMLP", "ParallelSelfAttention", "head_columns",
-    "VocabParallelEmbedding", "ParallelLMHead", "VocabParallelCrossEntropy", "VocabParallelCrossEntropyCache",
+    "ColumnParallelLinear", "column_parallel_forward", "column_parallel_backward", "RowParallelLinear",
+    "ParallelMLP", "ParallelSelfAttention", "head_columns",
+    "VocabParallelEmbedding", "VocabEmbeddingCache", "ParallelLMHead", "VocabParallelCrossEntropy", "VocabParallelCrossEntropyCache",
     "vocab_parallel_cross_entropy_forward", "vocab_parallel_cross_entropy_backward",
     # dropout RNG tracker
     "DropoutRNG", "ExactDropoutRNG", "MegatronDropoutRNG", "make_dropout_rng",

@@ -1,4 +1,4 @@
-"""Self-attention split by heads — Megatron-LM's ParallelAttention (Shoeybi et al., 2019, Fig. 3b).
+"""Self-attention split by heads — Megatron-LM's ParallelAttention (Shoeybi et al. 2019, §3 and Fig. 3b).
 
 Heads are independent from q·kᵀ to probs·v, so each of the p ranks takes heads / p whole heads and runs the
 serial core on them alone. The two linears around the core are the MLP's pair again:
@@ -26,8 +26,9 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.errors import ConfigError
-from tpsim.nn.attention import (CausalSelfAttention, attention_keep_mask, qkv_attention_backward,
+from tpsim.nn.attention import (AttentionCache, CausalSelfAttention, attention_keep_mask, qkv_attention_backward,
                                 qkv_attention_forward)
+from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.module import Module
 from tpsim.tp.column_parallel import ColumnParallelLinear
 from tpsim.tp.row_parallel import RowParallelLinear
@@ -81,7 +82,10 @@ class ParallelSelfAttention(Module):
     @classmethod
     def from_serial(cls, attn: CausalSelfAttention, group: Group, *,
                     sequence_parallel: bool = False) -> "ParallelSelfAttention":
-        """Shard a serial layer's master weights: whole heads of c_attn, the matching rows of c_proj."""
+        """Shard a serial layer's master weights: whole heads of c_attn, the matching rows of c_proj.
+
+        A fresh model: shard a fresh ``CausalSelfAttention(...)`` (same on every rank for the same ``rng`` seed).
+        """
         check_attention_sizes(attn.hidden, attn.heads, group.size)
         columns = head_columns(attn.hidden, attn.heads, group.size, group.rank)
         sp = sequence_parallel
@@ -90,37 +94,26 @@ class ParallelSelfAttention(Module):
                    RowParallelLinear.from_serial(attn.c_proj, group, input_is_parallel=True, sequence_parallel=sp),
                    attn.heads, attn_dropout=attn.attn_dropout)
 
-    @classmethod
-    def create(cls, hidden: int, heads: int, group: Group, *, rng: np.random.Generator | None = None,
-               dtype=np.float64, std: float = 0.02, proj_std: float | None = None,
-               attn_dropout: float = 0.0, sequence_parallel: bool = False) -> "ParallelSelfAttention":
-        """Draw the serial master weights (same on every rank for the same ``rng`` seed) and shard them."""
-        check_attention_sizes(hidden, heads, group.size)  # a ConfigError, before the serial layer's ValueError
-        serial = CausalSelfAttention(hidden, heads, rng=rng, dtype=dtype, std=std, proj_std=proj_std,
-                                     attn_dropout=attn_dropout)
-        return cls.from_serial(serial, group, sequence_parallel=sequence_parallel)
-
-    def forward(self, x: np.ndarray, *, dropout_rng=None, step: int = 0, batch_index=None):
+    def forward(self, x: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, AttentionCache]:
         """``x: [b, s, h]`` replicated -> ``(y [b, s, h] replicated, cache)``.
 
         Sequence-parallel: ``x: [b, s/p, h]`` this rank's positions -> ``y: [b, s/p, h]`` the same positions.
-        ``batch_index``: global batch positions of the local rows (an int array or range; default all), so a
-        data-parallel rank draws the same dropout bits as the serial model does for those rows.
+        ``plan.batch_index``: global batch positions of the local rows (default all), so a data-parallel rank
+        draws the same dropout bits as the serial model does for those rows.
         """
         b, s = x.shape[0], x.shape[1] * (self.group.size if self.sequence_parallel else 1)  # s: whole sequence
-        keep = attention_keep_mask(dropout_rng, self.attn_dropout, self.path + ".attn_dropout", step, b,
-                                   self.heads, s, head_index=self.head_index, batch_index=batch_index)
-        qkv, c_attn_cache = self.c_attn.forward(x)  # f: identity forward (SP: f̄ all-gathers s); [b, s, 3h/p]
-        ctx, core_cache = qkv_attention_forward(qkv, self.heads_per_partition, keep, self.attn_dropout)
-        y, c_proj_cache = self.c_proj.forward(ctx)  # g: the one all-reduce of the forward (SP: ḡ reduce-scatter)
-        return y, (c_attn_cache, core_cache, c_proj_cache)
+        keep = attention_keep_mask(plan, self.attn_dropout, self.path + ".attn_dropout", b, self.heads, s,
+                                   head_index=self.head_index)
+        qkv, c_attn = self.c_attn.forward(x)  # f: identity forward (SP: f̄ all-gathers s); [b, s, 3h/p]
+        ctx, core = qkv_attention_forward(qkv, self.heads_per_partition, keep, self.attn_dropout)
+        y, c_proj = self.c_proj.forward(ctx)  # g: the one all-reduce of the forward (SP: ḡ reduce-scatter)
+        return y, AttentionCache(c_attn, core, c_proj)
 
-    def backward(self, dy: np.ndarray, cache) -> np.ndarray:
+    def backward(self, dy: np.ndarray, cache: AttentionCache) -> np.ndarray:
         """``dy: [b, s, h]`` -> ``dx: [b, s, h]`` (all-reduced by f in c_attn); adds into the shards' grads."""
-        c_attn_cache, core_cache, c_proj_cache = cache
-        dctx = self.c_proj.backward(dy, c_proj_cache)  # g backward: identity
-        dqkv = qkv_attention_backward(dctx, core_cache)  # local: this rank's heads only
-        return self.c_attn.backward(dqkv, c_attn_cache)  # f backward: the one all-reduce of the backward
+        dctx = self.c_proj.backward(dy, cache.c_proj)  # g backward: identity
+        dqkv = qkv_attention_backward(dctx, cache.core)  # local: this rank's heads only
+        return self.c_attn.backward(dqkv, cache.c_attn)  # f backward: the one all-reduce of the backward
 
     def __repr__(self) -> str:
         return (f"ParallelSelfAttention(hidden={self.hidden}, heads={self.heads}, "

@@ -1,4 +1,4 @@
-"""ColumnParallelLinear — eq. (1) of the seed: X·[A1 A2] = [X·A1  X·A2].
+"""ColumnParallelLinear — the SenseParrots article, eq. (1): X·[A1 A2] = [X·A1  X·A2].
 
 The weight A: [in, out] is split by *columns*; rank i holds A_i: [in, out/p] (and bias b_i: [out/p]) and
 computes its own slice of the output with no communication at all:
@@ -9,14 +9,18 @@ computes its own slice of the output with no communication at all:
               f backward: dx = all_reduce(dx_i)               (x fed every shard, so its grads add up)
 
 Sequence parallelism (``sequence_parallel=True``, Korthikanti et al. 2022): the input arrives split along the
-sequence and f̄ replaces f — all-gather in, reduce-scatter out (``tpsim.tp.sequence_parallel``):
+sequence and f̄ replaces f — all-gather in, reduce-scatter out (``tpsim.tp.regions``):
 
     forward   x_r [b, s/p, in] --f̄ all-gather--> x [b, s, in] --> y_i = x·A_i + b_i      (cache: x_r, not x)
     backward  x = all_gather(x_r) again; dA_i = xᵀ·dy_i;  dx_r = reduce_scatter(dy_i·A_iᵀ)   [b, s/p, in]
 
-Built from the serial layer's master weights (``from_serial``) the TP result equals the serial one at any
-TP size. ``columns`` lets a caller choose *which* master columns a rank holds — attention uses it so each
-rank's qkv shard holds the q, k and v of whole heads.
+``column_parallel_forward``/``_backward`` are that arithmetic on given shards; the tied LM head
+(``tpsim.tp.lm_head``) runs the same two on the embedding's shard, transposed.
+
+Built from the serial layer's master weights (``from_serial``, or a fresh draw by the serial ``Linear`` with
+the same keywords) the TP result equals the serial one at any TP size. ``columns`` lets a caller choose
+*which* master columns a rank holds — attention uses it so each rank's qkv shard holds the q, k and v of
+whole heads; the InsightFace classifier uses it for uneven class slices.
 """
 
 from __future__ import annotations
@@ -24,65 +28,89 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.comm import Group
-from tpsim.nn.linear import Linear, linear_backward, linear_forward
-from tpsim.nn.module import Module, Partition
-from tpsim.tp.mappings import CopyToTPRegion, GatherFromTPRegion
-from tpsim.partition import shard_range
-from tpsim.tp.sequence_parallel import GatherFromSequenceParallelRegion, regather_sequence
+from tpsim.nn.linear import Linear, LinearCache, linear_backward, linear_forward
+from tpsim.nn.module import Module
+from tpsim.partition import Partition, shard_range, take_shard
+from tpsim.tp.mappings import GatherFromTPRegion
+from tpsim.tp.regions import enter_tp_region, enter_tp_region_backward, regather_input
+
+
+def shard_index(n: int, group: Group, index, what: str) -> np.ndarray:
+    """The master positions this rank holds along a split dimension: ``index``, or its contiguous n/p."""
+    return np.arange(n)[shard_range(n, group.size, group.rank, what)] if index is None else np.asarray(index)
+
+
+def serial_keywords(linear: Linear) -> dict:
+    """The ``Linear`` keywords that rebuild ``linear``'s master weights: how ``from_serial`` feeds ``__init__``."""
+    w = linear.params["weight"]
+    return dict(bias=linear.has_bias, dtype=w.dtype, weight=w, bias_value=linear.params.get("bias"))
+
+
+def column_parallel_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: Group,
+                            sequence_parallel: bool) -> tuple[np.ndarray, LinearCache]:
+    """f (or f̄), then ``y_i = x·w + b``: ``x [..., in]`` (SP: ``[b, s/p, in]``), ``w [in, out/p]`` -> ``[..., out/p]``.
+
+    The cache keeps ``x`` as it arrived: under SP the shard, not f̄'s gathered output.
+    """
+    y, cache = linear_forward(enter_tp_region(x, group, sequence_parallel), w, b)
+    return y, cache._replace(x=x)
+
+
+def column_parallel_backward(dy: np.ndarray, cache: LinearCache, group: Group,
+                             sequence_parallel: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``dy [..., out/p]`` -> ``(dx [..., in] summed over ranks (SP: [b, s/p, in]), dw [in, out/p], db)``."""
+    dx, dw, db = linear_backward(dy, cache._replace(x=regather_input(cache.x, group, sequence_parallel)))
+    return enter_tp_region_backward(dx, group, sequence_parallel), dw, db
 
 
 class ColumnParallelLinear(Module):
-    """y = x·A + b with A split by output columns over the TP group."""
+    """y = x·A + b with A split by output columns over the TP group.
 
-    def __init__(self, in_features: int, out_features: int, group: Group, *, bias: bool = True,
-                 gather_output: bool = True, rng: np.random.Generator | None = None, dtype=np.float64,
-                 std: float = 0.02, master_weight: np.ndarray | None = None, master_bias: np.ndarray | None = None,
-                 columns: np.ndarray | None = None, sequence_parallel: bool = False) -> None:
+    Keywords after the layout ones are the serial ``Linear``'s: the master weights are drawn (or, given as
+    ``weight``/``bias_value``, checked) by ``Linear`` itself, so every rank holds a slice of the same master.
+    """
+
+    def __init__(self, in_features: int, out_features: int, group: Group, *, gather_output: bool = True,
+                 columns: np.ndarray | None = None, sequence_parallel: bool = False, bias: bool = True,
+                 rng: np.random.Generator | None = None, dtype=np.float64, std: float = 0.02,
+                 weight: np.ndarray | None = None, bias_value: np.ndarray | None = None) -> None:
         super().__init__()
-        if columns is None:
-            columns = np.arange(out_features)[shard_range(out_features, group.size, group.rank, "out_features")]
-        elif gather_output:
+        if columns is not None and gather_output:
             raise ValueError("gather_output=True needs the default contiguous column split")
-        if master_weight is None:  # every rank draws the same master matrix, then keeps its columns
-            master = Linear(in_features, out_features, bias=bias, rng=rng, dtype=dtype, std=std)
-            master_weight, master_bias = master.params["weight"], master.params.get("bias")
+        master = Linear(in_features, out_features, bias=bias, rng=rng, dtype=dtype, std=std, weight=weight,
+                        bias_value=bias_value)
         self.group, self.gather_output = group, gather_output
         self.sequence_parallel = sequence_parallel  # input [b, s/p, in] (f̄) instead of replicated [..., in] (f)
         self.in_features, self.out_features = in_features, out_features
-        self.columns = np.asarray(columns)
-        self.add_param("weight", master_weight[:, self.columns], Partition(1, self.columns, out_features))  # [in, out/p]
-        if bias:
-            self.add_param("bias", master_bias[self.columns], Partition(0, self.columns, out_features))  # [out/p]
+        self.columns = shard_index(out_features, group, columns, "out_features")
+        for name, dim in (("weight", 1), ("bias", 0)):
+            if name in master.params:
+                part = Partition(dim, self.columns, out_features)
+                self.add_param(name, take_shard(master.params[name], part), part)  # [in, out/p], [out/p]
 
     @classmethod
     def from_serial(cls, linear: Linear, group: Group, *, gather_output: bool = True,
                     columns: np.ndarray | None = None, sequence_parallel: bool = False) -> "ColumnParallelLinear":
-        w = linear.params["weight"]
-        return cls(w.shape[0], w.shape[1], group, bias="bias" in linear.params, gather_output=gather_output,
-                   master_weight=w, master_bias=linear.params.get("bias"), columns=columns,
-                   sequence_parallel=sequence_parallel)
+        """This rank's columns of the serial layer's master weights."""
+        return cls(linear.in_features, linear.out_features, group, gather_output=gather_output, columns=columns,
+                   sequence_parallel=sequence_parallel, **serial_keywords(linear))
 
-    def forward(self, x: np.ndarray):
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, LinearCache]:
+        """``x: [..., in]`` replicated (SP: ``[b, s/p, in]``) -> ``(y [..., out/p] or gathered [..., out], cache)``."""
         with self.group.tracer.region(scope=self.path):
-            if self.sequence_parallel:  # f̄; only the shard is kept for backward (it is gathered again there)
-                shard, x = x, GatherFromSequenceParallelRegion.forward(x, self.group)
-            else:
-                x = CopyToTPRegion.forward(x, self.group)
-            y = linear_forward(x, self.params["weight"], self.params.get("bias"))
+            y, cache = column_parallel_forward(x, self.params["weight"], self.params.get("bias"), self.group,
+                                               self.sequence_parallel)
             if self.gather_output:
                 y = GatherFromTPRegion.forward(y, self.group)
-        return y, (shard if self.sequence_parallel else x)
+        return y, cache
 
-    def backward(self, dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+    def backward(self, dy: np.ndarray, cache: LinearCache) -> np.ndarray:
+        """``dy`` shaped as the output -> ``dx`` shaped as the input; adds into this rank's shards' grads."""
         with self.group.tracer.region(scope=self.path):
             if self.gather_output:
                 dy = GatherFromTPRegion.backward(dy, self.group)
-            if self.sequence_parallel:  # the cache is this rank's [b, s/p, in]; dA_i needs all of x
-                x = regather_sequence(x, self.group)
-            dx, dw, db = linear_backward(dy, x, self.params["weight"], has_bias="bias" in self.params)
+            dx, dw, db = column_parallel_backward(dy, cache, self.group, self.sequence_parallel)
             self.grads["weight"] += dw
-            if "bias" in self.params:
+            if db is not None:
                 self.grads["bias"] += db
-            if self.sequence_parallel:  # f̄ backward: sum the partial dx over ranks, keep this rank's s/p rows
-                return GatherFromSequenceParallelRegion.backward(dx, self.group)
-            return CopyToTPRegion.backward(dx, self.group)
+            return dx

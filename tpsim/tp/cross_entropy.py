@@ -1,4 +1,4 @@
-"""Vocab-parallel softmax cross-entropy — eqs. (3)(4) of the seed: the loss without gathering the logits.
+"""Vocab-parallel softmax cross-entropy — the SenseParrots article, eqs. (3)(4): the loss without gathering the logits.
 
 Rank r holds the logits z_r: [tokens, Vp/p] of its vocabulary slice (from ``ParallelLMHead``). The loss of a
 row needs only three numbers per token, each a reduction over the vocabulary, so each is one all-reduce of
@@ -34,6 +34,7 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.nn.module import Module
+from tpsim.phases import FORWARD
 
 
 class VocabParallelCrossEntropyCache(NamedTuple):
@@ -75,7 +76,7 @@ def vocab_parallel_cross_entropy_forward(
     rows = np.flatnonzero(valid & (local_t >= 0) & (local_t < n_real))
     cols = local_t[rows]
 
-    with group.tracer.region(phase="forward"):
+    with group.tracer.region(phase=FORWARD):
         # (3a) global max; a rank without real columns offers -inf, the identity of MAX
         local_max = z.max(axis=1) if n_real else np.full(n_tokens, -np.inf, dtype=z.dtype)
         m = group.all_reduce(local_max, op="max")  # [N]

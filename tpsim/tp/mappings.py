@@ -1,4 +1,4 @@
-"""The conjugate operators of Megatron-LM (Shoeybi et al., 2019, Fig. 3): f, g, and their scatter/gather cousins.
+"""The conjugate operators of Megatron-LM (Shoeybi et al. 2019, §3 and Fig. 3): f, g, and their scatter/gather cousins.
 
     f  = copy to TP region       forward: identity            backward: all-reduce (sum)
     g  = reduce from TP region   forward: all-reduce (sum)    backward: identity
@@ -12,8 +12,10 @@ is the same for every term, so backward does nothing). Scatter and gather are th
 *concatenation* instead of a sum.
 
 Each operator is a class with a ``forward`` and a ``backward`` a few lines apart; both take the TP ``Group``.
-They tag their collectives with phase ``forward`` or ``backward``; the calling layer supplies the scope.
-Names follow Megatron (``copy_to_tensor_model_parallel_region`` ...) so a reader can move between the two.
+They tag their collectives with phase ``FORWARD`` or ``BACKWARD`` (``tpsim.phases``); the calling layer
+supplies the scope. Names follow Megatron (``copy_to_tensor_model_parallel_region`` ...) so a reader can
+move between the two. Which pair a layer uses, (f, g) or the sequence-parallel (f̄, ḡ), is chosen in
+``tpsim.tp.regions``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.errors import ConfigError
+from tpsim.phases import BACKWARD, FORWARD
 
 
 def split_last_dim(x: np.ndarray, group: Group) -> np.ndarray:
@@ -42,7 +45,7 @@ class CopyToTPRegion:
 
     @staticmethod
     def backward(dy: np.ndarray, group: Group) -> np.ndarray:
-        with group.tracer.region(phase="backward"):
+        with group.tracer.region(phase=BACKWARD):
             return group.all_reduce(dy)
 
 
@@ -51,7 +54,7 @@ class ReduceFromTPRegion:
 
     @staticmethod
     def forward(x: np.ndarray, group: Group) -> np.ndarray:
-        with group.tracer.region(phase="forward"):
+        with group.tracer.region(phase=FORWARD):
             return group.all_reduce(x)
 
     @staticmethod
@@ -68,7 +71,7 @@ class ScatterToTPRegion:
 
     @staticmethod
     def backward(dy: np.ndarray, group: Group) -> np.ndarray:
-        with group.tracer.region(phase="backward"):
+        with group.tracer.region(phase=BACKWARD):
             return group.all_gather(dy, axis=-1)
 
 
@@ -77,7 +80,7 @@ class GatherFromTPRegion:
 
     @staticmethod
     def forward(x: np.ndarray, group: Group) -> np.ndarray:
-        with group.tracer.region(phase="forward"):
+        with group.tracer.region(phase=FORWARD):
             return group.all_gather(x, axis=-1)
 
     @staticmethod

@@ -1,4 +1,4 @@
-"""The parallel MLP of Megatron-LM: column-parallel c_fc → GeLU → row-parallel c_proj.
+"""The parallel MLP of Megatron-LM: column-parallel c_fc → GeLU → row-parallel c_proj (Shoeybi et al. 2019, Fig. 3a).
 
     x [t, h] --f--> c_fc_i [t, ffn/p] --GeLU--> [t, ffn/p] --c_proj_i--> partial [t, h] --g--> z [t, h]
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.nn.activations import gelu_backward, gelu_forward
-from tpsim.nn.mlp import MLP
+from tpsim.nn.mlp import MLP, MLPCache
 from tpsim.nn.module import Module
 from tpsim.tp.column_parallel import ColumnParallelLinear
 from tpsim.tp.row_parallel import RowParallelLinear
@@ -35,27 +35,21 @@ class ParallelMLP(Module):
 
     @classmethod
     def from_serial(cls, mlp: MLP, group: Group, *, sequence_parallel: bool = False) -> "ParallelMLP":
+        """Shard a serial MLP's master weights: c_fc by columns, c_proj by rows (a fresh model: shard ``MLP(...)``)."""
         sp = sequence_parallel
         return cls(ColumnParallelLinear.from_serial(mlp.c_fc, group, gather_output=False, sequence_parallel=sp),
                    RowParallelLinear.from_serial(mlp.c_proj, group, input_is_parallel=True, sequence_parallel=sp),
                    mlp.approximate)
 
-    @classmethod
-    def create(cls, hidden: int, group: Group, ffn_hidden: int | None = None, *,
-               rng: np.random.Generator | None = None, dtype=np.float64,
-               sequence_parallel: bool = False) -> "ParallelMLP":
-        """Draw the serial master weights (same on every rank for the same ``rng`` seed) and shard them."""
-        return cls.from_serial(MLP(hidden, ffn_hidden, rng=rng, dtype=dtype), group,
-                               sequence_parallel=sequence_parallel)
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, MLPCache]:
+        """``x: [..., h]`` replicated (SP: ``[b, s/p, h]``) -> ``(z, cache)``, ``z`` shaped as ``x``."""
+        h, c_fc = self.c_fc.forward(x)  # [..., ffn/p], no communication
+        a, gelu = gelu_forward(h, self.approximate)  # element-wise: fine on a column slice
+        z, c_proj = self.c_proj.forward(a)  # partial sums, all-reduced by g
+        return z, MLPCache(c_fc, gelu, c_proj)
 
-    def forward(self, x: np.ndarray):
-        h, c_fc_cache = self.c_fc.forward(x)  # [..., ffn/p], no communication
-        a = gelu_forward(h, self.approximate)  # element-wise: fine on a column slice
-        z, c_proj_cache = self.c_proj.forward(a)  # partial sums, all-reduced by g
-        return z, (c_fc_cache, h, c_proj_cache)
-
-    def backward(self, dz: np.ndarray, cache) -> np.ndarray:
-        c_fc_cache, h, c_proj_cache = cache
-        da = self.c_proj.backward(dz, c_proj_cache)
-        dh = gelu_backward(da, h, self.approximate)
-        return self.c_fc.backward(dh, c_fc_cache)  # f's all-reduce of dx happens here
+    def backward(self, dz: np.ndarray, cache: MLPCache) -> np.ndarray:
+        """``dz`` shaped as the output -> ``dx`` shaped as the input (f's all-reduce happens in c_fc)."""
+        da = self.c_proj.backward(dz, cache.c_proj)
+        dh = gelu_backward(da, cache.gelu)
+        return self.c_fc.backward(dh, cache.c_fc)

@@ -1,4 +1,4 @@
-"""RowParallelLinear — eq. (2) of the seed: [Y1 Y2]·[B1; B2] = Y1·B1 + Y2·B2.
+"""RowParallelLinear — the SenseParrots article, eq. (2): [Y1 Y2]·[B1; B2] = Y1·B1 + Y2·B2.
 
 The weight B: [in, out] is split by *rows*; rank i holds B_i: [in/p, out] and the slice Y_i of the input's
 last dimension. Each rank's product is a partial sum of the answer; g adds them up:
@@ -19,6 +19,9 @@ are reduce-scattered along the sequence instead of all-reduced, and the bias is 
     forward   z_r = reduce_scatter(y_i·B_i) + b                [b, s, in/p] -> [b, s/p, out]
     backward  dz = all_gather(dz_r)                            [b, s/p, out] -> [b, s, out]
               db = Σ dz over *all* rows (complete on every rank: no extra all-reduce for the bias)
+
+g and ḡ are chosen by ``tpsim.tp.regions``; the constructor mirrors ``ColumnParallelLinear``'s (``rows=`` for
+``columns=``, the serial ``Linear``'s keywords for the master weights).
 """
 
 from __future__ import annotations
@@ -26,62 +29,60 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.comm import Group
-from tpsim.nn.linear import Linear, linear_backward, linear_forward
-from tpsim.nn.module import Module, Partition
-from tpsim.tp.mappings import ReduceFromTPRegion, ScatterToTPRegion
-from tpsim.partition import shard_range
-from tpsim.tp.sequence_parallel import ReduceScatterToSequenceParallelRegion
+from tpsim.nn.linear import Linear, LinearCache, linear_backward, linear_forward
+from tpsim.nn.module import Module
+from tpsim.partition import Partition, take_shard
+from tpsim.tp.column_parallel import serial_keywords, shard_index
+from tpsim.tp.mappings import ScatterToTPRegion
+from tpsim.tp.regions import leave_tp_region, leave_tp_region_backward
 
 
 class RowParallelLinear(Module):
-    """z = y·B + b with B split by input rows over the TP group; bias replicated."""
+    """z = y·B + b with B split by input rows over the TP group; bias replicated. Built as ``ColumnParallelLinear``."""
 
-    def __init__(self, in_features: int, out_features: int, group: Group, *, bias: bool = True,
-                 input_is_parallel: bool = False, rng: np.random.Generator | None = None, dtype=np.float64,
-                 std: float = 0.02, master_weight: np.ndarray | None = None,
-                 master_bias: np.ndarray | None = None, sequence_parallel: bool = False) -> None:
+    def __init__(self, in_features: int, out_features: int, group: Group, *, input_is_parallel: bool = False,
+                 rows: np.ndarray | None = None, sequence_parallel: bool = False, bias: bool = True,
+                 rng: np.random.Generator | None = None, dtype=np.float64, std: float = 0.02,
+                 weight: np.ndarray | None = None, bias_value: np.ndarray | None = None) -> None:
         super().__init__()
         if sequence_parallel and not input_is_parallel:  # Megatron asserts the same
             raise ValueError("RowParallelLinear(sequence_parallel=True) needs input_is_parallel=True")
-        rows = shard_range(in_features, group.size, group.rank, "in_features")
-        if master_weight is None:  # every rank draws the same master matrix, then keeps its rows
-            master = Linear(in_features, out_features, bias=bias, rng=rng, dtype=dtype, std=std)
-            master_weight, master_bias = master.params["weight"], master.params.get("bias")
+        if rows is not None and not input_is_parallel:
+            raise ValueError("input_is_parallel=False needs the default contiguous row split")
+        master = Linear(in_features, out_features, bias=bias, rng=rng, dtype=dtype, std=std, weight=weight,
+                        bias_value=bias_value)
         self.group, self.input_is_parallel = group, input_is_parallel
         self.sequence_parallel = sequence_parallel  # output [b, s/p, out] (ḡ) instead of replicated (g)
         self.in_features, self.out_features = in_features, out_features
-        index = np.arange(rows.start, rows.stop)
-        self.add_param("weight", master_weight[index], Partition(0, index, in_features))  # [in/p, out]
+        self.rows = shard_index(in_features, group, rows, "in_features")
+        part = Partition(0, self.rows, in_features)
+        self.add_param("weight", take_shard(master.params["weight"], part), part)  # [in/p, out]
         if bias:
-            self.add_param("bias", master_bias)  # [out], replicated: the same on every rank
+            self.add_param("bias", master.params["bias"])  # [out], replicated: the same on every rank
 
     @classmethod
     def from_serial(cls, linear: Linear, group: Group, *, input_is_parallel: bool = False,
-                    sequence_parallel: bool = False) -> "RowParallelLinear":
-        w = linear.params["weight"]
-        return cls(w.shape[0], w.shape[1], group, bias="bias" in linear.params, input_is_parallel=input_is_parallel,
-                   master_weight=w, master_bias=linear.params.get("bias"), sequence_parallel=sequence_parallel)
+                    rows: np.ndarray | None = None, sequence_parallel: bool = False) -> "RowParallelLinear":
+        """This rank's rows of the serial layer's master weight (and the whole bias)."""
+        return cls(linear.in_features, linear.out_features, group, input_is_parallel=input_is_parallel, rows=rows,
+                   sequence_parallel=sequence_parallel, **serial_keywords(linear))
 
-    def forward(self, y: np.ndarray):
+    def forward(self, y: np.ndarray) -> tuple[np.ndarray, LinearCache]:
+        """``y: [..., in/p]`` (or ``[..., in]`` to be split here) -> ``(z [..., out] (SP: [b, s/p, out]), cache)``."""
         with self.group.tracer.region(scope=self.path):
             if not self.input_is_parallel:
                 y = ScatterToTPRegion.forward(y, self.group)
-            partial = linear_forward(y, self.params["weight"], None)
-            if self.sequence_parallel:  # ḡ: sum and keep this rank's s/p rows
-                z = ReduceScatterToSequenceParallelRegion.forward(partial, self.group)
-            else:
-                z = ReduceFromTPRegion.forward(partial, self.group)
+            partial, cache = linear_forward(y, self.params["weight"], None)
+            z = leave_tp_region(partial, self.group, self.sequence_parallel)  # g: all-reduce; ḡ: reduce-scatter
             if "bias" in self.params:
                 z += self.params["bias"]  # once, after the reduction
-        return z, y
+        return z, cache
 
-    def backward(self, dz: np.ndarray, y: np.ndarray) -> np.ndarray:
+    def backward(self, dz: np.ndarray, cache: LinearCache) -> np.ndarray:
+        """``dz`` shaped as the output -> ``dy`` shaped as the input; adds into the weight shard and the bias."""
         with self.group.tracer.region(scope=self.path):
-            if self.sequence_parallel:  # ḡ backward: every rank needs dz of the whole sequence
-                dz = ReduceScatterToSequenceParallelRegion.backward(dz, self.group)
-            else:
-                dz = ReduceFromTPRegion.backward(dz, self.group)
-            dy, dw, _ = linear_backward(dz, y, self.params["weight"], has_bias=False)
+            dz = leave_tp_region_backward(dz, self.group, self.sequence_parallel)  # ḡ: the whole sequence's dz
+            dy, dw, _ = linear_backward(dz, cache)
             self.grads["weight"] += dw
             if "bias" in self.params:
                 # under SP dz is the gathered whole sequence, so this sum is already complete on every rank

@@ -23,8 +23,10 @@ s/p rows. ḡ's backward is an all-gather: the gradient of a reduce-scatter hand
 
 Layout: activations here are batch-first **[b, s, h], so the sequence dimension is axis 1** (``SEQ_AXIS``).
 Megatron-LM keeps [s, b, h] and splits axis 0; the operators are the same. Each operator is a class with a
-static ``forward`` and ``backward`` taking the TP ``Group``, tagged phase ``forward``/``backward``; the calling
-layer supplies the scope. Names follow Megatron (``gather_from_sequence_parallel_region`` ...).
+static ``forward`` and ``backward`` taking the TP ``Group``, tagged phase ``FORWARD``/``BACKWARD``; the calling
+layer supplies the scope. Names follow Megatron (``gather_from_sequence_parallel_region`` ...). Three of the
+six directions are the same all-gather along s (f̄ forward, the scatter's and ḡ's backward), so they share
+``gather_sequence``; the layers choose between (f, g) and (f̄, ḡ) in ``tpsim.tp.regions``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.errors import ConfigError
-from tpsim.nn.module import Partition
+from tpsim.partition import Partition
+from tpsim.phases import BACKWARD, FORWARD
 
 SEQ_AXIS = 1  # [batch, seq, hidden]
 
@@ -57,14 +60,10 @@ def split_sequence(x: np.ndarray, group: Group) -> np.ndarray:
     return np.ascontiguousarray(x[:, index[0]:index[-1] + 1])
 
 
-def regather_sequence(x_shard: np.ndarray, group: Group) -> np.ndarray:
-    """The backward's all-gather of a stored shard [b, s/p, h] -> [b, s, h].
-
-    A layer after f̄ needs the full input again for its weight gradient. Storing f̄'s [b, s, h] output would
-    undo the memory SP saves, so (like Megatron) it stores the [b, s/p, h] shard and gathers it once more.
-    """
-    with group.tracer.region(phase="backward"):
-        return group.all_gather(x_shard, axis=SEQ_AXIS)
+def gather_sequence(x: np.ndarray, group: Group, phase: str = BACKWARD) -> np.ndarray:
+    """All-gather along the sequence: [b, s/p, h] -> [b, s, h], traced in ``phase``."""
+    with group.tracer.region(phase=phase):
+        return group.all_gather(x, axis=SEQ_AXIS)
 
 
 class ScatterToSequenceParallelRegion:
@@ -76,8 +75,7 @@ class ScatterToSequenceParallelRegion:
 
     @staticmethod
     def backward(dy: np.ndarray, group: Group) -> np.ndarray:
-        with group.tracer.region(phase="backward"):
-            return group.all_gather(dy, axis=SEQ_AXIS)
+        return gather_sequence(dy, group, BACKWARD)
 
 
 class GatherFromSequenceParallelRegion:
@@ -85,12 +83,11 @@ class GatherFromSequenceParallelRegion:
 
     @staticmethod
     def forward(x: np.ndarray, group: Group) -> np.ndarray:
-        with group.tracer.region(phase="forward"):
-            return group.all_gather(x, axis=SEQ_AXIS)
+        return gather_sequence(x, group, FORWARD)
 
     @staticmethod
     def backward(dy: np.ndarray, group: Group) -> np.ndarray:
-        with group.tracer.region(phase="backward"):
+        with group.tracer.region(phase=BACKWARD):
             return group.reduce_scatter(dy, axis=SEQ_AXIS)
 
 
@@ -100,13 +97,12 @@ class ReduceScatterToSequenceParallelRegion:
     @staticmethod
     def forward(x: np.ndarray, group: Group) -> np.ndarray:
         check_sequence_length(x.shape[SEQ_AXIS], group.size)  # a ConfigError, not the collective's ValueError
-        with group.tracer.region(phase="forward"):
+        with group.tracer.region(phase=FORWARD):
             return group.reduce_scatter(x, axis=SEQ_AXIS)
 
     @staticmethod
     def backward(dy: np.ndarray, group: Group) -> np.ndarray:
-        with group.tracer.region(phase="backward"):
-            return group.all_gather(dy, axis=SEQ_AXIS)
+        return gather_sequence(dy, group, BACKWARD)
 
 
 # Megatron-LM's names for the same three operators (forward direction).

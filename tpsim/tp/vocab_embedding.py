@@ -1,4 +1,4 @@
-"""VocabParallelEmbedding — the embedding table split by vocabulary rows (Megatron-LM, section 3).
+"""VocabParallelEmbedding — the embedding table split by vocabulary rows (Shoeybi et al. 2019, "Megatron-LM", §3).
 
 The master table E: [V, dim] is padded with zero rows to Vp (see ``tpsim.partition``) and rank r keeps the rows
 [start, end). A token id lives on exactly one rank, so a lookup is a sum of p partial lookups in which every
@@ -14,40 +14,44 @@ Built from the serial ``Embedding``'s master weights, the output equals the seri
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from tpsim.comm import Group
 from tpsim.nn.embedding import Embedding, check_ids
 from tpsim.nn.module import Module, Partition
 from tpsim.tp.mappings import ReduceFromTPRegion
-from tpsim.partition import padded_vocab_size, vocab_range
+from tpsim.partition import padded_vocab_size, take_shard, vocab_range
+
+
+class VocabEmbeddingCache(NamedTuple):
+    mine: np.ndarray  # bool [...]: which positions hold an id this rank owns
+    local_ids: np.ndarray  # int [n_mine]: those ids, as rows of this rank's shard
 
 
 class VocabParallelEmbedding(Module):
     """``weight: [Vp / tp, dim]`` (this rank's rows of the padded master); forward ``ids [...] -> [..., dim]``."""
 
     def __init__(self, vocab_size: int, dim: int, group: Group, *, rng: np.random.Generator | None = None,
-                 dtype=np.float64, std: float = 0.02, master_weight: np.ndarray | None = None) -> None:
+                 dtype=np.float64, std: float = 0.02, weight: np.ndarray | None = None) -> None:
+        """The keywords are the serial ``Embedding``'s: it draws (or, given ``weight``, checks) the master table,
+        so every rank holds rows of the same master."""
         super().__init__()
-        if master_weight is None:  # every rank draws the same master table, exactly as the serial layer would
-            master_weight = Embedding(vocab_size, dim, rng=rng, dtype=dtype, std=std).params["weight"]
-        elif np.shape(master_weight) != (vocab_size, dim):
-            raise ValueError(f"master_weight must have shape {(vocab_size, dim)}, got {np.shape(master_weight)}")
+        master_weight = Embedding(vocab_size, dim, rng=rng, dtype=dtype, std=std, weight=weight).params["weight"]
         self.group = group
         self.vocab_size, self.dim = vocab_size, dim
         self.padded_vocab_size = padded_vocab_size(vocab_size, group.size)
         self.vocab_start, self.vocab_end = vocab_range(self.padded_vocab_size, group.size, group.rank)
         # rows past the real vocabulary stay zero: they are padding, never looked up, never in the softmax
-        shard = np.zeros((self.vocab_end - self.vocab_start, dim), dtype=np.asarray(master_weight).dtype)
-        n_real = max(0, min(self.vocab_end, vocab_size) - self.vocab_start)
-        shard[:n_real] = master_weight[self.vocab_start:self.vocab_start + n_real]
-        rows = np.arange(self.vocab_start, self.vocab_end)
-        self.add_param("weight", shard, Partition(0, rows, self.padded_vocab_size))  # [Vp/p, dim]
+        part = Partition(0, np.arange(self.vocab_start, self.vocab_end), self.padded_vocab_size)
+        self.add_param("weight", take_shard(master_weight, part), part)  # [Vp/p, dim]
 
     @classmethod
     def from_serial(cls, embedding: Embedding, group: Group) -> "VocabParallelEmbedding":
+        """This rank's rows of the serial table (zero rows past the real vocabulary)."""
         w = embedding.params["weight"]
-        return cls(w.shape[0], w.shape[1], group, master_weight=w)
+        return cls(w.shape[0], w.shape[1], group, dtype=w.dtype, weight=w)
 
     def forward(self, ids: np.ndarray):
         """``ids: [...]`` ints in ``[0, vocab_size)`` -> ``(out [..., dim] replicated, cache)``."""
@@ -60,10 +64,10 @@ class VocabParallelEmbedding(Module):
         partial[~mine] = 0.0
         with self.group.tracer.region(scope=self.path):
             out = ReduceFromTPRegion.forward(partial, self.group)
-        return out, (mine, local[mine])
+        return out, VocabEmbeddingCache(mine, local[mine])
 
-    def backward(self, dout: np.ndarray, cache) -> None:
-        """``dout: [..., dim]`` (whole on every rank: g's backward is the identity) -> None; no communication.
+    def backward(self, dout: np.ndarray, cache: VocabEmbeddingCache) -> None:
+        """``dout: [..., dim]`` (whole on every rank: g's backward is the identity) -> None: ids carry no gradient.
 
         Scatter-adds the rows of ``dout`` whose id this rank owns; ``np.add.at`` keeps repeated ids.
         """

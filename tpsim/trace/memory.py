@@ -174,7 +174,8 @@ def owner(a: np.ndarray) -> np.ndarray:
 def cache_arrays(tree, exclude=()) -> list[np.ndarray]:
     """Distinct owning buffers of every ndarray in a nested tuple/list/dict ``tree`` (first-seen order).
 
-    Buffers sharing memory with an array of ``exclude`` (the inputs, say) are left out.
+    Buffers sharing memory with an array of ``exclude`` (the inputs, say) are left out, and so are the fields a
+    cache type names in ``PARAMETERS`` (a weight the backward multiplies by: a parameter, not an activation).
     """
     seen: dict[int, np.ndarray] = {}
     stack = [tree]
@@ -184,7 +185,9 @@ def cache_arrays(tree, exclude=()) -> list[np.ndarray]:
             root = owner(node)
             seen.setdefault(id(root), root)
         elif isinstance(node, (tuple, list)):
-            stack.extend(reversed(node))
+            parameters = getattr(type(node), "PARAMETERS", ())  # only named tuples (tpsim.nn caches) have it
+            stack.extend(reversed([value for name, value in zip(node._fields, node) if name not in parameters]
+                                  if parameters else node))
         elif isinstance(node, dict):
             stack.extend(reversed(list(node.values())))
     return [a for a in seen.values() if not any(np.shares_memory(a, x) for x in exclude)]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpsim.comm import ProcessGrid
-from tpsim.models.gpt import DropoutPlan
+from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.module import Module
 from tpsim.phases import DP_SYNC
 from tpsim.train.clip import clip_grad_norm
