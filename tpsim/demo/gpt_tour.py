@@ -24,7 +24,7 @@ from tpsim.data import ReverseTask
 from tpsim.demo.report import say, step_table, write_outputs
 from tpsim.models.build import build_gpt, serial_gpt
 from tpsim.models.config import GPTConfig
-from tpsim.models.gpt import DropoutPlan
+from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng
 from tpsim.tp.sequence_parallel import check_sequence_length
 from tpsim.trace.records import gather_records, gather_spans

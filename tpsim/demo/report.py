@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 
 from tpsim.comm import ProcessGrid
+from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER, SP_GRAD_SYNC
 from tpsim.table import format_table
 from tpsim.trace import format_comm_table, summarize, write_jsonl
 from tpsim.trace.aggregate import by_layer
 
-MODEL_PHASES = ("forward", "backward", "sp_grad_sync", "dp_sync", "data", "optimizer")
+MODEL_PHASES = (FORWARD, BACKWARD, SP_GRAD_SYNC, DP_SYNC, DATA, OPTIMIZER)  # the order of the table's rows
 
 
 def say(grid: ProcessGrid, *lines: str) -> None:

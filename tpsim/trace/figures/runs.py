@@ -50,7 +50,7 @@ def memory_worker(tp: int, path: str) -> int:
     from tpsim.comm import ProcessGrid
     from tpsim.data import ReverseTask
     from tpsim.models.build import build_gpt
-    from tpsim.models.gpt import DropoutPlan
+    from tpsim.nn.dropout import DropoutPlan
     from tpsim.tp.random import ExactDropoutRNG
     from tpsim.trace.memory import measure_activations, measure_memory
     from tpsim.train import AdamW, GradSync
@@ -67,7 +67,7 @@ def memory_worker(tp: int, path: str) -> int:
             _, cache = model.forward(ids, labels, plan)
         mine = measure_memory(model, AdamW(model), cache, exclude=(ids, labels)).as_dict()
         # GPT cache = (transformer, head, loss); transformer = (wte, wpe, dropout mask, [block caches], ln_f)
-        mine["block0"] = measure_activations(cache[0][3][0])
+        mine["block0"] = measure_activations(cache.transformer.h[0])
         mine["itemsize"] = model.transformer.ln_f.params["weight"].itemsize
         out[("sp " if sp else "") + str(p)] = grid.world.gather_objects(mine)
     if grid.rank == 0:
