@@ -16,6 +16,8 @@ import pytest
 
 from launch_program import run_mpi
 
+from tpsim.compare import relative_difference
+
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
@@ -51,8 +53,7 @@ def torch_gpt2_loss(params: dict, cfg: dict, ids: np.ndarray, labels: np.ndarray
 def assert_grads_close(ours: dict, theirs: dict, tol: float = 1e-10):
     assert set(ours) == set(theirs)
     for name in ours:
-        scale = max(float(np.max(np.abs(theirs[name]))), 1e-30)
-        d = float(np.max(np.abs(ours[name] - theirs[name]))) / scale
+        d = relative_difference(ours[name], theirs[name], floor=1e-30)
         assert d <= tol, f"{name}: relative max |diff| {d:.2e}"
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tpsim.nn import MLP, Module
+from tpsim.partition import take_shard
 from tpsim.tp import ParallelMLP
 from tpsim.train import AdamW, clip_grad_norm, grad_norm
 from _util import assert_close, randn
@@ -60,7 +61,7 @@ def matching(serial: Module, parallel: Module, which: str = "grads"):
     get = (lambda m: m.named_grads()) if which == "grads" else (lambda m: m.named_parameters())
     for (name, s), (pname, param, grad, part) in zip(get(serial), parallel.named_entries()):
         assert name == pname, f"{name} != {pname}"
-        yield name, grad if which == "grads" else param, s if part is None else np.take(s, part.index, axis=part.dim)
+        yield name, grad if which == "grads" else param, take_shard(s, part)
 
 
 def serial_norm(model: Module, p: float) -> float:

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+from tpsim.compare import shard_differences
 from tpsim.errors import ConfigError
 from tpsim.models.build import build_gpt, serial_gpt
 from tpsim.models.config import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
-from tpsim.partition import take_shard
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.train import (AdamW, GradSync, broadcast_batch, broadcast_params, check_replicas, dp_slice,
                          train_step)
@@ -70,13 +70,8 @@ def dp_training(grid, cfg, ids, labels, steps, cap=SMALL_CAP, seed=3, rng=None):
 
 def assert_matches_serial(par, serial, which="params"):
     """Every local tensor (shard or replica) equals the serial tensor's matching part, relative to its size."""
-    get = (lambda m: m.named_parameters()) if which == "params" else (lambda m: m.named_grads())
-    ref = dict(get(serial))
-    worst = {}
-    for name, param, grad, part in par.named_entries():
-        x = param if which == "params" else grad
-        expected = take_shard(ref[name], part)
-        worst[name] = float(np.max(np.abs(x - expected)) / max(np.max(np.abs(expected)), 1e-300))
+    ref = dict(serial.named_parameters() if which == "params" else serial.named_grads())
+    worst = shard_differences(par, ref, grads=which != "params", floor=1e-300)  # relative to each tensor's scale
     bad = {k: f"{v:.1e}" for k, v in worst.items() if v > TOL}
     assert not bad, f"{which} differ from serial (relative): {bad}"
 

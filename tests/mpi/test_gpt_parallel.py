@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tpsim.compare import shard_differences
 from tpsim.errors import ConfigError
 from tpsim.models.build import parallel_gpt, serial_gpt
 from tpsim.models.config import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
-from tpsim.partition import take_shard
 from tpsim.tp.random import ExactDropoutRNG
 
 TOL = 1e-10
@@ -40,10 +40,7 @@ def assert_grads_match(serial, par):
     ref = dict(serial.named_grads())
     names = [n for n, _ in par.named_parameters()]
     assert names == list(ref), "parameter names differ from the serial model's"
-    worst = {}
-    for name, _, g, part in par.named_entries():
-        expected = take_shard(ref[name], part)
-        worst[name] = float(np.max(np.abs(g - expected)) / max(np.max(np.abs(expected)), 1e-300))
+    worst = shard_differences(par, ref, floor=1e-300)  # relative to each tensor's scale
     bad = {k: f"{v:.1e}" for k, v in worst.items() if v > TOL}
     assert not bad, f"gradients differ from serial (relative): {bad}"
 
