@@ -136,16 +136,14 @@ def _gelu(h: np.ndarray) -> np.ndarray:
     return gelu_forward(h)[0]
 
 
-def qkv_symptoms(got, expected: np.ndarray, hidden: int, heads: int, tp: int, tp_rank: int) -> dict:
+def qkv_symptoms(got, expected: np.ndarray, hidden: int, tp: int, tp_rank: int) -> dict:
     """The layout mistakes of exercise 05, as the columns each one picks."""
-    width, hd = hidden // tp, hidden // heads
-    mine = range(tp_rank * heads // tp, (tp_rank + 1) * heads // tp)
+    width = hidden // tp
     symptoms = {
-        "a contiguous block of c_attn's 3·hidden columns: under GPT-2's [q | k | v] layout that is not the q, k "
-        "and v of one set of heads (the layout trap)": np.arange(tp_rank * 3 * width, (tp_rank + 1) * 3 * width),
-        "the columns your heads would own if c_attn were stored interleaved per head ([heads, 3, hd], Megatron's "
-        "layout); this c_attn is GPT-2's [q | k | v]":
-            np.concatenate([np.arange(3 * j * hd, 3 * (j + 1) * hd) for j in mine]),
+        "a contiguous block of c_attn's 3·hidden columns: the right split if c_attn were stored interleaved per "
+        "head ([heads, 3, hd], Megatron's layout), but this c_attn is GPT-2's [q | k | v], where such a block "
+        "mixes q of some heads with k of others (the layout trap)":
+            np.arange(tp_rank * 3 * width, (tp_rank + 1) * 3 * width),
         "only the q part: k and v are missing": expected[:width]}
     try:
         same_set = np.array_equal(np.sort(np.asarray(got).ravel()), np.sort(expected))
@@ -168,4 +166,4 @@ def check_05(r: Report) -> None:
         got = r.call("qkv_columns", hidden, heads, tp, rank % tp)
         expected = head_columns(hidden, heads, tp, rank % tp)
         r.compare(f"qkv_columns(hidden={hidden}, heads={heads}, tp={tp}, tp_rank={rank % tp})", got, expected,
-                  symptoms=qkv_symptoms(got, expected, hidden, heads, tp, rank % tp))
+                  symptoms=qkv_symptoms(got, expected, hidden, tp, rank % tp))
