@@ -93,12 +93,13 @@ def explain_difference(got, expected, tol: float) -> list[str] | None:
 
 def diagnose(got, expected, tol: float, symptoms: Mapping[str, object] | None = None) -> tuple[list[str] | None, bool]:
     """``(lines, named)``: ``lines`` None when right; ``named`` True when a symptom explains the difference."""
-    lines = explain_difference(got, expected, tol)
-    if lines is None:
-        return None, False
-    for sentence, produced in (symptoms or {}).items():
-        if produced is None or explain_difference(produced, expected, tol) is None:
-            continue  # this mistake gives the right answer on these inputs: it cannot be told apart here
-        if explain_difference(got, produced, tol) is None:
-            return [sentence], True
+    with np.errstate(all="ignore"):  # a learner's overflow is reported in words, not as a NumPy warning
+        lines = explain_difference(got, expected, tol)
+        if lines is None:
+            return None, False
+        for sentence, produced in (symptoms or {}).items():
+            if produced is None or explain_difference(produced, expected, tol) is None:
+                continue  # this mistake gives the right answer on these inputs: it cannot be told apart here
+            if explain_difference(got, produced, tol) is None:
+                return [sentence], True
     return lines, False

@@ -50,7 +50,7 @@ def explain_layout(got, best, config: GPTConfig, world: int, batch: int, seq: in
         if got is None and best is None:
             return None
         return ("you found no layout, but at least one fits in the budget" if got is None else
-                f"no layout fits in {budget / GIB:.2f} GiB; return None")
+                f"no layout fits in {gib(budget)}; return None")
     try:
         tp, dp = (int(v) for v in got)
     except (TypeError, ValueError):
@@ -64,16 +64,21 @@ def explain_layout(got, best, config: GPTConfig, world: int, batch: int, seq: in
     except ConfigError as err:
         return f"tp={tp}, dp={dp} is not a valid layout: {err}"
     if memory > budget:
-        return f"tp={tp}, dp={dp} needs {memory / GIB:.2f} GiB per rank > budget {budget / GIB:.2f} GiB"
+        return f"tp={tp}, dp={dp} needs {gib(memory)} per rank > budget {gib(budget)}"
     best_wire = layout_cost(config, *best, batch, seq, dtype)[1]
     if wire == best_wire:
         return f"tp={tp}, dp={dp} fits and ties for the fewest bytes; on a tie take the smaller tp"
-    return (f"tp={tp}, dp={dp} fits ({memory / GIB:.2f} GiB ≤ {budget / GIB:.2f} GiB) but each rank sends "
+    return (f"tp={tp}, dp={dp} fits ({gib(memory)} ≤ {gib(budget)}) but each rank sends "
             f"{wire / GIB:.3f} GiB per step; a layout that fits sends less")
 
 
+def gib(nbytes: int) -> str:
+    return f"{nbytes / GIB:.2f} GiB"
+
+
 def budgets(config: GPTConfig, world: int, batch: int, seq: int, dtype) -> list[int]:
-    """Budgets that make the search interesting: all fit; the cheapest layout just too big; none fits."""
+    """Budgets that make the search interesting: all fit; halfway between the cheapest layout's memory and the
+    next smaller one (it no longer fits, a smaller one does); none fits."""
     costs = {}
     for tp in (t for t in range(1, world + 1) if world % t == 0):
         try:
@@ -82,7 +87,9 @@ def budgets(config: GPTConfig, world: int, batch: int, seq: int, dtype) -> list[
             pass
     cheapest = min(costs, key=lambda t: (costs[t][1], t))
     memories = sorted(m for m, _ in costs.values())
-    return [memories[-1] + GIB // 10, costs[cheapest][0] - 1, memories[0] - 1]
+    below = [m for m in memories if m < costs[cheapest][0]]
+    middle = [(below[-1] + costs[cheapest][0]) // 2] if below else []
+    return [memories[-1] + GIB // 10, *middle, memories[0] * 9 // 10]
 
 
 @exercise("08b", "choose_layout",
