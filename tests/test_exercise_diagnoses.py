@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import textwrap
 
-import numpy as np
 import pytest
 
 from tpsim.cli import main as tpsim_main

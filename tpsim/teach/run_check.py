@@ -1,6 +1,7 @@
 """``mpiexec -n N python -m tpsim.teach.run_check NN FILE`` — the checker's side of ``tpsim check NN [FILE]``.
 
-Runs on every rank of a launch at lesson NN's rank count (exercise 04b: lesson 04's); ``tpsim.teach.cli.check_main`` starts it.
+Runs on every rank of a launch at lesson NN's rank count (exercise 04b: lesson 04's);
+``tpsim.teach.cli.check_main`` starts it.
 Exit status: 0 OK, 1 wrong, 2 usage (bad number, missing file, wrong rank count), 3 not done yet.
 """
 

@@ -9,11 +9,10 @@ import numpy as np
 
 from tpsim.nn import MLP, gelu_backward, gelu_forward, linear_forward
 from tpsim.nn.mlp import MLPCache
-from tpsim.teach.checks.lessons_01_05 import OWN_PARTIAL
-from tpsim.teach.checks.lessons_06_11 import OFF_SLICE
+from tpsim.teach.checks.lessons_01_05 import OWN_PARTIAL, mlp_pair
+from tpsim.teach.checks.lessons_06_11 import OFF_SLICE, vocab_case
 from tpsim.teach.checks.registry import exercise
 from tpsim.teach.verdict import Report, describe_events
-from tpsim.tp import ParallelMLP
 
 MLP_GRADS = ("dx", "d_fc_weight", "d_fc_bias", "d_proj_weight", "d_proj_bias")
 
@@ -59,10 +58,7 @@ def check_04b(r: Report) -> None:
     p = group.size
     for case, (tokens, hidden, ffn) in enumerate([(5, 6, 4 * p), (13, 11, 6 * p)]):
         rng = np.random.default_rng([40, case])
-        serial = MLP(hidden, ffn, rng=rng, std=0.5)
-        for lin in (serial.c_fc, serial.c_proj):
-            lin.params["bias"][...] = rng.standard_normal(lin.params["bias"].shape)
-        mlp = ParallelMLP.from_serial(serial, group)
+        serial, mlp = mlp_pair(rng, hidden, ffn, group)
         x, dz = rng.standard_normal((tokens, hidden)), rng.standard_normal((tokens, hidden))
         fc, proj = mlp.c_fc.params, mlp.c_proj.params
         h, fc_cache = linear_forward(x, fc["weight"], fc["bias"])
@@ -128,12 +124,8 @@ def check_06b(r: Report) -> None:
     group = r.grid().tp_group
     p = group.size
     for case, (tokens, per_rank, scale) in enumerate([(7, 3, 1.0), (5, 4, 1000.0), (2, 1, 1.0)]):
-        rng = np.random.default_rng([60, case])
+        logits, targets, log_z = vocab_case([60, case], tokens, per_rank * p, scale)
         vocab = per_rank * p
-        logits = scale * rng.standard_normal((tokens, vocab))
-        targets = rng.integers(0, vocab, size=tokens)
-        m = logits.max(axis=1)
-        log_z = m + np.log(np.exp(logits - m[:, None]).sum(axis=1))
         start = group.rank * per_rank
         full = np.exp(logits - log_z[:, None])
         full[np.arange(tokens), targets] -= 1.0

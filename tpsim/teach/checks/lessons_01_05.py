@@ -10,7 +10,7 @@ import numpy as np
 
 from tpsim.nn import MLP, Linear, gelu_forward
 from tpsim.partition import shard_range
-from tpsim.teach.checks.registry import exercise, ops
+from tpsim.teach.checks.registry import exercise
 from tpsim.teach.verdict import Report, describe_events
 from tpsim.tp import CopyToTPRegion, ParallelMLP, ReduceFromTPRegion, RowParallelLinear, head_columns
 
@@ -99,6 +99,14 @@ def check_03(r: Report) -> None:
                   f"{describe_events(events)}")
 
 
+def mlp_pair(rng: np.random.Generator, hidden: int, ffn: int, group) -> tuple[MLP, ParallelMLP]:
+    """A serial MLP with random (non-zero) biases and its ParallelMLP twin sharded from the same master weights."""
+    serial = MLP(hidden, ffn, rng=rng, std=0.5)
+    for lin in (serial.c_fc, serial.c_proj):
+        lin.params["bias"][...] = rng.standard_normal(lin.params["bias"].shape)
+    return serial, ParallelMLP.from_serial(serial, group)
+
+
 @exercise("04", "parallel_mlp_forward",
           parallel_mlp_forward=("which of the two linears needs the whole of its input, and which one only its "
                                 "shard?",
@@ -110,10 +118,7 @@ def check_04(r: Report) -> None:
     p = group.size
     for case, (tokens, hidden, ffn) in enumerate([(5, 6, 4 * p), (9, 11, 8 * p)]):
         rng = np.random.default_rng([4, case])
-        serial = MLP(hidden, ffn, rng=rng, std=0.5)
-        for lin in (serial.c_fc, serial.c_proj):
-            lin.params["bias"][...] = rng.standard_normal(lin.params["bias"].shape)
-        mlp = ParallelMLP.from_serial(serial, group)
+        serial, mlp = mlp_pair(rng, hidden, ffn, group)
         x = rng.standard_normal((tokens, hidden))
         fc, proj = mlp.c_fc.params, mlp.c_proj.params
         got = r.call("parallel_mlp_forward", x.copy(), fc["weight"].copy(), fc["bias"].copy(),

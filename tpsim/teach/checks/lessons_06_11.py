@@ -40,6 +40,16 @@ def nll_symptoms(logits: np.ndarray, targets: np.ndarray, p: int, rank: int) -> 
             log_z - wrapped}
 
 
+def vocab_case(seed, tokens: int, vocab: int, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(logits [tokens, V], targets [tokens], log Z [tokens])``, the same on every rank; ×1000 logits make
+    exp overflow without the max-trick."""
+    rng = np.random.default_rng(seed)
+    logits = scale * rng.standard_normal((tokens, vocab))
+    targets = rng.integers(0, vocab, size=tokens)
+    m = logits.max(axis=1)
+    return logits, targets, m + np.log(np.exp(logits - m[:, None]).sum(axis=1))
+
+
 @exercise("06", "vocab_parallel_nll",
           vocab_parallel_nll=("loss = log Σ_c exp(z_c) − z_target: which of these terms does one rank know, and "
                               "which need the whole row of logits?",
@@ -53,12 +63,9 @@ def check_06(r: Report) -> None:
     group = r.grid().tp_group
     p = group.size
     for case, (tokens, per_rank, scale) in enumerate([(7, 3, 1.0), (5, 4, 1000.0), (1, 1, 1.0)]):
-        rng = np.random.default_rng([6, case])
         vocab = per_rank * p
-        logits = scale * rng.standard_normal((tokens, vocab))  # x1000: exp overflows without the max-trick
-        targets = rng.integers(0, vocab, size=tokens)
-        m = logits.max(axis=1)
-        expected = m + np.log(np.exp(logits - m[:, None]).sum(axis=1)) - logits[np.arange(tokens), targets]
+        logits, targets, log_z = vocab_case([6, case], tokens, vocab, scale)
+        expected = log_z - logits[np.arange(tokens), targets]
         start = group.rank * per_rank
         got = r.call("vocab_parallel_nll", logits[:, start:start + per_rank].copy(), targets.copy(), start, group)
         r.compare(f"vocab_parallel_nll for {tokens} tokens, vocabulary {vocab}, logits x{scale:g}", got, expected,
@@ -96,7 +103,8 @@ def check_07(r: Report) -> None:
         got = r.call("tp_grad_norm", entries, group)
         r.compare(f"tp_grad_norm of {len(entries)} gradients (2 replicated) on tp={p}", got,
                   np.sqrt(shards + replicated),
-                  symptoms={f"the replicated gradients counted once per rank, {p} times": np.sqrt(shards + p * replicated),
+                  symptoms={f"the replicated gradients counted once per rank, {p} times":
+                            np.sqrt(shards + p * replicated),
                             "the replicated gradients are left out": np.sqrt(shards),
                             f"{OWN_PARTIAL}: each rank's own norm": np.sqrt(mine + replicated),
                             "the square root is missing: that is the sum of squares": shards + replicated})
