@@ -11,7 +11,7 @@ import pytest
 from launch_program import ROOT, run_mpi
 from tpsim.cli import main as tpsim_main
 from tpsim.teach.checks import CHECKS
-from tpsim.teach.lessons import discover, exercise_files, read_checks
+from tpsim.teach.lessons import discover, exercise_files, lesson_of, read_checks
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def test_lesson_runs_at_its_rank_count_with_every_check_ok(lesson, tmp_path):
 def test_every_exercise_has_a_solution_a_lesson_and_a_check():
     numbers = {info.number for info in LESSONS}
     assert set(STUBS) == set(SOLUTIONS)
-    assert set(STUBS) <= numbers and set(STUBS) <= set(CHECKS)
+    assert {lesson_of(n) for n in STUBS} <= numbers and set(STUBS) <= set(CHECKS)
 
 
 @pytest.mark.parametrize("number", sorted(SOLUTIONS))
@@ -74,17 +74,18 @@ def test_wrong_rank_count_is_one_line_on_rank_zero_and_a_nonzero_exit():
 
 
 def test_wrong_g_backward_is_explained(capfd, tmp_path):
-    """A g backward that doubles the gradient: the check names the rank, the tensor and the difference."""
+    """A g backward that triples the gradient (no known mistake): the check names the rank, the tensor and the
+    difference, and offers hints without printing one."""
     bad = tmp_path / "ex02_wrong.py"
     bad.write_text(SOLUTIONS["02"].read_text() + "\n\ndef g_backward(dy, group):  # redefined: the bug\n"
-                                                "    return dy * 2\n")
+                                                "    return dy * 3\n")
     code, out, err = tpsim(capfd, "check", "02", str(bad))
     assert code == 1, out + err
     assert "exercise 02 FAILED: g_backward" in out
-    assert "rank 0, g_backward(dy) for dy of shape (3, 5)" in out
+    assert "rank 0, g_backward(dy) for dy of shape (3, 5), the same dy on every rank" in out
     assert "expected shape (3, 5), got shape (3, 5)" in out and "max |got − expected| = " in out
-    assert "got = 2 × expected everywhere" in out and "the same goes wrong on rank 1" in out
-    assert "hint: " in out
+    assert "got = 3 × expected everywhere" in out and "the same goes wrong on rank 1" in out
+    assert "tpsim check 02 " in out and " --hint reveals g_backward's " in out
 
 
 def test_a_function_that_raises_is_reported_without_a_hang(capfd, tmp_path):

@@ -16,7 +16,9 @@ from tpsim.launcher import Launch
 from tpsim.launcher import launch as run_mpiexec
 
 from tpsim.table import format_table
-from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, discover, exercise_file, find_lesson, normalize
+from tpsim.teach.hints import HINT_STATE, NEXT
+from tpsim.teach.lessons import (DEFAULT_OUT, LessonsNotFound, discover, exercise_file, find_lesson, lesson_of,
+                                 normalize_exercise)
 
 LESSON_TIMEOUT, CHECK_TIMEOUT = 300.0, 120.0
 
@@ -41,12 +43,15 @@ def run_lesson(number: str | int, out: str | None = None, *, timeout: float = LE
 
 
 def run_check(number: str | int, file: str | Path | None = None, *, timeout: float = CHECK_TIMEOUT,
-              capture: bool = False) -> Launch:
-    """Check ``file`` (default: the exercise stub) for exercise ``number`` at its lesson's rank count."""
-    number = normalize(number)
+              capture: bool = False, hint: int = 0, hint_state: Path = HINT_STATE) -> Launch:
+    """Check ``file`` (default: the exercise stub) for exercise ``number`` at its lesson's rank count; ``hint``:
+    0 none, ``NEXT`` one level more than last time, N levels 1..N (``tpsim.teach.hints``)."""
+    number = normalize_exercise(number)
     path = Path(file) if file is not None else _shorter(exercise_file(number))
-    ranks = find_lesson(number).ranks
-    return launch(ranks, ["-m", "tpsim.teach.run_check", number, str(path)], timeout=timeout, capture=capture)
+    ranks = find_lesson(lesson_of(number)).ranks
+    hints = ["--hint", str(hint), "--hint-state", str(Path(hint_state).resolve())] if hint else []
+    return launch(ranks, ["-m", "tpsim.teach.run_check", number, str(path), *hints], timeout=timeout,
+                  capture=capture)
 
 
 def _shorter(path: Path) -> Path:
@@ -55,6 +60,12 @@ def _shorter(path: Path) -> Path:
         return path.relative_to(Path.cwd())
     except ValueError:
         return path
+
+
+def _level(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a hint level counts from 1, got {text!r}")
+    return int(text)
 
 
 def lesson_main(argv: list[str]) -> int:
@@ -82,16 +93,20 @@ def check_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="tpsim check", description="Check your exercise against the reference "
                                      "on real ranks, at its lesson's rank count.",
                                      epilog="exit status: 0 right, 1 wrong (explained), 2 usage, 3 not done yet "
-                                            "(NotImplementedError), 124 stopped by --timeout")
-    parser.add_argument("number", help="exercise number, e.g. 02")
+                                            "(NotImplementedError), 124 stopped by --timeout. Hint levels are "
+                                            f"remembered per exercise in {HINT_STATE} (delete it to start over).")
+    parser.add_argument("number", help="exercise number, e.g. 02, or 04b for the harder one of lesson 04")
     parser.add_argument("file", nargs="?", default=None,
                         help="the file with your functions (default lessons/exercises/exNN_*.py)")
     parser.add_argument("--timeout", type=float, default=CHECK_TIMEOUT, help="seconds before the check is stopped")
+    parser.add_argument("--hint", nargs="?", type=_level, const=NEXT, default=0, metavar="N",
+                        help="after the verdict, the next hint for the function that went wrong (one level more "
+                             "each time), or levels 1..N")
     args = parser.parse_args(argv)
     try:
         if args.file is not None and not Path(args.file).is_file():
             raise LessonsNotFound(f"no such file: {args.file}")
-        return run_check(args.number, args.file, timeout=args.timeout).returncode
+        return run_check(args.number, args.file, timeout=args.timeout, hint=args.hint).returncode
     except LessonsNotFound as err:
         print(f"tpsim check: error: {err}", file=sys.stderr)
         return 2

@@ -43,6 +43,23 @@ def normalize(number: str | int) -> str:
     return f"{int(text):02d}"
 
 
+EXERCISE_NUMBER = re.compile(r"^(\d{1,2})([a-z]?)$")
+
+
+def normalize_exercise(number: str | int) -> str:
+    """``4``, ``"04"`` -> ``"04"``; ``"4b"``, ``"04B"`` -> ``"04b"``: a harder exercise on lesson 04's topic."""
+    m = EXERCISE_NUMBER.match(str(number).strip().lower())
+    if m is None:
+        raise LessonsNotFound(f"an exercise number is a lesson number, optionally with a letter (04, 04b), "
+                              f"got {number!r}")
+    return f"{int(m.group(1)):02d}{m.group(2)}"
+
+
+def lesson_of(exercise: str) -> str:
+    """The lesson an exercise belongs to (and runs at the rank count of): ``"04b"`` -> ``"04"``."""
+    return normalize_exercise(exercise)[:2]
+
+
 @dataclass(frozen=True)
 class LessonInfo:
     number: str  # "03"
@@ -84,16 +101,19 @@ def find_lesson(number: str | int, root: Path | None = None) -> LessonInfo:
 
 
 def exercise_files(kind: str = "exercises", root: Path | None = None) -> dict[str, Path]:
-    """``{"02": lessons/exercises/ex02_conjugate_f_g.py, ...}`` (``kind`` "exercises" or "solutions")."""
+    """``{"02": lessons/exercises/ex02_conjugate_f_g.py, "04b": ..., ...}`` (``kind`` "exercises" or "solutions").
+
+    ``exNN_name.py`` is lesson NN's exercise; ``exNNb_name.py`` (a letter after the number) a harder one on the
+    same lesson's topic, checked at that lesson's rank count."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     folder = (lessons_dir() if root is None else root) / kind
-    pattern = re.compile(r"^ex(\d\d)_\w+\.py$")
+    pattern = re.compile(r"^ex(\d\d[a-z]?)_\w+\.py$")
     return {m.group(1): p for p in sorted(folder.glob("ex*.py")) if (m := pattern.match(p.name))}
 
 
 def exercise_file(number: str | int, kind: str = "exercises", root: Path | None = None) -> Path:
-    number = normalize(number)
+    number = normalize_exercise(number)
     files = exercise_files(kind, root)
     if number not in files:
         raise LessonsNotFound(f"there is no lessons/{kind}/ex{number}_*.py")

@@ -27,6 +27,8 @@ from tpsim.comm import CommEvent, ProcessGrid, Tracer
 from tpsim.comm.agree import Agreement
 from tpsim.compare import max_abs_diff
 from tpsim.errors import ConfigError
+from tpsim.teach.diagnose import diagnose, explain_difference  # noqa: F401 (the checks import it from here)
+from tpsim.teach.hints import HINT_STATE, offer, reveal
 
 OK, WRONG, RAISED, NOT_DONE = 0, 1, 2, 3  # agreed by MAX over the ranks: the worst wins
 EXIT_STATUS = {OK: 0, WRONG: 1, RAISED: 1, NOT_DONE: 3}
@@ -34,12 +36,13 @@ EXIT_STATUS = {OK: 0, WRONG: 1, RAISED: 1, NOT_DONE: 3}
 
 @dataclass(frozen=True)
 class Check:
-    """Exercise ``number``: the learner's ``functions`` and the check that drives them, with a hint per function."""
+    """Exercise ``number``: the learner's ``functions`` and the check that drives them, with hints per function
+    (a tuple of levels, from a nudge to the last, which comes close to the answer)."""
 
     number: str
     functions: tuple[str, ...]
     run: Callable[["Report"], None]
-    hints: dict[str, str] = field(default_factory=dict)
+    hints: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -50,6 +53,7 @@ class Finding:
     function: str
     what: str
     lines: list[str]
+    named: bool = False  # a symptom (a known mistake) explains it, not only the generic difference
 
 
 class Stop(Exception):
@@ -58,58 +62,6 @@ class Stop(Exception):
     def __init__(self, status: int, function: str) -> None:
         super().__init__(function)
         self.status, self.function = status, function
-
-
-def ranges(index: np.ndarray) -> str:
-    """``[0 1 2 3 8 9]`` -> ``"0–3, 8–9"``: integer index arrays read at a glance."""
-    runs, start = [], None
-    for i, v in enumerate(index.tolist()):
-        if start is None:
-            start = prev = v
-        elif v != prev + 1:
-            runs.append((start, prev))
-            start = v
-        prev = v
-        if i == len(index) - 1:
-            runs.append((start, prev))
-    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs) or "(empty)"
-
-
-def explain_difference(got, expected: np.ndarray, tol: float) -> list[str] | None:
-    """``None`` if ``got`` matches ``expected`` within ``tol``; otherwise lines saying how it differs."""
-    expected = np.asarray(expected)
-    if got is None:
-        return ["your function returned None (a missing return statement?)",
-                f"expected shape {expected.shape}, got nothing"]
-    try:
-        got = np.asarray(got, dtype=np.result_type(expected.dtype, np.float64))
-    except (TypeError, ValueError):
-        return [f"your function returned a {type(got).__name__}, expected an array of shape {expected.shape}"]
-    head = f"expected shape {expected.shape}, got shape {got.shape}"
-    if got.shape != expected.shape:
-        return [head]
-    if expected.dtype.kind in "iub":
-        if np.array_equal(got, expected):
-            return None
-        return [head, f"expected {ranges(expected)}", f"got      {ranges(got.astype(np.int64))}"]
-    if got.size == 0:
-        return None
-    bad = ~np.isfinite(got)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        return [head, f"got {got[where]} at index {where}: not finite (an overflow in exp? subtract the max first)"]
-    diff = np.abs(got - expected)
-    worst = float(diff.max())
-    if worst <= tol:
-        return None
-    where = tuple(int(i) for i in np.unravel_index(int(diff.argmax()), diff.shape))
-    lines = [head, f"max |got − expected| = {worst:.3g} at index {where}: expected {expected[where]:.6g}, "
-                   f"got {got[where]:.6g}"]
-    if expected.size > 1 and expected[where] != 0:
-        ratio = got[where] / expected[where]
-        if abs(ratio - 1) > 1e-6 and np.allclose(got, ratio * expected, rtol=1e-9, atol=tol):
-            lines.append(f"got = {ratio:.6g} × expected everywhere")
-    return lines
 
 
 def describe_events(events: list[CommEvent]) -> str:
@@ -161,15 +113,16 @@ class Report:
             raise Stop(agreed, name)
         return out
 
-    def compare(self, what: str, got, expected, tol: float = 1e-10) -> bool:
-        """Record a finding unless ``got`` equals ``expected`` within ``tol`` (absolute)."""
+    def compare(self, what: str, got, expected, tol: float = 1e-10, symptoms: dict | None = None) -> bool:
+        """Record a finding unless ``got`` equals ``expected`` within ``tol`` (absolute). ``symptoms``:
+        ``{sentence: what that mistake returns on these inputs}``, tried in order (``tpsim.teach.diagnose``)."""
         self.compared += 1
-        lines = explain_difference(got, expected, tol)
+        lines, named = diagnose(got, expected, tol, symptoms)
         if lines is None:
             if np.asarray(expected).dtype.kind == "f" and np.size(expected):
                 self.worst = max(self.worst, max_abs_diff(got, expected))
             return True
-        self.findings.append(Finding(self.rank, self.function, what, lines))
+        self.findings.append(Finding(self.rank, self.function, what, lines, named))
         return False
 
     def require(self, ok: bool, what: str, message: str) -> bool:
@@ -189,8 +142,9 @@ def load(path: Path, number: str):
     return module
 
 
-def run(check: Check, path: Path) -> int:
-    """Check the file ``path`` on every rank; rank 0 prints the verdict. Returns the exit status (same everywhere)."""
+def run(check: Check, path: Path, hint: int = 0, hint_state: Path = HINT_STATE) -> int:
+    """Check the file ``path`` on every rank; rank 0 prints the verdict (and, with ``hint``, the hints: see
+    ``tpsim.teach.hints``). Returns the exit status (the same everywhere)."""
     agree = Agreement()
     status, stopped_in = OK, ""
     try:
@@ -212,8 +166,24 @@ def run(check: Check, path: Path) -> int:
     status = WRONG if agreed[1] else int(agreed[0])
     gathered = agree.gather((report.findings, report.compared, report.worst))
     if agree.rank == 0:
-        print(summary(check, path, status, stopped_in, gathered, agree.size), flush=True)
+        text = summary(check, path, status, stopped_in, gathered, agree.size)
+        about = stuck_in(status, stopped_in, gathered)
+        if about and hint:
+            text += "\n" + "\n".join(reveal(check.number, about, check.hints.get(about, ()), hint, hint_state))
+        elif about:
+            text += "\n" + offer(check.number, about, check.hints.get(about, ()), path)
+        print(text.rstrip(), flush=True)
     return EXIT_STATUS[status]
+
+
+def stuck_in(status: int, stopped_in: str, gathered: list) -> str:
+    """The function a hint is about: the first one that went wrong, or the one not done yet; "" when OK."""
+    if status == OK:
+        return ""
+    if status == NOT_DONE:
+        return stopped_in
+    findings = [f for rank_findings, _, _ in gathered for f in rank_findings]
+    return findings[0].function if findings else stopped_in
 
 
 def summary(check: Check, path: Path, status: int, stopped_in: str, gathered: list, ranks: int) -> str:
@@ -240,8 +210,6 @@ def summary(check: Check, path: Path, status: int, stopped_in: str, gathered: li
     more = len({(f.function, f.what) for f in findings}) - 1
     if more > 0:
         lines.append(f"  ({more} more problem{'s' if more > 1 else ''} after this one; fix this first)")
-    if first.function in check.hints:
-        lines.append(f"  hint: {check.hints[first.function]}")
     if stopped_in and stopped_in != first.function:
         lines.append(f"  ({stopped_in} stopped the check too: not done yet, or it raised on some rank)")
     return "\n".join(lines)

@@ -1,0 +1,39 @@
+"""Exercise 08b (harder) — choose (tp, dp) under a memory budget (lesson 08_data_times_tensor_parallel.py).
+
+``world`` ranks can be laid out as TP(tp) × DP(dp) for every tp that divides world. A larger tp shrinks the
+parameters, gradients and optimizer state each rank holds (÷ tp) but, at a fixed global batch, gives each DP
+replica more rows, so activations can grow; the bytes on the wire move from DP's gradient all-reduce to TP's
+per-layer all-reduces. Pick the layout a planner would: the fewest bytes sent per rank per step among those
+that fit the per-rank memory budget.
+
+Both sides are tpsim's own formulas (pure arithmetic, no MPI):
+    tpsim.trace.memory.predict_memory(config, tp, local_batch, seq, dtype) -> {"params": …, "activations": …, …}
+        bytes per rank; a layout's memory is the sum of the values; local_batch = batch // dp
+    tpsim.trace.formulas.predict_step(config, tp, dp, batch, seq, dtype, clip=False) -> [Prediction, …]
+        every collective of one training step; a layout's communication is the sum of their ``wire_bytes``
+    config.check(tp) raises ConfigError when tp is not allowed (heads must divide by tp)
+
+Check it:   tpsim check 08b          (8 ranks like lesson 08; compared with a brute-force search)
+Stuck?      tpsim check 08b --hint   (one hint more each time)
+The reference answer is in lessons/solutions/ex08b_layout_under_memory_budget.py — try first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.models.config import GPTConfig
+from tpsim.trace.formulas import predict_step  # noqa: F401  (the formulas you need)
+from tpsim.trace.memory import predict_memory  # noqa: F401
+
+
+def choose_layout(config: GPTConfig, world: int, batch: int, seq: int, dtype: np.dtype,
+                  budget_bytes: int) -> tuple[int, int] | None:
+    """The ``(tp, dp)`` with ``tp · dp = world`` that sends the fewest wire bytes per rank per step among the
+    layouts whose memory per rank is at most ``budget_bytes``; on a tie the smaller tp. ``None`` if none fits.
+
+    ``batch``: the global batch (each DP replica takes ``batch // dp`` rows; dp must divide it); ``seq``: the
+    sequence length; ``dtype``: the model's dtype. A layout is allowed only where ``config.check(tp)`` passes.
+    """
+    # TODO: try every layout; keep those that fit; the cheapest on the wire.
+    raise NotImplementedError
