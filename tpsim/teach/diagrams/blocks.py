@@ -20,6 +20,7 @@ MEGATRON = "Shoeybi et al. 2019 (Megatron-LM, arXiv:1909.08053)"
 F_NOTE = "forward: identity\nbackward: all-reduce"
 G_NOTE = "forward: all-reduce\nbackward: identity"
 LANE, BOX_H, ARROW, GATE = 0.9, 0.5, 1.2, 0.45  # lane pitch, box height, arrow length, width of f and g
+IO_W, IO_H, GAP, INSET = 1.0, 0.6, 0.45, 0.4  # X and Z boxes, their arrows to f and g, f to the first stage
 
 
 @dataclass(frozen=True)
@@ -36,22 +37,19 @@ def region_diagram(p: int, title: str, caption: str, source: str, sink: str, sta
     """``source → f → p lanes of stages → g → sink``; returns the matplotlib figure."""
     if p < 1:
         raise ValueError(f"a tensor-parallel group has at least one rank, not {p}")
-    width = 0.2 + 1.0 + 0.45 + GATE + 0.4 + sum(s.width + ARROW for s in stages) + GATE + 0.45 + 1.0 + 0.2
+    width = 0.2 + 2 * (IO_W + GAP + GATE) + INSET + sum(s.width + ARROW for s in stages) + 0.2
     lanes_bottom = caption_space(caption) + 0.75  # room for the notes under f and g
     lanes_top = lanes_bottom + p * LANE
     board = Board(width, lanes_top + 1.0, title, caption)
     mid = (lanes_bottom + lanes_top) / 2
-    io_h = 0.6
 
-    x = 0.2
-    src = board.box(x, mid - io_h / 2, 1.0, io_h, source)
-    x = src.right + 0.45
-    f = board.box(x, lanes_bottom + 0.04, GATE, p * LANE - 0.08, "f", color=F_COLOR, text_color="white",
+    src = board.box(0.2, mid - IO_H / 2, IO_W, IO_H, source)
+    f = board.box(src.right + GAP, lanes_bottom + 0.04, GATE, p * LANE - 0.08, "f", color=F_COLOR, text_color="white",
                   size=15, weight="bold")
     board.arrow((src.right, mid), (f.x, mid))
     board.text(f.cx, lanes_bottom - 0.38, F_NOTE, size=8, color=F_COLOR)
 
-    lane_x, x = f.right + 0.06, f.right + 0.4
+    lane_x, x = f.right + 0.06, f.right + INSET
     for stage in stages:
         board.text(x + stage.width / 2, lanes_top + 0.22, stage.header, size=8.5, color=QUIET, style="italic")
         x += stage.width + ARROW
@@ -63,14 +61,14 @@ def region_diagram(p: int, title: str, caption: str, source: str, sink: str, sta
         board.band(lane, f"rank {r}")
         _draw_lane(board, r, stages, start=(f.right, lane.y + 0.36), end_x=g.x)
 
-    sink_box = board.box(g.right + 0.45, mid - io_h / 2, 1.0, io_h, sink)
+    sink_box = board.box(g.right + GAP, mid - IO_H / 2, IO_W, IO_H, sink)
     board.arrow((g.right, mid), (sink_box.x, mid))
     return board.fig
 
 
 def _draw_lane(board: Board, r: int, stages: list[Stage], start: tuple[float, float], end_x: float) -> None:
     """Rank r's boxes on the line ``y = start[1]``, from f's edge to g's, each output arrow labelled by shape."""
-    x, y = start[0] + 0.4, start[1]
+    x, y = start[0] + INSET, start[1]
     board.arrow(start, (x, y))
     for i, stage in enumerate(stages):
         box = board.box(x, y - BOX_H / 2, stage.width, BOX_H, stage.label(r), color="white")
