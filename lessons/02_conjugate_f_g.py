@@ -143,6 +143,20 @@ lesson.equal("wire bytes per rank = 2·(p−1)/p · bytes (ring all-reduce)", {e
              {2 * (RANKS - 1) * nbytes // RANKS})
 
 # %% [markdown]
+# ## A picture of f and g
+#
+# The board below draws the four passes on this run's ranks, one lane per rank, and is saved as `02_f_and_g.png`
+# in the `--out` folder. f is blue and g red in every diagram of the course; a thick border marks an all-reduce.
+# Read it along the diagonals: f's backward is g's forward, g's backward is f's forward — the conjugacy the
+# dot-product test just confirmed. Lessons 04 and 05 draw the same two boxes around the MLP and attention.
+
+# %%
+if lesson.rank == 0:
+    from tpsim.teach.diagrams import f_g_diagram
+
+    lesson.save(f_g_diagram(RANKS), "02_f_and_g.png")
+
+# %% [markdown]
 # ## What to take away
 #
 # * f (identity forward, all-reduce backward) opens a parallel region; g (all-reduce forward, identity

@@ -150,6 +150,21 @@ if lesson.rank == 0:
     lesson.save(fig, "04_gelu_not_additive.png")
 
 # %% [markdown]
+# ## The whole layer in one picture
+#
+# Figure 3a of the Megatron-LM paper (Shoeybi et al. 2019, arXiv:1909.08053), redrawn for this run's ranks and
+# saved as `04_mlp_f_g.png`: f where the replicated `X` enters, one lane per rank holding its columns `A_r` of
+# `c_fc`, the GeLU on its own slice and its rows `B_r` of `c_proj`, then g where the partial results are summed.
+# Inside the lanes the activations are `[b, s, 4h/p]` (here `[tokens, 4h/p]`) and never move; only the
+# `[b, s, h]` tensors at f and g cross between ranks — the two all-reduces the trace above recorded.
+
+# %%
+if lesson.rank == 0:
+    from tpsim.teach.diagrams import mlp_diagram
+
+    lesson.save(mlp_diagram(RANKS), "04_mlp_f_g.png")
+
+# %% [markdown]
 # ## What to take away
 #
 # * Split `c_fc` by columns so GeLU runs on each rank's slice; split `c_proj` by rows so it consumes that

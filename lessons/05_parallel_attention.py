@@ -140,6 +140,20 @@ if lesson.rank == 0:
     lesson.save(fig, "05_qkv_layout.png")
 
 # %% [markdown]
+# ## The whole block in one picture
+#
+# Figure 3b of the Megatron-LM paper (Shoeybi et al. 2019, arXiv:1909.08053), redrawn for this run — 4 ranks,
+# 8 heads — and saved as `05_attention_f_g.png`. Each lane computes the q, k and v of its own two heads (the
+# columns `head_columns` picks), runs the attention core head by head, and multiplies the context by its rows
+# `B_r` of `c_proj`. f and g sit exactly where they sat around the MLP in lesson 04.
+
+# %%
+if lesson.rank == 0:
+    from tpsim.teach.diagrams import attention_diagram
+
+    lesson.save(attention_diagram(RANKS, heads), "05_attention_f_g.png")
+
+# %% [markdown]
 # ## What to take away
 #
 # * Attention splits by whole heads: column-parallel `c_attn`, a local core, row-parallel `c_proj`.
