@@ -41,7 +41,6 @@ def test_lesson_runs_at_its_rank_count_with_every_check_ok(lesson, tmp_path):
     assert [claim for claim, ok in checks if not ok] == []
     assert f"lesson {lesson.number}: {len(checks)} checks, all OK" in r.stdout
     assert all(png.read_bytes()[:4] == b"\x89PNG" for png in tmp_path.glob("*.png"))
-    assert r.seconds < 30, f"lesson {lesson.number} took {r.seconds:.1f} s (aim: a few seconds)"
 
 
 def test_every_exercise_has_a_solution_a_lesson_and_a_check():
