@@ -3,6 +3,8 @@
     RANKS = 4
     lesson = Lesson("03", RANKS)        # another world size: one line on rank 0, exit status 2 on every rank
     lesson.say("printed once, by rank 0")
+    lesson.section("Row-parallel: each rank owns some input features")   # a markdown cell's ## heading
+    lesson.expect("the partial sums add up to the serial output, to rounding")   # the line before a CHECK
     lesson.close("max |parallel − serial| of y", y, y_serial)     # CHECK ...: 2.2e-16 (tolerance 1e-12) ... OK
     lesson.equal("all-reduces in the forward", n_calls, 1)        # CHECK ...: 1 (expected 1) ... OK
     lesson.check("a claim", "what was measured", ok)              # the general form
@@ -75,6 +77,17 @@ class Lesson:
         """Print on rank 0 only, one whole write (lines of several ranks never interleave)."""
         if self.rank == 0:
             print("\n".join(lines), flush=True)
+
+    def section(self, title: str) -> None:
+        """Print the ``## title`` heading of the markdown cell above, so a terminal run has the lesson's outline.
+
+        ``tests/test_lesson_outline.py`` holds every lesson to printing each of its ``## `` headings, in order.
+        """
+        self.say("", f"## {title}")
+
+    def expect(self, text: str) -> None:
+        """One line before a CHECK: what it should show and why, for a reader who has only the terminal."""
+        self.say(f"expect: {text}")
 
     def gather(self, obj) -> list | None:
         """Every rank's ``obj`` in rank order on rank 0 (``None`` elsewhere); untraced."""
