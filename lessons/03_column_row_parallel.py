@@ -223,7 +223,8 @@ def total(route: str, field: str) -> int:
 
 
 lesson.expect(f"measured logical ratio (f + h)/h = {(ffn + hidden) / hidden:g}, wire ratio (f + 2h)/(2h) = "
-              f"{(ffn + 2 * hidden) / (2 * hidden):g}: an all-gather sends half of what an all-reduce of the same size does")
+              f"{(ffn + 2 * hidden) / (2 * hidden):g}: an all-gather sends half of what an all-reduce of the same "
+              "size does")
 lesson.equal("this run, A / B: (logical bytes, wire bytes)",
              (total("A", "bytes") / total("B", "bytes"), total("A", "wire_bytes") / total("B", "wire_bytes")),
              ((ffn + hidden) / hidden, (ffn + 2 * hidden) / (2 * hidden)))
