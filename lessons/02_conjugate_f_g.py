@@ -144,17 +144,19 @@ counts = {(op, phase): len(tracer.select(scope=op, phase=phase)) for op in ("f",
 rows = [["operator", "forward", "backward"]] + [[op, str(counts[op, "forward"]), str(counts[op, "backward"])]
                                                for op in ("f", "g")]
 lesson.say("collectives per call:", table(rows), "")
-lesson.expect("f: nothing forward, one all-reduce backward; g: the mirror image")
+lesson.expect("f: nothing forward, one all-reduce backward")
 lesson.equal("collectives of f (forward, backward)", (counts["f", "forward"], counts["f", "backward"]), (0, 1))
+lesson.expect("g: one all-reduce forward, nothing backward — f's mirror image")
 lesson.equal("collectives of g (forward, backward)", (counts["g", "forward"], counts["g", "backward"]), (1, 0))
 
 records = [e.as_dict() for e in tracer.events]
 lesson.say(format_comm_table(summarize(records, keys=("scope", "phase", "op"), ranks=1),
                              keys=("scope", "phase", "op"), title="rank 0's trace:"), "")
 nbytes = x.nbytes
-lesson.expect(f"every all-reduce moves the whole [tokens, hidden] tensor, {nbytes} bytes; on the wire a ring "
-              f"sends 2(p−1)/p of it, which at p = 2 is the same number")
+lesson.expect(f"every all-reduce is of the whole [tokens, hidden] tensor, {nbytes} bytes")
 lesson.equal("bytes of each all-reduce = the [tokens, hidden] tensor", {e.bytes for e in tracer.events}, {nbytes})
+lesson.expect("on the wire a ring all-reduce sends 2(p−1)/p of it — at p = 2 exactly the same number "
+              "(lessons 03, 06 and 11 run at p = 4, where the two differ)")
 lesson.equal("wire bytes per rank = 2·(p−1)/p · bytes (ring all-reduce)", {e.wire_bytes for e in tracer.events},
              {2 * (RANKS - 1) * nbytes // RANKS})
 

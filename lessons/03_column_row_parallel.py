@@ -63,9 +63,9 @@ lesson.close("column-parallel forward: max |y_r − y_serial[:, my columns]|", y
 fc1.zero_grad()
 dx = col.backward(dy[:, mine], cache)
 dx_serial = fc1.backward(dy, serial_cache)
-lesson.expect("∂L/∂x equals serial once f's all-reduce has summed the ranks' partial terms; the weight and bias "
-              "gradients need nothing")
+lesson.expect("∂L/∂x equals serial once f's all-reduce has summed the ranks' partial terms")
 lesson.close("column-parallel backward: max |∂L/∂x − serial| (after f's all-reduce)", dx, dx_serial)
+lesson.expect("the weight and bias gradients need no communication: slices of the serial ones (derived below)")
 lesson.close("weight and bias gradient shards vs the serial gradients' slices",
              shard_error(col, dict(fc1.named_grads())), 0.0)
 
@@ -97,8 +97,9 @@ lesson.close("row-parallel forward: max |z − z_serial|", z, z_serial)
 
 fc2.zero_grad()
 du = row.backward(dz, cache)  # g's backward is the identity; the split's backward all-gathers ∂L/∂u
-lesson.expect("∂L/∂u is whole again after the split's all-gather; the weight rows and the bias need nothing")
+lesson.expect("∂L/∂u is whole again after the split's all-gather")
 lesson.close("row-parallel backward: max |∂L/∂u − serial|", du, fc2.backward(dz, serial_cache))
+lesson.expect("the weight rows and the replicated bias get their gradients without communication")
 lesson.close("weight shard and replicated bias gradients vs serial", shard_error(row, dict(fc2.named_grads())), 0.0)
 partials_with_bias = group.all_reduce(u[:, mine] @ row.params["weight"] + row.params["bias"])
 lesson.expect("a bias added to every partial sum comes out p times: a large difference")
@@ -168,6 +169,7 @@ z_ref, ref_cache = fc2.forward(fc1.forward(x)[0])
 lesson.expect("both routes compute the same function: serial outputs, and the same ∂L/∂x")
 lesson.close("A (gather, then split): max |output − serial|", z_a, z_ref)
 lesson.close("B (parallel input): max |output − serial|", z_b, z_ref)
+lesson.expect("and the same input gradient: the routes differ only in what they move")
 lesson.close("A and B give the same ∂L/∂x", dx_a, dx_b)
 
 # %% [markdown]
@@ -197,8 +199,9 @@ for phase in ("forward", "backward"):
                  (len(calls("B", phase, "all_gather")), len(calls("B", phase, "all_reduce"))), (0, 1))
 saved = sum(e.bytes for e in tracer.events if e.scope.startswith("A.")) - \
     sum(e.bytes for e in tracer.events if e.scope.startswith("B."))
-lesson.expect("A's extra bytes are its two all-gathers; what B moves is the two all-reduces both routes need")
+lesson.expect("A's extra bytes are its two all-gathers of the [tokens, ffn] activation")
 lesson.equal("bytes B saves = two all-gathers of the [tokens, ffn] activation (2·tokens·ffn·8)", saved, 2 * act)
+lesson.expect("B moves only the two [tokens, hidden] all-reduces that any route needs")
 lesson.equal("bytes B still moves = two all-reduces of [tokens, hidden]",
              sum(e.bytes for e in tracer.events if e.scope.startswith("B.")), 2 * out_bytes)
 

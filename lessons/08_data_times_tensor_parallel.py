@@ -46,7 +46,9 @@ lesson.say(*(lesson.gather(f"  {grid.describe()}:  TP group {list(grid.tp_group.
                            f"DP group {list(grid.dp_group.ranks)}") or []), "")
 lesson.expect("rows of arange(8).reshape(2, 4) are the TP groups, columns the DP groups")
 lesson.equal("TP groups", grid.tp_groups, [[0, 1, 2, 3], [4, 5, 6, 7]])
+lesson.expect("a DP group is a column: the ranks that hold the same shard in the two replicas")
 lesson.equal("DP groups", grid.dp_groups, [[0, 4], [1, 5], [2, 6], [3, 7]])
+lesson.expect("each rank's coordinates fall out of its number: the remainder and the quotient by tp")
 lesson.equal("(tp_rank, dp_rank) = (rank % 4, rank // 4) on every rank", (grid.tp_rank, grid.dp_rank),
              (grid.rank % 4, grid.rank // 4))
 
@@ -84,6 +86,7 @@ lesson.equal("DP-group broadcasts = all parameters", len(tracer.select(phase="in
              len(params))
 report = check_replicas(model, grid)
 lesson.say(f"after: {report.summary()}", "")
+lesson.expect("after the broadcasts every replicated parameter agrees over TP and every parameter over DP")
 lesson.equal("replicas consistent after the broadcasts", report.ok, True)
 
 # %% [markdown]
@@ -134,12 +137,14 @@ serial = serial_gpt(config, seed=SEED)
 loss_serial = serial.loss_and_grads(global_ids, global_labels)
 lesson.expect("after the DP average the replicas hold the global batch's loss and gradients: serial, to rounding")
 lesson.close(f"loss of the global batch vs serial {loss_serial:.6f}", loss, loss_serial)
+lesson.expect("each rank's gradient shard, averaged with its DP twin, is the slice of the serial gradient")
 lesson.close("every gradient shard after the DP average vs the serial gradients",
              shard_error(model, dict(serial.named_grads())), 0.0)
 
 ddp_calls = [e for e in tracer.select(phase="dp_sync", op="all_reduce") if e.scope.startswith("ddp.")]
 lesson.expect("one all-reduce per bucket, and together they carry every local gradient exactly once")
 lesson.equal("DP all-reduces = buckets", len(ddp_calls), len(sync.buckets))
+lesson.expect(f"the buckets together carry all {sync.total_bytes} bytes of local gradients, none twice")
 lesson.equal("bytes all-reduced = every local gradient once", sum(e.bytes for e in ddp_calls), sync.total_bytes)
 lesson.say(f"(one all-reduce per tensor would have been {len(params)} calls instead of {len(sync.buckets)})", "")
 
@@ -165,6 +170,7 @@ for step in range(3):
 
 lesson.expect("after 3 steps the replicas still agree bit for bit and every shard is the serial slice")
 lesson.equal("replicas consistent after 3 steps", check_replicas(model, grid).ok, True)
+lesson.expect("three AdamW steps with clipping later, every shard is still the serial parameter's slice")
 lesson.close("after 3 steps, every parameter shard vs the serial model's",
              shard_error(model, dict(serial.named_parameters()), grads=False), 0.0, tol=1e-10)
 

@@ -99,16 +99,19 @@ def moved(way: str, phase: str, op: str) -> int:
 
 E, F, f8 = cfg.emb_dim, cfg.features, 8
 backbone_bytes = sum(p.nbytes for _, p in serial.backbone.named_parameters())
-lesson.expect("Megatron: the inputs broadcast and ∂L/∂embeddings all-reduced; InsightFace: embeddings gathered, "
-              "their gradient reduce-scattered, the backbone's gradients all-reduced — each its exact size")
+lesson.expect("Megatron: rank 0 broadcasts the whole batch, inputs and labels, to the other ranks")
 lesson.equal("Megatron: broadcast of the batch = N·F·8 (inputs) + N·8 (labels)", moved("Megatron", "data", "broadcast"),
              N * F * f8 + N * 8)
+lesson.expect("Megatron: f's all-reduce in the classifier sums ∂L/∂embeddings for all N samples")
 lesson.equal("Megatron: backward all-reduce of ∂L/∂embeddings = N·E·8", moved("Megatron", "backward", "all_reduce"),
              N * E * f8)
+lesson.expect("InsightFace: every rank gathers all N embeddings to score them against its classes")
 lesson.equal("InsightFace: all-gather of the embeddings = N·E·8", moved("InsightFace", "forward", "all_gather"),
              N * E * f8)
+lesson.expect("InsightFace: the all-gather's conjugate sums the N rows' gradients and keeps each rank's N/p")
 lesson.equal("InsightFace: reduce-scatter of ∂L/∂embeddings = N·E·8",
              moved("InsightFace", "backward", "reduce_scatter"), N * E * f8)
+lesson.expect("InsightFace: the data-parallel backbone averages its gradients, DDP-style: its whole size")
 lesson.equal("InsightFace: DP all-reduce of the backbone's gradients = its parameter bytes",
              moved("InsightFace", "dp_sync", "all_reduce"), backbone_bytes)
 lesson.expect("the cross-entropy is the same in both: lesson 06's three [N] all-reduces")

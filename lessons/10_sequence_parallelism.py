@@ -80,13 +80,14 @@ _, ln_cache_serial = serial_ln.forward(x)
 xhat_serial = ln_cache_serial.xhat
 copies = lesson.gather(xhat_tp)  # every rank's x̂, on rank 0
 identical = copies is None or all(np.array_equal(c, copies[0]) for c in copies)  # judged where they are
-lesson.expect("plain TP: p equal copies of the whole x̂; SP: a quarter of it per rank, the serial values")
+lesson.expect("plain TP: every rank caches the whole x̂, p equal copies of one tensor")
 lesson.check("plain TP: every rank caches the whole [b, s, h] x̂, and the 4 copies are equal",
              f"shape {xhat_tp.shape} on each rank", identical)
 
 ln_sp = SequenceParallelLayerNorm.from_serial(serial_ln, group).set_path("sp.ln_2")
 _, ln_cache_sp = ln_sp.forward(split_sequence(x, group))
 xhat_sp = ln_cache_sp.xhat
+lesson.expect("SP: each rank caches x̂ for its own s/p positions only, and they are the serial values")
 lesson.equal("SP: x̂ of this rank's positions only, [b, s/p, h]", xhat_sp.shape, (b, s // p, h))
 lesson.close("SP: the shard is the serial x̂ at this rank's positions", xhat_sp, xhat_serial[:, mine])
 
@@ -112,10 +113,11 @@ with tracer.paused():
     everyone = group.all_gather(partial[None], axis=0)  # [p, b, s, h] bookkeeping: every rank's partial
 total = everyone.sum(axis=0)
 
-lesson.expect("each operator, forward and backward, equals its serial meaning to rounding")
+lesson.expect("ḡ: the sum of the ranks' partials, this rank's positions only; backward, the whole dy again")
 lesson.close("ḡ forward: reduce-scatter = (Σ_r partial_r)[:, my positions]", g_bar.forward(partial, group),
              total[:, mine])
 lesson.close("ḡ backward: all-gather of the shards = the whole dy", g_bar.backward(dy[:, mine], group), dy)
+lesson.expect("f̄: the shards gathered into the whole x; backward, the summed gradient of this rank's positions")
 lesson.close("f̄ forward: all-gather of the shards = the whole x", f_bar.forward(x[:, mine], group), x)
 lesson.close("f̄ backward: reduce-scatter = (Σ_r partial_r)[:, my positions]", f_bar.backward(partial, group),
              total[:, mine])
@@ -174,6 +176,7 @@ lesson.expect("both blocks equal serial: plain TP whole, SP on this rank's posit
 lesson.close("plain TP block: max |y − serial|", y_tp, y_serial)
 lesson.close("SP block: max |y_r − serial y[:, my positions]|", y_sp, y_serial[:, mine])
 lesson.close("SP block: max |∂L/∂x_r − serial ∂L/∂x[:, my positions]|", dx_sp, dx_serial[:, mine])
+lesson.expect("and every parameter gradient of the SP block, MLP shards and replicated LayerNorm, is serial")
 lesson.close("SP block: MLP weight and bias shards' gradients vs serial",
              shard_error(mlp_sp, dict(serial_mlp.named_grads())), 0.0)
 lesson.close("SP block: LayerNorm weight and bias gradients vs serial",
@@ -221,6 +224,7 @@ lesson.equal("plain TP forward: one all-reduce of B = b·s·h·8", [(e.op, e.byt
              [("all_reduce", B)])
 lesson.equal("SP forward: f̄'s all-gather and ḡ's reduce-scatter, each of the same logical B",
              [(e.op, e.bytes) for e in calls("sp.", "forward")], [("all_gather", B), ("reduce_scatter", B)])
+lesson.expect("two halves of (p−1)/p·B each = one all-reduce's 2(p−1)/p·B: the same wire bytes")
 lesson.equal("SP forward sends what the plain TP forward sends (wire bytes per rank)",
              wire(calls("sp.", "forward")), wire(calls("tp.", "forward")))
 
@@ -242,6 +246,7 @@ lesson.expect("backward: plain TP's traffic plus one all-gather, c_fc re-gatheri
 lesson.equal("SP backward: ḡ's all-gather, c_fc's re-gather of its input, f̄'s reduce-scatter",
              [(e.scope, e.op) for e in calls("sp.", "backward")],
              [("sp.mlp.c_proj", "all_gather"), ("sp.mlp.c_fc", "all_gather"), ("sp.mlp.c_fc", "reduce_scatter")])
+lesson.expect("take the re-gather away and the SP backward sends what the plain TP backward sends")
 lesson.equal("SP backward wire bytes − the re-gather = plain TP backward wire bytes",
              wire(calls("sp.", "backward")) - wire(regather), wire(calls("tp.", "backward")))
 
@@ -267,6 +272,7 @@ lesson.apart("one rank's (dw, db) from its own positions is not the gradient", n
              np.stack([dw_serial, db_serial]), 0.1)
 with tracer.paused():
     summed = group.all_reduce(np.stack([dw_r, db_r]))
+lesson.expect("summed over the ranks, the partial (dw, db) are the serial gradient")
 lesson.close("the all-reduce (sum over the ranks) of the partial (dw, db) is the serial gradient", summed,
              np.stack([dw_serial, db_serial]))
 ln_sync = calls("sp.ln_2", "sp_grad_sync")
@@ -315,6 +321,7 @@ rows += [[name, human_bytes(m["region"]), human_bytes(m["cache"])] for name, m i
 lesson.say(table(rows), "")
 lesson.expect("the LN/dropout regions exactly p times smaller with SP, so the whole cache is smaller too")
 lesson.equal("LN/dropout region bytes: TP+SP × tp = plain TP", memory["TP+SP"]["region"] * p, memory["TP"]["region"])
+lesson.expect("and so the whole forward cache shrinks with SP, though q, k, v and the rest were split already")
 lesson.check("and the whole forward cache is smaller with SP",
              f"{memory['TP+SP']['cache']:,} vs {memory['TP']['cache']:,} bytes",
              memory["TP+SP"]["cache"] < memory["TP"]["cache"])
@@ -356,6 +363,7 @@ per_block = [(wire([e for e in events["TP+SP"] if e.scope.startswith(f"transform
 lesson.expect("inside every block SP sends what TP sends forward; the LayerNorms each all-reduce their gradient")
 lesson.equal("every block of the GPT: SP forward wire bytes = TP forward wire bytes",
              [sp == tp for sp, tp in per_block], [True] * cfg.n_layer)
+lesson.expect("one gradient all-reduce per LayerNorm fed sequence shards: 2 per block, plus ln_f")
 lesson.equal("LayerNorm gradient all-reduces in the SP step (2 per block + ln_f)",
              sorted(e.scope for e in events["TP+SP"] if e.phase == "sp_grad_sync"),
              sorted([f"transformer.h.{i}.{ln}" for i in range(cfg.n_layer) for ln in ("ln_1", "ln_2")]
