@@ -184,5 +184,5 @@ if lesson.rank == 0:
 # Exercise: `lessons/exercises/ex01_block_matrix_splits.py`, then `tpsim check 01`.
 
 # %%
-lesson.section("What to take away")
+lesson.takeaways()
 lesson.finish()

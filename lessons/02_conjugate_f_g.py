@@ -172,5 +172,5 @@ lesson.equal("wire bytes per rank = 2·(p−1)/p · bytes (ring all-reduce)", {e
 # `tpsim check 02`.
 
 # %%
-lesson.section("What to take away")
+lesson.takeaways()
 lesson.finish()

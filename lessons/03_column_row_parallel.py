@@ -267,5 +267,5 @@ if lesson.rank == 0:
 # Exercise: `row_parallel_forward` in `lessons/exercises/ex03_column_row_parallel.py`, then `tpsim check 03`.
 
 # %%
-lesson.section("What to take away")
+lesson.takeaways()
 lesson.finish()

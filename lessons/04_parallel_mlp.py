@@ -185,5 +185,5 @@ if lesson.rank == 0:
 # Exercise: wire `parallel_mlp_forward` in `lessons/exercises/ex04_parallel_mlp.py`, then `tpsim check 04`.
 
 # %%
-lesson.section("What to take away")
+lesson.takeaways()
 lesson.finish()

@@ -213,5 +213,5 @@ if lesson.rank == 0:
 # Exercise: `qkv_columns` in `lessons/exercises/ex05_parallel_attention.py`, then `tpsim check 05`.
 
 # %%
-lesson.section("What to take away")
+lesson.takeaways()
 lesson.finish()

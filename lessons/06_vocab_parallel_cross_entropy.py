@@ -194,5 +194,5 @@ if lesson.rank == 0:
 # `tpsim check 06`.
 
 # %%
-lesson.section("What to take away")
+lesson.takeaways()
 lesson.finish()

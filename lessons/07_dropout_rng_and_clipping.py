@@ -202,5 +202,5 @@ lesson.check("the naive norm would clip harder", f"coefficient {max_norm / (naiv
 # Exercise: combine the norm in `lessons/exercises/ex07_dropout_rng_and_clipping.py`, then `tpsim check 07`.
 
 # %%
-lesson.section("What to take away")
+lesson.takeaways()
 lesson.finish()

@@ -201,5 +201,5 @@ if lesson.rank == 0:
 # Exercise: `average_gradients` in `lessons/exercises/ex08_data_times_tensor_parallel.py`, then `tpsim check 08`.
 
 # %%
-lesson.section("What to take away")
+lesson.takeaways()
 lesson.finish()

@@ -179,5 +179,5 @@ if lesson.rank == 0:
 # Exercise: the reduce-scatter in `lessons/exercises/ex09_insightface_vs_megatron.py`, then `tpsim check 09`.
 
 # %%
-lesson.section("What to take away")
+lesson.takeaways()
 lesson.finish()

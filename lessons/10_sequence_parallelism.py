@@ -414,5 +414,5 @@ if lesson.rank == 0:
 # Exercise: ḡ's forward and backward in `lessons/exercises/ex10_sequence_parallelism.py`, then `tpsim check 10`.
 
 # %%
-lesson.section("What to take away")
+lesson.takeaways()
 lesson.finish()

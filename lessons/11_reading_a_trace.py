@@ -315,5 +315,5 @@ lesson.check("GPT-2 medium: TP in the node is cheaper than TP across nodes",
 # then `tpsim check 11`.
 
 # %%
-lesson.section("What to take away")
+lesson.takeaways()
 lesson.finish()

@@ -72,6 +72,8 @@ def test_lesson_runs_at_its_rank_count_with_every_check_ok(lesson, tmp_path):
     # the run reads on its own: the lesson's outline, and a line of what to expect before the checks
     assert PRINTED_HEADING.findall(r.stdout) == markdown_headings(lesson.path)
     assert checks_without_expect(r.stdout) == []
+    recap = r.stdout.split("\n## What to take away\n")[-1]
+    assert recap.startswith("* ") and f"tpsim check {lesson.number}" in recap, recap
     assert r.seconds < 30, f"lesson {lesson.number} took {r.seconds:.1f} s (aim: a few seconds)"
 
 

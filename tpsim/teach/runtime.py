@@ -10,6 +10,7 @@
     lesson.check("a claim", "what was measured", ok)              # the general form
     if lesson.rank == 0:
         plt = lesson.pyplot(); ...; lesson.save(fig, "03_collectives.png")
+    lesson.takeaways()                  # the "What to take away" cell's heading and text, read from the file
     lesson.finish()                     # "lesson 03: 9 checks, all OK"; exit status 1 if any CHECK failed
 
 Every CHECK is collective. Its verdict is combined over all ranks with one all-reduce on a private, untraced
@@ -38,6 +39,18 @@ from tpsim.errors import ConfigError
 from tpsim.plotting import pyplot
 from tpsim.table import format_table as table  # noqa: F401 (the lessons' name for the one table formatter)
 from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, find_lesson, normalize
+
+
+def _markdown_section(path: Path, title: str) -> list[str]:
+    """The text of the markdown cell headed ``## title`` in a lesson file, ``# `` prefixes removed, heading dropped."""
+    lines, inside = [], False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if inside and line.startswith("# %%"):
+            break
+        if inside:
+            lines.append(line[2:] if line.startswith("# ") else line.lstrip("#"))
+        inside = inside or line == f"# ## {title}"
+    return "\n".join(lines).strip().splitlines()
 
 
 def _script_name(number: str) -> str:
@@ -84,6 +97,14 @@ class Lesson:
         ``tests/test_lesson_outline.py`` holds every lesson to printing each of its ``## `` headings, in order.
         """
         self.say("", f"## {title}")
+
+    def takeaways(self) -> None:
+        """The ``What to take away`` section: its heading and, read from this lesson's file, its text."""
+        self.section("What to take away")
+        try:
+            self.say(*_markdown_section(find_lesson(self.number).path, "What to take away"))
+        except (LessonsNotFound, OSError):  # a copy of the lesson run outside the repository: the heading only
+            pass
 
     def expect(self, text: str) -> None:
         """One line before a CHECK: what it should show and why, for a reader who has only the terminal."""
