@@ -41,7 +41,7 @@ from tpsim.table import format_table as table  # noqa: F401 (the lessons' name f
 from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, find_lesson, normalize
 
 
-def _markdown_section(path: Path, title: str) -> list[str]:
+def markdown_section(path: Path, title: str) -> list[str]:
     """The text of the markdown cell headed ``## title`` in a lesson file, ``# `` prefixes removed, heading dropped."""
     lines, inside = [], False
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -102,7 +102,7 @@ class Lesson:
         """The ``What to take away`` section: its heading and, read from this lesson's file, its text."""
         self.section("What to take away")
         try:
-            self.say(*_markdown_section(find_lesson(self.number).path, "What to take away"))
+            self.say(*markdown_section(find_lesson(self.number).path, "What to take away"))
         except (LessonsNotFound, OSError):  # a copy of the lesson run outside the repository: the heading only
             pass
 
