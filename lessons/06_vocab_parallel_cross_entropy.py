@@ -87,18 +87,22 @@ for scale in (1.0, 1000.0):
     lesson.close(f"logits ×{scale:g}: |loss − serial loss| (serial {loss_ref:.6g})", loss, loss_ref, tol=1e-12 * scale)
     lesson.close(f"logits ×{scale:g}: max |∂loss/∂z_r − serial gradient's columns| (padding: exactly 0)",
                  dz, dz_ref[:, start:end])
+    if scale == 1.0:  # spread-out probabilities: the clearest case for the gradient by hand below
+        moderate, dz_moderate = master, dz
 
 # %% [markdown]
 # The gradient by hand, from the formula above — and the max's missing backward, as a number: shift the
 # logits by another constant than `m` and the loss stays put.
 
 # %%
-shifted = master - master.max(axis=1, keepdims=True)
+shifted = moderate - moderate.max(axis=1, keepdims=True)
 softmax = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
 onehot = np.eye(vocab)[targets]
 by_hand = np.pad((softmax - onehot) / tokens, ((0, 0), (0, padded - vocab)))[:, start:end]
 lesson.expect(f"(softmax − onehot) / N with N = {tokens} tokens: this rank's gradient columns, to rounding")
-lesson.close("max |(softmax − onehot)/N − ∂loss/∂z_r| (this rank's columns)", by_hand, dz)
+lesson.close("logits ×1: max |(softmax − onehot)/N − ∂loss/∂z_r| (this rank's columns)", by_hand, dz_moderate)
+lesson.expect("without the 1/N of the mean the gradient is N times too large")
+lesson.apart("logits ×1: max |(softmax − onehot) − ∂loss/∂z_r|", by_hand * tokens, dz_moderate, 1e-3)
 
 
 def loss_shifted_by(c: np.ndarray) -> float:
