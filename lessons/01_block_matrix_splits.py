@@ -11,6 +11,8 @@
 #
 # Shapes follow the code base: activations are `[tokens, features]` and a weight is `[in, out]`, so a linear
 # layer is `y = x · W`.
+#
+# Sources: the SenseParrots article, eqs. (1) and (2); Shoeybi et al. 2019, "Megatron-LM", arXiv:1909.08053, §3.
 
 # %%
 RANKS = 1
@@ -40,8 +42,11 @@ X = rng.standard_normal((13, 7))
 A = rng.standard_normal((7, 10))
 A1, A2 = A[:, :6], A[:, 6:]  # blocks need not be equal; in a real layer they are (out / p each)
 
+lesson.section("Equation (1): split the weight by columns")
+lesson.expect("rounding-level agreement: column j of X·A depends on column j of A only")
 Y_blocks = np.concatenate([X @ A1, X @ A2], axis=1)
 lesson.close("eq. (1): max |[X·A1  X·A2] − X·A|", Y_blocks, X @ A)
+lesson.expect("each block keeps all 13 rows (tokens) and only its own output columns, 6 and 4")
 lesson.equal("shapes of X·A1 and X·A2 (tokens × a slice of the outputs)", ((X @ A1).shape, (X @ A2).shape),
              ((13, 6), (13, 4)))
 
@@ -63,7 +68,10 @@ B = rng.standard_normal((10, 5))
 Y1, Y2, B1, B2 = Y[:, :6], Y[:, 6:], B[:6], B[6:]
 
 partials = [Y1 @ B1, Y2 @ B2]
+lesson.section("Equation (2): split the weight by rows")
+lesson.expect("the two partial products add up to Y·B: the inner sum split into two ranges")
 lesson.close("eq. (2): max |Y1·B1 + Y2·B2 − Y·B|", partials[0] + partials[1], Y @ B)
+lesson.expect("a large difference: one partial product is only half of the sum")
 lesson.apart("one partial product alone is not the answer: max |Y1·B1 − Y·B|", partials[0], Y @ B, 0.1)
 
 # %% [markdown]
@@ -83,6 +91,8 @@ A4 = rng.standard_normal((7, 12))  # 12 columns: 3 per block
 B4 = rng.standard_normal((12, 5))
 A_blocks = np.split(A4, p, axis=1)
 B_blocks = np.split(B4, p, axis=0)
+lesson.section("Chaining them: the output of (1) is the input of (2)")
+lesson.expect("one sum at the very end is enough: (X·A_i) is exactly the column block that B_i needs")
 chained = sum((X @ A_i) @ B_i for A_i, B_i in zip(A_blocks, B_blocks))
 lesson.close(f"chain with {p} blocks: max |Σ_i (X·A_i)·B_i − (X·A)·B|", chained, (X @ A4) @ B4)
 
@@ -98,6 +108,8 @@ def flops(m: int, k: int, n: int) -> int:
     return 2 * m * k * n
 
 
+lesson.section("Each block does 1/p of the work")
+lesson.expect("the 4 blocks' FLOPs add up to the whole product's, and each stores a quarter of A")
 whole = flops(13, 7, 12)
 per_block = [flops(13, 7, A_i.shape[1]) for A_i in A_blocks]
 lesson.equal("FLOPs of the 4 column blocks add up to the whole product", sum(per_block), whole)
@@ -116,9 +128,12 @@ lesson.equal("weight elements stored per device (A split 4 ways)", A_blocks[0].s
 # layer of the MLP gets which split (lesson 04). Here φ = tanh, written out in NumPy.
 
 # %%
+lesson.section("Where the split stops being free: a nonlinearity")
 phi = np.tanh
+lesson.expect("φ commutes with the column split (rounding-level difference) ...")
 lesson.close("φ respects the column split: max |[φ(X·A1) φ(X·A2)] − φ(X·A)|",
              np.concatenate([phi(X @ A_i) for A_i in A_blocks], axis=1), phi(X @ A4))
+lesson.expect("... but not with a sum: a large difference")
 lesson.apart("φ does not respect the sum: max |φ(Y1·B1) + φ(Y2·B2) − φ(Y·B)|",
              phi(partials[0]) + phi(partials[1]), phi(Y @ B), 0.1)
 
@@ -130,6 +145,7 @@ lesson.apart("φ does not respect the sum: max |φ(Y1·B1) + φ(Y2·B2) − φ(Y
 # of `Y` and one row block of `B` each, and a full-size partial output each, to be summed.
 
 # %%
+lesson.section("A picture of the two splits")
 if lesson.rank == 0:
     plt = lesson.pyplot()
     from matplotlib.colors import ListedColormap
@@ -168,4 +184,5 @@ if lesson.rank == 0:
 # Exercise: `lessons/exercises/ex01_block_matrix_splits.py`, then `tpsim check 01`.
 
 # %%
+lesson.takeaways()
 lesson.finish()

@@ -15,6 +15,9 @@
 # Each one's backward is the other's forward: they are *conjugate*. This lesson derives both backwards, runs
 # them on two real ranks against a serial computation, proves the conjugacy with a dot-product test, and reads
 # the communication trace. From here on every process is a "device"; rank 0 does the printing.
+#
+# Sources: Shoeybi et al. 2019, "Megatron-LM", arXiv:1909.08053, §3 and Fig. 3 (f and g); the SenseParrots
+# article, eqs. (1) and (2) and its §2.1.1 on the same two operators.
 
 # %%
 RANKS = 2
@@ -57,12 +60,16 @@ A = rng.standard_normal((hidden, out))
 G = rng.standard_normal((tokens, out))  # ∂L/∂y of the serial layer y = x·A
 cols = np.arange(out).reshape(RANKS, -1)[group.rank]  # this rank's columns
 
+lesson.section("f: where a replicated input enters a column-parallel layer")
+lesson.expect("f's forward is the identity, so x·A_r is already this rank's columns of x·A")
 y_r = f.forward(x, group) @ A[:, cols]
 lesson.close("forward: max |y_r − (x·A)[:, my columns]|", y_r, (x @ A)[:, cols])
 
 dx_partial = G[:, cols] @ A[:, cols].T  # this rank's term of Σ_r G_r·A_rᵀ
+lesson.expect("one rank's term is far from ∂L/∂x: the other rank's columns are missing from it")
 lesson.apart("one rank's term alone is not ∂L/∂x: max |G_r·A_rᵀ − G·Aᵀ|", dx_partial, G @ A.T, 0.1)
 dx = f.backward(dx_partial, group)  # the all-reduce
+lesson.expect("after f's backward (the all-reduce) every rank holds the serial gradient, to rounding")
 lesson.close("f backward: max |Σ_r G_r·A_rᵀ − G·Aᵀ| (serial gradient)", dx, G @ A.T)
 
 # %% [markdown]
@@ -77,14 +84,17 @@ lesson.close("f backward: max |Σ_r G_r·A_rᵀ − G·Aᵀ| (serial gradient)",
 # backward does nothing. `∂L/∂z` is already on every rank because `z` is.
 
 # %%
+lesson.section("g: where partial sums leave a row-parallel layer")
 u = rng.standard_normal((tokens, out))
 B = rng.standard_normal((out, hidden))
 dZ = rng.standard_normal((tokens, hidden))  # ∂L/∂z, the same on every rank
 
 z = g.forward(u[:, cols] @ B[cols], group)  # the all-reduce
+lesson.expect("g's forward (the all-reduce) adds the two partial products into the serial u·B")
 lesson.close("g forward: max |Σ_r u_r·B_r − u·B|", z, u @ B)
 d_partial = g.backward(dZ, group)
 dB_r = u[:, cols].T @ d_partial  # what rank r's weight gradient needs: its rows of uᵀ·∂L/∂z
+lesson.expect("g's backward hands ∂L/∂z on unchanged, and that is all this rank's weight gradient needs")
 lesson.close("g backward feeds the weight gradient: max |u_rᵀ·∂L/∂z − (uᵀ·∂L/∂z)[my rows]|", dB_r,
              (u.T @ dZ)[cols])
 
@@ -103,12 +113,14 @@ lesson.close("g backward feeds the weight gradient: max |u_rᵀ·∂L/∂z − (
 # products. We run it with the real operators on the real ranks (the bookkeeping sum is untraced).
 
 # %%
+lesson.section("Why they are conjugate: a map and its transpose")
 w = np.random.default_rng([22, group.rank]).standard_normal((tokens, hidden))  # a different w_r on every rank
 with tracer.paused():
     lhs_f = float(group.all_reduce(np.array([np.vdot(f.forward(x, group), w)]))[0])  # ⟨C·x, w⟩ = Σ_r ⟨x, w_r⟩
     rhs_f = float(np.vdot(x, f.backward(w, group)))  # ⟨x, Cᵀ·w⟩
     lhs_g = float(np.vdot(g.forward(w, group), x))  # ⟨S·w, x⟩
     rhs_g = float(group.all_reduce(np.array([np.vdot(w, g.backward(x, group))]))[0])  # Σ_r ⟨w_r, Sᵀ·x⟩
+lesson.expect("⟨C·x, w⟩ = ⟨x, Cᵀ·w⟩ to rounding, once with f's pair and once with g's")
 lesson.close(f"dot-product test for f: ⟨f(x), w⟩ = {lhs_f:.6f} vs ⟨x, f_backward(w)⟩", lhs_f, rhs_f)
 lesson.close(f"dot-product test for g: ⟨g(w), x⟩ = {lhs_g:.6f} vs ⟨w, g_backward(x)⟩", lhs_g, rhs_g)
 
@@ -120,6 +132,7 @@ lesson.close(f"dot-product test for g: ⟨g(w), x⟩ = {lhs_g:.6f} vs ⟨w, g_ba
 # scopes named after them, and read the records back.
 
 # %%
+lesson.section("The trace: who communicates when")
 tracer.reset()
 with tracer.region(scope="f"):
     f.backward(f.forward(x, group), group)
@@ -131,14 +144,19 @@ counts = {(op, phase): len(tracer.select(scope=op, phase=phase)) for op in ("f",
 rows = [["operator", "forward", "backward"]] + [[op, str(counts[op, "forward"]), str(counts[op, "backward"])]
                                                for op in ("f", "g")]
 lesson.say("collectives per call:", table(rows), "")
+lesson.expect("f: nothing forward, one all-reduce backward")
 lesson.equal("collectives of f (forward, backward)", (counts["f", "forward"], counts["f", "backward"]), (0, 1))
+lesson.expect("g: one all-reduce forward, nothing backward — f's mirror image")
 lesson.equal("collectives of g (forward, backward)", (counts["g", "forward"], counts["g", "backward"]), (1, 0))
 
 records = [e.as_dict() for e in tracer.events]
 lesson.say(format_comm_table(summarize(records, keys=("scope", "phase", "op"), ranks=1),
                              keys=("scope", "phase", "op"), title="rank 0's trace:"), "")
 nbytes = x.nbytes
+lesson.expect(f"every all-reduce is of the whole [tokens, hidden] tensor, {nbytes} bytes")
 lesson.equal("bytes of each all-reduce = the [tokens, hidden] tensor", {e.bytes for e in tracer.events}, {nbytes})
+lesson.expect("on the wire a ring all-reduce sends 2(p−1)/p of it — at p = 2 exactly the same number "
+              "(lessons 03, 06 and 11 run at p = 4, where the two differ)")
 lesson.equal("wire bytes per rank = 2·(p−1)/p · bytes (ring all-reduce)", {e.wire_bytes for e in tracer.events},
              {2 * (RANKS - 1) * nbytes // RANKS})
 
@@ -151,6 +169,7 @@ lesson.equal("wire bytes per rank = 2·(p−1)/p · bytes (ring all-reduce)", {e
 # dot-product test just confirmed. Lessons 04 and 05 draw the same two boxes around the MLP and attention.
 
 # %%
+lesson.section("A picture of f and g")
 if lesson.rank == 0:
     from tpsim.teach.diagrams import f_g_diagram
 
@@ -168,4 +187,5 @@ if lesson.rank == 0:
 # `tpsim check 02`.
 
 # %%
+lesson.takeaways()
 lesson.finish()

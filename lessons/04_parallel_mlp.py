@@ -9,6 +9,9 @@
 # `A = [A1 A2]`, `B = [B1; B2]`.
 #
 # The question is which way to split `A`. The answer comes from one inequality about GeLU.
+#
+# Sources: Shoeybi et al. 2019, "Megatron-LM", arXiv:1909.08053, §3, eq. (3) (the GeLU split) and Fig. 3a;
+# the SenseParrots article, eqs. (1) and (2) and its §2.1.1.
 
 # %%
 RANKS = 2
@@ -47,8 +50,10 @@ mine = np.arange(ffn).reshape(RANKS, -1)[group.rank]  # this rank's hidden units
 # the GeLU, in the middle of the layer.
 
 # %%
+lesson.section("Option 1: split A by rows — GeLU blocks the way")
 rows = np.arange(hidden).reshape(RANKS, -1)[group.rank]  # rank r's rows of A and columns of X
 partial = x[:, rows] @ A[rows]  # X_r·A_r
+lesson.expect("a large difference: GeLU is not linear, so summing GeLUs of partial products is wrong")
 with tracer.paused():  # a wrong turn, kept out of the trace
     gelu_then_summed = group.all_reduce(gelu_forward(partial + a / RANKS)[0])
 lesson.apart("GeLU of a sum is not the sum of GeLUs: max |Σ_r GeLU(X_r·A_r + a/2) − GeLU(X·A + a)|",
@@ -66,6 +71,7 @@ with tracer.region(scope="option1", phase="forward"):
     hidden_units, _ = gelu_forward(group.all_reduce(partial) + a)  # the mid-layer sum GeLU forces
     z_option1 = group.all_reduce(hidden_units[:, mine] @ B[mine]) + b
 option1_bytes = sum(e.bytes for e in tracer.events)
+lesson.expect("summing before the GeLU (an all-reduce of [tokens, 4h]) gives the serial output")
 lesson.close("option 1 (sum, then GeLU) is right: max |Z − Z_serial|", z_option1, serial.forward(x)[0])
 
 # %% [markdown]
@@ -81,7 +87,9 @@ lesson.close("option 1 (sum, then GeLU) is right: max |Z − Z_serial|", z_optio
 # gather the hidden units seem to need "waits" — forever: the only sum is g at the very end.
 
 # %%
+lesson.section("Option 2: split A by columns — GeLU works on the shard")
 h_r, _ = gelu_forward(x @ A[:, mine] + a[mine])  # every nn function returns (out, cache)
+lesson.expect("GeLU is element-wise, so on a column shard it gives that shard of the serial result exactly")
 lesson.close("GeLU on the column shard: max |GeLU(X·A_r + a_r) − GeLU(X·A + a)[:, my columns]|",
              h_r, gelu_forward(x @ A + a)[0][:, mine])
 
@@ -93,6 +101,7 @@ lesson.close("GeLU on the column shard: max |GeLU(X·A_r + a_r) − GeLU(X·A + 
 # compared with the serial MLP: the output, the input gradient and every parameter's gradient shard.
 
 # %%
+lesson.section("The whole layer: tpsim's ParallelMLP")
 mlp = ParallelMLP.from_serial(serial, group).set_path("mlp")
 dz = rng.standard_normal((tokens, hidden))
 tracer.reset()
@@ -102,10 +111,12 @@ dx = mlp.backward(dz, cache)
 serial.zero_grad()
 z_ref, serial_cache = serial.forward(x)
 dx_ref = serial.backward(dz, serial_cache)
+lesson.expect("forward, input gradient and every gradient shard equal the serial MLP's, to rounding")
 lesson.close("parallel MLP forward: max |Z − Z_serial|", z, z_ref)
 lesson.close("parallel MLP backward: max |∂L/∂X − serial|", dx, dx_ref)
 lesson.close("every gradient shard (c_fc columns, c_proj rows, replicated c_proj bias) vs serial",
              shard_error(mlp, dict(serial.named_grads("mlp")), prefix="mlp"), 0.0)
+lesson.expect(f"each rank keeps only its 4h/p = {ffn // RANKS} columns of the GeLU output for the backward")
 lesson.equal("this rank's largest activation, GeLU(X·A_r) (tokens × 4h/p)", cache.c_proj.x.shape,
              (tokens, ffn // RANKS))
 
@@ -116,29 +127,43 @@ lesson.equal("this rank's largest activation, GeLU(X·A_r) (tokens × 4h/p)", ca
 # forward and f in `c_fc` going backward, each an all-reduce of a `[tokens, h]` tensor.
 
 # %%
+lesson.section("One all-reduce forward, one backward")
 events = [(e.scope, e.phase, e.op, tuple(e.shape)) for e in tracer.events]
 rows = [["scope", "phase", "op", "shape", "bytes", "wire bytes"]] + [
     [e.scope, e.phase, e.op, str(list(e.shape)), human_bytes(e.bytes), human_bytes(e.wire_bytes)]
     for e in tracer.events]
 lesson.say("rank 0's collectives:", table(rows, right=(4, 5)), "")
+lesson.expect("g in c_proj forward and f in c_fc backward, each of the [tokens, h] tensor, and nothing else")
 lesson.equal("collectives (scope, phase, op, shape)", events,
              [("mlp.c_proj", "forward", "all_reduce", (tokens, hidden)),
               ("mlp.c_fc", "backward", "all_reduce", (tokens, hidden))])
 nbytes = tokens * hidden * 8
 lesson.equal("bytes per all-reduce = tokens · h · 8", [e.bytes for e in tracer.events], [nbytes, nbytes])
 forward_bytes = sum(e.bytes for e in tracer.events if e.phase == "forward")
+lesson.expect("option 1 all-reduces [tokens, 4h] and [tokens, h] forward, option 2 only [tokens, h]: 5× the bytes "
+              "(all all-reduces, so the wire ratio is the same)")
 lesson.equal("forward bytes, option 1 / option 2 (measured) = (4h + h) / h", option1_bytes / forward_bytes, 5.0)
 
 # %% [markdown]
 # ## A picture of the inequality
 #
-# GeLU(t) ≈ t for large t and ≈ 0 for very negative t, with a smooth bend around 0. Fix `b = 1` and vary `a`:
-# `GeLU(a + b)` and `GeLU(a) + GeLU(b)` agree only where both sit on the same straight piece.
+# GeLU(t) ≈ t for large t and ≈ 0 for very negative t, with a smooth bend around 0. Fix `b = 1`, which itself
+# sits on the bend (GeLU(1) ≈ 0.84, not 1), and vary `a`: `GeLU(a + 1)` and `GeLU(a) + GeLU(1)` meet only at
+# `a = 0`, where GeLU(a) = 0. Far to the right both are straight lines of slope 1, but a gap of
+# 1 − GeLU(1) ≈ 0.16 stays between them; far to the left `GeLU(a + 1)` goes to 0 while the sum goes to
+# GeLU(1) ≈ 0.84.
 
 # %%
+lesson.section("A picture of the inequality")
+t = np.linspace(-4, 4, 401)  # the a axis of the figure; t[200] = 0
+gap = gelu_forward(t + 1.0)[0] - (gelu_forward(t)[0] + gelu_forward(np.array(1.0))[0])
+g1 = float(gelu_forward(np.array(1.0))[0])
+lesson.expect("the curves touch only at a = 0; at a = 4 the gap is ≈ 1 − GeLU(1), at a = −4 ≈ −GeLU(1)")
+lesson.equal("where the plotted curves meet (|gap| < 1e-12) and the gap at a = −4, 4 (2 decimals)",
+             (t[np.abs(gap) < 1e-12].tolist(), round(float(gap[0]), 2), round(float(gap[-1]), 2)),
+             ([0.0], round(-g1, 2), round(1 - g1, 2)))
 if lesson.rank == 0:
     plt = lesson.pyplot()
-    t = np.linspace(-4, 4, 401)
     fig, ax = plt.subplots(figsize=(6, 3.4))
     ax.plot(t, gelu_forward(t + 1.0)[0], label="GeLU(a + 1)")
     ax.plot(t, gelu_forward(t)[0] + gelu_forward(np.array(1.0))[0], "--", label="GeLU(a) + GeLU(1)")
@@ -159,6 +184,7 @@ if lesson.rank == 0:
 # `[b, s, h]` tensors at f and g cross between ranks — the two all-reduces the trace above recorded.
 
 # %%
+lesson.section("The whole layer in one picture")
 if lesson.rank == 0:
     from tpsim.teach.diagrams import mlp_diagram
 
@@ -175,4 +201,5 @@ if lesson.rank == 0:
 # Exercise: wire `parallel_mlp_forward` in `lessons/exercises/ex04_parallel_mlp.py`, then `tpsim check 04`.
 
 # %%
+lesson.takeaways()
 lesson.finish()

@@ -11,6 +11,10 @@
 # each rank whole heads: `c_attn` becomes column-parallel (each rank computes the q, k and v of its heads),
 # the core runs locally, and `c_proj` becomes row-parallel (the context of its heads is a slice of `c_proj`'s
 # input). It is the MLP's pattern again — one all-reduce forward, one backward — with one trap in it.
+#
+# Sources: Shoeybi et al. 2019, "Megatron-LM", arXiv:1909.08053, §3 and Fig. 3b; the SenseParrots article,
+# §2.1.1 (its attention code, whose reshape shows the fused qkv layout Megatron uses); GPT-2's layout as
+# Hugging Face `transformers` stores it.
 
 # %%
 RANKS = 4
@@ -56,11 +60,13 @@ def describe(columns: np.ndarray) -> str:
     return " | ".join(parts)
 
 
+lesson.section("The layout trap")
 naive = [np.arange(3 * hidden).reshape(RANKS, -1)[r] for r in range(RANKS)]  # the default contiguous split
 right = [head_columns(hidden, heads, RANKS, r) for r in range(RANKS)]  # pure arithmetic: any rank can print all
 rows = [["rank", "heads", "contiguous split of the 3h columns", "head_columns"]]
 rows += [[str(r), f"{2 * r}, {2 * r + 1}", describe(naive[r]), describe(right[r])] for r in range(RANKS)]
 lesson.say("c_attn columns held by each rank (q, k, v index ranges inside [0, h)):", table(rows, right=()), "")
+lesson.expect("rank 1's contiguous block straddles the q/k border; head_columns gives it three strided blocks")
 lesson.equal("rank 1's contiguous block mixes q and k", describe(naive[1]), "q 24–31 | k 0–15")
 lesson.equal("head_columns gives rank 1 the q, k and v of heads 2 and 3", describe(right[1]),
              "q 8–15 | k 8–15 | v 8–15")
@@ -73,12 +79,14 @@ lesson.equal("head_columns gives rank 1 the q, k and v of heads 2 and 3", descri
 # are simply wrong.
 
 # %%
+lesson.section("Falling into it")
 c_attn_naive = ColumnParallelLinear.from_serial(serial.c_attn, group, gather_output=False)
 c_proj = RowParallelLinear.from_serial(serial.c_proj, group, input_is_parallel=True)
 with tracer.paused():
     qkv, _ = c_attn_naive.forward(x)
     ctx, _ = qkv_attention_forward(qkv, heads // RANKS)
     y_naive, _ = c_proj.forward(ctx)
+lesson.expect("no error, and a large difference from the serial output: q columns were read as k and v")
 lesson.apart("contiguous split: max |y − y_serial| (wrong, silently)", y_naive, y_ref, 0.01)
 
 try:
@@ -87,6 +95,7 @@ try:
 except ValueError as err:
     refused = "refused"
     lesson.say(f"ParallelSelfAttention says: {err}", "")
+lesson.expect("tpsim's layer checks the columns it was given and refuses the contiguous split")
 lesson.equal("ParallelSelfAttention with the contiguous split", refused, "refused")
 
 # %% [markdown]
@@ -97,14 +106,17 @@ lesson.equal("ParallelSelfAttention with the contiguous split", refused, "refuse
 # `merge_heads` lays the heads side by side. Forward and backward against the serial layer:
 
 # %%
+lesson.section("Split by heads, done right")
 attn = ParallelSelfAttention.from_serial(serial, group).set_path("attn")
 tracer.reset()
 y, cache = attn.forward(x)
 dx = attn.backward(dy, cache)
+lesson.expect("with head_columns: output, input gradient and every gradient shard equal serial, to rounding")
 lesson.close("split by heads: max |y − y_serial|", y, y_ref)
 lesson.close("split by heads: max |∂L/∂x − serial|", dx, dx_ref)
 lesson.close("every gradient shard (c_attn columns of my heads, c_proj rows, bias) vs serial",
              shard_error(attn, dict(serial.named_grads("attn")), prefix="attn"), 0.0)
+lesson.expect(f"heads / p = {heads}/{RANKS} whole heads per rank")
 lesson.equal("heads on this rank", attn.heads_per_partition, heads // RANKS)
 
 # %% [markdown]
@@ -113,17 +125,66 @@ lesson.equal("heads on this rank", attn.heads_per_partition, heads // RANKS)
 # leave their rank.
 
 # %%
+lesson.expect("the MLP's trace: one [b, s, h] all-reduce forward (g), one backward (f); the scores stay put")
 lesson.equal("collectives (scope, phase, op, shape)",
              [(e.scope, e.phase, e.op, tuple(e.shape)) for e in tracer.events],
              [("attn.c_proj", "forward", "all_reduce", (batch, seq, hidden)),
               ("attn.c_attn", "backward", "all_reduce", (batch, seq, hidden))])
 
 # %% [markdown]
-# ## A picture of the two layouts
+# ## Two layouts of the fused qkv: GPT-2's and Megatron's
+#
+# Whether the contiguous split is wrong depends on how the fused weight is laid out, and real checkpoints
+# differ. GPT-2 (and Hugging Face's `c_attn`) stores `[q | k | v]`: all heads' q, then all k, then all v.
+# Megatron-LM stores its fused `query_key_value` **interleaved per head**: the 3h columns read as
+# `[heads, 3, hd]` — head 0's q, k, v, then head 1's, and so on. The SenseParrots article's attention code
+# shows that layout in its reshape of the fused output to `[B, N, heads_per_partition, 3, head_dim]`.
+#
+# In Megatron's layout a rank's heads *are* contiguous, so the default contiguous column split is right and
+# the reshape above recovers q, k and v. In GPT-2's layout the same split is the trap, and `head_columns`
+# is the fix. So the right split depends on the layout — and that is why checkpoint converters between
+# Hugging Face and Megatron permute the qkv columns (and the bias) on the way in and out: the permutation
+# below, or its inverse.
+
+# %%
+lesson.section("Two layouts of the fused qkv: GPT-2's and Megatron's")
+hd = hidden // heads
+to_gpt2 = np.arange(3 * hidden).reshape(3, heads, hd).transpose(1, 0, 2).ravel()  # Megatron column -> GPT-2's
+w_megatron = serial.c_attn.params["weight"][:, to_gpt2]  # what a converter writes: [h, heads·3·hd]
+b_megatron = serial.c_attn.params["bias"][to_gpt2]
+in_megatron = [to_gpt2[naive[r]] for r in range(RANKS)]  # contiguous blocks of Megatron's layout, as GPT-2 columns
+rows = [["rank", "contiguous split of GPT-2's [q | k | v]", "contiguous split of Megatron's [heads, 3, hd]"]]
+rows += [[str(r), describe(naive[r]), describe(in_megatron[r])] for r in range(RANKS)]
+lesson.say("what each rank holds, in q/k/v index ranges inside [0, h):", table(rows, right=()), "")
+
+
+def whole_heads(columns: np.ndarray, r: int) -> bool:
+    """True when ``columns`` (GPT-2 indices) are the q, k and v of rank r's heads, in any order."""
+    return bool(np.array_equal(np.sort(columns), np.sort(right[r])))
+
+
+lesson.expect("a contiguous split holds whole heads in Megatron's layout, not in GPT-2's; head_columns fixes "
+              "GPT-2's")
+lesson.equal("whole heads on every rank? (contiguous on Megatron's, contiguous on GPT-2's, head_columns on GPT-2's)",
+             tuple(all(whole_heads(cols[r], r) for r in range(RANKS)) for cols in (in_megatron, naive, right)),
+             (True, False, True))
+
+mine = naive[group.rank]  # the default contiguous split, now applied to Megatron's layout
+qkv_r = x @ w_megatron[:, mine] + b_megatron[mine]  # [b, s, heads_per_partition·3·hd]
+per_head = qkv_r.reshape(batch, seq, heads // RANKS, 3, hd)  # the article's reshape
+q_k_v = per_head.transpose(0, 1, 3, 2, 4).reshape(batch, seq, -1)  # [q | k | v] of this rank's heads
+with tracer.paused():
+    y_megatron, _ = c_proj.forward(qkv_attention_forward(q_k_v, heads // RANKS)[0])
+lesson.expect("Megatron's layout split contiguously, read back with the article's reshape: the serial output")
+lesson.close("Megatron's layout, contiguous split: max |y − y_serial|", y_megatron, y_ref)
+
+# %% [markdown]
+# ## A picture of the two splits of GPT-2's layout
 #
 # Each strip is the 3h columns of `c_attn`, coloured by the rank holding them.
 
 # %%
+lesson.section("A picture of the two splits of GPT-2's layout")
 if lesson.rank == 0:
     plt = lesson.pyplot()
     owner = np.zeros((2, 3 * hidden))
@@ -148,6 +209,7 @@ if lesson.rank == 0:
 # `B_r` of `c_proj`. f and g sit exactly where they sat around the MLP in lesson 04.
 
 # %%
+lesson.section("The whole block in one picture")
 if lesson.rank == 0:
     from tpsim.teach.diagrams import attention_diagram
 
@@ -159,9 +221,12 @@ if lesson.rank == 0:
 # * Attention splits by whole heads: column-parallel `c_attn`, a local core, row-parallel `c_proj`.
 # * A rank's `c_attn` columns are the q, k and v of its heads — three strided blocks, not one contiguous one.
 #   The wrong split runs without an error; only a comparison with the serial layer catches it.
+# * The right split depends on the checkpoint's layout: contiguous for Megatron's per-head `[heads, 3, hd]`,
+#   `head_columns` for GPT-2's `[q | k | v]`; converters permute between the two.
 # * One all-reduce forward and one backward per attention layer; scores and probabilities stay local.
 #
 # Exercise: `qkv_columns` in `lessons/exercises/ex05_parallel_attention.py`, then `tpsim check 05`.
 
 # %%
+lesson.takeaways()
 lesson.finish()

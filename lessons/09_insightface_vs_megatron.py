@@ -20,6 +20,9 @@
 # of An et al. 2021, "Partial FC" (without its sampling of negative classes). Both are implemented in
 # `tpsim.models.partial_fc` and must equal the serial model. We compare the bytes they move and the FLOPs they
 # spend.
+#
+# Sources: the SenseParrots article, §3.1 and §3.2; An et al. 2021, "Partial FC: Training 10 Million
+# Identities on a Single Machine", arXiv:2010.05222; Shoeybi et al. 2019, "Megatron-LM", arXiv:1909.08053, §3.
 
 # %%
 RANKS = 4
@@ -54,6 +57,7 @@ lesson.say(f"face model: features {cfg.features} -> hidden {cfg.hidden} -> embed
 # all-reduce in the classifier), the InsightFace way with each rank's own N/p rows (the reduce-scatter).
 
 # %%
+lesson.section("Both ways equal the serial model")
 mine = local_rows(N, world)
 models = {"Megatron": MegatronFaceModel(serial, world), "InsightFace": PartialFCModel(serial, world)}
 batches = {"Megatron": (x, labels) if world.rank == 0 else (np.zeros_like(x), np.zeros_like(labels)),
@@ -64,6 +68,8 @@ for way, model in models.items():
     tracer.reset()
     loss, d_emb = loss_and_grads(model, *batches[way])
     events[way] = [e.as_dict() for e in tracer.events]
+    lesson.expect(f"{way}: the serial loss, the serial ∂L/∂embeddings rows this rank owns "
+                  f"({'all N' if way == 'Megatron' else 'its N/p'}), and every gradient as serial")
     lesson.close(f"{way}: |loss − serial loss {loss_ref:.6f}|", loss, loss_ref)
     lesson.close(f"{way}: ∂L/∂embeddings {d_emb.shape} vs the serial rows", d_emb, expected_d_emb[way])
     lesson.close(f"{way}: every gradient (backbone, classifier slice) vs serial", shard_error(model, serial_grads),
@@ -75,6 +81,7 @@ for way, model in models.items():
 # Per rank, by phase and collective (this rank's own trace; every rank sends the same amounts):
 
 # %%
+lesson.section("What moved")
 summaries = {way: {row.key: row for row in summarize(ev, keys=("phase", "op"), ranks=1)} for way, ev in events.items()}
 keys = list(dict.fromkeys(k for s in summaries.values() for k in s))
 rows = [["phase", "op"] + [f"{way} {col}" for way in summaries for col in ("calls", "bytes")]]
@@ -92,16 +99,22 @@ def moved(way: str, phase: str, op: str) -> int:
 
 E, F, f8 = cfg.emb_dim, cfg.features, 8
 backbone_bytes = sum(p.nbytes for _, p in serial.backbone.named_parameters())
+lesson.expect("Megatron: rank 0 broadcasts the whole batch, inputs and labels, to the other ranks")
 lesson.equal("Megatron: broadcast of the batch = N·F·8 (inputs) + N·8 (labels)", moved("Megatron", "data", "broadcast"),
              N * F * f8 + N * 8)
+lesson.expect("Megatron: f's all-reduce in the classifier sums ∂L/∂embeddings for all N samples")
 lesson.equal("Megatron: backward all-reduce of ∂L/∂embeddings = N·E·8", moved("Megatron", "backward", "all_reduce"),
              N * E * f8)
+lesson.expect("InsightFace: every rank gathers all N embeddings to score them against its classes")
 lesson.equal("InsightFace: all-gather of the embeddings = N·E·8", moved("InsightFace", "forward", "all_gather"),
              N * E * f8)
+lesson.expect("InsightFace: the all-gather's conjugate sums the N rows' gradients and keeps each rank's N/p")
 lesson.equal("InsightFace: reduce-scatter of ∂L/∂embeddings = N·E·8",
              moved("InsightFace", "backward", "reduce_scatter"), N * E * f8)
+lesson.expect("InsightFace: the data-parallel backbone averages its gradients, DDP-style: its whole size")
 lesson.equal("InsightFace: DP all-reduce of the backbone's gradients = its parameter bytes",
              moved("InsightFace", "dp_sync", "all_reduce"), backbone_bytes)
+lesson.expect("the cross-entropy is the same in both: lesson 06's three [N] all-reduces")
 lesson.equal("both: the cross-entropy's three [N] all-reduces", [moved(w, "forward", "all_reduce") for w in models],
              [3 * N * 8, 3 * N * 8])
 
@@ -118,6 +131,7 @@ lesson.equal("both: the cross-entropy's three [N] all-reduces", [moved(w, "forwa
 # the InsightFace way runs it on N/p samples per rank, with no repetition. `tpsim.models.partial_fc` counts:
 
 # %%
+lesson.section("Redundant FLOPs")
 flops = {way: [step_flops(cfg, N, RANKS, r, key) for r in range(RANKS)]
          for way, key in (("Megatron", "megatron"), ("InsightFace", "partial_fc"))}
 rows = [["way", "backbone (useful)", "backbone (redundant)", "classifier", "total per rank"]]
@@ -125,6 +139,7 @@ rows += [[way, f"{f[0].backbone_useful:,}", f"{f[0].backbone_redundant:,}", f"{f
           f"{f[0].total:,}"] for way, f in flops.items()]
 lesson.say("FLOPs of rank 0 per step:", table(rows), "")
 one_pass = backbone_flops(N, cfg)
+lesson.expect("Megatron repeats the whole backbone on p − 1 ranks too many; InsightFace repeats nothing")
 lesson.equal("Megatron: redundant backbone FLOPs over all ranks = (p − 1) · one backbone pass",
              redundant_flops(cfg, N, RANKS, "megatron"), (RANKS - 1) * one_pass)
 lesson.equal("InsightFace: redundant backbone FLOPs", redundant_flops(cfg, N, RANKS, "partial_fc"), 0)
@@ -164,4 +179,5 @@ if lesson.rank == 0:
 # Exercise: the reduce-scatter in `lessons/exercises/ex09_insightface_vs_megatron.py`, then `tpsim check 09`.
 
 # %%
+lesson.takeaways()
 lesson.finish()

@@ -23,6 +23,9 @@
 # and checks it against serial, reads the bytes off the trace, measures the activation memory, and trains a
 # whole GPT step with SP against the serial model. tpsim keeps activations batch-first, `[b, s, h]`, so the
 # sequence is **axis 1** (Megatron keeps `[s, b, h]` and splits axis 0; the operators are the same).
+#
+# Sources: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+# arXiv:2205.05198, §4.2.2 and Table 2; Shoeybi et al. 2019, "Megatron-LM", arXiv:1909.08053, §3 (f and g).
 
 # %%
 RANKS = 4
@@ -70,18 +73,21 @@ mine = np.arange(s).reshape(p, -1)[group.rank]  # this rank's sequence positions
 # own positions, and its cache is a quarter of the serial one.
 
 # %%
+lesson.section("What plain TP keeps whole")
 ln_tp = copy.deepcopy(serial_ln)  # plain TP replicates the LayerNorm: a copy on every rank
 xhat_tp = ln_tp.forward(x)[1].xhat  # the cache: LayerNormCache(xhat, rstd, w)
 _, ln_cache_serial = serial_ln.forward(x)
 xhat_serial = ln_cache_serial.xhat
 copies = lesson.gather(xhat_tp)  # every rank's x̂, on rank 0
 identical = copies is None or all(np.array_equal(c, copies[0]) for c in copies)  # judged where they are
+lesson.expect("plain TP: every rank caches the whole x̂, p equal copies of one tensor")
 lesson.check("plain TP: every rank caches the whole [b, s, h] x̂, and the 4 copies are equal",
              f"shape {xhat_tp.shape} on each rank", identical)
 
 ln_sp = SequenceParallelLayerNorm.from_serial(serial_ln, group).set_path("sp.ln_2")
 _, ln_cache_sp = ln_sp.forward(split_sequence(x, group))
 xhat_sp = ln_cache_sp.xhat
+lesson.expect("SP: each rank caches x̂ for its own s/p positions only, and they are the serial values")
 lesson.equal("SP: x̂ of this rank's positions only, [b, s/p, h]", xhat_sp.shape, (b, s // p, h))
 lesson.close("SP: the shard is the serial x̂ at this rank's positions", xhat_sp, xhat_serial[:, mine])
 
@@ -101,14 +107,17 @@ lesson.close("SP: the shard is the serial x̂ at this rank's positions", xhat_sp
 # the gradient of its whole partial sum, and each rank holds `s/p` rows of it: an all-gather.
 
 # %%
+lesson.section("f̄ and ḡ on real ranks")
 partial = np.random.default_rng([10, group.rank]).standard_normal((b, s, h))  # a different partial per rank
 with tracer.paused():
     everyone = group.all_gather(partial[None], axis=0)  # [p, b, s, h] bookkeeping: every rank's partial
 total = everyone.sum(axis=0)
 
+lesson.expect("ḡ: the sum of the ranks' partials, this rank's positions only; backward, the whole dy again")
 lesson.close("ḡ forward: reduce-scatter = (Σ_r partial_r)[:, my positions]", g_bar.forward(partial, group),
              total[:, mine])
 lesson.close("ḡ backward: all-gather of the shards = the whole dy", g_bar.backward(dy[:, mine], group), dy)
+lesson.expect("f̄: the shards gathered into the whole x; backward, the summed gradient of this rank's positions")
 lesson.close("f̄ forward: all-gather of the shards = the whole x", f_bar.forward(x[:, mine], group), x)
 lesson.close("f̄ backward: reduce-scatter = (Σ_r partial_r)[:, my positions]", f_bar.backward(partial, group),
              total[:, mine])
@@ -130,6 +139,7 @@ with tracer.paused():
     rhs = float(group.all_reduce(np.array([np.vdot(x_r, g_bar.forward(w, group))]))[0])  # Σ_r ⟨x_r, ḡ(w)_r⟩
     same_rs = np.array_equal(f_bar.backward(w, group), g_bar.forward(w, group))
     same_ag = np.array_equal(g_bar.backward(x_r, group), f_bar.forward(x_r, group))
+lesson.expect("⟨f̄(x), w⟩ = ⟨x, ḡ(w)⟩, and each one's backward is literally the other's forward")
 lesson.close(f"dot-product test: ⟨f̄(x), w⟩ = {lhs:.6f} vs ⟨x, ḡ(w)⟩", lhs, rhs)
 lesson.equal("conjugate: backward(f̄) = forward(ḡ) and backward(ḡ) = forward(f̄)", (same_rs, same_ag),
              (True, True))
@@ -151,6 +161,7 @@ def run_block(ln, mlp, x_in, dy_in):
     return x_in + m, dy_in + ln.backward(dh, c_ln)
 
 
+lesson.section("An MLP block with SP equals serial")
 serial_ln.zero_grad(), serial_mlp.zero_grad()
 y_serial, dx_serial = run_block(serial_ln, serial_mlp, x, dy)
 ln_tp.set_path("tp.ln_2")
@@ -161,9 +172,11 @@ ln_sp.zero_grad()
 tracer.reset()
 y_tp, dx_tp = run_block(ln_tp, mlp_tp, x, dy)
 y_sp, dx_sp = run_block(ln_sp, mlp_sp, split_sequence(x, group), dy[:, mine])
+lesson.expect("both blocks equal serial: plain TP whole, SP on this rank's positions, gradients included")
 lesson.close("plain TP block: max |y − serial|", y_tp, y_serial)
 lesson.close("SP block: max |y_r − serial y[:, my positions]|", y_sp, y_serial[:, mine])
 lesson.close("SP block: max |∂L/∂x_r − serial ∂L/∂x[:, my positions]|", dx_sp, dx_serial[:, mine])
+lesson.expect("and every parameter gradient of the SP block, MLP shards and replicated LayerNorm, is serial")
 lesson.close("SP block: MLP weight and bias shards' gradients vs serial",
              shard_error(mlp_sp, dict(serial_mlp.named_grads())), 0.0)
 lesson.close("SP block: LayerNorm weight and bias gradients vs serial",
@@ -178,6 +191,8 @@ lesson.close("SP block: LayerNorm weight and bias gradients vs serial",
 # on the chunk.
 
 # %%
+lesson.section("All-reduce = reduce-scatter + all-gather: the bytes")
+lesson.expect("the two halves in a row are an all-reduce, to rounding")
 with tracer.paused():
     two_halves = group.all_gather(group.reduce_scatter(partial, axis=1), axis=1)
     lesson.close("all_gather(reduce_scatter(x)) = all_reduce(x)", two_halves, group.all_reduce(partial))
@@ -203,10 +218,13 @@ lesson.say(table(rows, right=(3, 4)), "")
 
 B = b * s * h * x.itemsize  # one [b, s, h] activation
 wire = lambda events: sum(e.wire_bytes for e in events)  # noqa: E731
+lesson.expect("forward: one all-reduce of B for plain TP, an all-gather and a reduce-scatter of B for SP — "
+              "2(p−1)/p·B on the wire either way")
 lesson.equal("plain TP forward: one all-reduce of B = b·s·h·8", [(e.op, e.bytes) for e in calls("tp.", "forward")],
              [("all_reduce", B)])
 lesson.equal("SP forward: f̄'s all-gather and ḡ's reduce-scatter, each of the same logical B",
              [(e.op, e.bytes) for e in calls("sp.", "forward")], [("all_gather", B), ("reduce_scatter", B)])
+lesson.expect("two halves of (p−1)/p·B each = one all-reduce's 2(p−1)/p·B: the same wire bytes")
 lesson.equal("SP forward sends what the plain TP forward sends (wire bytes per rank)",
              wire(calls("sp.", "forward")), wire(calls("tp.", "forward")))
 
@@ -220,12 +238,15 @@ lesson.equal("SP forward sends what the plain TP forward sends (wire bytes per r
 # %%
 with tracer.paused():
     fc_cache_tp, fc_cache_sp = mlp_tp.forward(x)[1].c_fc, mlp_sp.forward(x[:, mine])[1].c_fc
+lesson.expect("with SP, c_fc keeps only its [b, s/p, h] shard of the input for the backward")
 lesson.equal("what c_fc keeps for its backward: plain TP [b, s, h], SP [b, s/p, h]",
              (fc_cache_tp.x.shape, fc_cache_sp.x.shape), ((b, s, h), (b, s // p, h)))
 regather = calls("sp.mlp.c_fc", "backward", "all_gather")
+lesson.expect("backward: plain TP's traffic plus one all-gather, c_fc re-gathering the input it did not keep")
 lesson.equal("SP backward: ḡ's all-gather, c_fc's re-gather of its input, f̄'s reduce-scatter",
              [(e.scope, e.op) for e in calls("sp.", "backward")],
              [("sp.mlp.c_proj", "all_gather"), ("sp.mlp.c_fc", "all_gather"), ("sp.mlp.c_fc", "reduce_scatter")])
+lesson.expect("take the re-gather away and the SP backward sends what the plain TP backward sends")
 lesson.equal("SP backward wire bytes − the re-gather = plain TP backward wire bytes",
              wire(calls("sp.", "backward")) - wire(regather), wire(calls("tp.", "backward")))
 
@@ -243,15 +264,19 @@ lesson.equal("SP backward wire bytes − the re-gather = plain TP backward wire 
 # every position already.
 
 # %%
+lesson.section("The LayerNorm gradient all-reduce")
 _, dw_r, db_r = layernorm_backward(dy[:, mine], ln_cache_sp)  # this rank's positions only
+lesson.expect("one rank's positions give a partial (dw, db); the sum over the ranks is the serial gradient")
 _, dw_serial, db_serial = layernorm_backward(dy, ln_cache_serial)
 lesson.apart("one rank's (dw, db) from its own positions is not the gradient", np.stack([dw_r, db_r]),
              np.stack([dw_serial, db_serial]), 0.1)
 with tracer.paused():
     summed = group.all_reduce(np.stack([dw_r, db_r]))
+lesson.expect("summed over the ranks, the partial (dw, db) are the serial gradient")
 lesson.close("the all-reduce (sum over the ranks) of the partial (dw, db) is the serial gradient", summed,
              np.stack([dw_serial, db_serial]))
 ln_sync = calls("sp.ln_2", "sp_grad_sync")
+lesson.expect("the SP block did that sum itself: one [2, h] all-reduce, traced as sp_grad_sync")
 lesson.equal("the trace: one all-reduce of [2, h] in phase sp_grad_sync, scope sp.ln_2",
              [(e.op, e.shape) for e in ln_sync], [("all_reduce", (2, h))])
 
@@ -264,6 +289,7 @@ lesson.equal("the trace: one all-reduce of [2, h] in phase sp_grad_sync, scope s
 # embedding, every block and `ln_f` — the "LayerNorm/dropout regions" — and the whole cache.
 
 # %%
+lesson.section("Activation memory: the LayerNorm/dropout regions shrink by p")
 cfg = GPTConfig(vocab_size=13, n_positions=8, n_embd=16, n_layer=2, n_head=4, dropout=0.1)
 SEED, batch = 10, 2
 ids = np.random.default_rng(SEED).integers(0, cfg.vocab_size, (batch, cfg.n_positions))
@@ -293,7 +319,9 @@ for name, model in models.items():
 rows = [["model", "LN/dropout regions", "whole forward cache"]]
 rows += [[name, human_bytes(m["region"]), human_bytes(m["cache"])] for name, m in memory.items()]
 lesson.say(table(rows), "")
+lesson.expect("the LN/dropout regions exactly p times smaller with SP, so the whole cache is smaller too")
 lesson.equal("LN/dropout region bytes: TP+SP × tp = plain TP", memory["TP+SP"]["region"] * p, memory["TP"]["region"])
+lesson.expect("and so the whole forward cache shrinks with SP, though q, k, v and the rest were split already")
 lesson.check("and the whole forward cache is smaller with SP",
              f"{memory['TP+SP']['cache']:,} vs {memory['TP']['cache']:,} bytes",
              memory["TP+SP"]["cache"] < memory["TP"]["cache"])
@@ -310,6 +338,7 @@ gpt3 = dict(s=2048, b=1, h=12288, a=96, t=8)
 tp_line, sp_line = korthikanti_layer_bytes(**gpt3), korthikanti_layer_bytes(**gpt3, sequence_parallel=True)
 sbh = gpt3["s"] * gpt3["b"] * gpt3["h"]
 lesson.say(f"per layer: TP {tp_line / 2**20:,.0f} MiB, TP+SP {sp_line / 2**20:,.0f} MiB")
+lesson.expect("the two lines of Table 2 differ by the 10·sbh that SP divides by t")
 lesson.close("Table 2: TP line − TP+SP line = 10·sbh·(1 − 1/t) bytes", tp_line - sp_line,
              10 * sbh * (1 - 1 / gpt3["t"]), tol=1e-6)
 
@@ -320,17 +349,21 @@ lesson.close("Table 2: TP line − TP+SP line = 10·sbh·(1 − 1/t) bytes", tp_
 # position, so a rank holding positions 2–3 draws what the serial model draws there).
 
 # %%
+lesson.section("A whole GPT step with SP equals serial")
 loss_serial = serial.loss_and_grads(ids, labels, plan)
 serial_grads = dict(serial.named_grads())
 for name, model in models.items():
+    lesson.expect(f"{name}: the serial loss and gradients, dropout included (the exact RNG)")
     lesson.close(f"{name}: |loss − serial loss {loss_serial:.6f}|", losses[name], loss_serial)
     lesson.close(f"{name}: every gradient shard vs serial", shard_error(model, serial_grads), 0.0)
 
 per_block = [(wire([e for e in events["TP+SP"] if e.scope.startswith(f"transformer.h.{i}.") and e.phase == "forward"]),
               wire([e for e in events["TP"] if e.scope.startswith(f"transformer.h.{i}.") and e.phase == "forward"]))
              for i in range(cfg.n_layer)]
+lesson.expect("inside every block SP sends what TP sends forward; the LayerNorms each all-reduce their gradient")
 lesson.equal("every block of the GPT: SP forward wire bytes = TP forward wire bytes",
              [sp == tp for sp, tp in per_block], [True] * cfg.n_layer)
+lesson.expect("one gradient all-reduce per LayerNorm fed sequence shards: 2 per block, plus ln_f")
 lesson.equal("LayerNorm gradient all-reduces in the SP step (2 per block + ln_f)",
              sorted(e.scope for e in events["TP+SP"] if e.phase == "sp_grad_sync"),
              sorted([f"transformer.h.{i}.{ln}" for i in range(cfg.n_layer) for ln in ("ln_1", "ln_2")]
@@ -381,4 +414,5 @@ if lesson.rank == 0:
 # Exercise: ḡ's forward and backward in `lessons/exercises/ex10_sequence_parallelism.py`, then `tpsim check 10`.
 
 # %%
+lesson.takeaways()
 lesson.finish()

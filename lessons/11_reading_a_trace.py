@@ -1,11 +1,13 @@
 # %% [markdown]
 # # Lesson 11 — Reading a trace: records, formulas, timelines and what-ifs
 #
-# Runs on **4 ranks**: `mpirun -n 4 python lessons/11_reading_a_trace.py` (or `tpsim lesson run 11`).
+# Runs on **8 ranks**: `mpirun -n 8 python lessons/11_reading_a_trace.py` (or `tpsim lesson run 11`).
 #
 # Every collective in tpsim goes through one traced layer, and every layer call of the GPT runs inside a timed
-# compute span. This lesson trains a tiny GPT for a few steps on a TP(2) × DP(2) grid and reads what the
-# tracer wrote, the way you would read a profile of a real run:
+# compute span. This lesson trains a tiny GPT for a few steps on a TP(4) × DP(2) grid and reads what the
+# tracer wrote, the way you would read a profile of a real run. TP is 4, not 2, on purpose: a ring all-reduce
+# sends `2(p−1)/p` of its buffer, which at p = 2 is exactly 1, so a TP(2) trace shows the same number as
+# "bytes" and as "wire bytes" and hides the difference this lesson is about.
 #
 # 1. the **records** (one per collective per rank) as a per-layer table, checked row by row against the
 #    volumes of the Megatron-LM paper (`tpsim.trace.formulas.predict_step`);
@@ -13,9 +15,12 @@
 # 3. the **timeline**: a Chrome trace (`timeline.json`, for ui.perfetto.dev) and a PNG of one step;
 # 4. an **α-β what-if**: the step priced on NVLink and InfiniBand, and a GPT-2-medium-sized model priced from
 #    the formulas alone — which is why tensor parallelism stays inside a node.
+#
+# Sources: Shoeybi et al. 2019, "Megatron-LM", arXiv:1909.08053, §3 (the collectives of a step); Narayanan
+# et al. 2021, arXiv:2104.04473 (TP inside a server, DP across servers); the SenseParrots article, §3.1.
 
 # %%
-RANKS = 4
+RANKS = 8
 
 import numpy as np
 
@@ -35,7 +40,7 @@ from tpsim.trace.timeline import chrome_trace, plot_timeline, write_chrome_trace
 from tpsim.train import AdamW, GradSync, apply_update, broadcast_params, compute_grads
 
 lesson = Lesson("11", RANKS)
-grid = ProcessGrid(tp=2, dp=2)
+grid = ProcessGrid(tp=4, dp=2)
 tracer = grid.tracer
 lesson.say(grid.table(), "")
 
@@ -48,6 +53,7 @@ lesson.say(grid.table(), "")
 # TP) and steps AdamW. `tracer.step` tags every record and span with the step it belongs to.
 
 # %%
+lesson.section("A few traced training steps")
 config = GPTConfig(vocab_size=16, n_positions=8, n_embd=32, n_layer=2, n_head=4)
 SEED, BATCH, STEPS, CLIP = 11, 8, 3, 1.0
 task = ReverseTask(config.vocab_size, config.n_positions)
@@ -82,8 +88,10 @@ lesson.say("", f"rank 0 holds {len(records or [])} records and {len(spans or [])
 # dividing by the number of ranks, gives the story of one rank:
 
 # %%
+lesson.section("The records, by layer")
 if lesson.rank == 0:
     lesson.say(step_table(records, LAST, RANKS), "")
+lesson.expect("bytes is the logical tensor: its elements times the dtype's size, for every record")
 lesson.check("every record's bytes = its shape's elements × the dtype's size",
              f"{len(mine)} records on each rank",
              all(r["bytes"] == int(np.prod(r["shape"])) * np.dtype(r["dtype"]).itemsize for r in mine))
@@ -99,6 +107,7 @@ lesson.check("every record's bytes = its shape's elements × the dtype's size",
 # collective nobody predicted, or one that went missing, fails its row.
 
 # %%
+lesson.section("Every row against the formulas")
 predicted = predict_step(config, grid.tp, grid.dp, BATCH, config.n_positions, np.float64, clip=True,
                          ddp_buckets=len(sync.buckets))
 if lesson.rank == 0:
@@ -106,6 +115,7 @@ if lesson.rank == 0:
     lesson.say(format_comparison(rows, title=f"measured vs predicted, step {LAST}, per rank:"), "",
                formula_verdict(rows)[1], "")
 verdicts = [formula_verdict(compare([r for r in mine if r["step"] == step], predicted)) for step in range(STEPS)]
+lesson.expect("no collective more, none fewer, and the same bytes as the formulas, in every step")
 lesson.check("every (layer, phase, op, group) row equals predict_step, in every step, on every rank",
              f"{len(predicted)} rows × {STEPS} steps", all(ok for ok, _ in verdicts))
 
@@ -117,7 +127,9 @@ lesson.check("every (layer, phase, op, group) row equals predict_step, in every 
 # and in each one every rank sends one chunk to its neighbour (and adds the one it receives): `(p−1)·B/p`.
 # An all-gather is the same walk without the additions: `(p−1)·B/p`. A ring all-reduce is the two in a row:
 # `2(p−1)·B/p`. A broadcast is a pipelined chain: every rank but the last forwards the whole buffer, `B`.
-# So, apart from the broadcast, wire bytes = the ring's latency steps (`ring_steps`) × one chunk:
+# So, apart from the broadcast, wire bytes = the ring's latency steps (`ring_steps`) × one chunk. At TP 4 an
+# all-reduce sends 1.5 times its bytes and an all-gather or reduce-scatter 0.75 times; over the DP pairs
+# (p = 2) an all-reduce sends exactly its bytes:
 
 # %%
 def ring_wire(op: str, nbytes: int, p: int) -> int:
@@ -126,8 +138,14 @@ def ring_wire(op: str, nbytes: int, p: int) -> int:
     return ring_steps(op, p) * nbytes // p
 
 
+lesson.section("Wire bytes from the ring")
+lesson.expect("the ring formula reproduces every record's wire bytes")
 lesson.check("every record's wire_bytes = ring_steps(op, p) × B/p (broadcast: B)", f"{len(mine)} records",
              all(r["wire_bytes"] == ring_wire(r["op"], r["bytes"], r["group_size"]) for r in mine))
+ratios = sorted({(r["group"], r["op"], r["wire_bytes"] / r["bytes"]) for r in mine if r["op"] == "all_reduce"})
+lesson.expect("wire / bytes of the all-reduces: 2(p−1)/p = 1.5 in the TP groups (p = 4), 1 in the DP pairs")
+lesson.equal("(group, op, wire bytes / bytes) of this rank's all-reduces", ratios,
+             [("dp", "all_reduce", 1.0), ("tp", "all_reduce", 1.5)])
 last = [r for r in mine if r["step"] == LAST]
 by_group = {g: sum(r["wire_bytes"] for r in last if r["group"] == g) for g in ("tp", "dp")}
 lesson.say(f"wire bytes per step on this rank: TP {human_bytes(by_group['tp'])}, DP {human_bytes(by_group['dp'])}",
@@ -158,7 +176,9 @@ def nests(intervals: list[tuple[float, float]]) -> bool:
     return True
 
 
+lesson.section("The timeline")
 step_spans = [s for s in my_spans if s["step"] == LAST]
+lesson.expect("spans open before and close after their children's, so each rank's spans nest")
 lesson.check("the spans of every rank nest (raw times, last step)", f"{len(step_spans)} spans on each rank",
              nests([(s["start"], s["start"] + s["duration"]) for s in step_spans]))
 
@@ -172,6 +192,7 @@ def inside_its_layer(r: dict) -> bool:
 
 
 model_calls = [r for r in last if r["phase"] in ("forward", "backward")]
+lesson.expect("a layer's collectives happen while the layer runs: inside its span, same phase")
 lesson.check("every forward/backward collective lies inside its layer's compute span",
              f"{len(model_calls)} collectives on each rank", all(inside_its_layer(r) for r in model_calls))
 
@@ -188,8 +209,9 @@ if lesson.rank == 0:
             tracks.setdefault((e["pid"], e["tid"]), []).append(ns)
     tracks_nest = len(tracks) == 2 * RANKS and all(nests(t) for t in tracks.values())
     path = plot_timeline(spans, records, LAST, lesson.out / "11_timeline.png",
-                         title=f"step {LAST} of a TP(2) x DP(2) GPT: compute spans above, collectives below")
+                         title=f"step {LAST} of a TP(4) x DP(2) GPT: compute spans above, collectives below")
     lesson.say(f"wrote {path}", "")
+lesson.expect(f"the file has a compute and a communication track for each of the {RANKS} ranks, and they nest")
 lesson.check("timeline.json: 2 tracks per rank (compute, communication), events nest on each",
              f"{n_events} complete events", tracks_nest)
 
@@ -198,9 +220,9 @@ lesson.check("timeline.json: 2 tracks per rank (compute, communication), events 
 # `tpsim-out/lessons/timeline.json` (or drag it onto the page; `chrome://tracing` works too). Each rank is a
 # process row with a `compute` and a `communication` track. `W`/`S` zoom, `A`/`D` pan; click an event to see
 # its `args` (scope, phase, op, group and its ranks, shape, bytes, wire bytes); select a range to sum the time
-# of everything in it. Look for the DDP all-reduce after the backward on all four ranks, and for how the TP
-# pairs (ranks 0–1, 2–3) leave each all-reduce together. A collective's duration includes the wait for the
-# last rank to arrive: here four ranks share two cores, so most of the communication lane is a rank waiting
+# of everything in it. Look for the DDP all-reduce after the backward on all eight ranks, and for how the TP
+# groups (ranks 0–3, 4–7) leave each all-reduce together. A collective's duration includes the wait for the
+# last rank to arrive: here eight ranks share two cores, so most of the communication lane is a rank waiting
 # for a partner the operating system has not scheduled yet, not bytes moving. On a real machine the same
 # picture shows a straggler, a slow link or an unbalanced split.
 #
@@ -221,6 +243,7 @@ if lesson.rank == 0:
     lesson.say(f"$ tpsim report {run_dir} --by layer")
     report_status = report_main([str(run_dir), "--by", "layer"])
     lesson.say("")
+lesson.expect("tpsim report reads the folder back without MPI and exits 0")
 lesson.equal("tpsim report reads the folder back (exit status)", report_status, 0)
 
 # %% [markdown]
@@ -233,6 +256,7 @@ lesson.equal("tpsim report reads the folder back (exit status)", report_status, 
 # GPU, α 8 µs assumed) — vendor peaks and assumptions, not measurements. A TP × DP grid can put TP on either:
 
 # %%
+lesson.section("What would this cost on real links? The α-β model")
 placements = {"TP in node (NVLink), DP across (IB)": {"tp": NVLINK4_H100, "dp": IB_NDR},
               "TP across nodes (IB), DP in node (NVLink)": {"tp": IB_NDR, "dp": NVLINK4_H100}}
 step_records = [r for r in mine if r["step"] == LAST]
@@ -243,6 +267,7 @@ rows += [[place, f"{t.get('tp', 0) * 1e6:.1f}", f"{t.get('dp', 0) * 1e6:.1f}", f
 lesson.say(table(rows), f"(measured here, over shared memory: "
                         f"{sum(r['duration'] for r in step_records) * 1e6:.0f} µs in collectives on this rank)", "")
 in_node, across = (sum(t.values()) for t in toy.values())
+lesson.expect("pricing the records or the formulas gives the same seconds; TP on NVLink beats TP on InfiniBand")
 lesson.close("the trace priced = the formulas priced (TP in node), seconds",
              estimate_step_time(step_records, placements["TP in node (NVLink), DP across (IB)"]),
              estimate_step_time(predicted, placements["TP in node (NVLink), DP across (IB)"]), tol=1e-12)
@@ -268,6 +293,7 @@ dp_bytes = sum(r.wire_bytes for r in big if r.group == "dp")
 lesson.say(table(rows), f"wire bytes per rank per step: TP {human_bytes(tp_bytes)}, DP {human_bytes(dp_bytes)}",
            "")
 big_in, big_across = (sum(t.values()) for t in priced.values())
+lesson.expect("GPT-2 medium: TP's activation traffic dwarfs DP's, so it needs the fast link even more")
 lesson.check("GPT-2 medium: TP in the node is cheaper than TP across nodes",
              f"{big_in * 1e3:.1f} vs {big_across * 1e3:.1f} ms (×{big_across / big_in:.1f})", big_in < big_across)
 
@@ -289,4 +315,5 @@ lesson.check("GPT-2 medium: TP in the node is cheaper than TP across nodes",
 # then `tpsim check 11`.
 
 # %%
+lesson.takeaways()
 lesson.finish()

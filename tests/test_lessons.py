@@ -6,18 +6,46 @@ and check) is tested here without touching this file.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from launch_program import ROOT, run_mpi
 from tpsim.cli import main as tpsim_main
 from tpsim.teach.checks import CHECKS
-from tpsim.teach.lessons import discover, exercise_files, lesson_of, read_checks
+from tpsim.teach.lessons import CHECK_LINE, discover, exercise_files, lesson_of, read_checks
 
 pytestmark = pytest.mark.slow
 
 LESSONS = discover()
 STUBS, SOLUTIONS = exercise_files("exercises"), exercise_files("solutions")
 NOT_DONE = 3  # tpsim check's exit status for an exercise that still raises NotImplementedError
+PRINTED_HEADING = re.compile(r"^## (.+?)\s*$", re.MULTILINE)
+
+
+def markdown_headings(path: Path) -> list[str]:
+    """The ``## `` headings of a lesson's markdown cells (``# ## title`` lines), in order."""
+    headings, markdown = [], False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# %%"):
+            markdown = "[markdown]" in line
+        elif markdown and line.startswith("# ## "):
+            headings.append(line[5:].strip())
+    return headings
+
+
+def checks_without_expect(output: str) -> list[str]:
+    """CHECK lines with no ``expect:`` line since the last section heading (nothing told the reader why)."""
+    unexplained, told = [], False
+    for line in output.splitlines():
+        if line.startswith("## "):
+            told = False
+        elif line.startswith("expect: "):
+            told = True
+        elif CHECK_LINE.match(line) and not told:
+            unexplained.append(line)
+    return unexplained
 
 
 def tpsim(capfd, *args: str) -> tuple[int, str, str]:
@@ -41,6 +69,11 @@ def test_lesson_runs_at_its_rank_count_with_every_check_ok(lesson, tmp_path):
     assert [claim for claim, ok in checks if not ok] == []
     assert f"lesson {lesson.number}: {len(checks)} checks, all OK" in r.stdout
     assert all(png.read_bytes()[:4] == b"\x89PNG" for png in tmp_path.glob("*.png"))
+    # the run reads on its own: the lesson's outline, and a line of what to expect before the checks
+    assert PRINTED_HEADING.findall(r.stdout) == markdown_headings(lesson.path)
+    assert checks_without_expect(r.stdout) == []
+    recap = r.stdout.split("\n## What to take away\n")[-1]
+    assert recap.startswith("* ") and f"tpsim check {lesson.number}" in recap, recap
 
 
 def test_every_exercise_has_a_solution_a_lesson_and_a_check():

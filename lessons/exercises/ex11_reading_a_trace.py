@@ -1,8 +1,8 @@
 """Exercise 11 — the numbers behind a trace's wire_bytes column (lesson 11_reading_a_trace.py).
 
 Both functions are arithmetic: no collective, no group. The check compares them with the records of real
-traced training steps on 4 ranks (plain TP and TP + SP, float64 and float32).
-Check it:   tpsim check 11           (4 ranks)
+traced training steps on 8 ranks (plain TP and TP + SP, float64 and float32).
+Check it:   tpsim check 11           (8 ranks)
 The reference answer is in lessons/solutions/ex11_reading_a_trace.py — try first.
 """
 

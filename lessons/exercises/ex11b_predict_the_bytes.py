@@ -8,7 +8,7 @@ runs the step on real ranks and compares your numbers with the trace, layer by l
 those of the trace's per-layer table (``tpsim.trace.aggregate.layer_of``): ``transformer.wte``,
 ``transformer.h.0.attn``, ``transformer.h.0.mlp``, …, ``loss``, ``lm_head``.
 
-Check it:   tpsim check 11b          (4 ranks: real traced steps at tp 4, 2 and 1)
+Check it:   tpsim check 11b          (8 ranks, as lesson 11: real traced steps at tp 4, 2 and 1)
 Stuck?      tpsim check 11b --hint   (one hint more each time)
 The reference answer is in lessons/solutions/ex11b_predict_the_bytes.py — try first.
 """

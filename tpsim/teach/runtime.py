@@ -3,11 +3,14 @@
     RANKS = 4
     lesson = Lesson("03", RANKS)        # another world size: one line on rank 0, exit status 2 on every rank
     lesson.say("printed once, by rank 0")
+    lesson.section("Row-parallel: each rank owns some input features")   # a markdown cell's ## heading
+    lesson.expect("the partial sums add up to the serial output, to rounding")   # the line before a CHECK
     lesson.close("max |parallel − serial| of y", y, y_serial)     # CHECK ...: 2.2e-16 (tolerance 1e-12) ... OK
     lesson.equal("all-reduces in the forward", n_calls, 1)        # CHECK ...: 1 (expected 1) ... OK
     lesson.check("a claim", "what was measured", ok)              # the general form
     if lesson.rank == 0:
         plt = lesson.pyplot(); ...; lesson.save(fig, "03_collectives.png")
+    lesson.takeaways()                  # the "What to take away" cell's heading and text, read from the file
     lesson.finish()                     # "lesson 03: 9 checks, all OK"; exit status 1 if any CHECK failed
 
 Every CHECK is collective. Its verdict is combined over all ranks with one all-reduce on a private, untraced
@@ -36,6 +39,18 @@ from tpsim.errors import ConfigError
 from tpsim.plotting import pyplot
 from tpsim.table import format_table as table  # noqa: F401 (the lessons' name for the one table formatter)
 from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, find_lesson, normalize
+
+
+def markdown_section(path: Path, title: str) -> list[str]:
+    """The text of the markdown cell headed ``## title`` in a lesson file, ``# `` prefixes removed, heading dropped."""
+    lines, inside = [], False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if inside and line.startswith("# %%"):
+            break
+        if inside:
+            lines.append(line[2:] if line.startswith("# ") else line.lstrip("#"))
+        inside = inside or line == f"# ## {title}"
+    return "\n".join(lines).strip().splitlines()
 
 
 def _script_name(number: str) -> str:
@@ -75,6 +90,25 @@ class Lesson:
         """Print on rank 0 only, one whole write (lines of several ranks never interleave)."""
         if self.rank == 0:
             print("\n".join(lines), flush=True)
+
+    def section(self, title: str) -> None:
+        """Print the ``## title`` heading of the markdown cell above, so a terminal run has the lesson's outline.
+
+        ``tests/test_lesson_outline.py`` holds every lesson to printing each of its ``## `` headings, in order.
+        """
+        self.say("", f"## {title}")
+
+    def takeaways(self) -> None:
+        """The ``What to take away`` section: its heading and, read from this lesson's file, its text."""
+        self.section("What to take away")
+        try:
+            self.say(*markdown_section(find_lesson(self.number).path, "What to take away"))
+        except (LessonsNotFound, OSError):  # a copy of the lesson run outside the repository: the heading only
+            pass
+
+    def expect(self, text: str) -> None:
+        """One line before a CHECK: what it should show and why, for a reader who has only the terminal."""
+        self.say(f"expect: {text}")
 
     def gather(self, obj) -> list | None:
         """Every rank's ``obj`` in rank order on rank 0 (``None`` elsewhere); untraced."""

@@ -32,6 +32,7 @@ import numpy as np
 from tpsim.comm import Group
 from tpsim.nn.module import Module
 from tpsim.phases import DP_SYNC
+from tpsim.trace.aggregate import human_bytes
 
 DEFAULT_BUCKET_CAP_BYTES = 25 * 2**20  # torch DDP's bucket_cap_mb=25
 
@@ -137,7 +138,7 @@ class GradSync:
 
     def describe(self) -> str:
         """The buckets as text, one line each: index, bytes, parameter count, first and last parameter."""
-        cap = "unbucketed" if not self.bucket_cap_bytes else f"cap {self.bucket_cap_bytes / 2**20:g} MiB"
+        cap = "unbucketed" if not self.bucket_cap_bytes else f"cap {human_bytes(self.bucket_cap_bytes)}"
         lines = [f"DDP gradient sync over DP({self.dp}): {len(self.buckets)} bucket(s), {cap}, "
                  f"{self.total_bytes} bytes per rank"]
         for i, b in enumerate(self.buckets):
