@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tpsim.nn import GeLU, Softmax, check_module_grads, erf, gelu_forward, softmax_backward, softmax_forward
+from tpsim.nn import GeLU, Softmax, check_module_grads, erf, gelu_backward, gelu_forward, softmax_backward, softmax_forward
 
 TOL = 1e-7
 
@@ -74,3 +74,14 @@ def test_softmax_matches_naive_and_jacobian_on_moderate_logits():
     dx_ref = jacobian @ dy
     dx = softmax_backward(dy, cache)
     assert np.abs(dx - dx_ref).max() < 1e-15, f"max diff {np.abs(dx - dx_ref).max():.3e}"
+
+
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+def test_gelu_keeps_shape_and_dtype_even_for_a_scalar(approximate):
+    # the tanh form works in place on fresh buffers: a 0-d input must still give a 0-d array, float32 stay float32
+    for x in (np.array(1.0), np.array([1.0, -2.0], dtype=np.float32)):
+        y, cache = gelu_forward(x, approximate)
+        dx = gelu_backward(np.ones_like(y), cache)
+        assert y.shape == dx.shape == x.shape and y.dtype == dx.dtype == x.dtype
+    y, _ = gelu_forward(np.array(1.0), approximate)
+    assert float(y) == pytest.approx(0.8411919906082768 if approximate == "tanh" else 0.8413447460685429, rel=1e-15)

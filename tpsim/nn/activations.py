@@ -44,7 +44,7 @@ def _tanh_u(x: np.ndarray) -> np.ndarray:
     than two multiplications on a float32 array here), and every step is done in place so the tanh form costs
     one buffer instead of five temporaries.
     """
-    u = x * x
+    u = np.multiply(x, x, out=np.empty_like(x, dtype=np.result_type(x, 1.0)))  # an array even for 0-d x
     u *= x
     u *= _CUBIC
     u += x
@@ -81,11 +81,11 @@ def gelu_backward(dy: np.ndarray, cache: GeluCache) -> np.ndarray:
     x, approximate = cache
     if approximate == "tanh":
         t = _tanh_u(x)
-        du_dx = x * x  # x², then u' = √(2/π) · (1 + 3·0.044715·x²), in place
+        du_dx = np.multiply(x, x, out=np.empty_like(t))  # x², then u' = √(2/π) · (1 + 3·0.044715·x²), in place
         du_dx *= 3.0 * _CUBIC
         du_dx += 1.0
         du_dx *= _SQRT_2_OVER_PI
-        slope = t * t  # 1 − t², then 0.5 · x · (1 − t²) · u'
+        slope = np.multiply(t, t, out=np.empty_like(t))  # 1 − t², then 0.5 · x · (1 − t²) · u'
         np.subtract(1.0, slope, out=slope)
         slope *= x
         slope *= du_dx
