@@ -1,0 +1,204 @@
+"""tpsim against PyTorch, side by side in the same mpirun processes (issue 12, item 1). A benchmark, not a test.
+
+    mpirun -n 8 python bench/bench_vs_torch.py                 (make bench-torch; writes tpsim-out/bench_vs_torch.json)
+    mpirun -n 8 python bench/bench_vs_torch.py --hidden 128 --tokens 256 --batch 2 --seq 64 --repeats 3   (small)
+
+a. mlp    ParallelMLP h 1024 -> 4h -> h, 2048 tokens, float32, fwd+bwd, TP 4 (ranks 0-3; the others sleep)
+b. block  one pre-LN GPT-2 block, h 1024, 16 heads, batch 4 x seq 512, float32, fwd+bwd, TP 4 (ranks 0-3)
+c. demo   the demo's whole training step at its defaults, TP 4 x DP 2 on 8 ranks (skipped below 8 ranks)
+d. the GEMM limit of each: the step's matmul FLOPs per rank (bench/gemm_limit.py) / the single-thread GEMM
+   rate rank 0 measures alone on those shapes in this run, x ranks per core.
+
+The PyTorch side (bench/torch_tp.py) is Megatron TP written by hand: f and g as autograd Functions over gloo,
+the world taken from MPI, one torch thread per rank (tpsim: one BLAS thread). Each round runs a tpsim step then
+a torch step, each started together on every rank; a round's time is the slowest rank's. Medians and bests
+over the rounds are both reported; ratios divide median by median (and best by best). Before timing, each case
+runs both sides once on the same inputs and checks outputs and gradients agree (bench/vs_torch_cases.py).
+Without torch it says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from pathlib import Path
+
+import tpsim  # noqa: F401  - one BLAS thread per rank, set before NumPy loads
+import numpy as np
+from mpi4py import MPI
+
+from bench_core import quiet_wait
+from gemm_limit import gemm_limit_seconds, total_flops
+from result_json import SCHEMA, case_ratios, stats, validate
+
+
+def parse(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", default="mlp,block,demo", help="comma-separated subset of mlp,block,demo")
+    ap.add_argument("--hidden", type=int, default=1024, help="h of the MLP and the block")
+    ap.add_argument("--tokens", type=int, default=2048, help="tokens of the MLP case")
+    ap.add_argument("--heads", type=int, default=16, help="heads of the block case")
+    ap.add_argument("--batch", type=int, default=4, help="batch of the block case")
+    ap.add_argument("--seq", type=int, default=512, help="sequence length of the block case")
+    ap.add_argument("--repeats", type=int, default=5, help="timed rounds per case (each: tpsim step, torch step)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
+    ap.add_argument("--cores", type=int, default=None, help="cores for the GEMM limit (default: rank 0's affinity)")
+    ap.add_argument("--json", default="tpsim-out/bench_vs_torch.json", help="result file (rank 0 writes it)")
+    ap.add_argument("--note", default="", help="free text stored in settings.note (e.g. 'machine loaded')")
+    return ap.parse_args(argv)
+
+
+def start_together(comm) -> None:
+    quiet_wait(comm)  # nobody spins while the last rank finishes
+    comm.Barrier()  # then a tight release, so every rank starts its step at the same moment
+
+
+def alternate(comm, case, rounds: int, warmup: int) -> tuple[list[float], list[float]]:
+    """Per-round seconds of the slowest rank, tpsim and torch steps interleaved."""
+    times = np.zeros((2, rounds))
+    for r in range(warmup + rounds):
+        for side, step in enumerate((case.tpsim_step, case.torch_step)):
+            start_together(comm)
+            t = time.perf_counter()
+            if step is not None:
+                step()
+            if r >= warmup:
+                times[side, r - warmup] = time.perf_counter() - t
+    comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
+    return times[0].tolist(), times[1].tolist()
+
+
+def gemm_rate(comm, gemms, dtype: str, rounds: int) -> float:
+    """FLOP/s of one thread running exactly these GEMMs (``out=`` buffers, contiguous), on rank 0 alone."""
+    rate = None
+    if comm.Get_rank() == 0:
+        rng = np.random.default_rng(0)
+        ops = []
+        for g in gemms:
+            lead = (g.batch,) if g.batch > 1 else ()
+            a = rng.standard_normal(lead + (g.m, g.k)).astype(dtype)
+            b = rng.standard_normal(lead + (g.k, g.n)).astype(dtype)
+            ops.append((a, b, np.empty(lead + (g.m, g.n), dtype)))
+        t = time.perf_counter()
+        for a, b, c in ops:
+            np.matmul(a, b, out=c)
+        inner = max(1, int(0.2 / max(time.perf_counter() - t, 1e-9)))  # at least ~0.2 s per timing
+        best = float("inf")
+        for _ in range(rounds):
+            t = time.perf_counter()
+            for _ in range(inner):
+                for a, b, c in ops:
+                    np.matmul(a, b, out=c)
+            best = min(best, (time.perf_counter() - t) / inner)
+        rate = total_flops(gemms) / best
+    quiet_wait(comm)
+    return comm.bcast(rate, root=0)
+
+
+def machine(torch_version: str) -> dict:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    return {"hostname": socket.gethostname(), "cpu": cpu, "cores": len(os.sched_getaffinity(0)),
+            "logical_cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
+            "torch": torch_version, "mpi": MPI.Get_library_version().splitlines()[0].strip()}
+
+
+def build_cases(args, comm) -> list:
+    """The requested cases that fit this world; the 4-rank ones run on ranks 0-3 while the others sleep."""
+    import torch_tp
+    from tpsim.comm import ProcessGrid
+    from vs_torch_cases import block_case, demo_case, mlp_case
+
+    world, rank = comm.Get_size(), comm.Get_rank()
+    wanted = args.cases.split(",")
+    cases = []
+    if {"mlp", "block"} & set(wanted):
+        sub = comm.Split(0 if rank < 4 else MPI.UNDEFINED, rank)
+        tgroup, _ = torch_tp.new_groups(np.arange(4).reshape(1, 4))
+        grid = ProcessGrid(tp=4, comm=sub) if sub != MPI.COMM_NULL else None
+        if grid is not None:
+            grid.tracer.enabled = False  # layers alone, untraced (bench_core.py measures the tracer's cost)
+        for name, make in (("mlp", mlp_case), ("block", block_case)):
+            if name in wanted:
+                cases.append(make(args, 4, grid and grid.tp_group, tgroup))
+    if "demo" in wanted:
+        if world % 4:
+            say(comm, "demo case skipped: it needs a multiple of 4 ranks (8 for the demo's TP 4 x DP 2)")
+        else:
+            groups = torch_tp.new_groups(np.arange(world).reshape(world // 4, 4))
+            cases.append(demo_case(ProcessGrid(tp=4, dp=world // 4), groups, world))
+    return cases
+
+
+def say(comm, *lines) -> None:
+    if comm.Get_rank() == 0:
+        print(*lines, sep="\n", flush=True)
+
+
+def run_case(args, comm, case, cores: int) -> dict:
+    diff, what = case.check() if case.check else (0.0, "")
+    diff = comm.allreduce(float(diff), op=MPI.MAX)
+    ok = diff <= case.tolerance
+    say(comm, f"{case.name}: {case.description}; TP {case.tp} x DP {case.dp}, {case.dtype}",
+        f"  check: max relative difference tpsim vs torch {diff:.1e} (tolerance {case.tolerance:g}) "
+        f"{'OK' if ok else 'MISMATCH'}")
+    tp_times, torch_times = alternate(comm, case, args.repeats, args.warmup)
+    flops = total_flops(case.gemms)
+    rate = gemm_rate(comm, case.gemms, case.dtype, args.repeats)
+    limit = gemm_limit_seconds(flops, rate, case.ranks, cores)
+    seconds = {"tpsim": stats(tp_times), "torch": stats(torch_times)}
+    ratios = case_ratios(seconds["tpsim"], seconds["torch"], limit)
+    for side in ("tpsim", "torch"):
+        s = seconds[side]
+        say(comm, f"  {side:6} median {s['median'] * 1e3:9.2f} ms   best {s['best'] * 1e3:9.2f} ms")
+    say(comm, f"  GEMM limit {limit * 1e3:9.2f} ms   ({flops / 1e9:.3f} GFLOP per rank at {rate / 1e9:.1f} "
+              f"GFLOP/s single-thread, x {max(1.0, case.ranks / cores):.1f} ranks per core)",
+        "  ratios (median / best): " + "   ".join(f"{k} {v['median']:.3f} / {v['best']:.3f}"
+                                                  for k, v in ratios.items()), "")
+    return {"description": case.description, "shape": case.shape, "dtype": case.dtype, "tp": case.tp,
+            "dp": case.dp, "ranks": case.ranks, "seconds": seconds,
+            "gemm": {"flops_per_rank": flops, "rate_flops_per_s": rate, "limit_s": limit}, "ratios": ratios,
+            "check": {"max_rel_diff": diff, "tolerance": case.tolerance, "ok": bool(ok), "what": what},
+            **case.extra}
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    comm = MPI.COMM_WORLD
+    try:
+        import torch
+    except ImportError:
+        say(comm, "bench_vs_torch: PyTorch is not installed, nothing to compare against; skipped "
+                  "(pip install torch to run it)")
+        return 0
+    import torch_tp
+
+    torch_tp.init_world(comm)
+    cores = args.cores or comm.bcast(len(os.sched_getaffinity(0)), root=0)
+    world = comm.Get_size()
+    say(comm, f"tpsim vs PyTorch {torch.__version__} (gloo), {world} ranks on {cores} cores, one thread per rank; "
+              f"{args.repeats} rounds after {args.warmup} warm-up", "")
+    results = {case.name: run_case(args, comm, case, cores) for case in build_cases(args, comm)}
+    if comm.Get_rank() == 0:
+        doc = {"schema": SCHEMA, "command": f"mpirun -n {world} python " + " ".join(sys.argv),
+               "machine": machine(torch.__version__),
+               "settings": {"ranks": world, "repeats": args.repeats, "warmup": args.warmup, "threads_per_rank": 1,
+                            "cores_for_limit": cores, "statistics": "median and best of the rounds; a round's "
+                            "time is the slowest rank's", "note": args.note},
+               "cases": results}
+        problems = validate(doc)
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {args.json}" + (f"; schema problems: {problems}" if problems else ""))
+    ok = all(r["check"]["ok"] for r in results.values())
+    torch.distributed.destroy_process_group()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
