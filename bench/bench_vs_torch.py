@@ -7,14 +7,14 @@ a. mlp    ParallelMLP h 1024 -> 4h -> h, 2048 tokens, float32, fwd+bwd, TP 4 (ra
 b. block  one pre-LN GPT-2 block, h 1024, 16 heads, batch 4 x seq 512, float32, fwd+bwd, TP 4 (ranks 0-3)
 c. demo   the demo's whole training step at its defaults, TP 4 x DP 2 on 8 ranks (skipped below 8 ranks)
 d. the GEMM limit of each: the step's matmul FLOPs per rank (bench/gemm_limit.py) / the single-thread GEMM
-   rate rank 0 measures alone on those shapes in this run, x ranks per core.
+   rate rank 0 measures alone on those shapes (the others asleep) in every round, x ranks per core.
 
 The PyTorch side (bench/torch_tp.py) is Megatron TP written by hand: f and g as autograd Functions over gloo,
-the world taken from MPI, one torch thread per rank (tpsim: one BLAS thread). Each round runs a tpsim step then
-a torch step, each started together on every rank; a round's time is the slowest rank's. Medians and bests
-over the rounds are both reported; ratios divide median by median (and best by best). Before timing, each case
-runs both sides once on the same inputs and checks outputs and gradients agree (bench/vs_torch_cases.py).
-Without torch it says so and exits 0.
+the world taken from MPI, one torch thread per rank (tpsim: one BLAS thread). Each round runs a tpsim step,
+a torch step, then the GEMMs alone, each started together on every rank; a round's time is the slowest rank's.
+Medians and bests over the rounds are both reported; ratios divide median by median (and best by best).
+Before timing, each case runs both sides once on the same inputs and checks that outputs and gradients agree
+(bench/vs_torch_cases.py). Without torch it says so and exits 0.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import numpy as np
 from mpi4py import MPI
 
 from bench_core import quiet_wait
-from gemm_limit import gemm_limit_seconds, total_flops
+from gemm_limit import gemm_limit_seconds, ranks_per_core, total_flops
 from result_json import SCHEMA, case_ratios, stats, validate
 
 
@@ -58,11 +58,11 @@ def start_together(comm) -> None:
     comm.Barrier()  # then a tight release, so every rank starts its step at the same moment
 
 
-def alternate(comm, case, rounds: int, warmup: int) -> tuple[list[float], list[float]]:
-    """Per-round seconds of the slowest rank, tpsim and torch steps interleaved."""
-    times = np.zeros((2, rounds))
+def alternate(comm, steps: list, rounds: int, warmup: int) -> list[list[float]]:
+    """Per-round seconds of the slowest rank for each of ``steps`` (None: nothing on this rank), interleaved."""
+    times = np.zeros((len(steps), rounds))
     for r in range(warmup + rounds):
-        for side, step in enumerate((case.tpsim_step, case.torch_step)):
+        for side, step in enumerate(steps):
             start_together(comm)
             t = time.perf_counter()
             if step is not None:
@@ -70,34 +70,31 @@ def alternate(comm, case, rounds: int, warmup: int) -> tuple[list[float], list[f
             if r >= warmup:
                 times[side, r - warmup] = time.perf_counter() - t
     comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
-    return times[0].tolist(), times[1].tolist()
+    return times.tolist()
 
 
-def gemm_rate(comm, gemms, dtype: str, rounds: int) -> float:
-    """FLOP/s of one thread running exactly these GEMMs (``out=`` buffers, contiguous), on rank 0 alone."""
-    rate = None
-    if comm.Get_rank() == 0:
-        rng = np.random.default_rng(0)
-        ops = []
-        for g in gemms:
-            lead = (g.batch,) if g.batch > 1 else ()
-            a = rng.standard_normal(lead + (g.m, g.k)).astype(dtype)
-            b = rng.standard_normal(lead + (g.k, g.n)).astype(dtype)
-            ops.append((a, b, np.empty(lead + (g.m, g.n), dtype)))
-        t = time.perf_counter()
+def gemm_step(gemms, dtype: str):
+    """A callable running exactly these GEMMs once on one thread (contiguous operands, ``out=`` buffers), and
+    how many times each call repeats them (small shapes are repeated to ~0.05 s so a timing means something)."""
+    rng = np.random.default_rng(0)
+    ops = []
+    for g in gemms:
+        lead = (g.batch,) if g.batch > 1 else ()
+        ops.append((rng.standard_normal(lead + (g.m, g.k)).astype(dtype),
+                    rng.standard_normal(lead + (g.k, g.n)).astype(dtype), np.empty(lead + (g.m, g.n), dtype)))
+
+    def once():
         for a, b, c in ops:
             np.matmul(a, b, out=c)
-        inner = max(1, int(0.2 / max(time.perf_counter() - t, 1e-9)))  # at least ~0.2 s per timing
-        best = float("inf")
-        for _ in range(rounds):
-            t = time.perf_counter()
-            for _ in range(inner):
-                for a, b, c in ops:
-                    np.matmul(a, b, out=c)
-            best = min(best, (time.perf_counter() - t) / inner)
-        rate = total_flops(gemms) / best
-    quiet_wait(comm)
-    return comm.bcast(rate, root=0)
+
+    t = time.perf_counter()
+    once()
+    inner = max(1, int(0.05 / max(time.perf_counter() - t, 1e-9)))
+
+    def step():
+        for _ in range(inner):
+            once()
+    return step, inner
 
 
 def machine(torch_version: str) -> dict:
@@ -147,22 +144,29 @@ def run_case(args, comm, case, cores: int) -> dict:
     say(comm, f"{case.name}: {case.description}; TP {case.tp} x DP {case.dp}, {case.dtype}",
         f"  check: max relative difference tpsim vs torch {diff:.1e} (tolerance {case.tolerance:g}) "
         f"{'OK' if ok else 'MISMATCH'}")
-    tp_times, torch_times = alternate(comm, case, args.repeats, args.warmup)
-    flops = total_flops(case.gemms)
-    rate = gemm_rate(comm, case.gemms, case.dtype, args.repeats)
-    limit = gemm_limit_seconds(flops, rate, case.ranks, cores)
+    # the GEMMs run on rank 0 alone, the others asleep: one thread's rate on this step's shapes, measured in
+    # every round between the two steps so all three see the same machine
+    gemms, inner = gemm_step(case.gemms, case.dtype) if comm.Get_rank() == 0 else (None, 1)
+    inner = comm.bcast(inner, root=0)
+    tp_times, torch_times, gemm_times = alternate(comm, [case.tpsim_step, case.torch_step, gemms],
+                                                  args.repeats, args.warmup)
+    flops, per_rank = total_flops(case.gemms), stats([t / inner for t in gemm_times])
+    limit = {k: gemm_limit_seconds(flops, flops / per_rank[k], case.ranks, cores) for k in ("median", "best")}
     seconds = {"tpsim": stats(tp_times), "torch": stats(torch_times)}
     ratios = case_ratios(seconds["tpsim"], seconds["torch"], limit)
     for side in ("tpsim", "torch"):
         s = seconds[side]
         say(comm, f"  {side:6} median {s['median'] * 1e3:9.2f} ms   best {s['best'] * 1e3:9.2f} ms")
-    say(comm, f"  GEMM limit {limit * 1e3:9.2f} ms   ({flops / 1e9:.3f} GFLOP per rank at {rate / 1e9:.1f} "
-              f"GFLOP/s single-thread, x {max(1.0, case.ranks / cores):.1f} ranks per core)",
+    say(comm, f"  GEMM limit median {limit['median'] * 1e3:9.2f} ms   best {limit['best'] * 1e3:9.2f} ms   "
+              f"({flops / 1e9:.3f} GFLOP per rank, best {flops / per_rank['best'] / 1e9:.1f} GFLOP/s single-thread, "
+              f"x {ranks_per_core(case.ranks, cores):.1f} ranks per core)",
         "  ratios (median / best): " + "   ".join(f"{k} {v['median']:.3f} / {v['best']:.3f}"
                                                   for k, v in ratios.items()), "")
     return {"description": case.description, "shape": case.shape, "dtype": case.dtype, "tp": case.tp,
             "dp": case.dp, "ranks": case.ranks, "seconds": seconds,
-            "gemm": {"flops_per_rank": flops, "rate_flops_per_s": rate, "limit_s": limit}, "ratios": ratios,
+            "gemm": {"flops_per_rank": flops, "seconds_per_rank": per_rank,
+                     "rate_flops_per_s": flops / per_rank["best"], "ranks_per_core": ranks_per_core(case.ranks, cores),
+                     "limit_s": limit}, "ratios": ratios,
             "check": {"max_rel_diff": diff, "tolerance": case.tolerance, "ok": bool(ok), "what": what},
             **case.extra}
 

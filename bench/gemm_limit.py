@@ -37,7 +37,9 @@ def mlp_gemms(tokens: int, hidden: int, ffn: int, tp: int) -> list[Gemm]:
 
 
 def attention_core_gemms(batch: int, heads_local: int, seq: int, head_dim: int) -> list[Gemm]:
-    """q·kᵀ and probs·v forward; dv = Pᵀ·dctx, dP = dctx·vᵀ, dq = dS·k, dk = dSᵀ·q backward (full s × s scores)."""
+    """q·kᵀ and probs·v forward; dv = Pᵀ·dctx, dP = dctx·vᵀ, dq = dS·k, dk = dSᵀ·q backward.
+
+    The full s × s scores, causal mask or not: tpsim computes them all, and so does the torch side here."""
     bh = batch * heads_local
     scores = Gemm(seq, head_dim, seq, bh)  # [s, hd] @ [hd, s]
     context = Gemm(seq, seq, head_dim, bh)  # [s, s] @ [s, hd]

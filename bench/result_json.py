@@ -10,11 +10,12 @@ Schema ``tpsim-bench-vs-torch/1``::
          "description": str, "shape": {...}, "dtype": "float32" | "float64", "tp": int, "dp": int, "ranks": int,
          "seconds": {"tpsim": STATS, "torch": STATS},      # STATS = {"median", "best", "all": [...]}; a round's
                                                             # time is the slowest rank's
-         "gemm": {"flops_per_rank", "rate_flops_per_s", "limit_s"},
+         "gemm": {"flops_per_rank", "seconds_per_rank": STATS,   # one thread running the step's GEMMs alone
+                  "rate_flops_per_s" (at the best), "ranks_per_core", "limit_s": {"median", "best"}},
          "ratios": {"tpsim/torch": {"median", "best"}, "tpsim/gemm_limit": {...}, "torch/gemm_limit": {...}},
          "check": {"max_rel_diff", "tolerance", "ok", "what"}}}}
 
-Ratios divide medians by medians and bests by bests; the GEMM limit is one number (best-of GEMM timing).
+Ratios divide medians by medians and bests by bests (the GEMM limit has both: it is timed in every round).
 """
 
 from __future__ import annotations
@@ -36,11 +37,11 @@ def stats(times: list[float]) -> dict:
     return {"median": float(statistics.median(times)), "best": float(min(times)), "all": [float(t) for t in times]}
 
 
-def case_ratios(tpsim: dict, torch: dict, limit_s: float) -> dict:
+def case_ratios(tpsim: dict, torch: dict, limit: dict) -> dict:
     """tpsim/torch, tpsim/GEMM limit and torch/GEMM limit, each for the medians and for the bests."""
-    return {"tpsim/torch": {k: tpsim[k] / torch[k] for k in ("median", "best")},
-            "tpsim/gemm_limit": {k: tpsim[k] / limit_s for k in ("median", "best")},
-            "torch/gemm_limit": {k: torch[k] / limit_s for k in ("median", "best")}}
+    return {f"{a}/{b}": {k: x[k] / y[k] for k in ("median", "best")}
+            for a, b, x, y in (("tpsim", "torch", tpsim, torch), ("tpsim", "gemm_limit", tpsim, limit),
+                               ("torch", "gemm_limit", torch, limit))}
 
 
 def validate(doc: dict) -> list[str]:
@@ -63,8 +64,10 @@ def validate(doc: dict) -> list[str]:
             elif not (0 < s["best"] <= s["median"]) or min(s["all"]) != s["best"]:
                 problems.append(f"case {name}: seconds.{side} best/median/all are inconsistent")
         problems += [f"case {name}: ratios lacks {k!r}" for k in RATIO_KEYS if k not in case["ratios"]]
-        if not case["gemm"].get("limit_s", 0) > 0:
-            problems.append(f"case {name}: gemm.limit_s must be > 0")
+        limit = case["gemm"].get("limit_s")
+        if not isinstance(limit, dict) or not all(isinstance(limit.get(k), float) and limit[k] > 0
+                                                  for k in ("median", "best")):
+            problems.append(f"case {name}: gemm.limit_s needs median and best, both > 0")
         if not isinstance(case["check"].get("ok"), bool):
             problems.append(f"case {name}: check.ok must be true or false")
     return problems

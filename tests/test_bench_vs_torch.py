@@ -65,8 +65,9 @@ def valid_doc() -> dict:
     tpsim, torch = stats([0.7, 0.6, 0.65]), stats([0.8, 0.75, 0.9])
     case = {"description": "MLP", "shape": {"hidden": 8}, "dtype": "float32", "tp": 4, "dp": 1, "ranks": 4,
             "seconds": {"tpsim": tpsim, "torch": torch},
-            "gemm": {"flops_per_rank": 10, "rate_flops_per_s": 20.0, "limit_s": 0.5},
-            "ratios": case_ratios(tpsim, torch, 0.5), "check": {"max_rel_diff": 1e-7, "tolerance": 1e-4, "ok": True}}
+            "gemm": {"flops_per_rank": 10, "rate_flops_per_s": 20.0, "limit_s": {"median": 0.5, "best": 0.4}},
+            "ratios": case_ratios(tpsim, torch, {"median": 0.5, "best": 0.4}),
+            "check": {"max_rel_diff": 1e-7, "tolerance": 1e-4, "ok": True}}
     return {"schema": SCHEMA, "command": "mpirun -n 4 python bench/bench_vs_torch.py",
             "machine": dict.fromkeys(("hostname", "cpu", "cores", "python", "numpy", "torch", "mpi"), "x"),
             "settings": dict.fromkeys(("ranks", "repeats", "warmup", "threads_per_rank", "statistics", "note"), 1),
@@ -76,10 +77,10 @@ def valid_doc() -> dict:
 def test_stats_and_ratios_divide_median_by_median_and_best_by_best():
     s = stats([3.0, 1.0, 2.0])
     assert s == {"median": 2.0, "best": 1.0, "all": [3.0, 1.0, 2.0]}
-    r = case_ratios(s, stats([4.0, 2.0, 8.0]), limit_s=0.5)
+    r = case_ratios(s, stats([4.0, 2.0, 8.0]), {"median": 0.5, "best": 0.25})
     assert r["tpsim/torch"] == {"median": 0.5, "best": 0.5}
-    assert r["tpsim/gemm_limit"] == {"median": 4.0, "best": 2.0}
-    assert r["torch/gemm_limit"] == {"median": 8.0, "best": 4.0}
+    assert r["tpsim/gemm_limit"] == {"median": 4.0, "best": 4.0}
+    assert r["torch/gemm_limit"] == {"median": 8.0, "best": 8.0}
     with pytest.raises(ValueError):
         stats([])
 
@@ -91,11 +92,13 @@ def test_validate_accepts_the_schema_and_names_each_departure():
     doc["cases"]["mlp"]["seconds"]["torch"]["best"] = 0.99  # not the minimum of "all", above the median
     del doc["cases"]["mlp"]["ratios"]["tpsim/gemm_limit"]
     doc["cases"]["mlp"]["check"]["ok"] = "yes"
+    doc["cases"]["mlp"]["gemm"]["limit_s"] = 0.5  # one number: the limit has a median and a best
     problems = validate(doc)
     assert any("machine lacks 'cpu'" in p for p in problems)
     assert any("seconds.torch best/median/all are inconsistent" in p for p in problems)
     assert any("ratios lacks 'tpsim/gemm_limit'" in p for p in problems)
     assert any("check.ok" in p for p in problems)
+    assert any("gemm.limit_s needs median and best" in p for p in problems)
     missing = copy.deepcopy(valid_doc())
     del missing["cases"]
     assert validate(missing) == ["missing top-level key 'cases'"]
@@ -130,5 +133,6 @@ def test_a_small_run_checks_all_three_cases_and_writes_valid_json(tmp_path: Path
         assert case["check"]["ok"], (name, case["check"])
         assert len(case["seconds"]["tpsim"]["all"]) == 2
         assert case["ratios"]["tpsim/gemm_limit"]["median"] > 0
+        assert len(case["gemm"]["seconds_per_rank"]["all"]) == 2
     assert doc["cases"]["demo"]["dtype"] == "float64" and doc["cases"]["demo"]["ranks"] == 8
     assert "check: max relative difference" in r.stdout and "GEMM limit" in r.stdout
