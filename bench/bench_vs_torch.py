@@ -73,9 +73,9 @@ def alternate(comm, steps: list, rounds: int, warmup: int) -> list[list[float]]:
     return times.tolist()
 
 
-def gemm_step(gemms, dtype: str):
-    """A callable running exactly these GEMMs once on one thread (contiguous operands, ``out=`` buffers), and
-    how many times each call repeats them (small shapes are repeated to ~0.05 s so a timing means something)."""
+def gemm_step(gemms, dtype: str, inner: int | None = None):
+    """A callable running exactly these GEMMs ``inner`` times on one thread (contiguous operands, ``out=``
+    buffers), and ``inner`` (by default: enough repeats of small shapes for ~0.05 s, so a timing means something)."""
     rng = np.random.default_rng(0)
     ops = []
     for g in gemms:
@@ -87,9 +87,10 @@ def gemm_step(gemms, dtype: str):
         for a, b, c in ops:
             np.matmul(a, b, out=c)
 
-    t = time.perf_counter()
-    once()
-    inner = max(1, int(0.05 / max(time.perf_counter() - t, 1e-9)))
+    if inner is None:
+        t = time.perf_counter()
+        once()
+        inner = max(1, int(0.05 / max(time.perf_counter() - t, 1e-9)))
 
     def step():
         for _ in range(inner):
@@ -144,29 +145,34 @@ def run_case(args, comm, case, cores: int) -> dict:
     say(comm, f"{case.name}: {case.description}; TP {case.tp} x DP {case.dp}, {case.dtype}",
         f"  check: max relative difference tpsim vs torch {diff:.1e} (tolerance {case.tolerance:g}) "
         f"{'OK' if ok else 'MISMATCH'}")
-    # the GEMMs run on rank 0 alone, the others asleep: one thread's rate on this step's shapes, measured in
-    # every round between the two steps so all three see the same machine
-    gemms, inner = gemm_step(case.gemms, case.dtype) if comm.Get_rank() == 0 else (None, 1)
+    # The GEMMs alone, timed in every round between the steps so all see the same machine: on rank 0 alone, the
+    # others asleep (one thread's rate: the limit is that x ranks per core), and on every rank of the case at
+    # once (what the placement really allows while the machine is shared: a lone process gets more than its
+    # 1/ranks-per-core share of a loaded machine, which makes the first limit too high)
+    alone, inner = gemm_step(case.gemms, case.dtype) if comm.Get_rank() == 0 else (None, None)
     inner = comm.bcast(inner, root=0)
-    tp_times, torch_times, gemm_times = alternate(comm, [case.tpsim_step, case.torch_step, gemms],
-                                                  args.repeats, args.warmup)
-    flops, per_rank = total_flops(case.gemms), stats([t / inner for t in gemm_times])
+    together = gemm_step(case.gemms, case.dtype, inner)[0] if case.tpsim_step is not None else None
+    tp_times, torch_times, alone_times, together_times = alternate(
+        comm, [case.tpsim_step, case.torch_step, alone, together], args.repeats, args.warmup)
+    flops, per_rank = total_flops(case.gemms), stats([t / inner for t in alone_times])
     limit = {k: gemm_limit_seconds(flops, flops / per_rank[k], case.ranks, cores) for k in ("median", "best")}
+    concurrent = stats([t / inner for t in together_times])
     seconds = {"tpsim": stats(tp_times), "torch": stats(torch_times)}
-    ratios = case_ratios(seconds["tpsim"], seconds["torch"], limit)
+    ratios = case_ratios(seconds["tpsim"], seconds["torch"], {"gemm_limit": limit, "gemm_concurrent": concurrent})
     for side in ("tpsim", "torch"):
         s = seconds[side]
         say(comm, f"  {side:6} median {s['median'] * 1e3:9.2f} ms   best {s['best'] * 1e3:9.2f} ms")
     say(comm, f"  GEMM limit median {limit['median'] * 1e3:9.2f} ms   best {limit['best'] * 1e3:9.2f} ms   "
               f"({flops / 1e9:.3f} GFLOP per rank, best {flops / per_rank['best'] / 1e9:.1f} GFLOP/s single-thread, "
               f"x {ranks_per_core(case.ranks, cores):.1f} ranks per core)",
-        "  ratios (median / best): " + "   ".join(f"{k} {v['median']:.3f} / {v['best']:.3f}"
-                                                  for k, v in ratios.items()), "")
+        f"  GEMMs on all {case.ranks} ranks at once  median {concurrent['median'] * 1e3:9.2f} ms   "
+        f"best {concurrent['best'] * 1e3:9.2f} ms",
+        *(f"  {k:22} {v['median']:7.3f} (median)  {v['best']:7.3f} (best)" for k, v in ratios.items()), "")
     return {"description": case.description, "shape": case.shape, "dtype": case.dtype, "tp": case.tp,
             "dp": case.dp, "ranks": case.ranks, "seconds": seconds,
             "gemm": {"flops_per_rank": flops, "seconds_per_rank": per_rank,
                      "rate_flops_per_s": flops / per_rank["best"], "ranks_per_core": ranks_per_core(case.ranks, cores),
-                     "limit_s": limit}, "ratios": ratios,
+                     "limit_s": limit, "concurrent_s": concurrent}, "ratios": ratios,
             "check": {"max_rel_diff": diff, "tolerance": case.tolerance, "ok": bool(ok), "what": what},
             **case.extra}
 

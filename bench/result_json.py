@@ -11,8 +11,10 @@ Schema ``tpsim-bench-vs-torch/1``::
          "seconds": {"tpsim": STATS, "torch": STATS},      # STATS = {"median", "best", "all": [...]}; a round's
                                                             # time is the slowest rank's
          "gemm": {"flops_per_rank", "seconds_per_rank": STATS,   # one thread running the step's GEMMs alone
-                  "rate_flops_per_s" (at the best), "ranks_per_core", "limit_s": {"median", "best"}},
-         "ratios": {"tpsim/torch": {"median", "best"}, "tpsim/gemm_limit": {...}, "torch/gemm_limit": {...}},
+                  "rate_flops_per_s" (at the best), "ranks_per_core", "limit_s": {"median", "best"},
+                  "concurrent_s": STATS},  # every rank of the case running its GEMMs at once (slowest rank)
+         "ratios": {"tpsim/torch": {"median", "best"}, "tpsim/gemm_limit": {...}, "torch/gemm_limit": {...},
+                    "tpsim/gemm_concurrent": {...}, "torch/gemm_concurrent": {...}},
          "check": {"max_rel_diff", "tolerance", "ok", "what"}}}}
 
 Ratios divide medians by medians and bests by bests (the GEMM limit has both: it is timed in every round).
@@ -27,7 +29,8 @@ TOP_KEYS = ("schema", "command", "machine", "settings", "cases")
 MACHINE_KEYS = ("hostname", "cpu", "cores", "python", "numpy", "torch", "mpi")
 SETTINGS_KEYS = ("ranks", "repeats", "warmup", "threads_per_rank", "statistics", "note")
 CASE_KEYS = ("description", "shape", "dtype", "tp", "dp", "ranks", "seconds", "gemm", "ratios", "check")
-RATIO_KEYS = ("tpsim/torch", "tpsim/gemm_limit", "torch/gemm_limit")
+RATIO_KEYS = ("tpsim/torch", "tpsim/gemm_limit", "torch/gemm_limit", "tpsim/gemm_concurrent",
+              "torch/gemm_concurrent")
 
 
 def stats(times: list[float]) -> dict:
@@ -37,11 +40,13 @@ def stats(times: list[float]) -> dict:
     return {"median": float(statistics.median(times)), "best": float(min(times)), "all": [float(t) for t in times]}
 
 
-def case_ratios(tpsim: dict, torch: dict, limit: dict) -> dict:
-    """tpsim/torch, tpsim/GEMM limit and torch/GEMM limit, each for the medians and for the bests."""
-    return {f"{a}/{b}": {k: x[k] / y[k] for k in ("median", "best")}
-            for a, b, x, y in (("tpsim", "torch", tpsim, torch), ("tpsim", "gemm_limit", tpsim, limit),
-                               ("torch", "gemm_limit", torch, limit))}
+def case_ratios(tpsim: dict, torch: dict, references: dict) -> dict:
+    """tpsim/torch, then tpsim/R and torch/R for each reference time R (``{name: {"median", "best"}}``), each
+    ratio for the medians and for the bests."""
+    pairs = [("tpsim", "torch", tpsim, torch)]
+    pairs += [(side, name, t, ref) for name, ref in references.items()
+              for side, t in (("tpsim", tpsim), ("torch", torch))]
+    return {f"{a}/{b}": {k: x[k] / y[k] for k in ("median", "best")} for a, b, x, y in pairs}
 
 
 def validate(doc: dict) -> list[str]:

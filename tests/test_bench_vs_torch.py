@@ -66,7 +66,8 @@ def valid_doc() -> dict:
     case = {"description": "MLP", "shape": {"hidden": 8}, "dtype": "float32", "tp": 4, "dp": 1, "ranks": 4,
             "seconds": {"tpsim": tpsim, "torch": torch},
             "gemm": {"flops_per_rank": 10, "rate_flops_per_s": 20.0, "limit_s": {"median": 0.5, "best": 0.4}},
-            "ratios": case_ratios(tpsim, torch, {"median": 0.5, "best": 0.4}),
+            "ratios": case_ratios(tpsim, torch, {"gemm_limit": {"median": 0.5, "best": 0.4},
+                                                 "gemm_concurrent": {"median": 0.6, "best": 0.5}}),
             "check": {"max_rel_diff": 1e-7, "tolerance": 1e-4, "ok": True}}
     return {"schema": SCHEMA, "command": "mpirun -n 4 python bench/bench_vs_torch.py",
             "machine": dict.fromkeys(("hostname", "cpu", "cores", "python", "numpy", "torch", "mpi"), "x"),
@@ -77,10 +78,13 @@ def valid_doc() -> dict:
 def test_stats_and_ratios_divide_median_by_median_and_best_by_best():
     s = stats([3.0, 1.0, 2.0])
     assert s == {"median": 2.0, "best": 1.0, "all": [3.0, 1.0, 2.0]}
-    r = case_ratios(s, stats([4.0, 2.0, 8.0]), {"median": 0.5, "best": 0.25})
+    r = case_ratios(s, stats([4.0, 2.0, 8.0]), {"gemm_limit": {"median": 0.5, "best": 0.25},
+                                                "gemm_concurrent": {"median": 1.0, "best": 0.5}})
     assert r["tpsim/torch"] == {"median": 0.5, "best": 0.5}
     assert r["tpsim/gemm_limit"] == {"median": 4.0, "best": 4.0}
     assert r["torch/gemm_limit"] == {"median": 8.0, "best": 8.0}
+    assert r["tpsim/gemm_concurrent"] == {"median": 2.0, "best": 2.0}
+    assert r["torch/gemm_concurrent"] == {"median": 4.0, "best": 4.0}
     with pytest.raises(ValueError):
         stats([])
 
@@ -134,5 +138,6 @@ def test_a_small_run_checks_all_three_cases_and_writes_valid_json(tmp_path: Path
         assert len(case["seconds"]["tpsim"]["all"]) == 2
         assert case["ratios"]["tpsim/gemm_limit"]["median"] > 0
         assert len(case["gemm"]["seconds_per_rank"]["all"]) == 2
+        assert case["gemm"]["concurrent_s"]["median"] > 0
     assert doc["cases"]["demo"]["dtype"] == "float64" and doc["cases"]["demo"]["ranks"] == 8
     assert "check: max relative difference" in r.stdout and "GEMM limit" in r.stdout
