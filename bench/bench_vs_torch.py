@@ -45,7 +45,9 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--heads", type=int, default=16, help="heads of the block case")
     ap.add_argument("--batch", type=int, default=4, help="batch of the block case")
     ap.add_argument("--seq", type=int, default=512, help="sequence length of the block case")
-    ap.add_argument("--repeats", type=int, default=5, help="timed rounds per case (each: tpsim step, torch step)")
+    ap.add_argument("--repeats", type=int, default=5, help="timed rounds of mlp and block (each: tpsim, torch, GEMMs)")
+    ap.add_argument("--demo-repeats", type=int, default=30,
+                    help="timed rounds of the demo case (its steps take milliseconds; noise needs more rounds)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     ap.add_argument("--cores", type=int, default=None, help="cores for the GEMM limit (default: rank 0's affinity)")
     ap.add_argument("--json", default="tpsim-out/bench_vs_torch.json", help="result file (rank 0 writes it)")
@@ -152,8 +154,9 @@ def run_case(args, comm, case, cores: int) -> dict:
     alone, inner = gemm_step(case.gemms, case.dtype) if comm.Get_rank() == 0 else (None, None)
     inner = comm.bcast(inner, root=0)
     together = gemm_step(case.gemms, case.dtype, inner)[0] if case.tpsim_step is not None else None
+    rounds = args.demo_repeats if case.name == "demo" else args.repeats
     tp_times, torch_times, alone_times, together_times = alternate(
-        comm, [case.tpsim_step, case.torch_step, alone, together], args.repeats, args.warmup)
+        comm, [case.tpsim_step, case.torch_step, alone, together], rounds, args.warmup)
     flops, per_rank = total_flops(case.gemms), stats([t / inner for t in alone_times])
     limit = {k: gemm_limit_seconds(flops, flops / per_rank[k], case.ranks, cores) for k in ("median", "best")}
     concurrent = stats([t / inner for t in together_times])
@@ -169,7 +172,7 @@ def run_case(args, comm, case, cores: int) -> dict:
         f"best {concurrent['best'] * 1e3:9.2f} ms",
         *(f"  {k:22} {v['median']:7.3f} (median)  {v['best']:7.3f} (best)" for k, v in ratios.items()), "")
     return {"description": case.description, "shape": case.shape, "dtype": case.dtype, "tp": case.tp,
-            "dp": case.dp, "ranks": case.ranks, "seconds": seconds,
+            "dp": case.dp, "ranks": case.ranks, "rounds": rounds, "seconds": seconds,
             "gemm": {"flops_per_rank": flops, "seconds_per_rank": per_rank,
                      "rate_flops_per_s": flops / per_rank["best"], "ranks_per_core": ranks_per_core(case.ranks, cores),
                      "limit_s": limit, "concurrent_s": concurrent}, "ratios": ratios,
@@ -192,12 +195,13 @@ def main(argv=None) -> int:
     cores = args.cores or comm.bcast(len(os.sched_getaffinity(0)), root=0)
     world = comm.Get_size()
     say(comm, f"tpsim vs PyTorch {torch.__version__} (gloo), {world} ranks on {cores} cores, one thread per rank; "
-              f"{args.repeats} rounds after {args.warmup} warm-up", "")
+              f"{args.repeats} rounds ({args.demo_repeats} for the demo) after {args.warmup} warm-up", "")
     results = {case.name: run_case(args, comm, case, cores) for case in build_cases(args, comm)}
     if comm.Get_rank() == 0:
         doc = {"schema": SCHEMA, "command": f"mpirun -n {world} python " + " ".join(sys.argv),
                "machine": machine(torch.__version__),
-               "settings": {"ranks": world, "repeats": args.repeats, "warmup": args.warmup, "threads_per_rank": 1,
+               "settings": {"ranks": world, "repeats": args.repeats, "demo_repeats": args.demo_repeats,
+                            "warmup": args.warmup, "threads_per_rank": 1,
                             "cores_for_limit": cores, "statistics": "median and best of the rounds; a round's "
                             "time is the slowest rank's", "note": args.note},
                "cases": results}

@@ -128,7 +128,8 @@ def test_a_small_run_checks_all_three_cases_and_writes_valid_json(tmp_path: Path
     pytest.importorskip("torch")
     out = tmp_path / "bench.json"
     r = run_mpi(8, ["bench/bench_vs_torch.py", "--hidden", "64", "--tokens", "64", "--heads", "4", "--batch", "2",
-                    "--seq", "16", "--repeats", "2", "--warmup", "0", "--json", str(out)], timeout=300)
+                    "--seq", "16", "--repeats", "2", "--demo-repeats", "2", "--warmup", "0", "--json", str(out)],
+                timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(out.read_text())
     assert validate(doc) == []
