@@ -5,7 +5,7 @@
 
 a. mlp    ParallelMLP h 1024 -> 4h -> h, 2048 tokens, float32, fwd+bwd, TP 4 (ranks 0-3; the others sleep)
 b. block  one pre-LN GPT-2 block, h 1024, 16 heads, batch 4 x seq 512, float32, fwd+bwd, TP 4 (ranks 0-3)
-c. demo   the demo's whole training step at its defaults, TP 4 x DP 2 on 8 ranks (skipped below 8 ranks)
+c. demo   the demo's whole training step at its defaults, TP 4 x DP 2 on 8 ranks (TP 4 x DP world/4)
 d. the GEMM limit of each: the step's matmul FLOPs per rank (bench/gemm_limit.py) / the single-thread GEMM
    rate rank 0 measures alone on those shapes (the others asleep) in every round, x ranks per core.
 
@@ -52,7 +52,11 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--cores", type=int, default=None, help="cores for the GEMM limit (default: rank 0's affinity)")
     ap.add_argument("--json", default="tpsim-out/bench_vs_torch.json", help="result file (rank 0 writes it)")
     ap.add_argument("--note", default="", help="free text stored in settings.note (e.g. 'machine loaded')")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    unknown = set(args.cases.split(",")) - {"mlp", "block", "demo"}
+    if unknown:
+        ap.error(f"unknown case(s) {sorted(unknown)}: choose from mlp, block, demo")
+    return args
 
 
 def start_together(comm) -> None:
@@ -101,8 +105,9 @@ def gemm_step(gemms, dtype: str, inner: int | None = None):
 
 
 def machine(torch_version: str) -> dict:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.exists() else []
+    cpu = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), platform.processor())
     return {"hostname": socket.gethostname(), "cpu": cpu, "cores": len(os.sched_getaffinity(0)),
             "logical_cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
             "torch": torch_version, "mpi": MPI.Get_library_version().splitlines()[0].strip()}
@@ -116,6 +121,9 @@ def build_cases(args, comm) -> list:
 
     world, rank = comm.Get_size(), comm.Get_rank()
     wanted = args.cases.split(",")
+    if world < 4 or world % 4:
+        say(comm, f"every case runs TP 4: launch with a multiple of 4 ranks (mpirun -n 8), not {world}")
+        return []
     cases = []
     if {"mlp", "block"} & set(wanted):
         sub = comm.Split(0 if rank < 4 else MPI.UNDEFINED, rank)
@@ -127,11 +135,8 @@ def build_cases(args, comm) -> list:
             if name in wanted:
                 cases.append(make(args, 4, grid and grid.tp_group, tgroup))
     if "demo" in wanted:
-        if world % 4:
-            say(comm, "demo case skipped: it needs a multiple of 4 ranks (8 for the demo's TP 4 x DP 2)")
-        else:
-            groups = torch_tp.new_groups(np.arange(world).reshape(world // 4, 4))
-            cases.append(demo_case(ProcessGrid(tp=4, dp=world // 4), groups, world))
+        groups = torch_tp.new_groups(np.arange(world).reshape(world // 4, 4))
+        cases.append(demo_case(ProcessGrid(tp=4, dp=world // 4), groups, world))
     return cases
 
 
@@ -196,7 +201,11 @@ def main(argv=None) -> int:
     world = comm.Get_size()
     say(comm, f"tpsim vs PyTorch {torch.__version__} (gloo), {world} ranks on {cores} cores, one thread per rank; "
               f"{args.repeats} rounds ({args.demo_repeats} for the demo) after {args.warmup} warm-up", "")
-    results = {case.name: run_case(args, comm, case, cores) for case in build_cases(args, comm)}
+    cases = build_cases(args, comm)
+    if not cases:
+        torch.distributed.destroy_process_group()
+        return 2
+    results = {case.name: run_case(args, comm, case, cores) for case in cases}
     if comm.Get_rank() == 0:
         doc = {"schema": SCHEMA, "command": f"mpirun -n {world} python " + " ".join(sys.argv),
                "machine": machine(torch.__version__),
