@@ -14,7 +14,7 @@ export MPLCONFIGDIR ?= $(abspath $(VENV))/mplconfig
 # Backstop for a rank blocked inside MPI (pytest-timeout's thread method fires first).
 export MPIEXEC_TIMEOUT ?= 900
 
-.PHONY: demo test test-serial test-mpi bench figures lessons venv clean
+.PHONY: demo test test-serial test-mpi bench bench-torch figures lessons venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ test-mpi: venv
 
 bench: venv
 	$(BIN)/mpirun -n $(NP) $(BIN)/python bench/bench_core.py
+
+# tpsim vs PyTorch TP over gloo, side by side in the same 8 ranks (needs torch; says so and exits 0 without it);
+# writes tpsim-out/bench_vs_torch.json. Smaller shapes: make bench-torch ARGS="--hidden 256 --tokens 512"
+bench-torch: venv
+	$(BIN)/mpirun -n 8 $(BIN)/python bench/bench_vs_torch.py $(ARGS)
 
 # every lesson at its rank count, every reference solution through `tpsim check`, every stub still a stub
 # (tests/test_lessons.py runs the same inside `make test`)
