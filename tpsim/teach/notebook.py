@@ -34,7 +34,7 @@ DEFAULT_NOTEBOOKS = "tpsim-out/notebooks"
 PX = "%%px\n"
 
 SETUP = '''\
-# Added by `tpsim lesson notebook`: start {ranks} MPI ranks as ipyparallel engines and send every cell below
+# Added by `tpsim lesson notebook`: start {ranks} MPI rank(s) as ipyparallel engines and send every cell below
 # to all of them with %%px. Rank 0 prints and draws, so the outputs you see are rank 0's ([stdout:0]).
 import os
 
@@ -50,7 +50,9 @@ cluster.config.MPIEngineSetLauncher.mpi_cmd = [mpiexec()]  # the mpiexec beside 
 cluster.start_cluster_sync()
 rc = cluster.connect_client_sync()
 rc.wait_for_engines({ranks}, interactive=False)
-rc.activate()  # %%px now runs a cell on every engine (engine i is MPI rank i) and waits for all of them
+view = rc.activate()  # %%px now runs a cell on every engine (engine i is MPI rank i) and waits for all of them
+view.execute('get_ipython().ast_node_interactivity = "none"')  # as in the script, a cell shows what it prints,
+get_ipython().run_line_magic("pxconfig", "--progress-after -1")  # not its last value once per rank, nor a bar
 print(f"{{len(rc.ids)}} MPI engines ready: ranks {{rc.ids}}")
 '''
 
