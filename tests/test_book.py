@@ -99,3 +99,71 @@ def test_index_lists_every_lesson_with_title_ranks_and_a_link(book):
     every_png = {p.name for p in out.glob("*.png")}
     assert every_png == {name for p in pages for name in p.figures if name.endswith(".png")}, \
         "every figure a lesson wrote is linked from its page"
+
+
+# --- one page, from a lesson written for the test -----------------------------------------------------------------
+SYNTHETIC = '''\
+# %% [markdown]
+# # Lesson 98 — A lesson written for a test
+
+# %%
+RANKS = 2
+from tpsim.teach.runtime import Lesson
+
+lesson = Lesson("98", RANKS)
+lesson.say("said in the first cell")
+
+# %% [markdown]
+# Prose between the cells.
+
+# %%
+lesson.check("the second cell holds", "yes", True)
+if lesson.rank == 0:
+    plt = lesson.pyplot()
+    lesson.save(plt.figure(figsize=(1, 1)), "98_figure.png")
+
+# %%
+lesson.check("a claim that fails on rank 1 only", "rank 0 says fine", lesson.rank != 1)
+lesson.finish()
+'''
+
+
+def _synthetic(tmp_path, text: str):
+    from tpsim.teach.lessons import LessonInfo
+
+    path = tmp_path / "98_synthetic.py"
+    path.write_text(text)
+    return LessonInfo("98", path, "A lesson written for a test", 2)
+
+
+@pytest.mark.slow
+def test_each_cells_output_and_figure_sit_under_that_cell_and_a_failure_shows_in_the_index(tmp_path):
+    for module in ("nbformat", "nbconvert"):
+        pytest.importorskip(module, reason=f"{module} missing: pip install -e '.[notebooks]' builds the book")
+    from tpsim.teach.book import build_book
+
+    out = tmp_path / "book"
+    (page,) = build_book([_synthetic(tmp_path, SYNTHETIC)], out, timeout=60)
+    assert page.returncode == 1 and not page.ok  # the lesson's own exit status: a CHECK failed
+    assert page.checks == [("the second cell holds: yes", True),
+                           ("a claim that fails on rank 1 only: rank 0 says fine (but not on every rank)", False)]
+    plain = html.unescape(re.sub(r"<[^>]+>", "", page.html.read_text(encoding="utf-8")))
+    order = ['lesson.say("said in the first cell")', "\nsaid in the first cell", "Prose between the cells.",
+             'lesson.check("the second cell holds"', "CHECK the second cell holds", "wrote 98_figure.png",
+             'lesson.check("a claim that fails', "CHECK a claim that fails", "lesson 98: 2 checks, 1 FAILED"]
+    at = [plain.find(piece) for piece in order]
+    assert -1 not in at and at == sorted(at), dict(zip(order, at))
+    assert page.figures == ["98_figure.png"] and (out / "98_figure.png").is_file()
+    assert 'class="failed"' in (out / "index.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_a_traceback_points_at_the_lesson_files_own_line(tmp_path):
+    from tpsim.teach.book import run_lesson_cells
+
+    broken = SYNTHETIC.replace("lesson.finish()", "raise ValueError('broken on purpose')")
+    info = _synthetic(tmp_path, broken)
+    line = broken.splitlines().index("raise ValueError('broken on purpose')") + 1
+    run = run_lesson_cells(info, tmp_path, timeout=60)
+    assert run.returncode != 0
+    assert f'File "{info.path}", line {line}' in run.stdout and "ValueError: broken on purpose" in run.stdout

@@ -21,7 +21,7 @@ def add_notebook_commands(sub) -> None:
     from tpsim.teach.book import DEFAULT_BOOK, RUN_TIMEOUT
     from tpsim.teach.notebook import DEFAULT_NOTEBOOKS
 
-    nb = sub.add_parser("notebook", help="write lessons as Jupyter notebooks that run on their ranks (%%px)",
+    nb = sub.add_parser("notebook", help="write lessons as Jupyter notebooks that run on their ranks (%%%%px cells)",
                         description="Write lesson NN as a notebook whose code cells run on the lesson's rank "
                                     "count as ipyparallel MPI engines. Opening it needs Jupyter and the "
                                     f"notebooks extra: {EXTRA}")
