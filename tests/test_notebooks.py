@@ -85,6 +85,34 @@ def _kernel_here(tmp_path, monkeypatch) -> str:
     return "tpsim-test"
 
 
+def _stop_leftover_clusters(ipython_dir) -> None:
+    """A backstop: the controller and mpiexec run in their own sessions, so a kernel that dies without running
+    its cluster's atexit clean-up would leave them running; stop every cluster still recorded in IPYTHONDIR."""
+    import ipyparallel as ipp
+
+    for record in (ipython_dir / "profile_default" / "security").glob("cluster-*.json"):
+        ipp.Cluster.from_file(str(record)).stop_cluster_sync()
+
+
+def execute(path, tmp_path, monkeypatch, timeout: float = 120) -> tuple[dict, float]:
+    """Run the notebook at ``path`` headlessly (an ipykernel kernel of this Python, cwd ``tmp_path``)."""
+    for module in ("ipyparallel", "ipykernel", "nbclient", "nbformat"):
+        pytest.importorskip(module, reason=f"{module} missing: pip install -e '.[notebooks]' runs the notebooks")
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))  # the cluster's records stay in this test's folder
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name=_kernel_here(tmp_path, monkeypatch),
+                            resources={"metadata": {"path": str(tmp_path)}})
+    t0 = time.perf_counter()
+    try:
+        client.execute()
+    finally:
+        _stop_leftover_clusters(tmp_path / "ipython")
+    return nb, time.perf_counter() - t0
+
+
 def _texts(cell) -> str:
     parts = []
     for output in cell.get("outputs", []):
@@ -96,19 +124,8 @@ def _texts(cell) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("number", ["02", "03"])
 def test_generated_notebook_runs_on_mpi_engines_with_every_check_ok(number, tmp_path, monkeypatch):
-    for module in ("ipyparallel", "ipykernel", "nbclient", "nbformat"):
-        pytest.importorskip(module, reason=f"{module} missing: pip install -e '.[notebooks]' runs the notebooks")
-    import nbformat
-    from nbclient import NotebookClient
-
     info = find_lesson(number)
-    path = write_notebook(info, tmp_path)
-    nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=120, kernel_name=_kernel_here(tmp_path, monkeypatch),
-                            resources={"metadata": {"path": str(tmp_path)}})
-    t0 = time.perf_counter()
-    client.execute()
-    seconds = time.perf_counter() - t0
+    nb, seconds = execute(write_notebook(info, tmp_path), tmp_path, monkeypatch)
     print(f"lesson {number} as a notebook on {info.ranks} engines: {seconds:.1f} s", file=sys.stderr)
 
     text = "\n".join(_texts(cell) for cell in nb.cells)
@@ -117,8 +134,10 @@ def test_generated_notebook_runs_on_mpi_engines_with_every_check_ok(number, tmp_
     assert checks and [claim for claim, ok in checks if not ok] == [], text
     assert f"lesson {number}: {len(checks)} checks, all OK" in text
     assert "engines stopped" in text
+    assert "[stdout:1]" not in text and "Out[" not in text, "rank 0's output only, and no cell value per rank"
     images = [o for cell in nb.cells for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
     if "lesson.save(" in info.path.read_text():
         assert images, "a lesson that saves a figure shows it inline"
     assert seconds < 90, f"lesson {number} took {seconds:.0f} s as a notebook"
     json.dumps(nb)  # the executed notebook is still plain JSON
+

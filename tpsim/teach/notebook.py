@@ -49,7 +49,7 @@ cluster = ipp.Cluster(engines="mpi", n={ranks}, log_level=30,  # warnings only
 cluster.config.MPIEngineSetLauncher.mpi_cmd = [mpiexec()]  # the mpiexec beside this Python, as `tpsim lesson run`
 cluster.start_cluster_sync()
 rc = cluster.connect_client_sync()
-rc.wait_for_engines({ranks}, interactive=False)
+rc.wait_for_engines({ranks}, interactive=False, timeout=120)
 view = rc.activate()  # %%px now runs a cell on every engine (engine i is MPI rank i) and waits for all of them
 view.execute('get_ipython().ast_node_interactivity = "none"')  # as in the script, a cell shows what it prints,
 get_ipython().run_line_magic("pxconfig", "--progress-after -1")  # not its last value once per rank, nor a bar
