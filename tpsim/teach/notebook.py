@@ -52,7 +52,9 @@ rc = cluster.connect_client_sync()
 rc.wait_for_engines({ranks}, interactive=False, timeout=120)
 view = rc.activate()  # %%px now runs a cell on every engine (engine i is MPI rank i) and waits for all of them
 view.execute('get_ipython().ast_node_interactivity = "none"')  # as in the script, a cell shows what it prints,
-get_ipython().run_line_magic("pxconfig", "--progress-after -1")  # not its last value once per rank, nor a bar
+# not its last value once per rank; and %%px waits for every output (figures too) before the cell ends, with a
+# progress bar only after 10 minutes (-1, "never", would also skip that wait and could lose a figure)
+get_ipython().run_line_magic("pxconfig", "--progress-after 600")
 print(f"{{len(rc.ids)}} MPI engines ready: ranks {{rc.ids}}")
 '''
 
