@@ -85,32 +85,53 @@ def _kernel_here(tmp_path, monkeypatch) -> str:
     return "tpsim-test"
 
 
-def _stop_leftover_clusters(ipython_dir) -> None:
-    """A backstop: the controller and mpiexec run in their own sessions, so a kernel that dies without running
-    its cluster's atexit clean-up would leave them running; stop every cluster still recorded in IPYTHONDIR."""
+@pytest.fixture
+def ipython_dir(tmp_path, monkeypatch):
+    """An IPYTHONDIR of the test's own, where the clusters it starts keep their records. Afterwards, a backstop:
+    the controller and mpiexec run in their own sessions, so a kernel that died without its atexit clean-up
+    would leave them running; every cluster still recorded here is stopped."""
+    for module in ("ipyparallel", "ipykernel", "nbclient", "nbformat"):
+        pytest.importorskip(module, reason=f"{module} missing: pip install -e '.[notebooks]' runs the notebooks")
     import ipyparallel as ipp
 
-    for record in (ipython_dir / "profile_default" / "security").glob("cluster-*.json"):
+    folder = tmp_path / "ipython"
+    monkeypatch.setenv("IPYTHONDIR", str(folder))
+    yield folder
+    for record in (folder / "profile_default" / "security").glob("cluster-*.json"):
         ipp.Cluster.from_file(str(record)).stop_cluster_sync()
 
 
 def execute(path, tmp_path, monkeypatch, timeout: float = 120) -> tuple[dict, float]:
     """Run the notebook at ``path`` headlessly (an ipykernel kernel of this Python, cwd ``tmp_path``)."""
-    for module in ("ipyparallel", "ipykernel", "nbclient", "nbformat"):
-        pytest.importorskip(module, reason=f"{module} missing: pip install -e '.[notebooks]' runs the notebooks")
     import nbformat
     from nbclient import NotebookClient
 
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))  # the cluster's records stay in this test's folder
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name=_kernel_here(tmp_path, monkeypatch),
                             resources={"metadata": {"path": str(tmp_path)}})
     t0 = time.perf_counter()
-    try:
-        client.execute()
-    finally:
-        _stop_leftover_clusters(tmp_path / "ipython")
+    client.execute()
     return nb, time.perf_counter() - t0
+
+
+def _leftover_cluster(number: str) -> list:
+    """Engines and controller under the lesson's cluster name, as a kernel restarted while a cell hung leaves
+    them; returns their processes."""
+    import ipyparallel as ipp
+
+    cluster = ipp.Cluster(engines="mpi", n=1, cluster_id=f"tpsim-lesson-{number}", log_level=40)
+    cluster.start_cluster_sync()
+    return [cluster.controller.process] + [engines.process for engines in cluster.engines.values()]
+
+
+def _ended(process) -> bool:
+    """A ``psutil.Process`` that exited (a zombie counts: this test process started it and has not reaped it)."""
+    import psutil
+
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _texts(cell) -> str:
@@ -123,9 +144,11 @@ def _texts(cell) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("number", ["02", "03"])
-def test_generated_notebook_runs_on_mpi_engines_with_every_check_ok(number, tmp_path, monkeypatch):
+def test_generated_notebook_runs_on_mpi_engines_with_every_check_ok(number, tmp_path, monkeypatch, ipython_dir):
     info = find_lesson(number)
+    left_behind = _leftover_cluster(number) if number == "02" else []
     nb, seconds = execute(write_notebook(info, tmp_path), tmp_path, monkeypatch)
+    assert all(map(_ended, left_behind)), "the setup cell stops what a dead kernel left behind"
     print(f"lesson {number} as a notebook on {info.ranks} engines: {seconds:.1f} s", file=sys.stderr)
 
     text = "\n".join(_texts(cell) for cell in nb.cells)

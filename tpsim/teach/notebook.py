@@ -15,7 +15,8 @@ Inside an engine the lesson's ``Lesson`` sees an IPython kernel (``in_kernel``) 
 (tpsim.teach.runtime): rank 0 still does the printing, a figure saved with ``lesson.save`` is also displayed
 inline (``show_inline``), a failed CHECK makes ``finish`` raise instead of ``sys.exit``, and no excepthook
 aborts the engines. One warning the scripts do not need: if a cell fails on one rank while the others wait in
-a collective, the cell hangs; interrupt the kernel and run the first cell again (it starts a fresh cluster).
+a collective, the cell hangs (ranks blocked inside MPI do not see an interrupt): restart the kernel and run the
+cells again; the setup cell stops the engines the old kernel left behind (the cluster is named after the lesson).
 
 Writing the notebook needs no Jupyter package (tpsim.teach.cells writes the JSON); running it needs the
 ``notebooks`` extra: ``pip install -e ".[notebooks]"`` (ipyparallel, ipykernel; nbclient runs it headlessly).
@@ -44,7 +45,14 @@ import ipyparallel as ipp
 
 from tpsim.launcher import mpiexec
 
-cluster = ipp.Cluster(engines="mpi", n={ranks}, log_level=30,  # warnings only
+# A fixed name, so that this cell finds and stops engines that a kernel left behind when it was restarted while
+# a cell hung (a rank blocked inside MPI ignores the interrupt, so they outlive the kernel).
+cluster_id = "tpsim-lesson-{number}"
+try:
+    ipp.Cluster.from_file(cluster_id=cluster_id).stop_cluster_sync()
+except FileNotFoundError:  # nothing left behind: the usual case
+    pass
+cluster = ipp.Cluster(engines="mpi", n={ranks}, cluster_id=cluster_id, log_level=30,  # warnings only
                       controller_args=["--ping=500"])  # a faster heartbeat: engines register in ~1 s, not ~5 s
 cluster.config.MPIEngineSetLauncher.mpi_cmd = [mpiexec()]  # the mpiexec beside this Python, as `tpsim lesson run`
 cluster.start_cluster_sync()
@@ -59,7 +67,7 @@ print(f"{{len(rc.ids)}} MPI engines ready: ranks {{rc.ids}}")
 '''
 
 STOP = '''\
-# Added by `tpsim lesson notebook`: stop the engines and their mpiexec (run the first cell again to restart).
+# Added by `tpsim lesson notebook`: stop the engines and their mpiexec (the setup cell starts them again).
 rc.shutdown(block=True)
 cluster.log.setLevel("ERROR")  # mpiexec reports engines that were told to stop as failed; that is expected
 cluster.stop_cluster_sync()
@@ -77,7 +85,7 @@ def lesson_notebook(info: LessonInfo) -> dict:
     body = as_notebook_cells(cells, code_prefix=PX)
     head = 1 if cells and cells[0].kind == "markdown" else 0  # the title stays on top
     added = [markdown_cell(NOTE.format(number=info.number, script=info.path.name, ranks=info.ranks)),
-             code_cell(SETUP.format(ranks=info.ranks))]
+             code_cell(SETUP.format(ranks=info.ranks, number=info.number))]
     return notebook(body[:head] + added + body[head:] + [code_cell(STOP)], f"Lesson {info.number} — {info.title}")
 
 
