@@ -46,6 +46,17 @@ def test_a_lesson_in_a_notebook_raises_instead_of_exiting_and_shows_its_figures(
         lesson.finish()
 
 
+def test_book_without_nbconvert_says_which_extra_to_install(monkeypatch, capsys):
+    import importlib.util
+
+    from tpsim.cli import main as tpsim_main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nbconvert" else real(name, *a))
+    assert tpsim_main(["lesson", "book", "02"]) == 2
+    assert 'needs nbconvert: pip install -e ".[notebooks]"' in capsys.readouterr().err
+
+
 # --- the whole book -----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def book(tmp_path_factory):
