@@ -14,7 +14,7 @@ export MPLCONFIGDIR ?= $(abspath $(VENV))/mplconfig
 # Backstop for a rank blocked inside MPI (pytest-timeout's thread method fires first).
 export MPIEXEC_TIMEOUT ?= 900
 
-.PHONY: demo test test-serial test-mpi bench bench-torch figures lessons venv clean
+.PHONY: demo test test-serial test-mpi bench bench-torch figures lessons notebooks book venv venv-notebooks clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,14 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 venv: $(VENV)/.installed
+
+# the notebooks extra (ipyparallel, ipykernel, nbclient, nbformat, nbconvert): make notebooks, make book, and the
+# tests that execute notebooks and build the book (skipped without it)
+$(VENV)/.notebooks: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e ".[notebooks]"
+	touch $@
+
+venv-notebooks: $(VENV)/.notebooks
 
 demo: venv
 	$(BIN)/mpirun -n $(NP) $(BIN)/python -m tpsim.demo $(ARGS)
@@ -52,6 +60,14 @@ bench-torch: venv
 # (tests/test_lessons.py runs the same inside `make test`)
 lessons: venv
 	$(BIN)/python lessons/run_all.py $(ARGS)
+
+# every lesson as a notebook whose cells run on the lesson's ranks (ipyparallel MPI engines, %%px)
+notebooks: venv-notebooks
+	$(BIN)/python -m tpsim.cli lesson notebook all --out tpsim-out/notebooks
+
+# every lesson as an HTML page with a real run's output and figures, plus index.html
+book: venv-notebooks
+	$(BIN)/python -m tpsim.cli lesson book --out tpsim-out/book
 
 # the committed figures in figures/: real mpirun runs at TP 1, 2, 4, 8 plus the formulas (deterministic)
 figures: venv

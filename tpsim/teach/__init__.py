@@ -12,6 +12,10 @@
     tpsim.teach.hints       ``tpsim check NN FILE --hint``: hints one level at a time, remembered per exercise
     tpsim.teach.checks      one check per exercise (the registry ``CHECKS``), with symptoms and hint levels
     tpsim.teach.cli         ``tpsim lesson list|run NN`` and ``tpsim check NN [FILE] [--hint [N]]``
+    tpsim.teach.cells       a lesson's ``# %%`` cells, and the notebook JSON they make
+    tpsim.teach.notebook    ``tpsim lesson notebook NN``: the cells as ``%%px`` on ipyparallel MPI engines
+    tpsim.teach.run_cells   a lesson run cell by cell under mpiexec, its output marked per cell
+    tpsim.teach.book        ``tpsim lesson book``: a page per lesson (prose, code, a real run, figures), an index
 
 Adding a lesson is adding a file: ``lessons/10_sequence_parallelism.py`` that sets ``RANKS = N`` in its first code
 cell, opens with the markdown line ``# # Lesson 10 — Title``, builds ``Lesson("10", RANKS)`` and ends with

@@ -19,6 +19,7 @@ from tpsim.table import format_table
 from tpsim.teach.hints import HINT_STATE, NEXT
 from tpsim.teach.lessons import (DEFAULT_OUT, LessonsNotFound, discover, exercise_file, find_lesson, lesson_of,
                                  normalize_exercise)
+from tpsim.teach.notebook_cli import NOTEBOOK_COMMANDS, add_notebook_commands
 
 LESSON_TIMEOUT, CHECK_TIMEOUT = 300.0, 120.0
 
@@ -76,6 +77,7 @@ def lesson_main(argv: list[str]) -> int:
     run.add_argument("number", help="lesson number, e.g. 03")
     run.add_argument("--out", default=None, help=f"folder for the lesson's figures (default {DEFAULT_OUT}/)")
     run.add_argument("--timeout", type=float, default=LESSON_TIMEOUT, help="seconds before the run is stopped")
+    add_notebook_commands(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "list":
@@ -83,6 +85,8 @@ def lesson_main(argv: list[str]) -> int:
             rows += [[info.number, str(info.ranks), info.title, info.command] for info in discover()]
             print(format_table(rows, right=(1,)) if len(rows) > 1 else "no lessons found")
             return 0
+        if args.command in NOTEBOOK_COMMANDS:
+            return NOTEBOOK_COMMANDS[args.command](args)
         return run_lesson(args.number, args.out, timeout=args.timeout).returncode
     except LessonsNotFound as err:
         print(f"tpsim lesson: error: {err}", file=sys.stderr)

@@ -3,7 +3,8 @@
 A lesson is a file ``lessons/NN_name.py`` whose first markdown cell starts with ``# # Lesson NN — Title`` and
 whose code declares its world size in a line ``RANKS = N``. Nothing else registers it: the CLI, the runner
 and the tests list the folder. It prints ``CHECK claim: value ... OK`` (or ``FAILED``) lines and figures into
-``DEFAULT_OUT``. Pure file reading and text, no MPI: ``tpsim lesson list`` starts no MPI runtime.
+``DEFAULT_OUT``. Pure file reading and text, no MPI: ``tpsim lesson list`` starts no MPI runtime. Its cells
+(``# %%`` code, ``# %% [markdown]`` prose) are read by tpsim.teach.cells for the notebooks and the book.
 """
 
 from __future__ import annotations

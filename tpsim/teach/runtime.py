@@ -22,6 +22,10 @@ leave the others waiting in their next collective forever. ``Lesson`` therefore 
 that hands the exception to ``run_main``, which ends the job the way every tpsim entry point does: a
 ``ConfigError`` (the wrong world size) prints one line on rank 0 and exits 2 everywhere, anything else prints
 its traceback and aborts the whole job.
+
+Notebook mode (``tpsim lesson notebook NN``: the cells run as ``%%px`` on ipyparallel's MPI engines): inside an
+IPython kernel ``Lesson`` installs no excepthook (an engine shows a cell's exception itself; an abort would end
+the cluster), ``save`` also displays the figure inline, and a failed ``finish`` raises ``LessonFailed``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from tpsim.errors import ConfigError
 from tpsim.plotting import pyplot
 from tpsim.table import format_table as table  # noqa: F401 (the lessons' name for the one table formatter)
 from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, find_lesson, normalize
+from tpsim.teach.notebook import in_kernel, show_inline
 
 
 def markdown_section(path: Path, title: str) -> list[str]:
@@ -60,13 +65,19 @@ def _script_name(number: str) -> str:
         return f"{number}_*.py"
 
 
+class LessonFailed(AssertionError):
+    """A CHECK failed in a lesson run as a notebook, where ``finish`` cannot end the process."""
+
+
 class Lesson:
     """One run of lesson ``number`` on ``ranks`` ranks; see the module docstring for the calls."""
 
     def __init__(self, number: str | int, ranks: int, argv: list[str] | None = None) -> None:
         self.number, self.ranks = normalize(number), int(ranks)
         self.script = _script_name(self.number)
-        sys.excepthook = self._fail_loud  # before anything can raise
+        self.notebook = in_kernel()  # notebook mode (issue 11): ipyparallel engines, see tpsim.teach.notebook
+        if not self.notebook:  # an engine reports its own exceptions; aborting would take the cluster down
+            sys.excepthook = self._fail_loud  # before anything can raise
         parser = RankZeroParser(prog=f"lessons/{self.script}")  # --help once; a bad flag: one line, exit 2
         parser.add_argument("--out", default=DEFAULT_OUT, help=f"folder for figures (default {DEFAULT_OUT}/)")
         args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)  # a notebook adds its own
@@ -127,6 +138,8 @@ class Lesson:
         fig.savefig(path, dpi=120)
         pyplot().close(fig)
         self.say(f"wrote {path}")
+        if self.notebook:  # notebook mode: the figure shows in the cell too
+            show_inline(path)
         return path
 
     # --- checks -----------------------------------------------------------------------------------------------
@@ -160,9 +173,12 @@ class Lesson:
         return self.check(claim, f"{got}" if same else f"{got} (expected {expected})", same)
 
     def finish(self) -> None:
-        """The summary line; exit status 1 on every rank if any CHECK failed (the verdicts are world-wide)."""
+        """The summary line; exit status 1 on every rank if any CHECK failed (the verdicts are world-wide).
+        In a notebook it raises ``LessonFailed`` on every rank instead."""
         failed = self.results.count(False)
         verdict = "all OK" if not failed else f"{failed} FAILED"
         self.say(f"lesson {self.number}: {len(self.results)} checks, {verdict}")
+        if failed and self.notebook:  # notebook mode: an exit would end the engine, not the run
+            raise LessonFailed(f"lesson {self.number}: {failed} of {len(self.results)} checks FAILED")
         if failed:
             sys.exit(1)
