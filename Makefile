@@ -39,7 +39,7 @@ demo: venv
 
 test: test-serial test-mpi
 
-test-serial: venv
+test-serial: venv-notebooks
 	$(BIN)/python -m pytest tests --ignore=tests/mpi -q --timeout=300 --timeout-method=thread
 
 test-mpi: venv
