@@ -1,7 +1,8 @@
 # %% [markdown]
 # # Lesson 01 — Two ways to split a matrix product
 #
-# Runs on **1 rank**: `mpirun -n 1 python lessons/01_block_matrix_splits.py` (or `tpsim lesson run 01`).
+# Runs on **1 rank**: `mpirun -n 1 python lessons/01_block_matrix_splits.py` (or `tpsim lesson run 01`;
+# as a notebook on as many engines: `tpsim lesson notebook 01`).
 #
 # Tensor parallelism spreads one layer's weights over several devices so that each device stores and multiplies
 # only a slice. Whether that works without drowning in communication comes down to two facts about block

@@ -1,7 +1,8 @@
 # %% [markdown]
 # # Lesson 02 — f and g, the conjugate operators
 #
-# Runs on **2 ranks**: `mpirun -n 2 python lessons/02_conjugate_f_g.py` (or `tpsim lesson run 02`).
+# Runs on **2 ranks**: `mpirun -n 2 python lessons/02_conjugate_f_g.py` (or `tpsim lesson run 02`;
+# as a notebook on as many engines: `tpsim lesson notebook 02`).
 #
 # Lesson 01 showed where tensor parallelism communicates: after a row split the partial results must be summed.
 # Megatron-LM packs all of its communication into two tiny operators, called **f** and **g** in its paper

@@ -1,7 +1,8 @@
 # %% [markdown]
 # # Lesson 03 — Column-parallel and row-parallel linear layers
 #
-# Runs on **4 ranks**: `mpirun -n 4 python lessons/03_column_row_parallel.py` (or `tpsim lesson run 03`).
+# Runs on **4 ranks**: `mpirun -n 4 python lessons/03_column_row_parallel.py` (or `tpsim lesson run 03`;
+# as a notebook on as many engines: `tpsim lesson notebook 03`).
 #
 # A linear layer `y = x·W + b` with `W: [in, out]` can be split two ways, one per equation of lesson 01, each
 # wrapped with the operators of lesson 02. tpsim uses Megatron-LM's names and switches:

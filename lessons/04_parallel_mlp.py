@@ -1,7 +1,8 @@
 # %% [markdown]
 # # Lesson 04 — The parallel MLP: GeLU lets the gather wait
 #
-# Runs on **2 ranks**: `mpirun -n 2 python lessons/04_parallel_mlp.py` (or `tpsim lesson run 04`).
+# Runs on **2 ranks**: `mpirun -n 2 python lessons/04_parallel_mlp.py` (or `tpsim lesson run 04`;
+# as a notebook on as many engines: `tpsim lesson notebook 04`).
 #
 # The transformer's MLP is `Z = GeLU(X·A)·B` with `A: [h, 4h]` (GPT-2's `c_fc`) and `B: [4h, h]`
 # (`c_proj`), plus biases. It holds two thirds of a block's weights, so it is the first thing to split. Two

@@ -1,7 +1,8 @@
 # %% [markdown]
 # # Lesson 05 — Parallel self-attention: split by heads, and the qkv layout trap
 #
-# Runs on **4 ranks**: `mpirun -n 4 python lessons/05_parallel_attention.py` (or `tpsim lesson run 05`).
+# Runs on **4 ranks**: `mpirun -n 4 python lessons/05_parallel_attention.py` (or `tpsim lesson run 05`;
+# as a notebook on as many engines: `tpsim lesson notebook 05`).
 #
 # GPT-2's attention is two linears around a core:
 #

@@ -2,7 +2,7 @@
 # # Lesson 06 — Vocab-parallel cross-entropy: the loss without the logits
 #
 # Runs on **4 ranks**: `mpirun -n 4 python lessons/06_vocab_parallel_cross_entropy.py`
-# (or `tpsim lesson run 06`).
+# (or `tpsim lesson run 06`; as a notebook on as many engines: `tpsim lesson notebook 06`).
 #
 # The output layer of a language model turns each token's hidden state into one logit per vocabulary entry:
 # `[tokens, V]`, with V = 50257 for GPT-2. Megatron splits this layer by vocabulary (a column-parallel

@@ -2,7 +2,7 @@
 # # Lesson 07 — Dropout masks and gradient clipping under tensor parallelism
 #
 # Runs on **4 ranks**: `mpirun -n 4 python lessons/07_dropout_rng_and_clipping.py`
-# (or `tpsim lesson run 07`).
+# (or `tpsim lesson run 07`; as a notebook on as many engines: `tpsim lesson notebook 07`).
 #
 # Two pieces of training that look purely local hide a tensor-parallel question each:
 #

@@ -1,7 +1,8 @@
 # %% [markdown]
 # # Lesson 08 — Data × tensor parallelism: the rank grid, the broadcasts, DDP
 #
-# Runs on **8 ranks**: `mpirun -n 8 python lessons/08_data_times_tensor_parallel.py` (or `tpsim lesson run 08`).
+# Runs on **8 ranks**: `mpirun -n 8 python lessons/08_data_times_tensor_parallel.py` (or `tpsim lesson run 08`;
+# as a notebook on as many engines: `tpsim lesson notebook 08`).
 #
 # Tensor parallelism splits one model over a few devices; data parallelism runs several copies of that split
 # model on different rows of the batch. With 8 ranks: 2 replicas (DP = 2), each a model split 4 ways (TP = 4).

@@ -1,7 +1,8 @@
 # %% [markdown]
 # # Lesson 09 — Partial FC (InsightFace) vs the Megatron way
 #
-# Runs on **4 ranks**: `mpirun -n 4 python lessons/09_insightface_vs_megatron.py` (or `tpsim lesson run 09`).
+# Runs on **4 ranks**: `mpirun -n 4 python lessons/09_insightface_vs_megatron.py` (or `tpsim lesson run 09`;
+# as a notebook on as many engines: `tpsim lesson notebook 09`).
 #
 # Face recognition trains a classifier over every identity in the data set — millions of classes. The
 # classifier `W: [E, C]` (embedding size E, classes C) then dwarfs the backbone that computes the embeddings,

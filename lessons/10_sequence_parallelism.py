@@ -1,7 +1,8 @@
 # %% [markdown]
 # # Lesson 10 — Sequence parallelism: f̄, ḡ and the activations plain TP keeps whole
 #
-# Runs on **4 ranks**: `mpirun -n 4 python lessons/10_sequence_parallelism.py` (or `tpsim lesson run 10`).
+# Runs on **4 ranks**: `mpirun -n 4 python lessons/10_sequence_parallelism.py` (or `tpsim lesson run 10`;
+# as a notebook on as many engines: `tpsim lesson notebook 10`).
 #
 # Tensor parallelism splits the attention and the MLP, but not what sits between them. In a pre-LN block
 #

@@ -1,7 +1,8 @@
 # %% [markdown]
 # # Lesson 11 — Reading a trace: records, formulas, timelines and what-ifs
 #
-# Runs on **8 ranks**: `mpirun -n 8 python lessons/11_reading_a_trace.py` (or `tpsim lesson run 11`).
+# Runs on **8 ranks**: `mpirun -n 8 python lessons/11_reading_a_trace.py` (or `tpsim lesson run 11`;
+# as a notebook on as many engines: `tpsim lesson notebook 11`).
 #
 # Every collective in tpsim goes through one traced layer, and every layer call of the GPT runs inside a timed
 # compute span. This lesson trains a tiny GPT for a few steps on a TP(4) × DP(2) grid and reads what the
