@@ -6,7 +6,7 @@ Method (ours, textbook): split the half line in three, fit a smooth function tha
 and let ``exp`` carry the Gaussian decay, as in Cody's classic rational approximations (W. J. Cody, "Rational
 Chebyshev approximations for the error function", Math. Comp. 23, 1969) — but with plain polynomials fitted here:
     0   ≤ z < 0.5:  erf(z)  = z · P1(z²)                  P1 ≈ erf(z)/z, Taylor-like, alternating
-    0.5 ≤ z < 3:    erfc(z) = exp(−z²) · P2_i(z − c_i)     Q = erfc · exp(z²), smooth and slowly falling, on five
+    0.5 ≤ z < 3:    erfc(z) = exp(−z²) · P2_i(z − c_i)     Q = erfc · exp(z²), smooth, slowly falling, on five
                                                            pieces [a, b) of width 0.5, each centred at c = (a+b)/2
     3   ≤ z:        erfc(z) = exp(−z²) / z · P3(1 / z²)    z · Q → 1/√π as z → ∞, a polynomial in 1/z²
 Each fit samples 4000 Chebyshev points of its interval with targets computed by mpmath at 50 digits, and is
@@ -21,7 +21,8 @@ mpmath.mp.dps = 50
 SMALL, PIECES = 0.5, (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)  # erfc · exp(z²) on each [a, b), centred at (a + b) / 2
 Q = lambda z: mpmath.erfc(z) * mpmath.exp(z * z)
 REGIONS = {  # name: (variable lo, hi, degree, target as a function of the variable)
-    "P1": (0.0, SMALL**2, 10, lambda t: mpmath.erf(mpmath.sqrt(t)) / mpmath.sqrt(t) if t > 0 else 2 / mpmath.sqrt(mpmath.pi)),
+    "P1": (0.0, SMALL**2, 10,
+           lambda t: mpmath.erf(mpmath.sqrt(t)) / mpmath.sqrt(t) if t > 0 else 2 / mpmath.sqrt(mpmath.pi)),
     **{f"P2_{i}": (-(b - a) / 2, (b - a) / 2, 13, lambda s, c=(a + b) / 2: Q(s + c))
        for i, (a, b) in enumerate(zip(PIECES, PIECES[1:]))},
     "P3": (0.0, 1 / 9, 16, lambda w: Q(1 / mpmath.sqrt(w)) / mpmath.sqrt(w) if w > 0 else 1 / mpmath.sqrt(mpmath.pi)),
