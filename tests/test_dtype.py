@@ -55,3 +55,20 @@ def test_float32_step_keeps_every_activation_gradient_and_optimizer_state_float3
     params = {n: p.dtype for n, p in model.named_parameters()}
     bad = {n: d for n, d in {**state, **params}.items() if d != np.float32}
     assert not bad, f"promoted after the update: {bad}"
+
+
+def test_gradient_buffers_are_reused_across_steps():
+    """zero_grad fills in place and backward adds in place: the same memory holds every step's gradients."""
+    from tpsim.train.optim import AdamW
+
+    cfg = GPTConfig(vocab_size=11, n_positions=8, n_embd=16, n_layer=2, n_head=4)
+    model = serial_gpt(cfg, seed=0, dtype=np.float32)
+    optimizer = AdamW(model, lr=1e-2)
+    addresses = {n: g.__array_interface__["data"][0] for n, g in model.named_grads()}
+    for step in range(2):
+        ids, labels = ReverseTask(11, 8).batch(0, step, 3)
+        optimizer.zero_grad()
+        model.loss_and_grads(ids, labels)
+        optimizer.step()
+    moved = [n for n, g in model.named_grads() if g.__array_interface__["data"][0] != addresses[n]]
+    assert not moved, f"gradient buffers re-allocated: {moved}"
