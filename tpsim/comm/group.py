@@ -21,6 +21,7 @@ from mpi4py import MPI
 
 from tpsim.cost import wire_bytes
 from tpsim.comm.tracer import Tracer
+from tpsim.comm.waiting import collective
 
 _REDUCE_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
@@ -65,10 +66,10 @@ class Group:
         t = time.perf_counter()
         if inplace:
             out = x
-            self.comm.Allreduce(MPI.IN_PLACE, out, op=_REDUCE_OPS[op])
+            collective(self.comm, "Allreduce", MPI.IN_PLACE, out, op=_REDUCE_OPS[op])
         else:
             out = np.empty_like(x) if out is None else out
-            self.comm.Allreduce(x, out, op=_REDUCE_OPS[op])
+            collective(self.comm, "Allreduce", x, out, op=_REDUCE_OPS[op])
         self._record("all_reduce", x, x.shape, t, reduce_op=op)
         return out
 
@@ -78,7 +79,7 @@ class Group:
         axis = axis % x.ndim
         t = time.perf_counter()
         stacked = np.empty((self.size,) + x.shape, dtype=x.dtype)
-        self.comm.Allgather(x, stacked)
+        collective(self.comm, "Allgather", x, stacked)
         if axis == 0:
             out = stacked.reshape((self.size * x.shape[0],) + x.shape[1:])
         else:  # chunks arrive stacked on a new leading axis; lay them side by side along `axis`
@@ -102,7 +103,7 @@ class Group:
             send = np.ascontiguousarray(np.stack(np.split(x, self.size, axis=axis)))
         out_shape = x.shape[:axis] + (chunk,) + x.shape[axis + 1:]
         out = np.empty(out_shape, dtype=x.dtype)
-        self.comm.Reduce_scatter_block(send, out, op=MPI.SUM)
+        collective(self.comm, "Reduce_scatter_block", send, out, op=MPI.SUM)
         self._record("reduce_scatter", x, x.shape, t, reduce_op="sum")
         return out
 
@@ -111,14 +112,14 @@ class Group:
         if not (x.flags.c_contiguous and x.flags.writeable):
             raise ValueError("broadcast needs a writeable C-contiguous array (it works in place)")
         t = time.perf_counter()
-        self.comm.Bcast(x, root=root)
+        collective(self.comm, "Bcast", x, root=root)
         self._record("broadcast", x, x.shape, t)
         return x
 
     # --- bookkeeping collectives (not on the hot path) --------------------------------------------------------
     def barrier(self) -> None:
         t = time.perf_counter()
-        self.comm.Barrier()
+        collective(self.comm, "Barrier")
         self._record("barrier", np.empty(0, np.uint8), (0,), t)
 
     def gather_objects(self, obj, root: int = 0) -> list | None:
@@ -130,11 +131,12 @@ class Group:
         t = time.perf_counter()
         payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
         sizes = np.zeros(self.size, dtype=np.int64)
-        self.comm.Allgather(np.array([payload.size], dtype=np.int64), sizes)
+        collective(self.comm, "Allgather", np.array([payload.size], dtype=np.int64), sizes)
         total = int(sizes.sum())
         recv = np.empty(total, dtype=np.uint8) if self.rank == root else None
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        self.comm.Gatherv(payload, [recv, sizes, offsets, MPI.BYTE] if self.rank == root else None, root=root)
+        collective(self.comm, "Gatherv", payload,
+                   [recv, sizes, offsets, MPI.BYTE] if self.rank == root else None, root=root)
         self._record("gather", payload, (total,), t)
         if self.rank != root:
             return None

@@ -24,8 +24,14 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Iterator
+
+
+def _fields(event) -> dict:
+    """``dataclasses.asdict`` without its recursive deep copy (every field here is a number, string or tuple of
+    ints): the records of every step are turned into dicts for the gather to rank 0, ~10x faster this way."""
+    return {name: getattr(event, name) for name in event.__slots__}  # slots=True: the fields, in order
 
 
 @dataclass(slots=True)
@@ -49,7 +55,7 @@ class CommEvent:
     duration: float  # seconds
 
     def as_dict(self) -> dict:
-        d = asdict(self)
+        d = _fields(self)
         d["shape"] = list(self.shape)
         d["group_ranks"] = list(self.group_ranks)
         return d
@@ -67,7 +73,7 @@ class SpanEvent:
     duration: float  # seconds
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return _fields(self)
 
 
 class _Span:

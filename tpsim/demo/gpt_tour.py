@@ -56,17 +56,35 @@ def read_batch(grid: ProcessGrid, task: ReverseTask, seed: int, step: int, batch
     return ids, labels, np.arange(batch_size)[rows]
 
 
+def serial_reference(grid, args, config, task, dtype) -> tuple[float, dict[str, np.ndarray]]:
+    """The serial model's step-0 loss and full gradients on the global batch, computed on rank 0 only and
+    broadcast in one flat float64 buffer (exact for float32 too): every rank gets the same numbers it used to
+    compute itself, and a world of 64 ranks on a few cores does the serial model once instead of 64 times."""
+    shapes = config.param_shapes()
+    flat = np.empty(1 + sum(int(np.prod(s)) for s in shapes.values()))
+    with grid.tracer.paused():  # verification, not model traffic
+        if grid.rank == 0:
+            serial = serial_gpt(config, seed=args.seed, dtype=dtype)
+            if args.init_from:
+                load_into(serial, load_tensors(args.init_from, shapes))
+            ids, labels = task.batch(args.seed, 0, args.batch_size)
+            flat[0] = serial.loss_and_grads(ids, labels, DropoutPlan(ExactDropoutRNG(args.seed), 0))
+            np.concatenate([g.ravel() for _, g in serial.named_grads()], out=flat[1:])
+        grid.world.broadcast(flat)
+    grads, offset = {}, 1
+    for name, shape in shapes.items():
+        size = int(np.prod(shape))
+        grads[name] = flat[offset:offset + size].reshape(shape).astype(dtype, copy=False)
+        offset += size
+    return float(flat[0]), grads
+
+
 def check_against_serial(grid, model, args, config, task, parallel_loss, dtype) -> tuple[bool, str]:
     """Step 0's loss and gradients (already DP-synced in ``model``) vs the serial model on the global batch."""
     if args.dropout > 0 and args.dropout_rng == "megatron":
         return True, "  (skipped: Megatron dropout masks depend on the shard, so they never equal serial's)"
-    with grid.tracer.paused():
-        serial = serial_gpt(config, seed=args.seed, dtype=dtype)
-        if args.init_from:
-            load_into(serial, load_tensors(args.init_from, config.param_shapes()))
-        ids, labels = task.batch(args.seed, 0, args.batch_size)
-        loss = serial.loss_and_grads(ids, labels, DropoutPlan(ExactDropoutRNG(args.seed), 0))
-    diffs = shard_differences(model, dict(serial.named_grads()), floor=1e-30)
+    loss, serial_grads = serial_reference(grid, args, config, task, dtype)
+    diffs = shard_differences(model, serial_grads, floor=1e-30)
     worst_name = max(diffs, key=diffs.get)
     worst = diffs[worst_name]
     both = Agreement(grid.world).reduce([relative_difference(parallel_loss, loss, floor=0.0), worst], op="max")

@@ -4,7 +4,7 @@ Every layer follows the one contract stated in ``tpsim.nn.module``: ``forward ->
 ``backward(dout, cache) -> gradients``, caches of several parts as named tuples.
 """
 
-from tpsim.nn.activations import GeLU, GeluCache, erf, gelu_backward, gelu_forward
+from tpsim.nn.activations import GeLU, GeluCache, erf, erfc, gelu_backward, gelu_forward
 from tpsim.nn.attention import (AttentionCache, AttentionCoreCache, CausalSelfAttention, attention_core_backward,
                                 attention_core_forward, qkv_attention_backward, qkv_attention_forward)
 from tpsim.nn.cross_entropy import (
@@ -45,6 +45,7 @@ __all__ = [
     "gelu_forward",
     "gelu_backward",
     "erf",
+    "erfc",
     "LayerNorm",
     "LayerNormCache",
     "layernorm_forward",

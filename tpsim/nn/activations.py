@@ -9,8 +9,8 @@ Derivatives, by the product rule:
     tanh:   gelu'(x) = 0.5 · (1 + t) + 0.5 · x · (1 − t²) · √(2/π) · (1 + 3 · 0.044715 · x²),   t = tanh(u)
 
 GeLU is elementwise, which is why tensor parallelism can apply it to a column-parallel shard without talking
-to any other rank. NumPy has no ``erf``; ``math.erf`` applied elementwise is exact to the last bit and slow,
-which is fine: the tanh form is the default and the hot path.
+to any other rank. NumPy has no ``erf``; ``tpsim.nn.erf`` is a vectorised one within a few ulp of libm, and the
+exact form takes Φ(x) = erfc(−x/√2) / 2, which stays accurate in the left tail where 1 + erf(x/√2) cancels.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tpsim.nn.erf import erf, erfc  # noqa: F401  (erf: re-exported by tpsim.nn)
 from tpsim.nn.module import Module
 
 APPROXIMATIONS = ("tanh", "none")
@@ -28,13 +29,13 @@ _SQRT_2 = math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _CUBIC = 0.044715
 
-_erf_float64 = np.vectorize(math.erf, otypes=[np.float64])
 
 
-def erf(x: np.ndarray) -> np.ndarray:
-    """Elementwise error function, exact to the libm result (``math.erf``), in ``x``'s dtype."""
-    x = np.asarray(x)
-    return _erf_float64(x).astype(x.dtype if x.dtype.kind == "f" else np.float64, copy=False)
+def _normal_cdf(x: np.ndarray) -> np.ndarray:
+    """Φ(x) = erfc(−x/√2) / 2, in ``x``'s dtype: no cancellation in the left tail, unlike (1 + erf(x/√2)) / 2."""
+    cdf = erfc(-x / _SQRT_2)  # x / √2 exactly as written: x · (1/√2) would round the argument differently
+    cdf *= 0.5
+    return cdf
 
 
 def _tanh_u(x: np.ndarray) -> np.ndarray:
@@ -71,9 +72,9 @@ def gelu_forward(x: np.ndarray, approximate: str = "tanh") -> tuple[np.ndarray, 
         y *= x
         y *= 0.5  # 0.5 · x · (1 + t): the same value as 0.5·x·(1+t), computed in place
         return y, GeluCache(x, approximate)
-    # x / √2 exactly as written: in the left tail 1 + erf(...) cancels, so a different rounding of the
-    # argument (x · (1/√2)) would show up as a relative difference of a few ulps
-    return 0.5 * x * (1.0 + erf(x / _SQRT_2)), GeluCache(x, approximate)
+    y = _normal_cdf(x)
+    y *= x
+    return y, GeluCache(x, approximate)
 
 
 def gelu_backward(dy: np.ndarray, cache: GeluCache) -> np.ndarray:
@@ -95,9 +96,14 @@ def gelu_backward(dy: np.ndarray, cache: GeluCache) -> np.ndarray:
         t += slope
         t *= dy
         return t
-    cdf = 0.5 * (1.0 + erf(x / _SQRT_2))
-    pdf = _INV_SQRT_2PI * np.exp(-0.5 * x * x)
-    return dy * (cdf + x * pdf)
+    dx = np.multiply(x, x, out=np.empty_like(x, dtype=np.result_type(x, 1.0)))  # x · φ(x) + Φ(x), then · dy
+    dx *= -0.5
+    np.exp(dx, out=dx)
+    dx *= _INV_SQRT_2PI
+    dx *= x
+    dx += _normal_cdf(x)
+    dx *= dy
+    return dx
 
 
 class GeLU(Module):

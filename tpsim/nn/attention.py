@@ -81,7 +81,9 @@ def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np
     s, hd = q.shape[-2], q.shape[-1]
     scale = 1.0 / float(np.sqrt(hd))  # a Python float: a NumPy float64 scalar would promote float32 to float64
     future = np.triu(np.ones((s, s), dtype=bool), k=1)  # key j > query i: not yet seen
-    scores = np.where(future, -np.inf, (q @ k.swapaxes(-1, -2)) * scale)
+    scores = q @ k.swapaxes(-1, -2)  # scaled and masked in place
+    scores *= scale
+    np.copyto(scores, -np.inf, where=future)
     probs, softmax = softmax_forward(scores, axis=-1)  # exp(−∞ − max) = 0 exactly: future keys get no weight
     dropped = probs if keep is None else dropout_mask_apply(probs, keep, p)
     ctx = dropped @ v
@@ -95,7 +97,8 @@ def attention_core_backward(dctx: np.ndarray, cache: AttentionCoreCache) -> tupl
     dprobs = dctx @ v.swapaxes(-1, -2)
     if keep is not None:
         dprobs = dropout_mask_apply(dprobs, keep, p)  # dropout's backward: the same mask, the same scale
-    dscores = softmax_backward(dprobs, softmax) * scale  # zero where probs is zero: the masked keys
+    dscores = softmax_backward(dprobs, softmax)  # zero where probs is zero: the masked keys
+    dscores *= scale
     return dscores @ k, dscores.swapaxes(-1, -2) @ q, dv
 
 

@@ -48,13 +48,14 @@ def softmax_cross_entropy_forward(
     t = np.where(valid, t, 0)
     n_valid = int(valid.sum())
 
-    shifted = z - z.max(axis=-1, keepdims=True)
-    logp = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    logp = z - z.max(axis=-1, keepdims=True)  # shifted logits, turned into log-probabilities in place
+    e = np.exp(logp)
+    logp -= np.log(e.sum(axis=-1, keepdims=True))
     nll = -logp[np.arange(len(t)), t]
     if label_smoothing:
         nll = (1.0 - label_smoothing) * nll - label_smoothing * logp.mean(axis=-1)
     loss = float(nll[valid].sum() / n_valid) if n_valid else 0.0
-    cache = CrossEntropyCache(np.exp(logp), t, valid, n_valid, float(label_smoothing), logits.shape)
+    cache = CrossEntropyCache(np.exp(logp, out=e), t, valid, n_valid, float(label_smoothing), logits.shape)
     return loss, cache
 
 

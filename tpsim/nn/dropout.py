@@ -31,7 +31,9 @@ class DropoutCache(NamedTuple):
 
 def dropout_mask_apply(x: np.ndarray, keep: np.ndarray, p: float) -> np.ndarray:
     """``x: [...]``, boolean ``keep: [...]`` -> ``x · keep / (1 − p)``; serves forward and backward alike."""
-    return x * keep * (1.0 / (1.0 - p))
+    out = np.multiply(x, keep)  # then the scale in place: one buffer, not two
+    out *= 1.0 / (1.0 - p)
+    return out
 
 
 def dropout_forward(x: np.ndarray, keep: np.ndarray | None, p: float) -> tuple[np.ndarray, DropoutCache]:

@@ -38,25 +38,27 @@ def layernorm_forward(
 ) -> tuple[np.ndarray, LayerNormCache]:
     """``x: [..., C]``, ``w, b: [C]`` -> ``(y: [..., C], LayerNormCache(xhat [..., C], rstd [..., 1], w))``."""
     mean = x.mean(axis=-1, keepdims=True)
-    xc = x - mean
-    var = (xc * xc).mean(axis=-1, keepdims=True)  # biased variance, as in PyTorch and GPT-2
+    xhat = x - mean  # x − μ, normalised in place below (same operations, two buffers fewer)
+    var = np.square(xhat).mean(axis=-1, keepdims=True)  # biased variance, as in PyTorch and GPT-2
     rstd = 1.0 / np.sqrt(var + eps)
-    xhat = xc * rstd
-    return xhat * w + b, LayerNormCache(xhat, rstd, w)
+    xhat *= rstd
+    y = xhat * w
+    y += b
+    return y, LayerNormCache(xhat, rstd, w)
 
 
 def layernorm_backward(dy: np.ndarray, cache: LayerNormCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``dy: [..., C]`` -> ``(dx [..., C], dw [C], db [C])``."""
     xhat, rstd, w = cache
     features = w.shape[0]
-    dw = (dy * xhat).reshape(-1, features).sum(axis=0)
+    scratch = dy * xhat
+    dw = scratch.reshape(-1, features).sum(axis=0)
     db = dy.reshape(-1, features).sum(axis=0)
     dxhat = dy * w
-    dx = rstd * (
-        dxhat
-        - dxhat.mean(axis=-1, keepdims=True)  # through the mean μ
-        - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True)  # through rstd
-    )
+    through_rstd = np.multiply(dxhat, xhat, out=scratch).mean(axis=-1, keepdims=True)
+    dx = dxhat - dxhat.mean(axis=-1, keepdims=True)  # through the mean μ
+    dx -= np.multiply(xhat, through_rstd, out=scratch)  # through rstd
+    dx *= rstd
     return dx, dw, db
 
 

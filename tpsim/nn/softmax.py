@@ -27,15 +27,19 @@ class SoftmaxCache(NamedTuple):
 
 def softmax_forward(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, SoftmaxCache]:
     """``x: [...]`` -> ``(y: [...], SoftmaxCache)``, ``y`` non-negative and summing to 1 along ``axis``."""
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    y = e / e.sum(axis=axis, keepdims=True)
+    y = x - x.max(axis=axis, keepdims=True)  # one buffer: shift, exp and normalise in place
+    np.exp(y, out=y)
+    y /= y.sum(axis=axis, keepdims=True)
     return y, SoftmaxCache(y, axis)
 
 
 def softmax_backward(dy: np.ndarray, cache: SoftmaxCache) -> np.ndarray:
     """``dy: [...]`` -> ``dx: [...]``."""
     y, axis = cache
-    return y * (dy - (dy * y).sum(axis=axis, keepdims=True))
+    dx = dy * y
+    np.subtract(dy, dx.sum(axis=axis, keepdims=True), out=dx)
+    dx *= y
+    return dx
 
 
 class Softmax(Module):

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 import numpy as np
 
@@ -144,6 +143,8 @@ def _atomic_write(path: str, write) -> str:
     """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
+    import tempfile  # here, not at the top: it pulls in shutil, random, bz2, lzma — start-up time × every rank
+
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

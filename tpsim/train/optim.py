@@ -185,11 +185,17 @@ class AdamW(Optimizer):
         if weight_decay:
             p *= 1.0 - self.lr * weight_decay
         m, v = state["exp_avg"], state["exp_avg_sq"]
+        scratch = np.multiply(g, 1.0 - beta1)  # two scratch buffers per parameter instead of seven temporaries
         m *= beta1
-        m += (1.0 - beta1) * g
+        m += scratch
         v *= beta2
-        v += (1.0 - beta2) * (g * g)
+        np.multiply(g, g, out=scratch)
+        scratch *= 1.0 - beta2
+        v += scratch
         step_size = self.lr / (1.0 - beta1 ** t)
-        denom = np.sqrt(v) / math.sqrt(1.0 - beta2 ** t)
+        denom = np.sqrt(v, out=scratch)
+        denom /= math.sqrt(1.0 - beta2 ** t)
         denom += self.eps
-        p -= step_size * (m / denom)
+        update = np.divide(m, denom, out=denom)
+        update *= step_size
+        p -= update

@@ -1,0 +1,36 @@
+"""How a rank waits in a collective: blocking MPI call, or nonblocking + sleeping poll when the node is full."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from tpsim.comm import waiting
+from tpsim.errors import ConfigError
+
+
+@pytest.mark.parametrize("mode, local, cores, expected", [
+    ("spin", "64", 2, False), ("sleep", "1", 16, True), ("auto", "64", 2, True), ("auto", "2", 2, False),
+    ("auto", "", 16, False),  # no launcher variable: the world's size (1 here) against the cores
+])
+def test_sleep_poll_only_when_asked_or_the_node_is_oversubscribed(monkeypatch, mode, local, cores, expected):
+    monkeypatch.setenv("TPSIM_WAIT", mode)
+    monkeypatch.setenv("MPI_LOCALNRANKS", local)
+    monkeypatch.setattr(waiting, "_cores", lambda: cores)
+    assert waiting._decide() is expected
+
+
+def test_unknown_wait_mode_is_a_config_error(monkeypatch):
+    monkeypatch.setenv("TPSIM_WAIT", "busy")
+    with pytest.raises(ConfigError, match="spin or sleep"):
+        waiting._decide()
+
+
+@pytest.mark.parametrize("sleep_poll", [False, True])
+def test_both_ways_of_waiting_give_the_collective_result(monkeypatch, sleep_poll):
+    monkeypatch.setattr(waiting, "SLEEP_POLL", sleep_poll)
+    x = np.arange(6.0)
+    out = np.empty_like(x)
+    waiting.collective(MPI.COMM_WORLD, "Allreduce", x, out, op=MPI.SUM)
+    assert np.array_equal(out, x * MPI.COMM_WORLD.Get_size())
+    waiting.collective(MPI.COMM_WORLD, "Bcast", out, root=0)
+    waiting.collective(MPI.COMM_WORLD, "Barrier")
