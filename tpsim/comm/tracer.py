@@ -16,6 +16,11 @@ like the module tree (``transformer.h.0`` contains ``transformer.h.0.attn``). A 
 change the scope or phase that collectives inside it are tagged with (that stays the job of ``region``).
 Spans and collectives share one clock, so a timeline can lay them side by side.
 
+*Kind spans*: while a span is open the tracer is ``tpsim.kinds``' recorder, so the marks the layers carry
+(matmul, elementwise, softmax_norm) become spans too, with that ``kind`` and the scope and phase of the
+innermost open span; the spans the wiring opens have kind "layer". ``tpsim.trace.kind_split`` turns them
+into the per-layer split of ``tpsim report DIR --by kind``.
+
 Byte accounting (see ``tpsim.cost``): ``bytes`` is the size of the full logical tensor of the collective,
 ``wire_bytes`` what one rank sends under the bandwidth-optimal (ring) algorithm.
 """
@@ -26,6 +31,9 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Iterator
+
+from tpsim import kinds
+from tpsim.kinds import LAYER
 
 
 @dataclass(slots=True)
@@ -65,6 +73,7 @@ class SpanEvent:
     scope: str  # dotted module path, e.g. "transformer.h.0.attn"; "" for the whole model
     start: float  # seconds since the tracer's t0 (the same clock as CommEvent.start)
     duration: float  # seconds
+    kind: str = LAYER  # "layer" (a module's forward/backward) or a tpsim.kinds mark inside it: "matmul", ...
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -74,18 +83,23 @@ class _Span:
     """The context manager behind ``Tracer.span``: a plain class, not a generator, because one opens around
     every layer call and a generator-based context manager costs several times more."""
 
-    __slots__ = ("tracer", "scope", "phase", "t")
+    __slots__ = ("tracer", "scope", "phase", "t", "outer", "recorder")
 
     def __init__(self, tracer: "Tracer", scope: str, phase: str) -> None:
         self.tracer, self.scope, self.phase = tracer, scope, phase
 
     def __enter__(self) -> "_Span":
+        tr = self.tracer
+        self.outer, tr._open = tr._open, self  # marks inside are tagged with this span's scope and phase
+        self.recorder = kinds.install(tr._record_kind)
         self.t = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> bool:
         end = time.perf_counter()
         tr = self.tracer
+        tr._open = self.outer
+        kinds.install(self.recorder)
         # Appended when the span *ends*, so a child comes before its parent; readers sort by start.
         tr.spans.append(SpanEvent(tr.rank, tr.step, self.phase, self.scope, self.t - tr.t0, end - self.t))
         return False
@@ -132,6 +146,15 @@ class Tracer:
         self.t0 = time.perf_counter()
         self._scope = ""
         self._phase = ""
+        self._open: _Span | None = None  # the innermost open span
+        self._record_kind = self._kind_span  # bound once: a span installs it without allocating
+
+    def _kind_span(self, kind: str, start: float, end: float) -> None:
+        """``tpsim.kinds``' recorder: a mark inside the innermost open span, as a span of that ``kind``."""
+        span = self._open
+        if self.enabled and span is not None:
+            self.spans.append(SpanEvent(self.rank, self.step, span.phase, span.scope, start - self.t0, end - start,
+                                        kind))
 
     # --- where we are -----------------------------------------------------------------------------------------
     @property

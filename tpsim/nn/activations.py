@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tpsim.kinds import ELEMENTWISE, marked
 from tpsim.nn.module import Module
 
 APPROXIMATIONS = ("tanh", "none")
@@ -62,6 +63,7 @@ class GeluCache(NamedTuple):
     approximate: str
 
 
+@marked(ELEMENTWISE)
 def gelu_forward(x: np.ndarray, approximate: str = "tanh") -> tuple[np.ndarray, GeluCache]:
     """``x: [...]`` -> ``(gelu(x): [...], GeluCache)``; ``approximate`` is ``"tanh"`` (GPT-2) or ``"none"`` (erf)."""
     _check(approximate)
@@ -76,6 +78,7 @@ def gelu_forward(x: np.ndarray, approximate: str = "tanh") -> tuple[np.ndarray, 
     return 0.5 * x * (1.0 + erf(x / _SQRT_2)), GeluCache(x, approximate)
 
 
+@marked(ELEMENTWISE)
 def gelu_backward(dy: np.ndarray, cache: GeluCache) -> np.ndarray:
     """``dy: [...]`` -> ``dx = dy · gelu'(x): [...]``."""
     x, approximate = cache
