@@ -11,7 +11,8 @@ imports ``comm``). So they mark it with a module-level object that does nothing 
 
 ``tpsim.comm.Tracer`` installs itself as the recorder for the length of each compute span it opens, so marks
 are recorded only while a traced model runs, each as a span with a ``kind`` (``tpsim.trace.schema``) nested
-inside the layer span around it. With no recorder a mark costs two clock-free attribute checks.
+inside the layer span around it. With no recorder a mark reads no clock: a marked function costs one extra
+call and a check (~0.1 µs), a ``with`` block ~0.2 µs.
 
 Kinds (the columns of ``tpsim report DIR --by kind``):
 
