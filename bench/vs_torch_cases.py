@@ -137,7 +137,7 @@ def traced_split(block: Block, x: np.ndarray, dy: np.ndarray, group) -> tuple[di
         block.backward(dy, cache)
     attach_tracer(block, None)
     tracer.enabled = False  # the gather below is bookkeeping, and the timed steps ran untraced
-    mine = ([e.as_dict() for e in tracer.events], [s.as_dict() for s in tracer.spans])
+    mine = ([e.as_dict() for e in tracer.events], [s.as_dict() for s in tracer.span_events()])
     tracer.reset()
     every = group.gather_objects(mine)
     if every is None:

@@ -28,23 +28,25 @@ def test_marks_record_nothing_without_a_span_and_the_recorder_is_restored():
     tr = Tracer()
     with kinds.MATMUL_MARK:
         pass
-    assert tr.spans == [] and kinds._recorder is None
+    assert tr.span_events() == [] and kinds._recorder is None
     with tr.span("mlp", "forward"):
         assert kinds._recorder is not None
         with kinds.MATMUL_MARK:
             with kinds.MATMUL_MARK:  # re-entrant: the inner one does not lose the outer's start
                 pass
     assert kinds._recorder is None, "the span puts back what it found"
-    assert [(s.kind, s.scope) for s in tr.spans] == [("matmul", "mlp")] * 2 + [("layer", "mlp")]
-    outer = tr.spans[1]
-    assert outer.start <= tr.spans[0].start and outer.duration >= tr.spans[0].duration
+    spans = tr.span_events()
+    assert [(s.kind, s.scope) for s in spans] == [("layer", "mlp")] + [("matmul", "mlp")] * 2
+    inner, outer = spans[1], spans[2]  # recorded as they end: the inner mark first
+    assert outer.start <= inner.start and outer.duration >= inner.duration
+    assert spans[0].start <= outer.start and tr.spans == spans[:1], "marks are kept apart from the layer spans"
 
 
 def test_disabled_or_paused_tracers_record_no_marks():
     for tr in (Tracer(enabled=False), Tracer()):
         with tr.span("x", "forward"), tr.paused(), kinds.ELEMENTWISE_MARK:
             pass
-        assert all(s.kind == "layer" for s in tr.spans), tr.spans
+        assert tr.marks == [] and all(s.kind == "layer" for s in tr.span_events()), tr.marks
 
 
 def test_marked_function_is_the_same_function_timed():
@@ -54,10 +56,10 @@ def test_marked_function_is_the_same_function_timed():
         return 2 * x
 
     tr = Tracer()
-    assert double(3) == 6 and double.__doc__ == "doc" and tr.spans == []
+    assert double(3) == 6 and double.__doc__ == "doc" and tr.span_events() == []
     with tr.span("ln", "backward"):
         assert double(4) == 8
-    assert [(s.kind, s.phase) for s in tr.spans] == [("softmax_norm", "backward"), ("layer", "backward")]
+    assert [(s.kind, s.phase) for s in tr.span_events()] == [("layer", "backward"), ("softmax_norm", "backward")]
 
 
 def small_gpt():
@@ -72,7 +74,7 @@ def test_the_gpt_layers_mark_the_kinds_they_are_made_of():
     attach_tracer(model, tr)
     model.loss_and_grads(ids, labels)
     got = {}
-    for s in tr.spans:
+    for s in tr.span_events():
         got.setdefault((s.scope, s.phase), set()).add(s.kind)
     for phase in ("forward", "backward"):
         assert got[("transformer.h.0.attn", phase)] == {"layer", "matmul", "elementwise", "softmax_norm"}, phase
@@ -80,7 +82,7 @@ def test_the_gpt_layers_mark_the_kinds_they_are_made_of():
         assert got[("transformer.h.0.ln_1", phase)] == {"layer", "softmax_norm"}, phase
         assert got[("transformer.h.0", phase)] == {"layer", "elementwise"}, "the residual adds"
         assert got[("loss", phase)] == {"layer", "softmax_norm"}, phase
-    assert all(field_problems(with_microseconds(s.as_dict()), SPAN_FIELDS) == [] for s in tr.spans)
+    assert all(field_problems(with_microseconds(s.as_dict()), SPAN_FIELDS) == [] for s in tr.span_events())
 
 
 def traced_mlp(hidden: int, tokens: int, repeats: int = 1) -> list[dict]:
@@ -93,7 +95,7 @@ def traced_mlp(hidden: int, tokens: int, repeats: int = 1) -> list[dict]:
             z, cache = mlp.forward(x)
         with tr.span("mlp", "backward"):
             mlp.backward(z, cache)
-    return [s.as_dict() for s in tr.spans]
+    return [s.as_dict() for s in tr.span_events()]
 
 
 def test_an_mlps_kinds_add_up_to_its_span_and_cover_nearly_all_of_it():

@@ -17,9 +17,10 @@ change the scope or phase that collectives inside it are tagged with (that stays
 Spans and collectives share one clock, so a timeline can lay them side by side.
 
 *Kind spans*: while a span is open the tracer is ``tpsim.kinds``' recorder, so the marks the layers carry
-(matmul, elementwise, softmax_norm) become spans too, with that ``kind`` and the scope and phase of the
-innermost open span; the spans the wiring opens have kind "layer". ``tpsim.trace.kind_split`` turns them
-into the per-layer split of ``tpsim report DIR --by kind``.
+(matmul, elementwise, softmax_norm) are recorded too, with the scope and phase of the innermost open span.
+They are many (a few per layer call), so they are kept as plain tuples in ``marks`` and become ``SpanEvent``s
+of that ``kind`` only when read (``span_events()``); the spans in ``spans`` have kind "layer".
+``tpsim.trace.kind_split`` turns both into the per-layer split of ``tpsim report DIR --by kind``.
 
 Byte accounting (see ``tpsim.cost``): ``bytes`` is the size of the full logical tensor of the collective,
 ``wire_bytes`` what one rank sends under the bandwidth-optimal (ring) algorithm.
@@ -142,7 +143,8 @@ class Tracer:
         self.enabled = enabled
         self.step = 0
         self.events: list[CommEvent] = []
-        self.spans: list[SpanEvent] = []
+        self.spans: list[SpanEvent] = []  # kind "layer"; the marks inside them: ``marks``, ``span_events()``
+        self.marks: list[tuple] = []
         self.t0 = time.perf_counter()
         self._scope = ""
         self._phase = ""
@@ -152,9 +154,12 @@ class Tracer:
     def _kind_span(self, kind: str, start: float, end: float) -> None:
         """``tpsim.kinds``' recorder: a mark inside the innermost open span, as a span of that ``kind``."""
         span = self._open
-        if self.enabled and span is not None:
-            self.spans.append(SpanEvent(self.rank, self.step, span.phase, span.scope, start - self.t0, end - start,
-                                        kind))
+        if self.enabled and span is not None:  # a tuple in SpanEvent's field order: a fifth of a SpanEvent's cost
+            self.marks.append((self.step, span.phase, span.scope, start - self.t0, end - start, kind))
+
+    def span_events(self) -> list[SpanEvent]:
+        """The layer spans and the kind marks inside them, all as ``SpanEvent``s (unsorted: readers sort by start)."""
+        return self.spans + [SpanEvent(self.rank, *mark) for mark in self.marks]
 
     # --- where we are -----------------------------------------------------------------------------------------
     @property
@@ -195,6 +200,7 @@ class Tracer:
         """Forget all collectives and spans (e.g. at the start of a step); optionally restart the clock."""
         self.events.clear()
         self.spans.clear()
+        self.marks.clear()
         if t0 is not None:
             self.t0 = t0
 
