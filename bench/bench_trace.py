@@ -91,7 +91,7 @@ def main() -> None:
 
     for step in range(5):  # warm-up: first-touch allocations, MPI connections
         one_step(True, step)
-    counts = (len(tracer.events) // 5, len(tracer.spans) // 5)
+    counts = (len(tracer.events) // 5, (len(tracer.spans) + len(tracer.marks)) // 5)
     samples: dict[bool, list[float]] = {False: [], True: []}
     for i in range(args.pairs):  # alternate step by step, swapping which goes first every pair
         for enabled in ((False, True) if i % 2 == 0 else (True, False)):

@@ -35,6 +35,7 @@ from mpi4py import MPI
 from bench_core import quiet_wait
 from gemm_limit import gemm_limit_seconds, ranks_per_core, total_flops
 from result_json import SCHEMA, case_ratios, stats, validate
+from tpsim.trace.kind_split import format_kind_table
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -176,13 +177,17 @@ def run_case(args, comm, case, cores: int) -> dict:
         f"  GEMMs on all {case.ranks} ranks at once  median {concurrent['median'] * 1e3:9.2f} ms   "
         f"best {concurrent['best'] * 1e3:9.2f} ms",
         *(f"  {k:22} {v['median']:7.3f} (median)  {v['best']:7.3f} (best)" for k, v in ratios.items()), "")
+    split = case.kinds() if case.kinds is not None else None  # one traced tpsim step: where its time goes
+    if split is not None:
+        say(comm, format_kind_table(split[0], title=f"  where one traced tpsim {case.name} step's time goes "
+                                                    f"(tpsim report --by kind), ms per rank over {split[1]} ranks:"), "")
     return {"description": case.description, "shape": case.shape, "dtype": case.dtype, "tp": case.tp,
             "dp": case.dp, "ranks": case.ranks, "rounds": rounds, "seconds": seconds,
             "gemm": {"flops_per_rank": flops, "seconds_per_rank": per_rank,
                      "rate_flops_per_s": flops / per_rank["best"], "ranks_per_core": ranks_per_core(case.ranks, cores),
                      "limit_s": limit, "concurrent_s": concurrent}, "ratios": ratios,
             "check": {"max_rel_diff": diff, "tolerance": case.tolerance, "ok": bool(ok), "what": what},
-            **case.extra}
+            **({"kinds_s": split[0]} if split else {}), **case.extra}
 
 
 def main(argv=None) -> int:

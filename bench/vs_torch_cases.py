@@ -42,6 +42,7 @@ class Case:
     tpsim_step: Callable[[], object] | None = None  # None on a rank outside the case
     torch_step: Callable[[], object] | None = None
     check: Callable[[], tuple[float, str]] | None = None
+    kinds: Callable[[], tuple[dict, int] | None] | None = None  # after the timing: where one traced step's time goes
     extra: dict = field(default_factory=dict)
 
     @property
@@ -115,7 +116,33 @@ def block_case(args, tp: int, tp_group=None, torch_group=None) -> Case:
     for _, p in blk.named_parameters():  # LayerNorms off their ones/zeros, so their gradients are checked too
         p += (0.1 * rng.standard_normal(p.shape)).astype(f32) if p.ndim == 1 else 0
     x, dy = (rng.standard_normal((b, s, h)).astype(f32) for _ in range(2))
+    case.kinds = lambda: traced_split(blk, x, dy, tp_group)
     return layer_case(case, blk, lambda P, xt: torch_tp.block(P, "", xt, nh // tp, torch_group), x, dy)
+
+
+def traced_split(block: Block, x: np.ndarray, dy: np.ndarray, group) -> tuple[dict, int] | None:
+    """One forward + backward of ``block`` traced (sub-layer spans, kind marks, collectives), split per layer by
+    ``tpsim.trace.kind_split`` on group rank 0 (``({layer: {kind: s}}, ranks)``; None elsewhere)."""
+    from tpsim.models.gpt import attach_tracer
+    from tpsim.trace.kind_split import kind_split
+
+    tracer = group.tracer
+    tracer.reset()
+    tracer.enabled, tracer.step = True, 0
+    attach_tracer(block, tracer)
+    block.zero_grad()
+    with tracer.span(block.path, "forward"):
+        _, cache = block.forward(x)
+    with tracer.span(block.path, "backward"):
+        block.backward(dy, cache)
+    attach_tracer(block, None)
+    tracer.enabled = False  # the gather below is bookkeeping, and the timed steps ran untraced
+    mine = ([e.as_dict() for e in tracer.events], [s.as_dict() for s in tracer.span_events()])
+    tracer.reset()
+    every = group.gather_objects(mine)
+    if every is None:
+        return None
+    return kind_split([s for _, spans in every for s in spans], [r for recs, _ in every for r in recs], 0)
 
 
 def demo_case(grid, torch_groups, world: int) -> Case:

@@ -163,8 +163,10 @@ def test_timeline_json_is_a_chrome_trace_with_two_nested_tracks_per_rank(run_dir
         assert threads[(rank, 0)] == "compute" and threads[(rank, 1)] == "communication"
         assert any(e["pid"] == rank and e["tid"] == 0 for e in xs) and any(
             e["pid"] == rank and e["tid"] == 1 for e in xs), f"rank {rank} has both tracks filled"
-    comm = [e for e in xs if e["tid"] == 1]
-    assert all({"bytes", "wire_bytes", "group", "shape", "op", "scope", "phase"} <= set(e["args"]) for e in comm)
+    comm = [e for e in xs if e["tid"] == 1 and e["cat"] == "communication"]  # the rest: nested "wait" events
+    assert all({"bytes", "wire_bytes", "group", "shape", "op", "scope", "phase", "wait_us"} <= set(e["args"])
+               for e in comm)
+    assert all(e["cat"] == "wait" and e["name"] == "wait" for e in xs if e["tid"] == 1 and e not in comm)
     assert all({"scope", "phase"} <= set(e["args"]) for e in xs if e["tid"] == 0)
     assert {e["args"]["step"] for e in xs} == {STEPS - 2, STEPS - 1}, "only the last two steps"
     assert sum(e["name"] == "transformer.h.0.attn" for e in xs) == 2 * 2 * TP * DP, "fwd+bwd, 2 steps, each rank"
@@ -203,6 +205,33 @@ def test_report_prints_the_module_tree_and_adds_up_to_the_records(run_dir):
     for by in ("layer", "op"):
         other = tpsim("report", run_dir, "--by", by, "--step", step)
         assert other.returncode == 0 and total[0] in other.stdout, "every view adds up to the same totals"
+
+
+@pytest.mark.slow
+def test_report_by_kind_splits_every_layer_and_adds_up_to_its_spans(run_dir):
+    step = STEPS - 1
+    r = tpsim("report", run_dir, "--by", "kind")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[1].split() == ["layer", "matmul", "%", "elementwise", "%", "softmax_norm", "%", "comm_wait", "%",
+                                "comm_transfer", "%", "other", "%", "total", "ms"], r.stdout
+    rows = {" ".join(ln.split()[:-13]): ln.split()[-13:] for ln in lines[3:] if ln.strip() and not ln.startswith("-")}
+    for layer in ("transformer.h.0.attn", "transformer.h.1.mlp", "transformer.h.0.ln_1", "lm_head", "loss", "ddp"):
+        assert layer in rows, r.stdout
+    ms = {layer: [float(c) for c in cells[0:12:2]] + [float(cells[12])] for layer, cells in rows.items()}
+    for layer, (*kinds, total) in ms.items():
+        assert sum(kinds) == pytest.approx(total, abs=0.004), f"{layer}: the kinds add up to the row"
+    assert ms["transformer.h.0.mlp"][0] > 0 and ms["transformer.h.0.mlp"][1] > 0, "matmul and GeLU"
+    assert ms["transformer.h.0.ln_2"][2] > 0 and ms["loss"][2] > 0, "LayerNorm and cross-entropy"
+    assert ms["transformer.h.0.attn"][3] + ms["transformer.h.0.attn"][4] > 0, "the TP all-reduces"
+    spans = [s for s in read_jsonl(run_dir / "spans.jsonl") if s["step"] == step]
+    assert {"layer", "matmul", "elementwise", "softmax_norm"} == {s["kind"] for s in spans}
+    model = [s for s in spans if s["scope"] == "" and s["kind"] == "layer"]  # the forward and backward spans
+    ranks = TP * DP
+    in_model = sum(sum(v[:6]) for k, v in ms.items() if k not in ("total", "ddp", "batch", "loss_normalizer", "optimizer"))
+    assert in_model == pytest.approx(sum(s["duration"] for s in model) * 1e3 / ranks, rel=0.01, abs=0.05)
+    one = tpsim("report", run_dir, "--by", "kind", "--rank", 1)
+    assert one.returncode == 0 and "rank 1" in one.stdout
 
 
 @pytest.mark.slow

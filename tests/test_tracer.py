@@ -38,7 +38,7 @@ def test_span_records_scope_phase_step_and_time():
     assert (s.rank, s.step, s.phase, s.scope) == (3, 7, "forward", "transformer.h.0.mlp")
     assert s.start >= 0 and 0.002 <= s.duration < 1.0
     assert s.as_dict() == {"rank": 3, "step": 7, "phase": "forward", "scope": "transformer.h.0.mlp",
-                           "start": s.start, "duration": s.duration}
+                           "start": s.start, "duration": s.duration, "kind": "layer"}
 
 
 def test_spans_nest_and_siblings_do_not_overlap():
@@ -114,13 +114,14 @@ def test_gpt_wiring_opens_one_span_per_sub_layer_call_nested_like_the_module_tre
     attach_tracer(model, tr)
     tr.step = 4
     assert model.loss_and_grads(ids, labels) == plain, "timing changes nothing"
+    layers = [s for s in tr.spans if s.kind == "layer"]  # the marks inside them: tests/test_kinds.py
     for phase in ("forward", "backward"):
-        spans = {s.scope: s for s in tr.spans if s.phase == phase}
+        spans = {s.scope: s for s in layers if s.phase == phase}
         block = ["transformer.h.0", "transformer.h.1"]
         expected = {"", "transformer", "transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head", "loss",
                     *block, *(f"{b}.{c}" for b in block for c in ("ln_1", "attn", "ln_2", "mlp"))}
         assert set(spans) == expected, phase
-        assert sum(s.phase == phase for s in tr.spans) == len(expected), "each sub-layer timed once"
+        assert sum(s.phase == phase for s in layers) == len(expected), "each sub-layer timed once"
         for scope, s in spans.items():
             if scope:  # every span sits inside its parent module's span; the model's ("") holds them all
                 parent = parent_scope(scope)

@@ -13,7 +13,8 @@ import sys
 
 COMMANDS = {
     "plot": ("tpsim.trace.cli", "plot_main", "regenerate the figures of a run folder"),
-    "report": ("tpsim.trace.cli", "report_main", "print the per-module communication table of a run folder"),
+    "report": ("tpsim.trace.cli", "report_main", "print the per-module communication table of a run folder "
+                                                   "(--by kind: where each layer's time goes)"),
     "lesson": ("tpsim.teach.cli", "lesson_main", "list or run the guided lessons"),
     "check": ("tpsim.teach.cli", "check_main", "check your exercise against the reference on real ranks"),
 }

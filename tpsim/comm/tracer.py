@@ -16,6 +16,12 @@ like the module tree (``transformer.h.0`` contains ``transformer.h.0.attn``). A 
 change the scope or phase that collectives inside it are tagged with (that stays the job of ``region``).
 Spans and collectives share one clock, so a timeline can lay them side by side.
 
+*Kind spans*: while a span is open the tracer is ``tpsim.kinds``' recorder, so the marks the layers carry
+(matmul, elementwise, softmax_norm) are recorded too, with the scope and phase of the innermost open span.
+They are many (a few per layer call), so they are kept as plain tuples in ``marks`` and become ``SpanEvent``s
+of that ``kind`` only when read (``span_events()``); the spans in ``spans`` have kind "layer".
+``tpsim.trace.kind_split`` turns both into the per-layer split of ``tpsim report DIR --by kind``.
+
 Byte accounting (see ``tpsim.cost``): ``bytes`` is the size of the full logical tensor of the collective,
 ``wire_bytes`` what one rank sends under the bandwidth-optimal (ring) algorithm.
 """
@@ -26,6 +32,9 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Iterator
+
+from tpsim import kinds
+from tpsim.kinds import LAYER
 
 
 def _fields(event) -> dict:
@@ -71,6 +80,7 @@ class SpanEvent:
     scope: str  # dotted module path, e.g. "transformer.h.0.attn"; "" for the whole model
     start: float  # seconds since the tracer's t0 (the same clock as CommEvent.start)
     duration: float  # seconds
+    kind: str = LAYER  # "layer" (a module's forward/backward) or a tpsim.kinds mark inside it: "matmul", ...
 
     def as_dict(self) -> dict:
         return _fields(self)
@@ -80,18 +90,23 @@ class _Span:
     """The context manager behind ``Tracer.span``: a plain class, not a generator, because one opens around
     every layer call and a generator-based context manager costs several times more."""
 
-    __slots__ = ("tracer", "scope", "phase", "t")
+    __slots__ = ("tracer", "scope", "phase", "t", "outer", "recorder")
 
     def __init__(self, tracer: "Tracer", scope: str, phase: str) -> None:
         self.tracer, self.scope, self.phase = tracer, scope, phase
 
     def __enter__(self) -> "_Span":
+        tr = self.tracer
+        self.outer, tr._open = tr._open, self  # marks inside are tagged with this span's scope and phase
+        self.recorder, kinds._recorder = kinds._recorder, tr._record_kind  # kinds.install, minus a call
         self.t = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> bool:
         end = time.perf_counter()
         tr = self.tracer
+        tr._open = self.outer
+        kinds._recorder = self.recorder
         # Appended when the span *ends*, so a child comes before its parent; readers sort by start.
         tr.spans.append(SpanEvent(tr.rank, tr.step, self.phase, self.scope, self.t - tr.t0, end - self.t))
         return False
@@ -134,10 +149,23 @@ class Tracer:
         self.enabled = enabled
         self.step = 0
         self.events: list[CommEvent] = []
-        self.spans: list[SpanEvent] = []
+        self.spans: list[SpanEvent] = []  # kind "layer"; the marks inside them: ``marks``, ``span_events()``
+        self.marks: list[tuple] = []
         self.t0 = time.perf_counter()
         self._scope = ""
         self._phase = ""
+        self._open: _Span | None = None  # the innermost open span
+        self._record_kind = self._kind_span  # bound once: a span installs it without allocating
+
+    def _kind_span(self, kind: str, start: float, end: float) -> None:
+        """``tpsim.kinds``' recorder: a mark inside the innermost open span, as a span of that ``kind``."""
+        span = self._open
+        if self.enabled and span is not None:  # a tuple in SpanEvent's field order: a fifth of a SpanEvent's cost
+            self.marks.append((self.step, span.phase, span.scope, start - self.t0, end - start, kind))
+
+    def span_events(self) -> list[SpanEvent]:
+        """The layer spans and the kind marks inside them, all as ``SpanEvent``s (unsorted: readers sort by start)."""
+        return self.spans + [SpanEvent(self.rank, *mark) for mark in self.marks]
 
     # --- where we are -----------------------------------------------------------------------------------------
     @property
@@ -178,6 +206,7 @@ class Tracer:
         """Forget all collectives and spans (e.g. at the start of a step); optionally restart the clock."""
         self.events.clear()
         self.spans.clear()
+        self.marks.clear()
         if t0 is not None:
             self.t0 = t0
 

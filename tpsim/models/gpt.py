@@ -34,9 +34,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tpsim.kinds import ELEMENTWISE, marked
 from tpsim.nn.dropout import DropoutCache, DropoutPlan, dropout_backward, replicated_dropout
 from tpsim.nn.module import Module
 from tpsim.tp.sequence_parallel import ScatterToSequenceParallelRegion, check_sequence_length, sequence_partition
+
+
+residual_add = marked(ELEMENTWISE)(np.add)  # x + a, timed as elementwise work when traced
 
 
 class BlockCache(NamedTuple):
@@ -100,18 +104,18 @@ class Block(_Wiring):
         h1, c_ln1 = self._timed(self.ln_1, "forward", x)
         a, c_attn = self._timed(self.attn, "forward", h1, plan)
         a, d_attn = replicated_dropout(a, self.dropout, f"{self.path}.attn.resid_dropout", plan)
-        x = x + a
+        x = residual_add(x, a)
         h2, c_ln2 = self._timed(self.ln_2, "forward", x)
         m, c_mlp = self._timed(self.mlp, "forward", h2)
         m, d_mlp = replicated_dropout(m, self.dropout, f"{self.path}.mlp.dropout", plan)
-        return x + m, BlockCache(c_ln1, c_attn, d_attn, c_ln2, c_mlp, d_mlp)
+        return residual_add(x, m), BlockCache(c_ln1, c_attn, d_attn, c_ln2, c_mlp, d_mlp)
 
     def backward(self, dy: np.ndarray, cache: BlockCache) -> np.ndarray:
         """``dy`` shaped as the output -> ``dx`` shaped as the input; adds into every sub-layer's grads."""
         dm = self._timed(self.mlp, "backward", dropout_backward(dy, cache.mlp_dropout), cache.mlp)
-        dx = dy + self._timed(self.ln_2, "backward", dm, cache.ln_2)  # the residual passes dy straight through
+        dx = residual_add(dy, self._timed(self.ln_2, "backward", dm, cache.ln_2))  # dy passes the residual as is
         da = self._timed(self.attn, "backward", dropout_backward(dx, cache.attn_dropout), cache.attn)
-        return dx + self._timed(self.ln_1, "backward", da, cache.ln_1)
+        return residual_add(dx, self._timed(self.ln_1, "backward", da, cache.ln_1))
 
 
 class Transformer(_Wiring):
@@ -134,7 +138,7 @@ class Transformer(_Wiring):
             check_sequence_length(s, self.sp_group.size)
         tok, c_wte = self._timed(self.wte, "forward", ids)
         pos, c_wpe = self._timed(self.wpe, "forward", np.arange(s))
-        x = tok + pos  # [b,s,h] + [s,h]
+        x = residual_add(tok, pos)  # [b,s,h] + [s,h]
         if self.sp_group is not None:  # enter the sequence-parallel region: keep this rank's s/p positions
             x = ScatterToSequenceParallelRegion.forward(x, self.sp_group)
             plan = replace(plan, seq_partition=sequence_partition(s, self.sp_group))

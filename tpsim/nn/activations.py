@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tpsim.kinds import ELEMENTWISE, marked
 from tpsim.nn.erf import erf, erfc  # noqa: F401  (erf: re-exported by tpsim.nn)
 from tpsim.nn.module import Module
 
@@ -63,6 +64,7 @@ class GeluCache(NamedTuple):
     approximate: str
 
 
+@marked(ELEMENTWISE)
 def gelu_forward(x: np.ndarray, approximate: str = "tanh") -> tuple[np.ndarray, GeluCache]:
     """``x: [...]`` -> ``(gelu(x): [...], GeluCache)``; ``approximate`` is ``"tanh"`` (GPT-2) or ``"none"`` (erf)."""
     _check(approximate)
@@ -77,6 +79,7 @@ def gelu_forward(x: np.ndarray, approximate: str = "tanh") -> tuple[np.ndarray, 
     return y, GeluCache(x, approximate)
 
 
+@marked(ELEMENTWISE)
 def gelu_backward(dy: np.ndarray, cache: GeluCache) -> np.ndarray:
     """``dy: [...]`` -> ``dx = dy · gelu'(x): [...]``."""
     x, approximate = cache

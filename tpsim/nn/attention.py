@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tpsim.kinds import ELEMENTWISE_MARK, MATMUL_MARK
 from tpsim.nn.dropout import DropoutPlan, dropout_mask_apply
 from tpsim.nn.linear import Linear, LinearCache
 from tpsim.nn.module import Module
@@ -81,25 +82,31 @@ def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np
     s, hd = q.shape[-2], q.shape[-1]
     scale = 1.0 / float(np.sqrt(hd))  # a Python float: a NumPy float64 scalar would promote float32 to float64
     future = np.triu(np.ones((s, s), dtype=bool), k=1)  # key j > query i: not yet seen
-    scores = q @ k.swapaxes(-1, -2)  # scaled and masked in place
-    scores *= scale
-    np.copyto(scores, -np.inf, where=future)
+    with MATMUL_MARK:
+        scores = q @ k.swapaxes(-1, -2)
+    with ELEMENTWISE_MARK:  # scaled and masked in place
+        scores *= scale
+        np.copyto(scores, -np.inf, where=future)
     probs, softmax = softmax_forward(scores, axis=-1)  # exp(−∞ − max) = 0 exactly: future keys get no weight
     dropped = probs if keep is None else dropout_mask_apply(probs, keep, p)
-    ctx = dropped @ v
+    with MATMUL_MARK:
+        ctx = dropped @ v
     return ctx, AttentionCoreCache(q, k, v, softmax, dropped, keep, p, scale)
 
 
 def attention_core_backward(dctx: np.ndarray, cache: AttentionCoreCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``dctx: [b, nh, s, hd]`` -> ``(dq, dk, dv)``, each ``[b, nh, s, hd]``."""
     q, k, v, softmax, dropped, keep, p, scale = cache
-    dv = dropped.swapaxes(-1, -2) @ dctx
-    dprobs = dctx @ v.swapaxes(-1, -2)
+    with MATMUL_MARK:
+        dv = dropped.swapaxes(-1, -2) @ dctx
+        dprobs = dctx @ v.swapaxes(-1, -2)
     if keep is not None:
         dprobs = dropout_mask_apply(dprobs, keep, p)  # dropout's backward: the same mask, the same scale
     dscores = softmax_backward(dprobs, softmax)  # zero where probs is zero: the masked keys
-    dscores *= scale
-    return dscores @ k, dscores.swapaxes(-1, -2) @ q, dv
+    with ELEMENTWISE_MARK:
+        dscores *= scale
+    with MATMUL_MARK:
+        return dscores @ k, dscores.swapaxes(-1, -2) @ q, dv
 
 
 def qkv_attention_forward(qkv: np.ndarray, heads: int, keep: np.ndarray | None = None,

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tpsim.kinds import SOFTMAX_NORM, marked
 from tpsim.nn.module import Module
 
 
@@ -30,6 +31,7 @@ class CrossEntropyCache(NamedTuple):
     shape: tuple[int, ...]  # the logits' original shape [..., V]
 
 
+@marked(SOFTMAX_NORM)
 def softmax_cross_entropy_forward(
     logits: np.ndarray, targets: np.ndarray, *, ignore_index: int = -100, label_smoothing: float = 0.0
 ) -> tuple[float, CrossEntropyCache]:
@@ -59,6 +61,7 @@ def softmax_cross_entropy_forward(
     return loss, cache
 
 
+@marked(SOFTMAX_NORM)
 def softmax_cross_entropy_backward(dloss, cache: CrossEntropyCache) -> np.ndarray:
     """``dloss`` (scalar) -> ``dlogits`` in the logits' original shape ``[..., V]``."""
     probs, t, valid, n_valid, eps, shape = cache

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tpsim.kinds import ELEMENTWISE, marked
 from tpsim.nn.module import Module
 from tpsim.partition import Partition
 
@@ -29,6 +30,7 @@ class DropoutCache(NamedTuple):
     p: float
 
 
+@marked(ELEMENTWISE)
 def dropout_mask_apply(x: np.ndarray, keep: np.ndarray, p: float) -> np.ndarray:
     """``x: [...]``, boolean ``keep: [...]`` -> ``x · keep / (1 − p)``; serves forward and backward alike."""
     out = np.multiply(x, keep)  # then the scale in place: one buffer, not two

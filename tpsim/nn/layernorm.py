@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tpsim.kinds import SOFTMAX_NORM, marked
 from tpsim.nn.module import Module
 
 
@@ -33,6 +34,7 @@ class LayerNormCache(NamedTuple):
     PARAMETERS = ("w",)
 
 
+@marked(SOFTMAX_NORM)
 def layernorm_forward(
     x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5
 ) -> tuple[np.ndarray, LayerNormCache]:
@@ -47,6 +49,7 @@ def layernorm_forward(
     return y, LayerNormCache(xhat, rstd, w)
 
 
+@marked(SOFTMAX_NORM)
 def layernorm_backward(dy: np.ndarray, cache: LayerNormCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``dy: [..., C]`` -> ``(dx [..., C], dw [C], db [C])``."""
     xhat, rstd, w = cache

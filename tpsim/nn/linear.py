@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tpsim.kinds import MATMUL, marked
 from tpsim.nn.module import Module
 
 
@@ -28,6 +29,7 @@ class LinearCache(NamedTuple):
     PARAMETERS = ("w",)
 
 
+@marked(MATMUL)
 def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> tuple[np.ndarray, LinearCache]:
     """``x: [..., in]``, ``w: [in, out]``, ``b: [out]`` or None  ->  ``(y: [..., out], LinearCache)``."""
     x2 = x.reshape(-1, w.shape[0])  # a view when x is contiguous: no copy of the activations
@@ -37,6 +39,7 @@ def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> tuple[
     return y.reshape(*x.shape[:-1], w.shape[1]), LinearCache(x, w, b is not None)
 
 
+@marked(MATMUL)
 def linear_backward(dy: np.ndarray, cache: LinearCache) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Gradients of ``y = x·w + b``: ``dy: [..., out]`` -> ``(dx [..., in], dw [in, out], db [out] or None)``.
 

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tpsim.kinds import SOFTMAX_NORM, marked
 from tpsim.nn.module import Module
 
 
@@ -25,6 +26,7 @@ class SoftmaxCache(NamedTuple):
     axis: int
 
 
+@marked(SOFTMAX_NORM)
 def softmax_forward(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, SoftmaxCache]:
     """``x: [...]`` -> ``(y: [...], SoftmaxCache)``, ``y`` non-negative and summing to 1 along ``axis``."""
     y = x - x.max(axis=axis, keepdims=True)  # one buffer: shift, exp and normalise in place
@@ -33,6 +35,7 @@ def softmax_forward(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, SoftmaxC
     return y, SoftmaxCache(y, axis)
 
 
+@marked(SOFTMAX_NORM)
 def softmax_backward(dy: np.ndarray, cache: SoftmaxCache) -> np.ndarray:
     """``dy: [...]`` -> ``dx: [...]``."""
     y, axis = cache

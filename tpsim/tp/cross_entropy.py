@@ -33,6 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tpsim.comm import Group
+from tpsim.kinds import SOFTMAX_NORM, marked
 from tpsim.nn.module import Module
 from tpsim.phases import FORWARD
 
@@ -48,6 +49,7 @@ class VocabParallelCrossEntropyCache(NamedTuple):
     shape: tuple[int, ...]  # logits_local's shape [..., Vp/p]
 
 
+@marked(SOFTMAX_NORM)  # its three all-reduces are subtracted: they are collectives
 def vocab_parallel_cross_entropy_forward(
         logits_local: np.ndarray, targets: np.ndarray, group: Group, *, vocab_size: int, vocab_start: int,
         ignore_index: int = -100, label_smoothing: float = 0.0) -> tuple[float, VocabParallelCrossEntropyCache]:
@@ -104,6 +106,7 @@ def vocab_parallel_cross_entropy_forward(
     return loss, cache
 
 
+@marked(SOFTMAX_NORM)
 def vocab_parallel_cross_entropy_backward(dloss, cache: VocabParallelCrossEntropyCache) -> np.ndarray:
     """``dloss`` (scalar) -> ``dlogits_local`` in ``logits_local``'s shape ``[..., Vp/p]``; no communication."""
     softmax, rows, cols, valid, n_valid, eps, vocab_size, shape = cache

@@ -6,6 +6,7 @@
     formulas.py      Megatron-LM's volumes, checked against traces    memory.py    memory per rank vs formulas
     hardware.py      α-β link presets for what-if estimates           figures/     `make figures` (a package)
     run_folder.py    reading a run folder back                        cli.py       `tpsim plot`, `tpsim report`
+    kind_split.py    each layer's time by kind (matmul, ..., waiting for the group): `tpsim report --by kind`
 """
 
 from tpsim.trace.aggregate import CommRow, format_comm_table, summarize

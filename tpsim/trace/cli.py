@@ -2,6 +2,8 @@
 
     tpsim plot RUN_DIR [--step N]                                  redraw loss.png, comm_bytes.png, timeline.png
     tpsim report RUN_DIR [--step N] [--by module|layer|op] [--rank R]   communication per module, one step
+    tpsim report RUN_DIR --by kind [--step N] [--rank R]    where each layer's time goes: matmul, elementwise,
+                                                            softmax/norm, waiting, moving bytes, other
 
 ``--step`` defaults to the run's last training step. A folder or file that is missing or malformed is one line
 on stderr (``tpsim report: error: ...``) and exit status 2, like a usage error.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tpsim.trace.kind_split import format_kind_table, kind_split
 from tpsim.trace.module_table import BY, module_table
 from tpsim.trace.run_folder import (FILES, RunFolderError, check_step, default_step, load_run, run_title,
                                     write_figures)
@@ -63,8 +66,10 @@ def report_main(argv: list[str]) -> int:
     prog = "tpsim report"
     p = _parser(prog, "Per-module communication of one training step: calls, logical bytes, wire bytes and time "
                       "per rank, forward and backward side by side (like PyTorch's CommDebugMode, with bytes).")
-    p.add_argument("--by", choices=BY, default="module",
-                   help="module: the module tree (default); layer: one row per layer; op: one row per collective")
+    p.add_argument("--by", choices=(*BY, "kind"), default="module",
+                   help="module: the module tree (default); layer: one row per layer; op: one row per collective; "
+                        "kind: each layer's time split into matmul, elementwise, softmax/norm, communication "
+                        "(waiting vs moving bytes) and other, from spans.jsonl")
     p.add_argument("--rank", type=int, default=None, help="show one rank instead of the per-rank average")
     args = p.parse_args(argv)
     try:
@@ -75,9 +80,20 @@ def report_main(argv: list[str]) -> int:
     ranks = sorted({r["rank"] for r in records})
     if args.rank is not None and args.rank not in ranks:
         return _fail(prog, f"rank {args.rank} has no records in step {step} (ranks: {ranks[0]}..{ranks[-1]})")
-    title = f"Communication in step {step} of {run.path} ({run_title(run.comm)}), by {args.by}:"
+    if args.by == "kind":
+        spans = [s for s in run.spans or [] if s["step"] == step]
+        if not spans:
+            return _fail(prog, f"no compute spans of step {step} in {run.path} ({FILES['spans']} keeps the last "
+                               f"--timeline-steps steps)")
+        rows, ranks = kind_split(spans, run.comm, step, rank=args.rank)
+        who = f"rank {args.rank}" if args.rank is not None else f"per rank, average over {ranks} ranks"
+        text = format_kind_table(rows, title=f"Where the time goes in step {step} of {run.path} "
+                                             f"({run_title(run.comm)}), ms {who}; % of the row:")
+    else:
+        title = f"Communication in step {step} of {run.path} ({run_title(run.comm)}), by {args.by}:"
+        text = module_table(records, by=args.by, rank=args.rank, title=title)
     try:
-        print(module_table(records, by=args.by, rank=args.rank, title=title), flush=True)
+        print(text, flush=True)
     except BrokenPipeError:  # `tpsim report DIR | head` is fine
         sys.stderr.close()
     return 0

@@ -35,13 +35,14 @@ def gather_records(tracer: Tracer, world: Group, root: int = 0) -> list[dict] | 
 def gather_spans(tracer: Tracer, world: Group, last_steps: int | None = 2, root: int = 0) -> list[dict] | None:
     """Every rank's compute spans of its ``last_steps`` highest steps (``None``: all), on ``root``.
 
-    Spans are many (a dozen per layer per step), so a run keeps only the steps a timeline will show.
+    Spans are many (a dozen per layer per step, and the kind marks inside them), so a run keeps only the steps
+    a timeline will show.
     """
     steps = sorted({s.step for s in tracer.spans})
     if last_steps is not None:
         steps = steps[max(0, len(steps) - last_steps):]
     keep = set(steps)
-    return _gather([s.as_dict() for s in tracer.spans if s.step in keep], tracer, world, root)
+    return _gather([s.as_dict() for s in tracer.span_events() if s.step in keep], tracer, world, root)
 
 
 def with_microseconds(rec: dict) -> dict:

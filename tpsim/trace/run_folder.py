@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpsim.kinds import LAYER
 from tpsim.phases import DP_SYNC, PASSES
 from tpsim.trace.records import grid_sizes, read_jsonl
 from tpsim.trace.schema import COMM_FIELDS, SPAN_FIELDS, field_problems
@@ -50,6 +51,9 @@ def load_run(path: str | Path, need: tuple[str, ...] = ("comm",)) -> Run:
             rows = read_jsonl(file)
         except (OSError, ValueError) as err:
             raise RunFolderError(str(err)) from None
+        if key == "spans":  # folders written before spans had kinds hold layer spans only
+            for row in rows:
+                row.setdefault("kind", LAYER)
         fields = {"comm": COMM_FIELDS, "spans": SPAN_FIELDS}.get(key)
         for number, row in enumerate(rows if fields else [], start=1):  # the first bad row is enough to say
             problems = field_problems(row, fields)

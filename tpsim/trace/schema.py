@@ -15,8 +15,10 @@ taken right after a barrier when the process grid was built, so ranks can be com
 timeline.json: ``{"traceEvents": [...], "displayTimeUnit": "ms"}``. One process per rank (``pid`` = rank,
 named "rank N (tp i, dp j)"), two threads: ``tid`` 0 "compute" (the spans) and 1 "communication" (the
 collectives). Complete events ``ph: "X"`` with ``ts``/``dur`` in µs; events on one track nest. ``args`` of a
-collective: scope, phase, step, op, reduce_op, group, group_ranks, dtype, shape, bytes, wire_bytes; of a span:
-scope, phase, step.
+collective: scope, phase, step, op, reduce_op, group, group_ranks, dtype, shape, bytes, wire_bytes, wait_us
+(``tpsim.trace.kind_split.comm_waits``), with a nested "wait" event of that length at its start when it is
+over 0; of a span: scope, phase, step, kind. A span of kind "layer" is named by its scope, a mark (matmul,
+elementwise, softmax_norm) by its kind, nested inside its layer.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ SPAN_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
                       "'' for the whole model"),
     "start": ((int, float), "seconds since the common t0"),
     "duration": ((int, float), "seconds, including any collective the module issued inside"),
+    "kind": ((str,), "layer: a module's forward or backward; matmul, elementwise or softmax_norm: a mark of "
+                     "tpsim.kinds inside it (scope and phase are its layer's); read by tpsim report --by kind"),
     "start_us": ((int, float), "start in microseconds"),
     "dur_us": ((int, float), "duration in microseconds"),
 }

@@ -5,8 +5,10 @@ Two outputs from the same records (``spans.jsonl`` + ``comm.jsonl``):
     chrome_trace(...)   -> timeline.json   Chrome trace format: opens in ui.perfetto.dev and chrome://tracing
     plot_timeline(...)  -> timeline.png    one step, one row per rank, compute above, collectives below
 
-In the Chrome trace each rank is a process (``pid`` = rank) with two threads: ``tid`` 0 "compute" and
-``tid`` 1 "communication". The viewers draw a track's events as a stack, so events on one track must *nest*
+In the Chrome trace each rank is a process (``pid`` = rank) with two threads: ``tid`` 0 "compute" (layer
+spans, and inside them the ``tpsim.kinds`` marks: matmul, elementwise, softmax_norm) and ``tid`` 1
+"communication" (each collective, with a nested "wait" event for the time it waited for its group).
+``timeline.png`` draws the layer spans only. The viewers draw a track's events as a stack, so events on one track must *nest*
 (a child inside its parent, never a partial overlap). Spans recorded by one rank nest by construction (one
 clock; a parent's starts before and stops after its children's), and times are rounded end by end, which
 keeps that order; ``clamp_nesting`` still trims any overhang, so a merged or edited file cannot misdraw.
@@ -17,12 +19,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tpsim.kinds import LAYER
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER
+from tpsim.trace.kind_split import comm_waits
 from tpsim.trace.records import grid_of
 
 COMPUTE_TID, COMM_TID = 0, 1
 PHASE_COLORS = {DATA: "#BBBBBB", FORWARD: "#A6CEE3", DP_SYNC: "#B2DF8A", BACKWARD: "#FDBF6F", OPTIMIZER: "#CAB2D6"}
-KIND_COLORS = {"embedding": "#F6D55C", "layernorm": "#B39DDB", "attention": "#F28E2B", "mlp": "#59A14F",
+LAYER_COLORS = {"embedding": "#F6D55C", "layernorm": "#B39DDB", "attention": "#F28E2B", "mlp": "#59A14F",
                "lm_head": "#E15759", "loss": "#76B7B2", "block": "#D0D0D0", "transformer": "#E8E8E8",
                "other": "#F4F4F4"}
 
@@ -59,6 +63,8 @@ def clamp_nesting(events: list[dict]) -> list[dict]:
 
 
 def span_name(span: dict) -> str:
+    if span.get("kind", LAYER) != LAYER:
+        return span["kind"]  # a mark: its layer is the span around it (and its args' scope)
     return span["scope"] or span["phase"]  # the whole model's span is named by its phase
 
 
@@ -76,6 +82,7 @@ def chrome_trace(spans: list[dict], records: list[dict], steps=None) -> dict:
     coords = grid_of(records)  # from every record: a rank's groups show in the init broadcasts too
     spans = [s for s in spans if s["step"] in steps]
     comms = [r for r in records if r["step"] in steps]
+    waits = comm_waits(comms)
     ranks = sorted({s["rank"] for s in spans} | {r["rank"] for r in comms})
     meta = []
     for rank in ranks:
@@ -88,11 +95,15 @@ def chrome_trace(spans: list[dict], records: list[dict], steps=None) -> dict:
     for s in spans:
         tracks.setdefault((s["rank"], COMPUTE_TID), []).append(
             _complete(span_name(s), "compute", s["rank"], COMPUTE_TID, s["start"], s["duration"],
-                      {"scope": s["scope"], "phase": s["phase"], "step": s["step"]}))
-    for r in comms:
-        tracks.setdefault((r["rank"], COMM_TID), []).append(
-            _complete(f"{r['op']} {r['group']}", "communication", r["rank"], COMM_TID, r["start"], r["duration"],
-                      collective_args(r)))
+                      {"scope": s["scope"], "phase": s["phase"], "step": s["step"], "kind": s.get("kind", LAYER)}))
+    for r, wait in zip(comms, waits):
+        track = tracks.setdefault((r["rank"], COMM_TID), [])
+        track.append(_complete(f"{r['op']} {r['group']}", "communication", r["rank"], COMM_TID, r["start"],
+                               r["duration"], dict(collective_args(r), wait_us=round(wait * 1e6, 3))))
+        if wait > 0:
+            track.append(_complete("wait", "wait", r["rank"], COMM_TID, r["start"], wait,
+                                   {"scope": r["scope"], "phase": r["phase"], "step": r["step"],
+                                    "for": f"the last of {r['group']} group {r['group_ranks']} to arrive"}))
     events = meta + [e for key in sorted(tracks) for e in clamp_nesting(tracks[key])]
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"source": "tpsim", "steps": sorted(steps)}}
@@ -104,7 +115,7 @@ def write_chrome_trace(trace: dict, path: str | Path) -> Path:
     return path
 
 
-def span_kind(scope: str) -> str:
+def layer_sort(scope: str) -> str:
     """What sort of layer a span times, for its colour: ``transformer.h.0.ln_2`` → ``layernorm``."""
     last = scope.rsplit(".", 1)[-1]
     if last in ("wte", "wpe"):
@@ -146,7 +157,8 @@ def plot_timeline(spans: list[dict], records: list[dict], step: int, path: str |
     from tpsim.trace.plots import OP_COLORS
 
     plt = pyplot()
-    spans = [s for s in spans if s["step"] == step and s["scope"]]  # the whole-model span is the phase shading
+    # layer spans only (marks would crowd the lane); the whole-model span is the phase shading
+    spans = [s for s in spans if s["step"] == step and s["scope"] and s.get("kind", LAYER) == LAYER]
     comms = [r for r in records if r["step"] == step]
     ranks = sorted({s["rank"] for s in spans} | {r["rank"] for r in comms})
     timed = spans + comms
@@ -165,7 +177,7 @@ def plot_timeline(spans: list[dict], records: list[dict], step: int, path: str |
                 right = max(x["start"] + x["duration"] for x in xs)
                 bands.append(((left - t0) * 1e3, (right - left) * 1e3, row - 0.48, 0.96, color))
         for _, s in _depths([s for s in spans if s["rank"] == rank]):  # children drawn over their parents
-            bars.append((*ms(s), row - 0.4, 0.45, KIND_COLORS[span_kind(s["scope"])]))
+            bars.append((*ms(s), row - 0.4, 0.45, LAYER_COLORS[layer_sort(s["scope"])]))
         bars += [(*ms(r), row + 0.1, 0.3, OP_COLORS.get(r["op"], "#333333")) for r in mine if "op" in r]
     _boxes(ax, bands, alpha=0.35)
     _boxes(ax, bars)
@@ -174,11 +186,11 @@ def plot_timeline(spans: list[dict], records: list[dict], step: int, path: str |
     ax.set_ylim(len(ranks) - 0.5, -0.5)
     ax.set_xlabel(f"ms since the start of step {step}  (upper lane: compute spans, lower lane: collectives)")
     ax.grid(axis="x", alpha=0.3)
-    kinds = sorted({span_kind(s["scope"]) for s in spans}, key=list(KIND_COLORS).index)
+    kinds = sorted({layer_sort(s["scope"]) for s in spans}, key=list(LAYER_COLORS).index)
     ops = [op for op in OP_COLORS if any(r["op"] == op for r in comms)]
     phases = [p for p in PHASE_COLORS if any(x["phase"] == p for x in timed)]
     handles = ([Patch(color=PHASE_COLORS[p], alpha=0.35, label=p) for p in phases]
-               + [Patch(color=KIND_COLORS[k], label=k) for k in kinds]
+               + [Patch(color=LAYER_COLORS[k], label=k) for k in kinds]
                + [Patch(color=OP_COLORS[o], label=o) for o in ops])
     ncol = min(len(handles), 8)
     fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=7, frameon=False)
