@@ -10,9 +10,10 @@ from tpsim.errors import ConfigError
 
 @pytest.mark.parametrize("mode, local, cores, expected", [
     ("spin", "64", 2, False), ("sleep", "1", 16, True), ("auto", "64", 2, True), ("auto", "2", 2, False),
+    ("auto", "32", 2, False), ("auto", "8", 2, False),  # 16 and 4 ranks per core: spinning is as fast or faster
     ("auto", "", 16, False),  # no launcher variable: the world's size (1 here) against the cores
 ])
-def test_sleep_poll_only_when_asked_or_the_node_is_oversubscribed(monkeypatch, mode, local, cores, expected):
+def test_sleep_poll_only_when_asked_or_the_node_is_far_oversubscribed(monkeypatch, mode, local, cores, expected):
     monkeypatch.setenv("TPSIM_WAIT", mode)
     monkeypatch.setenv("MPI_LOCALNRANKS", local)
     monkeypatch.setattr(waiting, "_cores", lambda: cores)
