@@ -12,6 +12,7 @@ from math import gcd
 
 from tpsim.errors import ConfigError
 from tpsim.comm.launch import world_rank, world_size
+from tpsim.paths import check_input_file, check_output_dir
 
 
 DEFAULT_BATCH = 16
@@ -57,6 +58,9 @@ def build_parser() -> RankZeroParser:
     t.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     t.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
     t.add_argument("--clip", type=float, default=1.0, help="max global grad norm, 0 = off (default 1.0)")
+    t.add_argument("--max-skipped-steps", type=int, default=3,
+                   help="stop (exit 1) after this many consecutive steps skipped for a non-finite loss or "
+                        "gradient norm (default 3)")
     t.add_argument("--bucket-mb", type=float, default=25.0, help="DP gradient bucket size in MiB (0 = per tensor)")
     t.add_argument("--seed", type=int, default=1234, help="seed of the master weights, data and dropout")
     t.add_argument("--tokens", type=int, default=32, help="tokens per TP group (mlp scenario)")
@@ -102,7 +106,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("layers", "hidden", "heads", "vocab", "seq_len", "batch_size", "tokens", "classes"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    for name in ("steps", "timeline_steps"):
+    for name in ("steps", "timeline_steps", "max_skipped_steps"):
         if getattr(args, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if not 0.0 <= args.dropout < 1.0:
@@ -113,7 +117,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if args.batch_size % args.dp:
         raise ConfigError(f"--batch-size {args.batch_size} is not divisible by dp {args.dp} "
                           f"(each DP rank takes an equal slice of the global batch)")
+    check_paths(args)
     return args
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Every file the run will write or read, checked on every rank before the first collective."""
+    check_output_dir(args.out, "--out")
+    if args.export:
+        check_output_dir(args.export, "--export")
+    if args.init_from:
+        check_input_file(args.init_from, "--init-from")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,7 +66,7 @@ def serial_reference(grid, args, config, task, dtype) -> tuple[float, dict[str, 
         if grid.rank == 0:
             serial = serial_gpt(config, seed=args.seed, dtype=dtype)
             if args.init_from:
-                load_into(serial, load_tensors(args.init_from, shapes))
+                load_into(serial, load_tensors(args.init_from, shapes, note=None))
             ids, labels = task.batch(args.seed, 0, args.batch_size)
             flat[0] = serial.loss_and_grads(ids, labels, DropoutPlan(ExactDropoutRNG(args.seed), 0))
             np.concatenate([g.ravel() for _, g in serial.named_grads()], out=flat[1:])
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     dtype = np.dtype(args.dtype)
     config = config_from(args)  # every size checked on every rank before the first collective
     task = ReverseTask(args.vocab, args.seq_len)
-    tensors = load_tensors(args.init_from, config.param_shapes()) if args.init_from else None
+    tensors = load_tensors(args.init_from, config.param_shapes(), config=config) if args.init_from else None
     grid = ProcessGrid(tp=args.tp, dp=args.dp)
     say(grid, *header(grid, args, config))
     model, grad_sync = build(grid, args, config, dtype, tensors)

@@ -31,6 +31,7 @@ from tpsim.plotting import pyplot
 from tpsim.table import format_table
 from tpsim.trace import gather_records, summarize
 from tpsim.trace.aggregate import human_bytes
+from tpsim.atomic import save_figure
 
 TITLES = {"megatron": "Megatron way", "partial_fc": "InsightFace way"}
 PHASES = ("data", "forward", "backward", "dp_sync")  # what one training step moves (not "trace"/"verify")
@@ -134,7 +135,7 @@ def plot(path: Path, summaries: dict, flops: dict, world: int) -> None:
     ax_f.legend(fontsize="small")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 

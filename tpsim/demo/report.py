@@ -11,6 +11,7 @@ from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER, SP_GRAD_SY
 from tpsim.table import format_table
 from tpsim.trace import format_comm_table, summarize, write_jsonl
 from tpsim.trace.aggregate import by_layer
+from tpsim.atomic import write_lines
 
 MODEL_PHASES = (FORWARD, BACKWARD, SP_GRAD_SYNC, DP_SYNC, DATA, OPTIMIZER)  # the order of the table's rows
 
@@ -45,10 +46,7 @@ def write_outputs(out: Path, records: list[dict], metrics: list[dict], ranks: in
 
     out.mkdir(parents=True, exist_ok=True)
     paths = [write_jsonl(records, out / "comm.jsonl")]
-    with (out / "metrics.jsonl").open("w") as fh:
-        for m in metrics:
-            fh.write(json.dumps(m) + "\n")
-    paths.append(out / "metrics.jsonl")
+    paths.append(write_lines(out / "metrics.jsonl", (json.dumps(m) for m in metrics)))
     if spans is not None:
         paths.append(write_jsonl(spans, out / "spans.jsonl"))
         paths.append(write_chrome_trace(chrome_trace(spans, records), out / "timeline.json"))

@@ -27,6 +27,7 @@ from tpsim.teach.cells import html_output, stream_output
 from tpsim.teach.lessons import LessonInfo, read_checks
 from tpsim.teach.notebook import plain_notebook
 from tpsim.teach.run_cells import split_output
+from tpsim.atomic import write_text
 
 DEFAULT_BOOK = "tpsim-out/book"
 RUN_TIMEOUT = 300.0
@@ -81,7 +82,7 @@ def build_page(info: LessonInfo, out: Path, timeout: float = RUN_TIMEOUT) -> Pag
     run = run_lesson_cells(info, out, timeout)
     nb, figures = filled_notebook(info, run.stdout)
     page = out / f"{info.path.stem}.html"
-    page.write_text(render(nb), encoding="utf-8")
+    write_text(page, render(nb))
     return Page(info, page, run.returncode, read_checks(run.stdout), figures, run.seconds)
 
 
@@ -117,5 +118,5 @@ def build_book(lessons: list[LessonInfo], out: str | Path = DEFAULT_BOOK, timeou
         pages.append(build_page(info, out, timeout))
         if progress is not None:
             progress(pages[-1])
-    (out / "index.html").write_text(INDEX.format(rows="\n".join(index_row(p) for p in pages)), encoding="utf-8")
+    write_text(out / "index.html", INDEX.format(rows="\n".join(index_row(p) for p in pages)))
     return pages

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tpsim.atomic import write_text
+
 HINT_STATE = Path("tpsim-out") / "hints.json"
 NEXT = -1  # ``--hint`` without a number: one level more than last time
 
@@ -28,7 +30,7 @@ def read_state(path: Path) -> dict[str, dict[str, int]]:
 def write_state(path: Path, state: dict[str, dict[str, int]]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(state, indent=1, sort_keys=True) + "\n")
 
 
 def reveal(number: str, function: str, levels: tuple[str, ...], request: int, state_path: Path) -> list[str]:

@@ -28,6 +28,7 @@ import json
 import sys
 from pathlib import Path
 
+from tpsim.atomic import write_text
 from tpsim.teach.cells import as_notebook_cells, code_cell, markdown_cell, notebook, read_cells
 from tpsim.teach.lessons import LessonInfo
 
@@ -94,7 +95,7 @@ def write_notebook(info: LessonInfo, out: str | Path = DEFAULT_NOTEBOOKS) -> Pat
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{info.path.stem}.ipynb"
-    path.write_text(json.dumps(lesson_notebook(info), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(lesson_notebook(info), indent=1, ensure_ascii=False) + "\n")
     return path
 
 

@@ -44,6 +44,8 @@ from tpsim.plotting import pyplot
 from tpsim.table import format_table as table  # noqa: F401 (the lessons' name for the one table formatter)
 from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, find_lesson, normalize
 from tpsim.teach.notebook import in_kernel, show_inline
+from tpsim.atomic import save_figure
+from tpsim.paths import check_output_dir
 
 
 def markdown_section(path: Path, title: str) -> list[str]:
@@ -81,7 +83,7 @@ class Lesson:
         parser = RankZeroParser(prog=f"lessons/{self.script}")  # --help once; a bad flag: one line, exit 2
         parser.add_argument("--out", default=DEFAULT_OUT, help=f"folder for figures (default {DEFAULT_OUT}/)")
         args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)  # a notebook adds its own
-        self.out = Path(args.out)
+        self.out = Path(check_output_dir(args.out, "--out"))  # before any work: one line, exit 2
         self.rank, self.world_size = world_rank(), world_size()
         if self.world_size != self.ranks:  # the same on every rank, before any collective
             raise ConfigError(f"lesson {self.number} needs {self.ranks} rank{'s' if self.ranks > 1 else ''}: "
@@ -135,7 +137,7 @@ class Lesson:
             raise RuntimeError("only rank 0 writes figures")
         self.out.mkdir(parents=True, exist_ok=True)
         path = self.out / name
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path, dpi=120)
         pyplot().close(fig)
         self.say(f"wrote {path}")
         if self.notebook:  # notebook mode: the figure shows in the cell too

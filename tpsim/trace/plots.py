@@ -12,6 +12,7 @@ from typing import Sequence
 from tpsim.phases import PASSES
 from tpsim.plotting import pyplot
 from tpsim.trace.aggregate import layer_of
+from tpsim.atomic import save_figure
 
 OP_COLORS = {"all_reduce": "#4C72B0", "all_gather": "#55A868", "reduce_scatter": "#C44E52",
              "broadcast": "#8172B2", "gather": "#CCB974", "barrier": "#999999"}
@@ -26,7 +27,7 @@ def plot_loss(steps: Sequence[int], losses: Sequence[float], path: str | Path, t
     ax.set_title(title or "training loss")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return Path(path)
 
@@ -59,6 +60,6 @@ def plot_layer_bytes(records: list[dict], path: str | Path, ranks: int, steps: i
     fig.legend(*axes[0][0].get_legend_handles_labels(), loc="lower center", ncol=len(ops), fontsize=8)
     fig.suptitle(title or "collective bytes per layer")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return Path(path)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpsim.phases import TRACE
+from tpsim.atomic import write_lines
 
 if TYPE_CHECKING:  # only for the hints: reading a run folder (tpsim plot/report) must not start MPI
     from tpsim.comm import Group, Tracer
@@ -56,10 +57,7 @@ def write_jsonl(records: list[dict], path: str | Path) -> Path:
     """One JSON object per line; timed records get ``start_us``/``dur_us`` beside ``start``/``duration``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as fh:
-        for rec in records:
-            fh.write(json.dumps(with_microseconds(rec)) + "\n")
-    return path
+    return write_lines(path, (json.dumps(with_microseconds(rec)) for rec in records))
 
 
 def read_jsonl(path: str | Path) -> list[dict]:

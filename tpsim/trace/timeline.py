@@ -23,6 +23,7 @@ from tpsim.kinds import LAYER
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER
 from tpsim.trace.kind_split import comm_waits
 from tpsim.trace.records import grid_of
+from tpsim.atomic import save_figure, write_text
 
 COMPUTE_TID, COMM_TID = 0, 1
 PHASE_COLORS = {DATA: "#BBBBBB", FORWARD: "#A6CEE3", DP_SYNC: "#B2DF8A", BACKWARD: "#FDBF6F", OPTIMIZER: "#CAB2D6"}
@@ -111,8 +112,7 @@ def chrome_trace(spans: list[dict], records: list[dict], steps=None) -> dict:
 
 def write_chrome_trace(trace: dict, path: str | Path) -> Path:
     path = Path(path)
-    path.write_text(json.dumps(trace, separators=(",", ":")) + "\n")
-    return path
+    return write_text(path, json.dumps(trace, separators=(",", ":")) + "\n")
 
 
 def layer_sort(scope: str) -> str:
@@ -197,6 +197,6 @@ def plot_timeline(spans: list[dict], records: list[dict], step: int, path: str |
     ax.set_title(title or f"timeline of step {step}")
     legend_in = 0.2 * (-(-len(handles) // ncol)) + 0.15 if handles else 0.0  # legend rows, in inches
     fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return Path(path)

@@ -18,6 +18,9 @@ Format — one ``.npz`` (``numpy.savez``, uncompressed, no pickles), one array p
     transformer.h.{i}.mlp.c_proj.weight  [4h, h]    and .bias [h]
     transformer.ln_f.weight/bias        [h]
 
+Every file also carries a manifest in the zip comment (``tpsim.npzfile``: format version, model sizes, the
+TP/DP it was written at, dtype, a crc32 per array), checked on load before any array is used.
+
 ``V`` is the true vocabulary: the zero rows that pad it to a multiple of tp are cut on export and re-created on
 load. The dtype is the model's (float64 by default). ``GPTConfig.param_shapes()`` lists exactly these keys and
 shapes; a file with a missing, extra, misshapen or non-float array is refused with a ``CheckpointError`` that
@@ -37,20 +40,20 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 
+from tpsim.atomic import write_text
 from tpsim.comm import Group
+from tpsim.comm.launch import world_rank
 from tpsim.errors import ConfigError
 from tpsim.nn.module import Module
+from tpsim.npzfile import CheckpointError, check_model, no_manifest_note, read_npz, write_npz
 from tpsim.partition import take_shard
 from tpsim.phases import EXPORT
 
 MAX_LISTED = 5  # problems named in one error message; the rest are counted
-
-
-class CheckpointError(ConfigError):
-    """A checkpoint that does not fit the model (names, shapes, dtypes) or cannot be read."""
 
 
 # --- validation (pure, deterministic: every rank reaches the same verdict) ------------------------------------------
@@ -136,52 +139,38 @@ def _fits(master: tuple, expected: tuple, padded_dim: int | None) -> bool:
 
 
 # --- files ----------------------------------------------------------------------------------------------------------
-def _atomic_write(path: str, write) -> str:
-    """Call ``write(file)`` on a temporary file in ``path``'s folder, then rename it over ``path``.
-
-    A reader (or a crash) never sees half a file: ``os.replace`` is atomic within one file system.
-    """
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    import tempfile  # here, not at the top: it pulls in shutil, random, bz2, lzma — start-up time × every rank
-
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return path
-
-
-def save_tensors(path, tensors: dict[str, np.ndarray]) -> str:
-    """Write ``tensors`` to ``path`` as an uncompressed ``.npz`` (keys as given), atomically. Returns the path."""
-    return _atomic_write(path, lambda f: np.savez(f, **{k: np.asarray(v) for k, v in tensors.items()}))
+def save_tensors(path, tensors: dict[str, np.ndarray], *, config=None, tp: int | None = None,
+                 dp: int | None = None) -> str:
+    """Write ``tensors`` to ``path`` as an uncompressed ``.npz`` (keys as given) with its manifest
+    (``tpsim.npzfile``: model sizes from ``config``, the ``tp``/``dp`` it was written at, a crc32 per array),
+    atomically. Returns the path."""
+    return write_npz(path, tensors, config=config, tp=tp, dp=dp)
 
 
 def _save_json(path, obj) -> str:
-    return _atomic_write(path, lambda f: f.write((json.dumps(obj, indent=2) + "\n").encode()))
+    return os.fspath(write_text(path, json.dumps(obj, indent=2) + "\n"))
 
 
-def load_tensors(path, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """Read a ``.npz`` written by ``save_tensors`` and check it against ``shapes`` (see ``check_tensors``).
+def _note_on_rank0(text: str) -> None:
+    if world_rank() == 0:
+        print(text, file=sys.stderr, flush=True)
 
-    Every rank may read the same file; a bad file raises the same ``CheckpointError`` on every rank. Returns
-    the arrays in ``shapes`` order.
+
+def load_tensors(path, shapes: dict[str, tuple[int, ...]], *, config=None, note=_note_on_rank0) -> dict[str, np.ndarray]:
+    """Read a ``.npz`` written by ``save_tensors`` and check it: readable, its manifest's checksums, the model
+    sizes against ``config`` (a GPTConfig, when given), then names/shapes/dtypes against ``shapes``.
+
+    Every rank may read the same file; a bad file raises the same ``CheckpointError`` on every rank, one line
+    naming the file and what is wrong. A file without a manifest is loaded when its names and shapes fit, after
+    one ``note`` (rank 0 prints it). Returns the arrays in ``shapes`` order.
     """
     label = os.fspath(path)
-    try:
-        archive = np.load(path, allow_pickle=False)
-        if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise ValueError("a single .npy array, not an .npz archive")
-        with archive:
-            tensors = {key: archive[key] for key in archive.files}
-    except Exception as exc:  # noqa: BLE001 - any failure to read is one kind of error for the caller
-        raise CheckpointError(f"cannot read {label}: {type(exc).__name__}: {exc}") from exc
-    check_tensors(tensors, shapes, label)
+    tensors, found = read_npz(path)
+    check_model(found, config, label)
+    check_tensors(tensors, shapes, label if found else f"{label} is not a tpsim checkpoint of this model (no "
+                                                       f"manifest, and its arrays do not fit)")
+    if found is None and note is not None:
+        note(no_manifest_note(label))
     return {name: tensors[name] for name in shapes}
 
 
@@ -223,9 +212,10 @@ def export_step0(out_dir, model: Module, tp_group: Group, *, config, input_ids: 
         return paths
     os.makedirs(out_dir, exist_ok=True)
     _save_json(paths["config"], config.hf_config())
-    save_tensors(paths["params"], params)
-    save_tensors(paths["grads"], grads)
-    save_tensors(paths["batch"], {"input_ids": input_ids.astype(np.int64), "labels": labels.astype(np.int64)})
+    info = dict(config=config, tp=tp_group.size, dp=dp)
+    save_tensors(paths["params"], params, **info)
+    save_tensors(paths["grads"], grads, **info)
+    save_tensors(paths["batch"], {"input_ids": input_ids.astype(np.int64), "labels": labels.astype(np.int64)}, **info)
     dtype = str(next(iter(params.values())).dtype)
     _save_json(paths["step0"], {"loss": float(loss), "tp": tp_group.size, "dp": dp, "dtype": dtype,
                                 "global_batch": int(input_ids.shape[0]), "seq": int(input_ids.shape[1]),

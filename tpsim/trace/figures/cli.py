@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,6 +21,9 @@ from tpsim.trace.figures.style import TOY, TP_SIZES, toy_config
 from tpsim.trace.figures.whatif import plot_whatif, whatif_numbers
 from tpsim.trace.formulas import compare, predict_step
 from tpsim.trace.memory import predict_memory
+from tpsim.atomic import write_text
+from tpsim.errors import ConfigError
+from tpsim.paths import check_output_dir
 
 
 def memory_matches(tp: int, measured: dict[str, list[dict]]) -> bool:
@@ -47,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tpsim.trace.figures", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="figures", help="output folder (default figures/)")
     args = parser.parse_args(argv)
-    out = Path(args.out)
+    try:
+        out = Path(check_output_dir(args.out, "--out"))  # before minutes of runs
+    except ConfigError as err:
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         comm, predicted, memory = measure_all(Path(tmp))
@@ -61,6 +69,6 @@ def main(argv: list[str] | None = None) -> int:
                "memory_rank0_sequence_parallel": {tp: memory[tp]["sp 0.0"][0] for tp in TP_SIZES},
                "whatif_seconds": {m.replace("\n", " "): v for m, v in numbers.items()}}
     paths.append(out / "figures.json")
-    paths[-1].write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    write_text(paths[-1], json.dumps(summary, indent=1, sort_keys=True) + "\n")
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tpsim.launcher import launch as run_mpiexec
 from tpsim.trace.figures.style import SEED, TOY, toy_config
+from tpsim.atomic import write_text
 
 
 def launch(n: int, args: list[str], timeout: float = 180) -> str:
@@ -71,7 +72,7 @@ def memory_worker(tp: int, path: str) -> int:
         mine["itemsize"] = model.transformer.ln_f.params["weight"].itemsize
         out[("sp " if sp else "") + str(p)] = grid.world.gather_objects(mine)
     if grid.rank == 0:
-        Path(path).write_text(json.dumps(out))
+        write_text(path, json.dumps(out))
     return 0
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tpsim.models.config import GPTConfig
 from tpsim.plotting import pyplot
+from tpsim import atomic
 
 TP_SIZES = (1, 2, 4, 8)
 SEED = 1234
@@ -29,7 +30,7 @@ def save_figure(fig, path: Path, title: str, footnote: str, bottom: float = 0.08
         fig.suptitle(title)
     fig.tight_layout(rect=(0, bottom, 1, 1))
     fig.text(0.01, 0.01, footnote, fontsize=7, color="#444444", va="bottom", wrap=True)
-    fig.savefig(path, dpi=130, metadata={"Software": None})  # no version/timestamp: reruns give equal files
+    atomic.save_figure(fig, path, dpi=130, metadata={"Software": None})  # no version/timestamp: reruns give equal files
     pyplot().close(fig)
     return path
 
