@@ -19,6 +19,7 @@ def atomic_write(path, write: Callable[[IO[bytes]], object]) -> Path:
     import tempfile  # here, not at the top: it pulls in shutil, random, bz2, lzma — start-up time × every rank
 
     fd, tmp = tempfile.mkstemp(dir=path.parent.resolve(), prefix=f".{path.name}.", suffix=".tmp")
+    _PARTIAL.add(tmp)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -30,7 +31,21 @@ def atomic_write(path, write: Callable[[IO[bytes]], object]) -> Path:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+    finally:
+        _PARTIAL.discard(tmp)
     return path
+
+
+_PARTIAL: set[str] = set()  # temporary files being written right now
+
+
+def discard_partial() -> None:
+    """Remove the temporary files of writes still in progress: for a process about to end on a signal."""
+    for tmp in list(_PARTIAL):
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
 
 
 def write_text(path, text: str) -> Path:

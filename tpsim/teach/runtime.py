@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from tpsim.comm.agree import Agreement
-from tpsim.comm.launch import run_main, world_rank, world_size
+from tpsim.comm.launch import install_signal_handlers, run_main, world_rank, world_size
 from tpsim.compare import max_abs_diff, shard_error  # noqa: F401 (shard_error: what lessons compare shards with)
 from tpsim.demo.cli import RankZeroParser
 from tpsim.errors import ConfigError
@@ -80,6 +80,7 @@ class Lesson:
         self.notebook = in_kernel()  # notebook mode (issue 11): ipyparallel engines, see tpsim.teach.notebook
         if not self.notebook:  # an engine reports its own exceptions; aborting would take the cluster down
             sys.excepthook = self._fail_loud  # before anything can raise
+            install_signal_handlers(f"lessons/{self.script}")
         parser = RankZeroParser(prog=f"lessons/{self.script}")  # --help once; a bad flag: one line, exit 2
         parser.add_argument("--out", default=DEFAULT_OUT, help=f"folder for figures (default {DEFAULT_OUT}/)")
         args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)  # a notebook adds its own
