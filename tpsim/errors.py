@@ -11,3 +11,8 @@ from __future__ import annotations
 
 class ConfigError(ValueError):
     """A configuration that cannot work (sizes that do not divide, ...). Raised identically on every rank."""
+
+
+class TrainingStopped(RuntimeError):
+    """A run that cannot go on (e.g. too many non-finite steps in a row), decided identically on every rank:
+    entry points print one line on rank 0 and exit with status 1 on every rank (``run_main``), no traceback."""

@@ -5,6 +5,8 @@ point (demo, lessons, CLI) runs its ``main`` through ``run_main``:
 
 - a ``ConfigError`` (or ``SystemExit`` with a message) raised identically on every rank before any collective
   prints one line on rank 0 and exits every rank with status 2 — no traceback, no abort;
+- a ``TrainingStopped`` (reached identically on every rank, e.g. too many non-finite steps) does the same with
+  status 1;
 - any other exception prints its traceback (prefixed with the rank) and calls ``MPI.COMM_WORLD.Abort(1)``,
   which ends the whole job within seconds — and nothing runs after it (no second exception on any rank);
 - SIGTERM or SIGINT (Ctrl-C, or ``kill`` of ``mpirun``: MPICH's Hydra forwards both to every rank) ends the rank
@@ -30,7 +32,7 @@ from typing import Callable
 from mpi4py import MPI
 
 from tpsim import atomic
-from tpsim.errors import ConfigError
+from tpsim.errors import ConfigError, TrainingStopped
 
 
 def world_rank() -> int:
@@ -93,6 +95,10 @@ def run_main(main: Callable[[], int | None], prog: str = "tpsim") -> None:
         if rank == 0:
             print(f"{prog}: error: {err}", file=sys.stderr, flush=True)
         sys.exit(2)
+    except TrainingStopped as err:  # decided on every rank alike (e.g. too many non-finite steps): status 1
+        if rank == 0:
+            print(f"{prog}: {err}", file=sys.stderr, flush=True)
+        sys.exit(1)
     except SystemExit as err:  # argparse errors and explicit exits
         if err.code in (None, 0):
             raise

@@ -28,6 +28,7 @@ from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng
 from tpsim.tp.sequence_parallel import check_sequence_length
 from tpsim.trace.records import gather_records, gather_spans
+from tpsim.train.nonfinite import StepGuard, report_skip
 from tpsim.trace.aggregate import human_bytes
 from tpsim.train import (AdamW, GradSync, apply_update, broadcast_batch, broadcast_params, check_replicas,
                          compute_grads, dp_slice, export_step0, load_into, load_tensors)
@@ -144,25 +145,27 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
     optimizer = AdamW(model, lr=args.lr, weight_decay=0.01, no_decay=lambda n: n.endswith("bias") or ".ln_" in n)
     rng = make_dropout_rng(args.dropout_rng, args.seed, grid.tp_rank)
     clip = args.clip if args.clip > 0 else None
-    metrics, ok = [], True
+    metrics, ok, guard = [], True, StepGuard(args.max_skipped_steps)
     for step in range(max(args.steps, 1)):
         tracer.step = step
         t0 = time.perf_counter()
         ids, labels, rows = read_batch(grid, task, args.seed, step, args.batch_size)
-        loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows))
+        with guard.quiet():  # a diverging run is reported by the guard, not by NumPy warnings
+            loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows))
         if step == 0:
             ok = first_step(grid, model, args, config, task, loss, dtype)
             if args.steps == 0:
                 break
         with tracer.span("optimizer", "optimizer"):
-            norm = apply_update(model, optimizer, grid, clip)
+            norm = apply_update(model, optimizer, grid, clip, guard=guard, loss=loss)
+        report_skip(guard, model, step, loss, norm, lambda line: say(grid, line))  # stops after too many
         dt = time.perf_counter() - t0
         moved = sum(e.bytes for e in tracer.events if e.step == step)
         metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens,
                         "seconds": dt, "tokens_per_s": args.batch_size * args.seq_len / dt,
                         "collective_bytes_per_rank": moved})
         if step % max(1, args.steps // 10) == 0 or step == args.steps - 1:
-            say(grid, f"  step {step:4d}  loss {loss:7.4f}  |grad| {norm if norm is not None else float('nan'):6.3f}"
+            say(grid, f"  step {step:4d}  loss {loss:7.4{'f' if abs(loss) < 1e5 else 'g'}}  |grad| {norm:6.3{'f' if abs(norm) < 1e5 else 'g'}}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} collectives/rank")
     return metrics, ok
 
@@ -178,7 +181,7 @@ def final_report(grid, args, config, dtype, metrics, ddp_buckets: int, t_start: 
     from tpsim.trace.formulas import compare, format_comparison, formula_verdict, predict_step
 
     predicted = predict_step(config, grid.tp, grid.dp, args.batch_size, args.seq_len, dtype,
-                             clip=args.clip > 0 and args.steps > 0, ddp_buckets=ddp_buckets,
+                             clip=args.steps > 0, ddp_buckets=ddp_buckets,
                              sequence_parallel=args.sequence_parallel)
     rows = compare([r for r in records if r["step"] == last], predicted)
     formula_ok, verdict = formula_verdict(rows)

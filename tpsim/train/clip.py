@@ -91,16 +91,17 @@ def grad_norm(module: Module | None, tp_group: Group, norm_type: float = 2.0, *,
 
 
 def clip_grad_norm(module: Module | None, tp_group: Group, max_norm: float, norm_type: float = 2.0, *,
-                   params: Iterable[GradEntry] | None = None) -> float:
+                   params: Iterable[GradEntry] | None = None, norm: float | None = None) -> float:
     """Scale every local gradient in place so the global norm is at most ``max_norm``; return the norm *before*.
 
     coef = max_norm / (norm + 1e-6) is applied only when it is below 1 (PyTorch's rule). Replicated grads are
-    scaled on every rank by the same coefficient, so the replicas stay identical.
+    scaled on every rank by the same coefficient, so the replicas stay identical. ``norm``: the ``grad_norm``
+    already measured this step (Megatron measures it every step, clipping or not), so no second all-reduce.
     """
     if not max_norm >= 0:
         raise ValueError(f"max_norm must be >= 0, got {max_norm}")
     entries = _entries(module, params)
-    total = grad_norm(None, tp_group, norm_type, params=entries)
+    total = grad_norm(None, tp_group, norm_type, params=entries) if norm is None else float(norm)
     coef = max_norm / (total + CLIP_EPS)
     if coef < 1.0:  # False for a NaN norm too: a broken step is left for the caller to see, not hidden
         for _, g, _ in entries:

@@ -15,6 +15,9 @@ The same all-reduce carries ``n_d·L_d`` too, so the reported loss is the global
 
     zero_grad → forward → [all-reduce n, n·L] → backward(dloss) → grad_sync.sync() → clip? → optimizer.step()
 
+With a ``StepGuard`` the norm is measured every step and a non-finite loss or norm skips the update on every
+rank together (``tpsim.train.nonfinite``).
+
 ``tracer.step`` is left to the caller (set it before the call to tag this step's collectives).
 """
 
@@ -28,16 +31,19 @@ from tpsim.comm import ProcessGrid
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.module import Module
 from tpsim.phases import DP_SYNC
-from tpsim.train.clip import clip_grad_norm
+from tpsim.train.clip import clip_grad_norm, grad_norm
 from tpsim.train.ddp import GradSync
+from tpsim.train.nonfinite import StepGuard
 from tpsim.train.optim import Optimizer
 
 
 @dataclass(frozen=True)
 class StepResult:
     loss: float  # mean loss over the global batch's valid tokens (all DP replicas), the same on every rank
-    grad_norm: float | None  # global gradient norm before clipping; None when ``clip`` was not given
+    grad_norm: float | None  # global gradient norm before clipping; None when neither clip nor guard was given
     tokens: int  # valid (non-ignored) tokens in the global batch
+    skipped: bool = False  # the guard skipped the update (non-finite loss or norm): params and optimizer unchanged
+    reason: str | None = None  # why it was skipped
 
 
 def global_loss_scale(grid: ProcessGrid, loss_local: float, n_local: int) -> tuple[float, float, int]:
@@ -74,16 +80,30 @@ def compute_grads(model: Module, grid: ProcessGrid, grad_sync: GradSync | None, 
     return loss, n_global
 
 
-def apply_update(model: Module, optimizer: Optimizer, grid: ProcessGrid, clip: float | None = None) -> float | None:
-    """The second half: optional TP-aware clipping, then the optimizer step; returns the norm (or None)."""
-    norm = None if clip is None else clip_grad_norm(model, grid.tp_group, clip)
-    optimizer.step()
+def apply_update(model: Module, optimizer: Optimizer, grid: ProcessGrid, clip: float | None = None, *,
+                 guard: StepGuard | None = None, loss: float | None = None, found_inf: bool = False) -> float | None:
+    """The second half: optional TP-aware clipping, then the optimizer step; returns the norm (or None).
+
+    With a ``guard`` (``tpsim.train.nonfinite``) the global gradient norm is measured every step, clipping or
+    not, and ``guard.decide(loss, norm, found_inf=...)`` may skip clipping and the optimizer step on every rank
+    together; its verdict is ``guard.last``. ``found_inf`` is a loss scaler's "overflow: skip, don't count".
+    """
+    if guard is None:
+        norm = None if clip is None else clip_grad_norm(model, grid.tp_group, clip)
+        optimizer.step()
+        return norm
+    with guard.quiet():
+        norm = grad_norm(model, grid.tp_group)
+        if not guard.decide(loss, norm, found_inf=found_inf).skipped:
+            if clip is not None:
+                clip_grad_norm(model, grid.tp_group, clip, norm=norm)
+            optimizer.step()
     return norm
 
 
 def train_step(model: Module, optimizer: Optimizer, grid: ProcessGrid, grad_sync: GradSync | None,
                ids_local: np.ndarray, labels_local: np.ndarray, *, plan: DropoutPlan = DropoutPlan(),
-               clip: float | None = None) -> StepResult:
+               clip: float | None = None, guard: StepGuard | None = None) -> StepResult:
     """One optimizer step on this DP replica's rows ``ids_local, labels_local: int [b/dp, s]``.
 
     ``model``: a GPT (serial or TP) with ``forward(ids, labels, plan) -> (loss, cache)`` and
@@ -91,8 +111,15 @@ def train_step(model: Module, optimizer: Optimizer, grid: ProcessGrid, grad_sync
     ``model`` over ``grid.dp_group`` (``None`` is allowed only when dp == 1). ``plan``: the dropout plan; under
     DP its ``batch_index`` should be this replica's global rows (``dp_slice``), so masks equal serial training's.
     ``clip``: max gradient norm (``clip_grad_norm`` over the TP group, after the DP sync); ``math.inf`` measures
-    the norm without clipping.
+    the norm without clipping. ``guard``: a ``StepGuard`` that skips a non-finite step on every rank together
+    (and raises ``TrainingStopped`` after too many in a row); the step runs under ``guard.quiet()``.
     """
-    loss, n_global = compute_grads(model, grid, grad_sync, ids_local, labels_local, plan=plan)
-    norm = apply_update(model, optimizer, grid, clip)
-    return StepResult(loss=loss, grad_norm=norm, tokens=n_global)
+    if guard is None:
+        loss, n_global = compute_grads(model, grid, grad_sync, ids_local, labels_local, plan=plan)
+        return StepResult(loss=loss, grad_norm=apply_update(model, optimizer, grid, clip), tokens=n_global)
+    with guard.quiet():
+        loss, n_global = compute_grads(model, grid, grad_sync, ids_local, labels_local, plan=plan)
+    norm = apply_update(model, optimizer, grid, clip, guard=guard, loss=loss)
+    verdict = guard.last
+    guard.record(verdict)
+    return StepResult(loss=loss, grad_norm=norm, tokens=n_global, skipped=verdict.skipped, reason=verdict.reason)
