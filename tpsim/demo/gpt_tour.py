@@ -164,7 +164,7 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
         metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens,
                         "seconds": dt, "tokens_per_s": args.batch_size * args.seq_len / dt,
                         "collective_bytes_per_rank": moved})
-        if step % max(1, args.steps // 10) == 0 or step == args.steps - 1:
+        if (step % max(1, args.steps // 10) == 0 or step == args.steps - 1) and not guard.last.skipped:
             say(grid, f"  step {step:4d}  loss {loss:7.4{'f' if abs(loss) < 1e5 else 'g'}}  |grad| {norm:6.3{'f' if abs(norm) < 1e5 else 'g'}}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} collectives/rank")
     return metrics, ok
