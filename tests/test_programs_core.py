@@ -92,7 +92,7 @@ def test_mlp_scenario(tmp_path):
     (["--dropout", "1.5"], "--dropout must be in [0, 1)"),
     (["--lr", "nan"], "--lr must be >= 0"),
     (["--steps", "x"], "invalid int value: 'x'"),
-    (["--init-from", "/nonexistent.npz"], "cannot read /nonexistent.npz"),
+    (["--init-from", "/nonexistent.npz"], "--init-from /nonexistent.npz: no such file"),
 ])
 def test_bad_configuration_is_one_line_on_rank_zero_and_exits_nonzero(args, message):
     r = run_mpi(4, ["-m", "tpsim.demo", *args], timeout=60)

@@ -8,6 +8,8 @@ check that raises it must run identically on every rank, before the first collec
 
 from __future__ import annotations
 
+ABORTED = 70  # a job's exit status after an unexpected exception on some rank (sysexits' "internal software error")
+
 
 class ConfigError(ValueError):
     """A configuration that cannot work (sizes that do not divide, ...). Raised identically on every rank."""

@@ -7,7 +7,8 @@ point (demo, lessons, CLI) runs its ``main`` through ``run_main``:
   prints one line on rank 0 and exits every rank with status 2 — no traceback, no abort;
 - a ``TrainingStopped`` (reached identically on every rank, e.g. too many non-finite steps) does the same with
   status 1;
-- any other exception prints its traceback (prefixed with the rank) and calls ``MPI.COMM_WORLD.Abort(1)``,
+- any other exception prints its traceback (prefixed with the rank) and calls ``MPI.COMM_WORLD.Abort(70)``
+  (``ABORTED``: sysexits' "internal software error", kept apart from 1 = a check failed and 2 = bad input),
   which ends the whole job within seconds — and nothing runs after it (no second exception on any rank);
 - SIGTERM or SIGINT (Ctrl-C, or ``kill`` of ``mpirun``: MPICH's Hydra forwards both to every rank) ends the rank
   at once with status 128 + the signal's number (143, 130) and one line on rank 0; files being written
@@ -32,7 +33,7 @@ from typing import Callable
 from mpi4py import MPI
 
 from tpsim import atomic
-from tpsim.errors import ConfigError, TrainingStopped
+from tpsim.errors import ABORTED, ConfigError, TrainingStopped
 
 
 def world_rank() -> int:
@@ -75,7 +76,7 @@ def install_signal_handlers(prog: str = "tpsim") -> None:
     _installed.append(prog)
 
 
-def abort(code: int = 1) -> None:
+def abort(code: int = ABORTED) -> None:
     """End the whole job with ``code``; never returns (if ``Abort`` ever did, ``os._exit`` still ends this rank)."""
     try:
         sys.stderr.flush()
@@ -108,5 +109,5 @@ def run_main(main: Callable[[], int | None], prog: str = "tpsim") -> None:
     except BaseException:  # anything else: one rank may be alone with it, so take the whole job down
         lines = traceback.format_exc().rstrip().splitlines()
         sys.stderr.write("".join(f"[rank {rank}] {line}\n" for line in lines))
-        abort(1)
+        abort(ABORTED)
     sys.exit(status or 0)
