@@ -12,9 +12,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from tpsim.errors import ConfigError
 from tpsim.launcher import Launch
 from tpsim.launcher import launch as run_mpiexec
 
+from tpsim.paths import check_output_dir
 from tpsim.table import format_table
 from tpsim.teach.hints import HINT_STATE, NEXT
 from tpsim.teach.lessons import (DEFAULT_OUT, LessonsNotFound, discover, exercise_file, find_lesson, lesson_of,
@@ -86,9 +88,10 @@ def lesson_main(argv: list[str]) -> int:
             print(format_table(rows, right=(1,)) if len(rows) > 1 else "no lessons found")
             return 0
         if args.command in NOTEBOOK_COMMANDS:
+            check_output_dir(args.out, "--out")  # before minutes of lesson runs
             return NOTEBOOK_COMMANDS[args.command](args)
         return run_lesson(args.number, args.out, timeout=args.timeout).returncode
-    except LessonsNotFound as err:
+    except (LessonsNotFound, ConfigError) as err:
         print(f"tpsim lesson: error: {err}", file=sys.stderr)
         return 2
 
