@@ -15,7 +15,6 @@ from pathlib import Path
 from tpsim.errors import ConfigError
 from tpsim.launcher import Launch
 from tpsim.launcher import launch as run_mpiexec
-
 from tpsim.paths import check_output_dir
 from tpsim.table import format_table
 from tpsim.teach.hints import HINT_STATE, NEXT
