@@ -35,6 +35,7 @@ from mpi4py import MPI
 from bench_core import quiet_wait
 from gemm_limit import gemm_limit_seconds, ranks_per_core, total_flops
 from result_json import SCHEMA, case_ratios, stats, validate
+from tpsim.atomic import write_text
 from tpsim.trace.kind_split import format_kind_table
 
 
@@ -221,7 +222,7 @@ def main(argv=None) -> int:
                "cases": results}
         problems = validate(doc)
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+        write_text(args.json, json.dumps(doc, indent=1) + "\n")
         print(f"wrote {args.json}" + (f"; schema problems: {problems}" if problems else ""))
     ok = all(r["check"]["ok"] for r in results.values())
     torch.distributed.destroy_process_group()
