@@ -80,7 +80,8 @@ def test_cross_entropy_of_fixed_logits():
 #   p ← p·(1 − lr·wd);  m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²;  p ← p − lr·m̂ / (√v̂ + eps)
 # p = 1, lr 0.1, wd 0.01, betas (0.9, 0.999), eps 1e-8, gradients 0.5 then −0.25:
 ADAMW_GRADS = (0.5, -0.25)
-ADAMW_GOLDEN = [(0.899000002, 0.05, 0.00025), (0.8714672987058462, 0.02, 0.00031225)]  # (p, m, v) after t = 1, 2
+ADAMW_GOLDEN = [(0.899000002, 0.05, 0.00025),  # (p, m, v) after t = 1
+                (0.8714672987058462, 0.02, 0.00031225)]  # and after t = 2
 ADAMW_REL = 4e-15  # two steps of a dozen roundings each; L2 decay instead of decoupled moves p by ~1e-3
 
 

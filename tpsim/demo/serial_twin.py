@@ -117,14 +117,23 @@ def _differences(model, optimizer: AdamW, serial: dict[str, list[np.ndarray]]) -
     for e in model.named_entries():
         local = (e.param, optimizer.state[e.name]["exp_avg"], optimizer.state[e.name]["exp_avg_sq"])
         for what, mine, full in zip(STATE, local, serial[e.name]):
-            out[what, e.name] = relative_difference(mine, take_shard(full, e.partition), floor=scale[what] or 1e-30)
+            expected = take_shard(full, e.partition)
+            out[what, e.name] = relative_difference(mine, expected, floor=scale[what] or 1e-30)
     return out
 
 
 def final_verdict(grid: ProcessGrid, model, optimizer: AdamW, args: argparse.Namespace, config, task, dtype,
                   metrics: list[dict]) -> bool:
-    """Print the state after the last step vs the serial twin (see the module docstring); True iff it matches
-    on every rank (or cannot be checked: no training step, or Megatron's dropout masks)."""
+    """Print the state after the last step vs the serial twin (see the module docstring), then how to check
+    sequence parallelism where it was off; True iff the state matches on every rank (or cannot be checked)."""
+    ok = _check_final_state(grid, model, optimizer, args, config, task, dtype, metrics)
+    if not args.sequence_parallel:
+        say(grid, f"(sequence parallelism was off; check it too: mpirun -n {grid.world_size} python -m tpsim.demo "
+                  "--sequence-parallel)")
+    return ok
+
+
+def _check_final_state(grid, model, optimizer, args, config, task, dtype, metrics) -> bool:
     if not metrics:
         return True  # --steps 0: step 0's verdict is the final one
     if args.dropout > 0 and args.dropout_rng == "megatron":
@@ -151,10 +160,9 @@ def final_verdict(grid: ProcessGrid, model, optimizer: AdamW, args: argparse.Nam
                       f"batches, dropout masks, clipping and AdamW; {seconds:.1f} s):",
             f"  serial loss at step {metrics[-1]['step']} {float(loss):.12f}   max relative |Δloss| {worst[0]:.2e}",
             "  max relative |Δ| over every shard on every rank: "
-            + ", ".join(f"{k} {d:.2e}" for k, d in zip(STATE, worst[1:])) + f"   (worst: {what} of {name}, rank {rank})",
+            + ", ".join(f"{k} {d:.2e}" for k, d in zip(STATE, worst[1:]))
+            + f"   (worst: {what} of {name}, rank {rank})",
             f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — TP({grid.tp}) x DP({grid.dp}) after {args.steps} steps "
-            f"equals the serial model within {tol:g} ({args.dtype}; loss, {len(shapes)} parameters, AdamW state)")
-    if not args.sequence_parallel:
-        say(grid, f"(sequence parallelism was off; check it too: mpirun -n {grid.world_size} python -m tpsim.demo "
-                  "--sequence-parallel)")
+            f"{'equals' if ok else 'differs from'} the serial model trained the same way, tolerance {tol:g} "
+            f"({args.dtype}; loss, {len(shapes)} parameters, AdamW state)")
     return ok
