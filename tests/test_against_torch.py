@@ -88,8 +88,9 @@ def test_label_smoothing_equals_pytorch():
 @pytest.mark.slow
 def test_tp_dp_export_equals_pytorch(tmp_path):
     """The demo at TP 2 x DP 2 exports step 0; PyTorch recomputes loss and grads from the files alone."""
-    r = run_mpi(4, ["-m", "tpsim.demo", "--tp", "2", "--dp", "2", "--steps", "0", "--vocab", "13",
-                    "--hidden", "16", "--heads", "2", "--export", str(tmp_path), "--out", str(tmp_path / "out")])
+    r = run_mpi(4, ["-m", "tpsim.demo", "--tp", "2", "--dp", "2", "--steps", "0", "--vocab", "13",  # PyTorch
+                    "--hidden", "16", "--heads", "2", "--dropout", "0",  # draws other dropout masks: none here
+                    "--export", str(tmp_path), "--out", str(tmp_path / "out")])
     assert r.returncode == 0, r.stderr
     cfg = json.loads((tmp_path / "config.json").read_text())
     params, grads, batch = (dict(np.load(tmp_path / f)) for f in ("params.npz", "grads.npz", "batch.npz"))

@@ -190,7 +190,7 @@ def test_compare_flags_a_wrong_byte_a_missing_call_and_an_unpredicted_one():
     recs = records_from(preds, 0) + records_from(preds, 1)
     rows = compare(recs, preds)
     assert all(r.match for r in rows) and formula_verdict(rows)[0]
-    assert formula_verdict(rows)[1] == f"FORMULA CHECK: all {len(preds)} rows match (calls and bytes per rank, exactly)"
+    assert formula_verdict(rows)[1] == f"FORMULA CHECK: all {len(preds)} rows match (calls, bytes and wire bytes per rank, exactly)"
     wrong = [dict(r) for r in recs]
     wrong[3]["bytes"] += 8
     wrong = [r for r in wrong if r["scope"] != "clip_grad_norm"] + [dict(recs[0], scope="mystery", phase="forward")]
@@ -201,6 +201,26 @@ def test_compare_flags_a_wrong_byte_a_missing_call_and_an_unpredicted_one():
     assert "NO" in format_comparison(rows)
     # records of phases the step does not predict (init broadcasts, verification) are left out
     assert all(r.match for r in compare(recs + [dict(recs[0], phase="init")], preds))
+
+
+def test_compare_checks_wire_bytes_too():
+    """The issue's planted bug: all-reduce wire bytes recorded as (p−1)/p·B instead of the ring's 2(p−1)/p·B.
+    Calls and logical bytes still match, so only the wire column can fail the row — and it must."""
+    preds = predict_step(CFG, 4, 1, 4, 5, np.float64, clip=False)
+    recs = records_from(preds)
+    for r in recs:
+        if r["op"] == "all_reduce":
+            r["wire_bytes"] = (r["group_size"] - 1) * r["bytes"] // r["group_size"]
+    rows = compare(recs, preds)
+    bad = [r for r in rows if not r.match]
+    assert bad and all(r.op == "all_reduce" and r.mismatches() == ["wire"] for r in bad)
+    assert all(r.match for r in rows if r.op != "all_reduce")
+    ok, line = formula_verdict(rows)
+    assert not ok and line.startswith(f"FORMULA CHECK FAILED: {len(bad)} of {len(rows)} rows differ")
+    assert f"wire {bad[0].measured_wire:,.0f} vs {bad[0].predicted_wire:,.0f}" in line
+    table = format_comparison(rows).splitlines()
+    assert all("yes" not in line for line in table if " all_reduce " in line)  # never "yes" beside a mismatch
+    assert sum(line.endswith("NO: wire") for line in table) == len(bad)
 
 
 def test_estimates_from_records_equal_estimates_from_predictions():

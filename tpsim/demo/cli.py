@@ -48,7 +48,8 @@ def build_parser() -> RankZeroParser:
     m.add_argument("--heads", type=int, default=4, help="attention heads, divisible by tp (default 4)")
     m.add_argument("--vocab", type=int, default=32, help="vocabulary size, any value (padded to a multiple of tp)")
     m.add_argument("--seq-len", type=int, default=16, help="tokens per sequence (default 16)")
-    m.add_argument("--dropout", type=float, default=0.0, help="embedding/residual/attention dropout p")
+    m.add_argument("--dropout", type=float, default=0.1,
+                   help="embedding/residual/attention dropout p (default 0.1: the checks against serial cover it)")
     m.add_argument("--dropout-rng", choices=["exact", "megatron"], default="exact",
                    help="exact: masks keyed by global position (TP equals serial); megatron: per-rank streams")
     m.add_argument("--dtype", choices=["float32", "float64"], default="float64", help="compute dtype")

@@ -22,6 +22,7 @@ from tpsim.comm.agree import Agreement
 from tpsim.compare import relative_difference, shard_differences
 from tpsim.data import ReverseTask
 from tpsim.demo.report import say, step_table, write_outputs
+from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
 from tpsim.models.build import build_gpt, serial_gpt
 from tpsim.models.config import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
@@ -59,25 +60,20 @@ def read_batch(grid: ProcessGrid, task: ReverseTask, seed: int, step: int, batch
 
 def serial_reference(grid, args, config, task, dtype) -> tuple[float, dict[str, np.ndarray]]:
     """The serial model's step-0 loss and full gradients on the global batch, computed on rank 0 only and
-    broadcast in one flat float64 buffer (exact for float32 too): every rank gets the same numbers it used to
-    compute itself, and a world of 64 ranks on a few cores does the serial model once instead of 64 times."""
+    broadcast in one flat buffer (``broadcast_arrays``): every rank gets the same numbers it used to compute
+    itself, and a world of 64 ranks on a few cores does the serial model once instead of 64 times."""
     shapes = config.param_shapes()
-    flat = np.empty(1 + sum(int(np.prod(s)) for s in shapes.values()))
-    with grid.tracer.paused():  # verification, not model traffic
-        if grid.rank == 0:
-            serial = serial_gpt(config, seed=args.seed, dtype=dtype)
-            if args.init_from:
-                load_into(serial, load_tensors(args.init_from, shapes, note=None))
-            ids, labels = task.batch(args.seed, 0, args.batch_size)
-            flat[0] = serial.loss_and_grads(ids, labels, DropoutPlan(ExactDropoutRNG(args.seed), 0))
-            np.concatenate([g.ravel() for _, g in serial.named_grads()], out=flat[1:])
-        grid.world.broadcast(flat)
-    grads, offset = {}, 1
-    for name, shape in shapes.items():
-        size = int(np.prod(shape))
-        grads[name] = flat[offset:offset + size].reshape(shape).astype(dtype, copy=False)
-        offset += size
-    return float(flat[0]), grads
+
+    def step0() -> list:
+        serial = serial_gpt(config, seed=args.seed, dtype=dtype)
+        if args.init_from:
+            load_into(serial, load_tensors(args.init_from, shapes, note=None))
+        ids, labels = task.batch(args.seed, 0, args.batch_size)
+        loss = serial.loss_and_grads(ids, labels, DropoutPlan(ExactDropoutRNG(args.seed), 0))
+        return [loss, *(g for _, g in serial.named_grads())]
+
+    loss, *grads = broadcast_arrays(grid, [(), *shapes.values()], step0)
+    return float(loss), {name: g.astype(dtype, copy=False) for name, g in zip(shapes, grads)}
 
 
 def check_against_serial(grid, model, args, config, task, parallel_loss, dtype) -> tuple[bool, str]:
@@ -139,8 +135,9 @@ def first_step(grid, model, args, config, task, loss, dtype) -> bool:
     return ok
 
 
-def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict], bool]:
-    """``--steps`` steps of AdamW (step 0 checked against serial); the metrics of each step and step 0's verdict."""
+def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict], bool, AdamW]:
+    """``--steps`` steps of AdamW (step 0 checked against serial); each step's metrics, step 0's verdict, the
+    optimizer (its state is checked after the last step)."""
     tracer = grid.tracer
     optimizer = AdamW(model, lr=args.lr, weight_decay=0.01, no_decay=lambda n: n.endswith("bias") or ".ln_" in n)
     rng = make_dropout_rng(args.dropout_rng, args.seed, grid.tp_rank)
@@ -167,7 +164,7 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
         if (step % max(1, args.steps // 10) == 0 or step == args.steps - 1) and not guard.last.skipped:
             say(grid, f"  step {step:4d}  loss {loss:7.4{'f' if abs(loss) < 1e5 else 'g'}}  |grad| {norm:6.3{'f' if abs(norm) < 1e5 else 'g'}}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} collectives/rank")
-    return metrics, ok
+    return metrics, ok, optimizer
 
 
 def final_report(grid, args, config, dtype, metrics, ddp_buckets: int, t_start: float) -> bool:
@@ -203,9 +200,10 @@ def run(args: argparse.Namespace) -> int:
     grid = ProcessGrid(tp=args.tp, dp=args.dp)
     say(grid, *header(grid, args, config))
     model, grad_sync = build(grid, args, config, dtype, tensors)
-    metrics, ok = train(grid, model, grad_sync, args, config, task, dtype)
+    metrics, ok, optimizer = train(grid, model, grad_sync, args, config, task, dtype)
+    final_ok = final_verdict(grid, model, optimizer, args, config, task, dtype, metrics)
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
     replicas = check_replicas(model, grid)
     say(grid, "", ("OK: " if replicas.ok else "FAILED: ") + replicas.summary(), "")
     formula_ok = final_report(grid, args, config, dtype, metrics, len(grad_sync.buckets), t_start)
-    return 0 if (ok and replicas.ok and formula_ok) else 1
+    return 0 if (ok and final_ok and replicas.ok and formula_ok) else 1

@@ -1,0 +1,82 @@
+"""The GPT demo with plausible bugs planted one at a time (mutation testing): do its own verdicts catch them?
+
+    mpiexec -n 4 python tests/programs/demo_with_bug.py BUG[,BUG...] [demo flags...]
+
+Each BUG is one of ``BUGS`` (``none`` plants nothing): bugs issue 13 found the step-0 verdict and the formula
+check blind to, planted by monkeypatching in this process only — tpsim's files are untouched. The demo's main
+runs once per BUG in this one job (one launch instead of several: each costs seconds), the bug removed again
+after its run; rank 0 prints ``BUG <name>: exit status <s>`` after each. With a bug the demo must end with a
+MISMATCH verdict or a failed FORMULA CHECK and status 1; with none, status 0.
+"""
+
+import sys
+from contextlib import ExitStack
+from unittest import mock
+
+from tpsim.comm.launch import run_main, world_rank
+
+
+def bias_before_all_reduce():
+    """RowParallelLinear adds its bias to each rank's partial sum, so the all-reduce adds it tp times."""
+    from tpsim.nn.linear import linear_forward
+    from tpsim.tp.regions import leave_tp_region
+    from tpsim.tp.row_parallel import RowParallelLinear
+
+    original = RowParallelLinear.forward
+
+    def forward(self, y):
+        if not self.input_is_parallel or "bias" not in self.params:
+            return original(self, y)
+        with self.group.tracer.region(scope=self.path):
+            partial, cache = linear_forward(y, self.params["weight"], self.params["bias"])  # the bug
+            return leave_tp_region(partial, self.group, self.sequence_parallel), cache
+
+    return mock.patch.object(RowParallelLinear, "forward", forward)
+
+
+def clip_counts_replicated_twice():
+    """Every TP rank adds the replicated gradients (LayerNorms, row-parallel biases) to the clipping norm."""
+    from tpsim.train import clip
+
+    original = clip._local_contribution
+    return mock.patch.object(clip, "_local_contribution",
+                             lambda entries, p, count_replicated: original(entries, p, True))
+
+
+def adamw_with_l2_decay():
+    """AdamW folding the weight decay into the gradient (Adam + L2) instead of decaying the weight itself."""
+    from tpsim.train.optim import AdamW
+
+    original = AdamW._update
+
+    def update(self, p, g, state, weight_decay):
+        original(self, p, g + weight_decay * p if weight_decay else g, state, 0.0)
+
+    return mock.patch.object(AdamW, "_update", update)
+
+
+def wrong_wire_bytes():
+    """All-reduces traced with (p−1)/p·B wire bytes (one pass of the ring) instead of 2(p−1)/p·B."""
+    from tpsim.comm import group
+    from tpsim.cost import wire_bytes
+
+    return mock.patch.object(group, "wire_bytes", lambda op, nbytes, p: (
+        (p - 1) * nbytes // p if op == "all_reduce" else wire_bytes(op, nbytes, p)))
+
+
+BUGS = {"row-bias": bias_before_all_reduce, "clip-replicated": clip_counts_replicated_twice,
+        "adamw-l2": adamw_with_l2_decay, "wire-bytes": wrong_wire_bytes, "none": ExitStack}
+
+
+def main() -> int:
+    from tpsim.demo.cli import main as demo
+
+    for name in sys.argv[1].split(","):
+        with BUGS[name]():
+            status = demo(sys.argv[2:])
+        if world_rank() == 0:
+            print(f"BUG {name}: exit status {status}", flush=True)
+    return 0
+
+
+run_main(main, prog="demo_with_bug")

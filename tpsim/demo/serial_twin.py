@@ -1,0 +1,168 @@
+"""The demo's final-state verdict: after the last step, the parallel model against its serial twin.
+
+Step 0's check (gradients before any update) cannot see a bug that only acts once the weights move: a bias
+added on every TP rank before the row-parallel all-reduce (biases start at zero), replicated gradients counted
+twice in the clipping norm, AdamW's weight decay folded into the gradient. So, after training, rank 0 trains
+the *serial* model through the same steps — the same global batches, the same dropout masks (the exact RNG
+keys them by global position), the same clipping threshold and AdamW settings — and every rank compares its
+state with it: the last loss, every parameter shard and AdamW's ``exp_avg`` and ``exp_avg_sq`` per shard.
+
+The twin's clipping and AdamW update are written here from their published definitions (PyTorch's
+``clip_grad_norm_`` rule; Loshchilov & Hutter 2019, decoupled weight decay, in ``torch.optim.AdamW``'s form)
+on purpose: a reference that called the training code's optimizer would share its bugs. Only rank 0 trains
+it — a world of 64 ranks on a few cores must not train 64 serial copies — and its state reaches the others in
+one flat float64 broadcast, with the tracer paused: verification is not model traffic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from tpsim.comm import ProcessGrid
+from tpsim.comm.agree import Agreement
+from tpsim.compare import relative_difference
+from tpsim.demo.report import say
+from tpsim.models.build import serial_gpt
+from tpsim.nn.dropout import DropoutPlan
+from tpsim.partition import take_shard
+from tpsim.tp.random import ExactDropoutRNG
+from tpsim.train import load_into, load_tensors
+from tpsim.train.clip import CLIP_EPS
+from tpsim.train.optim import AdamW
+
+# The largest difference of a shard from its serial slice, relative to the largest serial value of its kind
+# (parameters, exp_avg, exp_avg_sq; see _differences), and of the last loss. Measured on the demo's defaults at
+# TP 1..8 after 100 steps: float64 ≤ 1e-11 (rounding of sums taken in another order over shards, grown through
+# the steps), so 1e-8 leaves 1000× room and a real bug (≥ 1e-4 after a few steps) is far outside. float32:
+# ≤ 3e-3 (the same growth from ~1e-7 per step, lifted by Adam's m/√v where a gradient is rounding noise), so
+# 1e-2: a check of the same training, coarser — float64 is the exact one.
+FINAL_TOLERANCE = {"float64": 1e-8, "float32": 1e-2}
+STATE = ("param", "exp_avg", "exp_avg_sq")  # what is compared per parameter, in the broadcast's order
+
+
+def broadcast_arrays(grid: ProcessGrid, shapes: Sequence[tuple[int, ...]],
+                     make: Callable[[], Sequence]) -> list[np.ndarray]:
+    """Arrays of ``shapes`` that ``make()`` computes on rank 0 only, on every rank from one float64 broadcast
+    (exact for float32 too), the tracer paused: a serial reference is computed once, not once per rank."""
+    sizes = [math.prod(s) for s in shapes]
+    flat = np.empty(sum(sizes))
+    with grid.tracer.paused():  # verification, not model traffic
+        if grid.rank == 0:
+            np.concatenate([np.ravel(a) for a in make()], out=flat, casting="same_kind")
+        grid.world.broadcast(flat)
+    return [part.reshape(s) for part, s in zip(np.split(flat, np.cumsum(sizes)[:-1]), shapes)]
+
+
+def reference_clip(grads: Sequence[np.ndarray], max_norm: float) -> float:
+    """PyTorch's ``clip_grad_norm_``: ‖g‖₂ over every gradient; scale all by max_norm / (‖g‖ + 1e-6) if below 1."""
+    norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads))
+    coef = max_norm / (norm + CLIP_EPS)
+    if coef < 1.0:
+        for g in grads:
+            g *= coef
+    return norm
+
+
+def reference_adamw(p, g, m, v, t: int, lr: float, betas, eps: float, weight_decay: float) -> None:
+    """One AdamW step in place, as published (decoupled decay: it acts on the weight, never through m and v)."""
+    beta1, beta2 = betas
+    p *= 1.0 - lr * weight_decay
+    m[...] = beta1 * m + (1.0 - beta1) * g
+    v[...] = beta2 * v + (1.0 - beta2) * g * g
+    m_hat, v_hat = m / (1.0 - beta1 ** t), v / (1.0 - beta2 ** t)
+    p -= lr * m_hat / (np.sqrt(v_hat) + eps)
+
+
+def train_serial(args: argparse.Namespace, config, task, dtype, optimizer: AdamW) -> list:
+    """Rank 0: the serial model trained ``args.steps`` steps; ``[last loss, params..., exp_avg..., exp_avg_sq...]``.
+
+    ``optimizer`` is the parallel run's AdamW: only its settings are read (lr, betas, eps, which parameters decay).
+    A step whose loss or norm is not finite is skipped, as the training loop skips it.
+    """
+    serial = serial_gpt(config, seed=args.seed, dtype=dtype)
+    if args.init_from:
+        load_into(serial, load_tensors(args.init_from, config.param_shapes(), note=None))
+    names = [name for name, _ in serial.named_parameters()]
+    params, grads = [p for _, p in serial.named_parameters()], [g for _, g in serial.named_grads()]
+    m, v = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params]
+    rng, t, loss = ExactDropoutRNG(args.seed), 0, float("nan")
+    for step in range(args.steps):
+        ids, labels = task.batch(args.seed, step, args.batch_size)
+        loss = serial.loss_and_grads(ids, labels, DropoutPlan(rng, step))
+        norm = reference_clip(grads, args.clip if args.clip > 0 else math.inf)
+        if not (math.isfinite(loss) and math.isfinite(norm)):
+            continue
+        t += 1
+        for i, name in enumerate(names):
+            reference_adamw(params[i], grads[i], m[i], v[i], t, optimizer.lr, optimizer.betas, optimizer.eps,
+                            optimizer.decay_for(name))
+    return [loss, *params, *m, *v]
+
+
+def _differences(model, optimizer: AdamW, serial: dict[str, list[np.ndarray]]) -> dict[tuple[str, str], float]:
+    """``{(what, name): difference}`` of this rank's shards vs their slices of the serial tensors, each relative
+    to the largest serial value of its kind in the whole model (``relative_difference`` with that floor).
+
+    Per kind, not per tensor: attention's key bias has a gradient that is exactly zero in exact arithmetic
+    (softmax ignores a shift shared by a query's scores), so it only ever holds rounding noise that Adam scales
+    up to lr-sized steps; measured against its own tiny values, noise would read as a 100% difference."""
+    scale = {what: max(float(np.max(np.abs(t[i]), initial=0.0)) for t in serial.values())
+             for i, what in enumerate(STATE)}
+    out = {}
+    for e in model.named_entries():
+        local = (e.param, optimizer.state[e.name]["exp_avg"], optimizer.state[e.name]["exp_avg_sq"])
+        for what, mine, full in zip(STATE, local, serial[e.name]):
+            expected = take_shard(full, e.partition)
+            out[what, e.name] = relative_difference(mine, expected, floor=scale[what] or 1e-30)
+    return out
+
+
+def final_verdict(grid: ProcessGrid, model, optimizer: AdamW, args: argparse.Namespace, config, task, dtype,
+                  metrics: list[dict]) -> bool:
+    """Print the state after the last step vs the serial twin (see the module docstring), then how to check
+    sequence parallelism where it was off; True iff the state matches on every rank (or cannot be checked)."""
+    ok = _check_final_state(grid, model, optimizer, args, config, task, dtype, metrics)
+    if not args.sequence_parallel:
+        say(grid, f"(sequence parallelism was off; check it too: mpirun -n {grid.world_size} python -m tpsim.demo "
+                  "--sequence-parallel)")
+    return ok
+
+
+def _check_final_state(grid, model, optimizer, args, config, task, dtype, metrics) -> bool:
+    if not metrics:
+        return True  # --steps 0: step 0's verdict is the final one
+    if args.dropout > 0 and args.dropout_rng == "megatron":
+        say(grid, "", "Final state vs the serial model: not checked — Megatron dropout masks depend on the shard, "
+                      "so no serial run draws the same masks (--dropout-rng exact can be checked)")
+        return True
+    shapes = list(config.param_shapes().items())
+    t0 = time.perf_counter()
+    loss, *state = broadcast_arrays(grid, [(), *[s for _, s in shapes] * len(STATE)],
+                                    lambda: train_serial(args, config, task, dtype, optimizer))
+    seconds = time.perf_counter() - t0
+    serial = {name: state[i::len(shapes)] for i, (name, _) in enumerate(shapes)}
+    diffs = _differences(model, optimizer, serial)
+    by_kind = [max(d for (w, _), d in diffs.items() if w == k) for k in STATE]
+    with grid.tracer.paused():
+        agree = Agreement(grid.world)
+        worst = agree.reduce([relative_difference(metrics[-1]["loss"], float(loss), floor=0.0), *by_kind])
+        where = agree.gather(max((d, what, name, grid.rank) for (what, name), d in diffs.items()))
+    tol = FINAL_TOLERANCE[args.dtype]
+    ok = bool(np.all(worst <= tol))
+    if grid.rank == 0:
+        _, what, name, rank = max(where)
+        say(grid, "", f"Final state vs the serial model trained the same {args.steps} steps on rank 0 (same "
+                      f"batches, dropout masks, clipping and AdamW; {seconds:.1f} s):",
+            f"  serial loss at step {metrics[-1]['step']} {float(loss):.12f}   max relative |Δloss| {worst[0]:.2e}",
+            "  max relative |Δ| over every shard on every rank: "
+            + ", ".join(f"{k} {d:.2e}" for k, d in zip(STATE, worst[1:]))
+            + f"   (worst: {what} of {name}, rank {rank})",
+            f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — TP({grid.tp}) x DP({grid.dp}) after {args.steps} steps "
+            f"{'equals' if ok else 'differs from'} the serial model trained the same way, tolerance {tol:g} "
+            f"({args.dtype}; loss, {len(shapes)} parameters, AdamW state)")
+    return ok
