@@ -1,10 +1,11 @@
 """The serial Llama against Hugging Face's ``LlamaForCausalLM`` on the same weights: loss and every gradient.
 
 Skipped when torch or transformers is not installed (neither is a dependency). The Hugging Face model is built
-from ``LlamaConfig.hf_config()`` alone — so the config keys are checked too — in float64 with SDPA
-attention (the eager path runs its softmax in float32). Its rotary module computes cos/sin in float32 whatever the model dtype, and its RMSNorm normalises in
-float32; the first test patches both to float64 and compares at 1e-10, the second leaves them alone and shows
-the difference float32 makes (~1e-7 relative, which is why a comparison with an unpatched model needs ~1e-6).
+from ``LlamaConfig.hf_config()`` alone — so the config keys are checked too — in float64 with SDPA attention
+(the eager path runs its softmax in float32). Its rotary module computes cos/sin in float32 whatever the model
+dtype, and its RMSNorm normalises in float32; the first test patches both to float64 and compares at 1e-10,
+the second leaves them alone and shows the difference float32 makes (~1e-7 relative, which is why a comparison
+with an unpatched model needs ~1e-6).
 """
 
 from __future__ import annotations
