@@ -27,7 +27,7 @@ from tpsim.comm import ProcessGrid
 from tpsim.comm.agree import Agreement
 from tpsim.compare import relative_difference
 from tpsim.demo.report import say
-from tpsim.models.build import serial_gpt
+from tpsim.demo.arch import serial_model
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.partition import take_shard
 from tpsim.tp.random import ExactDropoutRNG
@@ -84,7 +84,7 @@ def train_serial(args: argparse.Namespace, config, task, dtype, optimizer: AdamW
     ``optimizer`` is the parallel run's AdamW: only its settings are read (lr, betas, eps, which parameters decay).
     A step whose loss or norm is not finite is skipped, as the training loop skips it.
     """
-    serial = serial_gpt(config, seed=args.seed, dtype=dtype)
+    serial = serial_model(config, seed=args.seed, dtype=dtype)
     if args.init_from:
         load_into(serial, load_tensors(args.init_from, config.param_shapes(), note=None))
     names = [name for name, _ in serial.named_parameters()]
