@@ -17,6 +17,7 @@ from tpsim.demo.arch import add_arguments, check_arguments
 
 
 DEFAULT_BATCH = 16
+DEFAULT_DROPOUT = 0.1  # gpt2: the verdicts against the serial model cover dropout (exact RNG)
 
 
 class RankZeroParser(argparse.ArgumentParser):
@@ -49,8 +50,9 @@ def build_parser() -> RankZeroParser:
     m.add_argument("--heads", type=int, default=4, help="attention heads, divisible by tp (default 4)")
     m.add_argument("--vocab", type=int, default=32, help="vocabulary size, any value (padded to a multiple of tp)")
     m.add_argument("--seq-len", type=int, default=16, help="tokens per sequence (default 16)")
-    m.add_argument("--dropout", type=float, default=0.1,
-                   help="embedding/residual/attention dropout p (default 0.1: the checks against serial cover it)")
+    m.add_argument("--dropout", type=float, default=None,
+                   help="embedding/residual/attention dropout p (default 0.1 for gpt2, so the checks against "
+                        "serial cover it; llama has none)")
     m.add_argument("--dropout-rng", choices=["exact", "megatron"], default="exact",
                    help="exact: masks keyed by global position (TP equals serial); megatron: per-rank streams")
     m.add_argument("--dtype", choices=["float32", "float64"], default="float64", help="compute dtype")
@@ -112,6 +114,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("steps", "timeline_steps", "max_skipped_steps"):
         if getattr(args, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.dropout is None:
+        args.dropout = 0.0 if args.arch == "llama" else DEFAULT_DROPOUT
     if not 0.0 <= args.dropout < 1.0:
         raise ConfigError(f"--dropout must be in [0, 1), got {args.dropout}")
     for name in ("lr", "clip", "bucket_mb"):
