@@ -75,8 +75,16 @@ def compute_grads(model: Module, grid: ProcessGrid, grad_sync: GradSync | None, 
 
 
 def apply_update(model: Module, optimizer: Optimizer, grid: ProcessGrid, clip: float | None = None) -> float | None:
-    """The second half: optional TP-aware clipping, then the optimizer step; returns the norm (or None)."""
-    norm = None if clip is None else clip_grad_norm(model, grid.tp_group, clip)
+    """The second half: optional TP-aware clipping, then the optimizer step; returns the norm (or None).
+
+    An optimizer that owns only slices of the gradients (ZeRO-1's ``DistributedOptimizer``) clips them itself.
+    """
+    if clip is None:
+        norm = None
+    elif hasattr(optimizer, "clip_grad_norm"):
+        norm = optimizer.clip_grad_norm(clip)
+    else:
+        norm = clip_grad_norm(model, grid.tp_group, clip)
     optimizer.step()
     return norm
 
