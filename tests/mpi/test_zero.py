@@ -16,8 +16,11 @@ import pytest
 from tpsim.cost import wire_bytes
 from tpsim.models.build import build_gpt
 from tpsim.models.config import GPTConfig
+from tpsim.trace.formulas import compare, format_comparison, predict_step
+from tpsim.trace.memory import format_memory, measure_memory, predict_memory
 from tpsim.trace.model_state import MEGATRON_LAYOUTS, measure_model_state, padded_length, zero_optimizer_bytes
-from tpsim.train import AdamW, GradSync, check_replicas, dp_slice, train_step
+from tpsim.train import (AdamW, GradSync, apply_update, broadcast_batch, check_replicas, compute_grads, dp_slice,
+                         train_step)
 from tpsim.train.zero import DistributedOptimizer
 
 TOL = 1e-12
@@ -121,3 +124,31 @@ def test_fp32_row_of_megatrons_table_from_live_arrays(grid):
     fp32 = MEGATRON_LAYOUTS[2]
     assert plain == fp32.bytes_per_parameter() == 16
     assert zero == fp32.bytes_per_parameter(grid.dp, distributed=True) == 8 + 8 / grid.dp
+
+
+@pytest.mark.parametrize("cap", [10**9, SMALL_CAP], ids=["one-bucket", "small-buckets"])
+def test_trace_and_memory_match_the_formulas(grid, cap):
+    """One step as the demo runs it, against ``predict_step(zero=1)`` row by row and ``predict_memory(zero_dp=d)``."""
+    cfg = config(grid.tp)
+    model = build_gpt(cfg, grid.tp_group, seed=3)
+    opt = DistributedOptimizer(adamw(model), grid, bucket_cap_bytes=cap)
+    ids, labels = data(cfg)
+    rows = dp_slice(BATCH, grid.dp, grid.dp_rank)
+    grid.tracer.reset()
+    grid.tracer.step = 0
+    ids, labels = broadcast_batch(grid, ids[rows], labels[rows])
+    with grid.tracer.paused():  # a forward to measure the cache, outside the step's trace
+        _, cache = model.forward(ids, labels)
+    compute_grads(model, grid, opt, ids, labels)
+    apply_update(model, opt, grid, clip=1.0)
+    given = {} if cap == 10**9 else {"grad_bytes_local": opt.total_bytes}  # one bucket: padding predicted too
+    predicted = predict_step(cfg, grid.tp, grid.dp, BATCH, SEQ, np.float64, clip=True, zero=1,
+                             ddp_buckets=len(opt.buckets), **given)
+    table = compare([e.as_dict() for e in grid.tracer.events], predicted)
+    assert all(r.match for r in table), format_comparison(table)
+    assert {r.layer for r in table} >= ({"zero"} if grid.dp > 1 else set())
+    if cap == 10**9:
+        measured = measure_memory(model, opt, cache, exclude=(ids, labels))
+        formula = predict_memory(cfg, grid.tp, BATCH // grid.dp, SEQ, np.float64, grid.tp_rank, zero_dp=grid.dp)
+        for key in ("params", "grads", "optimizer"):
+            assert getattr(measured, key) == formula[key], format_memory(measured, formula)
