@@ -164,3 +164,44 @@ def measure_model_state(model, optimizer, parameters: int | None = None) -> Mode
     grads = sum(g.nbytes for _, g in model.named_grads())
     count = sum(p.size for _, p in model.named_parameters()) if parameters is None else parameters
     return ModelState(params, grads, optimizer.state_bytes() if optimizer is not None else 0, count)
+
+
+def layout_for(itemsize: int) -> StateLayout:
+    """tpsim's own layout for a model of ``itemsize``-byte floats with AdamW (no main copies: updated in place)."""
+    if itemsize == 4:
+        return MEGATRON_LAYOUTS[2]
+    if itemsize == 8:
+        return TPSIM_FLOAT64
+    raise ValueError(f"no tpsim layout for {itemsize}-byte parameters (a 16-bit one needs mixed precision)")
+
+
+def _fraction(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else f"{float(x):.3f}"
+
+
+def format_model_state(measured: ModelState, layout: StateLayout, dp: int, distributed: bool,
+                       optimizer_formula: int, title: str = "") -> str:
+    """Measured bytes ÷ parameters beside the layout's formula, then Megatron's three rows at this d.
+
+    ``optimizer_formula``: the predicted optimizer bytes of this rank (padding included), checked exactly.
+    """
+    from tpsim.table import RULE, format_table  # pure text
+
+    per = measured.per_parameter()
+    d = dp if distributed else 1
+    formula = {"params": Fraction(layout.param), "grads": Fraction(layout.grad),
+               "optimizer": Fraction(layout.sharded, d), "total": layout.bytes_per_parameter(dp, distributed)}
+    rows = [["", "bytes", "per parameter", "formula", ""], RULE]
+    for key in ("params", "grads", "optimizer", "total"):
+        value = getattr(measured, key)
+        check = ("ok" if value == optimizer_formula else "DIFFERS") if key == "optimizer" else ""
+        rows.append([key, f"{value:,}", _fraction(per[key]), _fraction(formula[key]), check])
+    lines = [format_table(rows, title=title),
+             f"  formula: {layout.name}, {format_formula(layout) if distributed else layout.replicated + layout.sharded}"
+             f"{' at d = ' + str(dp) if distributed else ' (plain optimizer)'}; the measured optimizer column "
+             "adds only the padding of the buckets, if any",
+             "  Megatron's table (dist_optimizer.md), plain -> distributed at this d:"]
+    for row in MEGATRON_LAYOUTS:
+        lines.append(f"    {row.name:<24} {_fraction(row.bytes_per_parameter()):>3} -> {format_formula(row):<9} = "
+                     f"{_fraction(row.bytes_per_parameter(dp, distributed=True))}")
+    return "\n".join(lines)
