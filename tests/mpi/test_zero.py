@@ -24,7 +24,7 @@ from tpsim.train import (AdamW, GradSync, apply_update, broadcast_batch, check_r
 from tpsim.train.zero import DistributedOptimizer
 
 TOL = 1e-12
-BATCH, SEQ, STEPS = 8, 5, 4
+BATCH, SEQ, STEPS = 8, 5, 3
 SMALL_CAP = 1000  # bytes: several buckets of the tiny model
 CLIP = 0.05  # below every configuration's first gradient norms, so clipping really scales
 
@@ -57,7 +57,7 @@ def train(grid, cfg, zero: bool, cap, clip: float | None, dtype=np.float64):
     return model, opt, results
 
 
-@pytest.mark.parametrize("cap", [None, SMALL_CAP, 10**9], ids=["per-tensor", "small-buckets", "one-bucket"])
+@pytest.mark.parametrize("cap", [SMALL_CAP, 10**9], ids=["small-buckets", "one-bucket"])
 def test_zero1_equals_plain_dp_tp_with_clipping(grid, cap):
     cfg = config(grid.tp)
     plain, _, ref = train(grid, cfg, zero=False, cap=cap, clip=CLIP)
