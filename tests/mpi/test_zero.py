@@ -77,14 +77,21 @@ def test_zero1_equals_plain_dp_tp_with_clipping(grid, cap):
         assert len(opt.buckets) > 2 or cap == 10**9, len(opt.buckets)
 
 
-def test_zero1_trace_moves_the_all_reduce_bytes(grid):
+def zero_setup(grid, cap):
+    """A fresh sharded GPT under ZeRO-1, this DP rank's rows, a clean tracer: ``(cfg, model, opt, ids, labels)``."""
     cfg = config(grid.tp)
     model = build_gpt(cfg, grid.tp_group, seed=3)
-    opt = DistributedOptimizer(adamw(model), grid, bucket_cap_bytes=SMALL_CAP)
+    opt = DistributedOptimizer(adamw(model), grid, bucket_cap_bytes=cap)
     ids, labels = data(cfg)
     rows = dp_slice(BATCH, grid.dp, grid.dp_rank)
     grid.tracer.reset()
-    train_step(model, opt, grid, opt, ids[rows], labels[rows], clip=1.0)
+    grid.tracer.step = 0
+    return cfg, model, opt, ids[rows], labels[rows]
+
+
+def test_zero1_trace_moves_the_all_reduce_bytes(grid):
+    _, model, opt, ids, labels = zero_setup(grid, SMALL_CAP)
+    train_step(model, opt, grid, opt, ids, labels, clip=1.0)
     rs = grid.tracer.select(op="reduce_scatter", group="dp")
     ag = grid.tracer.select(op="all_gather", group="dp")
     if grid.dp == 1:
@@ -129,14 +136,8 @@ def test_fp32_row_of_megatrons_table_from_live_arrays(grid):
 @pytest.mark.parametrize("cap", [10**9, SMALL_CAP], ids=["one-bucket", "small-buckets"])
 def test_trace_and_memory_match_the_formulas(grid, cap):
     """One step as the demo runs it, against ``predict_step(zero=1)`` row by row and ``predict_memory(zero_dp=d)``."""
-    cfg = config(grid.tp)
-    model = build_gpt(cfg, grid.tp_group, seed=3)
-    opt = DistributedOptimizer(adamw(model), grid, bucket_cap_bytes=cap)
-    ids, labels = data(cfg)
-    rows = dp_slice(BATCH, grid.dp, grid.dp_rank)
-    grid.tracer.reset()
-    grid.tracer.step = 0
-    ids, labels = broadcast_batch(grid, ids[rows], labels[rows])
+    cfg, model, opt, ids, labels = zero_setup(grid, cap)
+    ids, labels = broadcast_batch(grid, ids, labels)
     with grid.tracer.paused():  # a forward to measure the cache, outside the step's trace
         _, cache = model.forward(ids, labels)
     compute_grads(model, grid, opt, ids, labels)
