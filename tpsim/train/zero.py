@@ -31,6 +31,7 @@ Traced: reduce-scatter scope ``zero.bucket{i}`` phase ``dp_sync``; all-gather sc
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,16 +45,16 @@ from tpsim.train.ddp import DEFAULT_BUCKET_CAP_BYTES, GradSync
 from tpsim.train.optim import Optimizer
 
 
-class Piece:
+class Piece(NamedTuple):
     """One parameter's owned piece: flat views of the parameter, its gradient and its optimizer state."""
 
-    __slots__ = ("name", "param", "grad", "state", "partition", "decay", "at")
-
-    def __init__(self, name: str, param: np.ndarray, grad: np.ndarray, state: dict[str, np.ndarray],
-                 partition: Partition | None, decay: float, at: int) -> None:
-        self.name, self.param, self.grad, self.state = name, param, grad, state
-        self.partition, self.decay = partition, decay
-        self.at = at  # where the piece starts in this rank's owned range of the bucket
+    name: str
+    param: np.ndarray  # elements [start, stop) of the flattened parameter: a view, updated in place
+    grad: np.ndarray  # the same elements' gradient: a view into the bucket, reduced by the reduce-scatter
+    state: dict[str, np.ndarray]  # the optimizer's slots for these elements: views into the owned slice's state
+    partition: Partition | None  # None: replicated over TP (counted on tp_rank 0 by the clip norm)
+    decay: float  # the weight decay of this parameter
+    at: int  # where the piece starts in this rank's owned range of the bucket
 
 
 def _flat(a: np.ndarray) -> np.ndarray:
@@ -77,26 +78,26 @@ class DistributedOptimizer:
         model = optimizer.module
         self.grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes, pad_to=grid.dp)
         self.buckets, self.buffers = self.grad_sync.buckets, self.grad_sync.buffers
-        params = dict(model.named_parameters())
-        partitions = dict(model.named_partitions())
         slots = optimizer._slots
         self.owned = [owned_range(len(buf), self.dp, self.dp_group.rank) for buf in self.buffers]
         # flat optimizer state for the owned slice of each bucket, padding included (Megatron's shard)
         self.slot_buffers = [{s: np.zeros(len(mine), buf.dtype) for s in slots}
                              for mine, buf in zip(self.owned, self.buffers)]
-        self.pieces: list[list[Piece]] = []
-        for b, (bucket, buf) in enumerate(zip(self.buckets, self.buffers)):
-            sizes = [params[n].size for n in bucket.names]
-            pieces = []
-            for seg in owned_segments(sizes, self.dp, self.dp_group.rank):
-                name = bucket.names[seg.index]
-                lo, hi = seg.buffer_start, seg.buffer_start + seg.stop - seg.start
-                at = lo - self.owned[b].start
-                state = {s: arr[at:at + hi - lo] for s, arr in self.slot_buffers[b].items()}
-                pieces.append(Piece(name, _flat(params[name])[seg.start:seg.stop], buf[lo:hi], state,
-                                    partitions[name], optimizer.decay_for(name), at))
-            self.pieces.append(pieces)
+        self.pieces: list[list[Piece]] = [self._pieces(b) for b in range(len(self.buckets))]
         optimizer.state = {}  # the full-size state is never used: the owned slices' state replaces it
+
+    def _pieces(self, b: int) -> list[Piece]:
+        """The pieces of bucket ``b``'s parameters that fall into this rank's owned range, in packing order."""
+        model, bucket, buf, mine = self.optimizer.module, self.buckets[b], self.buffers[b], self.owned[b]
+        params, partitions = dict(model.named_parameters()), dict(model.named_partitions())
+        pieces = []
+        for seg in owned_segments([params[n].size for n in bucket.names], self.dp, self.dp_group.rank):
+            name, at, size = bucket.names[seg.index], seg.buffer_start - mine.start, seg.stop - seg.start
+            state = {s: arr[at:at + size] for s, arr in self.slot_buffers[b].items()}
+            grad = buf[seg.buffer_start:seg.buffer_start + size]
+            pieces.append(Piece(name, _flat(params[name])[seg.start:seg.stop], grad, state, partitions[name],
+                                self.optimizer.decay_for(name), at))
+        return pieces
 
     # --- the optimizer interface -------------------------------------------------------------------------------
     @property
@@ -159,7 +160,7 @@ class DistributedOptimizer:
         coef = max_norm / (total + CLIP_EPS)
         if coef < 1.0:
             for piece in self._all_pieces():
-                piece.grad *= coef
+                np.multiply(piece.grad, coef, out=piece.grad)  # in place: a view into the bucket
         return total
 
     def step(self) -> None:
