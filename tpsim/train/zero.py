@@ -121,6 +121,23 @@ class DistributedOptimizer:
         """Optimizer-state bytes on this rank: the slots over its owned slices (1/d of the buckets)."""
         return sum(a.nbytes for slots in self.slot_buffers for a in slots.values())
 
+    def state_dict(self) -> dict:
+        """``{"step", "dp", "slots"}``: this DP rank's shard of the state (one dict of slot arrays per bucket), as
+        Megatron saves a distributed optimizer per DP rank; it loads only at the same dp and bucket layout."""
+        return {"step": self.step_count, "dp": self.dp,
+                "slots": [{k: v.copy() for k, v in slots.items()} for slots in self.slot_buffers]}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if sd["dp"] != self.dp or len(sd["slots"]) != len(self.slot_buffers):
+            raise ValueError(f"a shard saved at dp {sd['dp']} with {len(sd['slots'])} buckets does not fit dp "
+                             f"{self.dp} with {len(self.slot_buffers)} buckets")
+        for mine, saved in zip(self.slot_buffers, sd["slots"]):
+            for k, v in mine.items():
+                if saved[k].shape != v.shape:
+                    raise ValueError(f"slot {k}: shape {saved[k].shape} != {v.shape} (another bucket layout?)")
+                np.copyto(v, saved[k])  # into the existing arrays: the pieces hold views of them
+        self.optimizer.step_count = int(sd["step"])
+
     def zero_grad(self) -> None:
         self.optimizer.module.zero_grad()  # the views are filled in place; the padding is never written
 
