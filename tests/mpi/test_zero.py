@@ -169,7 +169,8 @@ def test_state_dict_round_trip_resumes_bit_for_bit(grid):
     resumed = DistributedOptimizer(adamw(other), grid, bucket_cap_bytes=SMALL_CAP)
     resumed.load_state_dict(sd)
     train_step(other, resumed, grid, resumed, ids, labels, clip=1.0)
-    differ = [n for (n, a), (_, b) in zip(model.named_parameters(), other.named_parameters()) if not np.array_equal(a, b)]
+    differ = [n for (n, a), (_, b) in zip(model.named_parameters(), other.named_parameters())
+              if not np.array_equal(a, b)]
     assert not differ and resumed.step_count == 3, differ
     with pytest.raises(ValueError):
         DistributedOptimizer(adamw(other), grid, bucket_cap_bytes=10**9).load_state_dict(sd)
