@@ -156,6 +156,17 @@ MISTAKES = {
             out["loss"] = (b * s * vocab * itemsize, 2 * (tp - 1) * b * s * vocab * itemsize // tp)
             return out
         """, "the [tokens, V] logits never travel"),
+    "zero_slices_not_padded": ("14", """
+        def owned_range(n, dp, rank):
+            return rank * (n // dp), (rank + 1) * (n // dp)
+        """, "no padding: the slices were n // dp long"),
+    "zero_pieces_in_bucket_positions": ("14", """
+        def owned_pieces(sizes, dp, rank):
+            lo, hi = owned_range(sum(sizes), dp, rank)
+            ends = [sum(sizes[:i + 1]) for i in range(len(sizes))]
+            return [(i, max(lo, e - s), min(hi, e)) for i, (s, e) in enumerate(zip(sizes, ends))
+                    if max(lo, e - s) < min(hi, e)]
+        """, "start and stop are positions in the bucket"),
 }
 
 

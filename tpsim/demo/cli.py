@@ -67,6 +67,9 @@ def build_parser() -> RankZeroParser:
                    help="stop (exit 1) after this many consecutive steps skipped for a non-finite loss or "
                         "gradient norm (default 3)")
     t.add_argument("--bucket-mb", type=float, default=25.0, help="DP gradient bucket size in MiB (0 = per tensor)")
+    t.add_argument("--zero", type=int, choices=[0, 1], default=0,
+                   help="1: ZeRO-1, Megatron's distributed optimizer: gradients reduce-scattered over DP, AdamW "
+                        "state for this rank's 1/dp slice only, parameters all-gathered (default 0: plain DP)")
     t.add_argument("--seed", type=int, default=1234, help="seed of the master weights, data and dropout")
     t.add_argument("--tokens", type=int, default=32, help="tokens per TP group (mlp scenario)")
     t.add_argument("--classes", type=int, default=1003, help="classes of the classifier (partial-fc scenario)")

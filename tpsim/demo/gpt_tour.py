@@ -23,7 +23,8 @@ from tpsim.compare import relative_difference, shard_differences
 from tpsim.data import ReverseTask
 from tpsim.demo.report import say, step_table, write_outputs
 from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
-from tpsim.demo.arch import build_model, describe, llama_config, no_decay, serial_model
+from tpsim.demo.arch import build_model, describe, llama_config, serial_model
+from tpsim.demo.zero_demo import demo_adamw, formula_args, make_sync, state_table
 from tpsim.models.config import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng
@@ -31,7 +32,7 @@ from tpsim.tp.sequence_parallel import check_sequence_length
 from tpsim.trace.records import gather_records, gather_spans
 from tpsim.train.nonfinite import StepGuard, report_skip
 from tpsim.trace.aggregate import human_bytes
-from tpsim.train import (AdamW, GradSync, apply_update, broadcast_batch, broadcast_params, check_replicas,
+from tpsim.train import (apply_update, broadcast_batch, broadcast_params, check_replicas,
                          compute_grads, dp_slice, export_step0, load_into, load_tensors)
 
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4}  # of relative_difference, purely relative (floor 1e-30)
@@ -114,7 +115,7 @@ def build(grid: ProcessGrid, args: argparse.Namespace, config: GPTConfig, dtype,
         load_into(model, tensors)
     grid.tracer.step = 0
     broadcast_params(model, grid)
-    grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes=int(args.bucket_mb * 2**20))
+    grad_sync = make_sync(model, grid, args)  # GradSync, or ZeRO-1's DistributedOptimizer (--zero 1)
     say(grid, f"DP gradient sync: {len(grad_sync.buckets)} bucket(s), "
               f"{human_bytes(grad_sync.total_bytes)} of gradients per rank", "")
     return model, grad_sync
@@ -140,7 +141,7 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
     """``--steps`` steps of AdamW (step 0 checked against serial); each step's metrics, step 0's verdict, the
     optimizer (its state is checked after the last step)."""
     tracer = grid.tracer
-    optimizer = AdamW(model, lr=args.lr, weight_decay=0.01, no_decay=no_decay)
+    optimizer = grad_sync if args.zero else demo_adamw(model, args)
     rng = make_dropout_rng(args.dropout_rng, args.seed, grid.tp_rank)
     clip = args.clip if args.clip > 0 else None
     metrics, ok, guard = [], True, StepGuard(args.max_skipped_steps)
@@ -151,6 +152,8 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
         with guard.quiet():  # a diverging run is reported by the guard, not by NumPy warnings
             loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows))
         if step == 0:
+            if args.zero:  # the owned slices are reduced; gather them (phase verify) to check every gradient
+                grad_sync.gather_grads()
             ok = first_step(grid, model, args, config, task, loss, dtype)
             if args.steps == 0:
                 break
@@ -165,10 +168,11 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
         if (step % max(1, args.steps // 10) == 0 or step == args.steps - 1) and not guard.last.skipped:
             say(grid, f"  step {step:4d}  loss {loss:7.4{'f' if abs(loss) < 1e5 else 'g'}}  |grad| {norm:6.3{'f' if abs(norm) < 1e5 else 'g'}}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} collectives/rank")
+    say(grid, "", state_table(model, optimizer, grid))
     return metrics, ok, optimizer
 
 
-def final_report(grid, args, config, dtype, metrics, ddp_buckets: int, t_start: float) -> bool:
+def final_report(grid, args, config, dtype, metrics, grad_sync, t_start: float) -> bool:
     """Rank 0: the step table, measured vs predicted (FORMULA CHECK), the files; True unless a formula failed."""
     records = gather_records(grid.tracer, grid.world)
     spans = gather_spans(grid.tracer, grid.world, last_steps=args.timeline_steps)
@@ -179,8 +183,8 @@ def final_report(grid, args, config, dtype, metrics, ddp_buckets: int, t_start: 
     from tpsim.trace.formulas import compare, format_comparison, formula_verdict, predict_step
 
     predicted = predict_step(config, grid.tp, grid.dp, args.batch_size, args.seq_len, dtype,
-                             clip=args.steps > 0, ddp_buckets=ddp_buckets,
-                             sequence_parallel=args.sequence_parallel)
+                             clip=args.steps > 0, ddp_buckets=len(grad_sync.buckets),
+                             sequence_parallel=args.sequence_parallel, **formula_args(args, grad_sync))
     rows = compare([r for r in records if r["step"] == last], predicted)
     formula_ok, verdict = formula_verdict(rows)
     print(format_comparison(rows, title=f"Measured vs predicted per layer, step {last} (per rank):"), "",
@@ -206,5 +210,5 @@ def run(args: argparse.Namespace) -> int:
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
     replicas = check_replicas(model, grid)
     say(grid, "", ("OK: " if replicas.ok else "FAILED: ") + replicas.summary(), "")
-    formula_ok = final_report(grid, args, config, dtype, metrics, len(grad_sync.buckets), t_start)
+    formula_ok = final_report(grid, args, config, dtype, metrics, grad_sync, t_start)
     return 0 if (ok and final_ok and replicas.ok and formula_ok) else 1

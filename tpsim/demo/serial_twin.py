@@ -104,6 +104,15 @@ def train_serial(args: argparse.Namespace, config, task, dtype, optimizer: AdamW
     return [loss, *params, *m, *v]
 
 
+def _optimizer_state(model, optimizer):
+    """``(name, start, (exp_avg, exp_avg_sq))`` for the AdamW state this rank holds: whole shards, or under
+    ZeRO-1 (``DistributedOptimizer``) the owned pieces, ``start`` their offset in the flattened shard."""
+    if hasattr(optimizer, "pieces"):
+        return [(p.name, p.start, (p.state["exp_avg"], p.state["exp_avg_sq"]))
+                for pieces in optimizer.pieces for p in pieces]
+    return [(name, 0, (st["exp_avg"], st["exp_avg_sq"])) for name, st in optimizer.state.items()]
+
+
 def _differences(model, optimizer: AdamW, serial: dict[str, list[np.ndarray]]) -> dict[tuple[str, str], float]:
     """``{(what, name): difference}`` of this rank's shards vs their slices of the serial tensors, each relative
     to the largest serial value of its kind in the whole model (``relative_difference`` with that floor).
@@ -115,10 +124,16 @@ def _differences(model, optimizer: AdamW, serial: dict[str, list[np.ndarray]]) -
              for i, what in enumerate(STATE)}
     out = {}
     for e in model.named_entries():
-        local = (e.param, optimizer.state[e.name]["exp_avg"], optimizer.state[e.name]["exp_avg_sq"])
-        for what, mine, full in zip(STATE, local, serial[e.name]):
-            expected = take_shard(full, e.partition)
-            out[what, e.name] = relative_difference(mine, expected, floor=scale[what] or 1e-30)
+        expected = take_shard(serial[e.name][0], e.partition)
+        out[STATE[0], e.name] = relative_difference(e.param, expected, floor=scale[STATE[0]] or 1e-30)
+    partitions = dict(model.named_partitions())
+    for name, start, local in _optimizer_state(model, optimizer):
+        partition = partitions[name]
+        for what, mine, full in zip(STATE[1:], local, serial[name][1:]):
+            expected = take_shard(full, partition).reshape(-1)[start:start + mine.size]
+            key = (what, name)
+            out[key] = max(out.get(key, 0.0), relative_difference(mine.reshape(-1), expected,
+                                                                 floor=scale[what] or 1e-30))
     return out
 
 
@@ -143,7 +158,7 @@ def _check_final_state(grid, model, optimizer, args, config, task, dtype, metric
     shapes = list(config.param_shapes().items())
     t0 = time.perf_counter()
     loss, *state = broadcast_arrays(grid, [(), *[s for _, s in shapes] * len(STATE)],
-                                    lambda: train_serial(args, config, task, dtype, optimizer))
+                                    lambda: train_serial(args, config, task, dtype, getattr(optimizer, "optimizer", optimizer)))
     seconds = time.perf_counter() - t0
     serial = {name: state[i::len(shapes)] for i, (name, _) in enumerate(shapes)}
     diffs = _differences(model, optimizer, serial)

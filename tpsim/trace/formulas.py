@@ -16,6 +16,15 @@ linear), each of the whole activation, b·s·h elements (b = rows per DP rank). 
     ddp                   dp_sync    all_reduce  dp     every local gradient byte, in however many buckets
     clip_grad_norm        optimizer  all_reduce  tp     float64 [1], when clipping
 
+ZeRO-1 (``zero=1``, ``tpsim.train.zero``) replaces the ``ddp`` row by two and moves the clip norm to the world:
+
+    zero                  dp_sync    reduce_scatter dp  every padded gradient-bucket byte    (p−1)/p of it sent
+    clip_grad_norm        optimizer  all_reduce  world  float64 [1], when clipping (the owned slices' Σg²)
+    zero                  optimizer  all_gather  dp     the same bytes, parameters this time (p−1)/p sent
+
+so reduce-scatter + all-gather send 2(p−1)/p of the buffer, the all-reduce's wire bytes exactly (the buckets
+are padded to a multiple of dp, so no rounding creeps in).
+
 TP collectives are issued (and traced, with zero wire bytes) even at tp = 1; DP ones are skipped at dp = 1.
 
 Sequence parallelism (Korthikanti et al., 2022, §4.2.2; ``sequence_parallel=True``). Each all-reduce of a
@@ -53,6 +62,7 @@ from tpsim.table import RULE, format_table
 from tpsim.trace.aggregate import by_layer, summarize
 from tpsim.trace.llama_memory import is_llama
 from tpsim.trace.memory import param_elements
+from tpsim.trace.model_state import padded_length
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,7 @@ class _Rows:
     """The predictions being built, keyed by (layer, phase, op, group) in the order the collectives are issued."""
 
     def __init__(self, tp: int, dp: int, kv: int = 1) -> None:
-        self.sizes = {"tp": tp, "dp": dp, "kv": kv}
+        self.sizes = {"tp": tp, "dp": dp, "kv": kv, "world": tp * dp}
         self.rows: dict[tuple[str, str, str, str], Prediction] = {}
 
     def add(self, layer: str, phase: str, op: str, group: str, nbytes: int, calls: int = 1) -> None:
@@ -173,13 +183,15 @@ def _check_sizes(config, tp: int, dp: int, batch_size: int, seq_len: int, sequen
 def predict_step(config, tp: int, dp: int, batch_size: int, seq_len: int, dtype, *, clip: bool,
                  grad_bytes_local: int | None = None, sequence_parallel: bool = False,
                  ddp_buckets: int | None = None, label_smoothing: bool = False,
-                 sp_regather_in_backward: bool = True) -> list[Prediction]:
+                 sp_regather_in_backward: bool = True, zero: int = 0) -> list[Prediction]:
     """Every collective one rank issues in one training step (see the module docstring), in issue order.
 
     ``config``: a ``GPTConfig`` or a ``LlamaConfig``; ``batch_size``: the *global* batch (each DP rank takes batch_size / dp rows);
     ``dtype``: the model's dtype (activations, gradients) or its size in bytes. ``grad_bytes_local``: the DDP
     bytes; default every parameter's local shard at this tp (vocabulary padded, tied head once).
     ``ddp_buckets``: ``len(GradSync.buckets)``, the DDP call count; None leaves it unpredicted.
+    ``zero=1``: ZeRO-1's reduce-scatter + all-gather replace the DDP all-reduce (``grad_bytes_local`` then means
+    the padded buckets' bytes, ``DistributedOptimizer.total_bytes``; ``ddp_buckets`` their count).
     """
     _check_sizes(config, tp, dp, batch_size, seq_len, sequence_parallel)
     llama = is_llama(config)
@@ -202,13 +214,35 @@ def predict_step(config, tp: int, dp: int, batch_size: int, seq_len: int, dtype,
     if kv_rep > 1:  # replicated KV heads: (dW_k, dW_v) summed over the tp / kv ranks sharing one
         for blk in reversed(blocks):
             rows.add(f"{blk}.{n.attn}", BACKWARD, "all_reduce", "kv", 2 * h * config.head_dim * e)
+    elements = param_elements(config, tp)
+    if zero:  # one bucket padded to a multiple of dp, unless the caller gives the padded buckets' bytes
+        total = padded_length(elements, dp) * e if grad_bytes_local is None else grad_bytes_local
+        _zero_rows(rows, dp, total, ddp_buckets, clip)
+        return list(rows.rows.values())
     if dp > 1:
-        total = param_elements(config, tp) * e if grad_bytes_local is None else grad_bytes_local
-        rows.rows[("ddp", DP_SYNC, "all_reduce", "dp")] = Prediction(
-            "ddp", DP_SYNC, "all_reduce", "dp", dp, ddp_buckets, total, wire_bytes("all_reduce", total, dp))
+        total = elements * e if grad_bytes_local is None else grad_bytes_local
+        _bucketed(rows, "ddp", DP_SYNC, "all_reduce", total, ddp_buckets)
     if clip:
         rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "tp", 8)
     return list(rows.rows.values())
+
+
+def _bucketed(rows: _Rows, layer: str, phase: str, op: str, total: int, buckets: int | None) -> None:
+    """A DP collective over ``total`` bytes in ``buckets`` calls (None: the count is not predicted)."""
+    dp = rows.sizes["dp"]
+    rows.rows[(layer, phase, op, "dp")] = Prediction(layer, phase, op, "dp", dp, buckets, total,
+                                                     wire_bytes(op, total, dp))
+
+
+def _zero_rows(rows: _Rows, dp: int, total: int, buckets: int | None, clip: bool) -> None:
+    """ZeRO-1 (``tpsim.train.zero``): each bucket reduce-scattered in dp_sync and all-gathered after the step in
+    optimizer, the two together the all-reduce's bytes; the clip norm's all-reduce spans the world."""
+    if dp > 1:
+        _bucketed(rows, "zero", DP_SYNC, "reduce_scatter", total, buckets)
+    if clip:
+        rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "world", 8)
+    if dp > 1:
+        _bucketed(rows, "zero", OPTIMIZER, "all_gather", total, buckets)
 
 
 # --- measured vs predicted -------------------------------------------------------------------------------------

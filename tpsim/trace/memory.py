@@ -64,6 +64,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from tpsim.partition import padded_vocab_size
+from tpsim.trace.model_state import zero_optimizer_bytes
 from tpsim.table import format_table
 from tpsim.trace.llama_memory import is_llama, llama_activation_elements, llama_param_elements
 
@@ -85,10 +86,18 @@ def param_elements(config, tp: int) -> int:
     return padded_vocab_size(config.vocab_size, tp) // tp * h + config.n_positions * h + L * block + 2 * h
 
 
-def model_state_bytes(config, tp: int, dtype, optimizer_slots: int = 2) -> dict[str, int]:
-    """``{"params", "grads", "optimizer"}`` bytes per rank; ``optimizer_slots`` 2 for AdamW, 1 SGD+momentum."""
-    n = param_elements(config, tp) * np.dtype(dtype).itemsize
-    return {"params": n, "grads": n, "optimizer": optimizer_slots * n}
+def model_state_bytes(config, tp: int, dtype, optimizer_slots: int = 2, zero_dp: int = 0) -> dict[str, int]:
+    """``{"params", "grads", "optimizer"}`` bytes per rank; ``optimizer_slots`` 2 for AdamW, 1 SGD+momentum.
+
+    ``zero_dp`` d > 0: ZeRO-1 over d DP ranks (one gradient bucket): the state covers this rank's 1/d of the
+    bucket padded to a multiple of d (``tpsim.trace.model_state``); parameters and gradients stay whole.
+    """
+    elements, itemsize = param_elements(config, tp), np.dtype(dtype).itemsize
+    n = elements * itemsize
+    optimizer = optimizer_slots * n
+    if zero_dp:
+        optimizer = zero_optimizer_bytes([elements], zero_dp, itemsize, optimizer_slots)
+    return {"params": n, "grads": n, "optimizer": optimizer}
 
 
 # --- activation formulas ---------------------------------------------------------------------------------------
@@ -238,13 +247,14 @@ def measure_memory(model, optimizer, cache, exclude=()) -> MemoryReport:
 
 
 def predict_memory(config, tp: int, batch: int, seq: int, dtype, tp_rank: int = 0, optimizer_slots: int = 2,
-                   dropout: bool | None = None, sequence_parallel: bool = False) -> dict[str, int]:
+                   dropout: bool | None = None, sequence_parallel: bool = False, zero_dp: int = 0) -> dict[str, int]:
     """Our formulas as bytes, keyed like ``MemoryReport`` (no ``indices``: they depend on the data).
 
-    Parameters, gradients and optimizer state are the same with or without ``sequence_parallel``.
+    Parameters, gradients and optimizer state are the same with or without ``sequence_parallel``; ``zero_dp``:
+    ZeRO-1's optimizer state (see ``model_state_bytes``).
     """
     act = activation_elements(config, tp, batch, seq, tp_rank, dropout, sequence_parallel)
-    return {**model_state_bytes(config, tp, dtype, optimizer_slots),
+    return {**model_state_bytes(config, tp, dtype, optimizer_slots, zero_dp),
             "activations": act["floats"] * np.dtype(dtype).itemsize, "masks": act["masks"]}
 
 

@@ -1,6 +1,6 @@
 """Training on top of the models: optimizers on local shards, TP-aware clipping (the SenseParrots article,
-§2.2.3), DP gradient sync (DDP), the broadcasts of the article's §3.1, replica checks, the training step, and
-checkpoints with resharding."""
+§2.2.3), DP gradient sync (DDP) or ZeRO-1's distributed optimizer, the broadcasts of the article's §3.1,
+replica checks, the training step, and checkpoints with resharding."""
 
 from tpsim.train.broadcast import broadcast_batch, broadcast_params, dp_slice
 from tpsim.train.checkpoint import (CheckpointError, export_step0, full_tensors, load_into, load_tensors,
@@ -11,8 +11,10 @@ from tpsim.train.ddp import Bucket, GradSync
 from tpsim.train.nonfinite import StepGuard, StepVerdict
 from tpsim.train.optim import SGD, AdamW, Optimizer
 from tpsim.train.step import StepResult, apply_update, compute_grads, train_step
+from tpsim.train.zero import DistributedOptimizer
 
-__all__ = ["AdamW", "Bucket", "CheckpointError", "ConsistencyReport", "GradSync", "Mismatch", "Optimizer", "SGD",
-           "StepGuard", "StepResult", "StepVerdict", "apply_update", "broadcast_batch", "broadcast_params", "check_replicas", "clip_grad_norm",
-           "compute_grads", "dp_slice", "export_step0", "full_tensors", "grad_entries", "grad_norm", "load_into",
-           "load_tensors", "save_tensors", "train_step"]
+__all__ = ["AdamW", "Bucket", "CheckpointError", "ConsistencyReport", "DistributedOptimizer", "GradSync",
+           "Mismatch", "Optimizer", "SGD", "StepGuard", "StepResult", "StepVerdict", "apply_update",
+           "broadcast_batch", "broadcast_params", "check_replicas", "clip_grad_norm", "compute_grads", "dp_slice",
+           "export_step0", "full_tensors", "grad_entries", "grad_norm", "load_into", "load_tensors",
+           "save_tensors", "train_step"]

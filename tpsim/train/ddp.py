@@ -71,11 +71,12 @@ class GradSync:
     """Average gradients over ``dp_group`` in buckets; the gradients of ``module`` become views into them.
 
     Attributes: ``buckets`` (list of ``Bucket``: names and bytes, for printing), ``buffers`` (the flat arrays,
-    ``[nbytes / itemsize]`` each), ``dp_group``.
+    ``[nbytes / itemsize]`` each), ``dp_group``. ``pad_to``: each buffer's length is rounded up to a multiple
+    of it with zeros after the last gradient (``tpsim.train.zero`` pads to dp so a reduce-scatter splits it).
     """
 
     def __init__(self, module: Module, dp_group: Group,
-                 bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES) -> None:
+                 bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *, pad_to: int = 1) -> None:
         if bucket_cap_bytes is not None and bucket_cap_bytes < 0:
             raise ValueError(f"bucket_cap_bytes must be >= 0 or None, got {bucket_cap_bytes}")
         self.module, self.dp_group = module, dp_group
@@ -89,7 +90,8 @@ class GradSync:
         replace: dict[int, np.ndarray] = {}  # id(old grad array) -> its view in a bucket
         for positions in groups:
             members = [entries[i] for i in positions]
-            buf = np.zeros(sum(g.size for _, g in members), dtype=members[0][1].dtype)
+            size = sum(g.size for _, g in members)
+            buf = np.zeros(-(-size // pad_to) * pad_to, dtype=members[0][1].dtype)  # zero tail: see pad_to
             offset = 0
             for name, g in members:
                 view = buf[offset:offset + g.size].reshape(g.shape)  # contiguous slice: a view, never a copy

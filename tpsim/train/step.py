@@ -87,16 +87,25 @@ def apply_update(model: Module, optimizer: Optimizer, grid: ProcessGrid, clip: f
     With a ``guard`` (``tpsim.train.nonfinite``) the global gradient norm is measured every step, clipping or
     not, and ``guard.decide(loss, norm, found_inf=...)`` may skip clipping and the optimizer step on every rank
     together; its verdict is ``guard.last``. ``found_inf`` is a loss scaler's "overflow: skip, don't count".
+    An optimizer that owns only slices of the gradients (ZeRO-1's ``DistributedOptimizer``) measures and clips
+    them itself.
     """
+    sliced = hasattr(optimizer, "clip_grad_norm")
     if guard is None:
-        norm = None if clip is None else clip_grad_norm(model, grid.tp_group, clip)
+        if clip is None:
+            norm = None
+        else:
+            norm = optimizer.clip_grad_norm(clip) if sliced else clip_grad_norm(model, grid.tp_group, clip)
         optimizer.step()
         return norm
     with guard.quiet():
-        norm = grad_norm(model, grid.tp_group)
+        norm = optimizer.grad_norm() if sliced else grad_norm(model, grid.tp_group)
         if not guard.decide(loss, norm, found_inf=found_inf).skipped:
             if clip is not None:
-                clip_grad_norm(model, grid.tp_group, clip, norm=norm)
+                if sliced:
+                    optimizer.clip_grad_norm(clip, norm=norm)
+                else:
+                    clip_grad_norm(model, grid.tp_group, clip, norm=norm)
             optimizer.step()
     return norm
 

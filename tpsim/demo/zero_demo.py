@@ -1,0 +1,51 @@
+"""The demo's ZeRO-1 hooks (``--zero 1``): the gradient sync / optimizer, and the model-state table.
+
+``gpt_tour`` calls these so that its own flow stays the same with and without ZeRO-1: ``make_sync`` returns a
+``GradSync`` (plain DP) or a ``DistributedOptimizer`` (which is the gradient sync *and* the optimizer).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from tpsim.comm import ProcessGrid
+from tpsim.demo.arch import no_decay
+from tpsim.nn.module import Module
+from tpsim.trace.model_state import format_model_state, layout_for, measure_model_state, zero_optimizer_bytes
+from tpsim.train import AdamW, GradSync
+from tpsim.train.zero import DistributedOptimizer
+
+
+def demo_adamw(model: Module, args: argparse.Namespace) -> AdamW:
+    """The demo's AdamW: decay 0.01, none on biases and norms (``tpsim.demo.arch.no_decay``)."""
+    return AdamW(model, lr=args.lr, weight_decay=0.01, no_decay=no_decay)
+
+
+def make_sync(model: Module, grid: ProcessGrid, args: argparse.Namespace) -> GradSync | DistributedOptimizer:
+    cap = int(args.bucket_mb * 2**20)
+    if getattr(args, "zero", 0):
+        return DistributedOptimizer(demo_adamw(model, args), grid, bucket_cap_bytes=cap)
+    return GradSync(model, grid.dp_group, bucket_cap_bytes=cap)
+
+
+def formula_args(args: argparse.Namespace, sync) -> dict:
+    """Extra ``predict_step`` arguments under ZeRO-1: the padded buckets' bytes."""
+    return {"zero": 1, "grad_bytes_local": sync.total_bytes} if getattr(args, "zero", 0) else {}
+
+
+def state_table(model: Module, optimizer, grid: ProcessGrid) -> str:
+    """Rank 0's model state per parameter, measured from the live arrays, beside the formula."""
+    distributed = isinstance(optimizer, DistributedOptimizer)
+    itemsize = next(p for _, p in model.named_parameters()).itemsize
+    if distributed:
+        sizes = dict((n, p.size) for n, p in model.named_parameters())
+        elements = [sum(sizes[n] for n in b.names) for b in optimizer.buckets]
+        predicted = zero_optimizer_bytes(elements, grid.dp, itemsize, len(optimizer.optimizer._slots))
+    else:
+        predicted = 2 * sum(p.nbytes for _, p in model.named_parameters())
+    how = f"ZeRO-1 over DP {grid.dp}" if distributed else "AdamW on every DP rank"
+    title = f"Model state per parameter on rank 0 ({how}, {np.dtype(f'f{itemsize}')}, live arrays):"
+    return format_model_state(measure_model_state(model, optimizer), layout_for(itemsize), grid.dp, distributed,
+                              predicted, title=title)

@@ -1,0 +1,207 @@
+"""Model state under ZeRO-1: who owns which slice of a gradient buffer, and the bytes per parameter.
+
+Pure arithmetic (no MPI), shared by ``tpsim.train.zero``, the formulas, the demo's table and lesson 14.
+
+**Owned slices** (Megatron's distributed optimizer, Rajbhandari et al. 2019 ZeRO stage 1, arXiv:1910.02054).
+A bucket packs ``n`` gradient elements into one flat buffer, padded with zeros to a multiple of the DP size d:
+
+    n_pad = ⌈n / d⌉ · d        DP rank r owns [r · n_pad/d, (r + 1) · n_pad/d)
+
+A reduce-scatter hands rank r the summed gradients of exactly that range; the optimizer state exists only for
+it; an all-gather of the ranges rebuilds the whole buffer. A parameter may straddle two ranks' ranges: each
+updates its own piece (``owned_segments`` says which piece of which parameter).
+
+**Bytes per parameter** (Megatron-LM's ``docs/source/api-guide/dist_optimizer.md``). Per parameter a rank
+holds its model parameter and gradient (replicated over DP: every rank needs the full model) and, sharded 1/d
+under the distributed optimizer, the fp32 main parameter (when the model's is 16-bit), an fp32 main gradient
+(when the model's is fp16) and Adam's two fp32 moments:
+
+    layout                       param  grad  main param  main grad  Adam m, v   plain   distributed
+    fp16 params, fp16 grads        2     2        4           4         8         20     4 + 16/d
+    bf16 params, fp32 grads        2     4        4           -         8         18     6 + 12/d
+    fp32 params, fp32 grads        4     4        -           -         8         16     8 + 8/d
+
+tpsim's own float32 layout is the last row exactly (AdamW updates the model's array in place: the parameter
+*is* the main parameter, and the gradient buffer's owned slice *is* the main gradient). Its float64 default
+doubles each column: 32 plain, 16 + 16/d distributed. The 16-bit rows need fp32 main parameters, which only
+a mixed-precision optimizer holds; ``measure_model_state`` counts whatever its ``state_bytes()`` reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import NamedTuple
+
+# --- owned slices ----------------------------------------------------------------------------------------------
+
+
+def padded_length(n: int, dp: int) -> int:
+    """``n`` rounded up to a multiple of ``dp``: the length of a bucket that a reduce-scatter splits evenly."""
+    if n < 0 or dp < 1:
+        raise ValueError(f"need n >= 0 and dp >= 1, got n={n}, dp={dp}")
+    return -(-n // dp) * dp
+
+
+def owned_range(n: int, dp: int, rank: int) -> range:
+    """Positions of a bucket of ``n`` elements (padded to a multiple of ``dp``) that DP rank ``rank`` owns."""
+    if not 0 <= rank < dp:
+        raise ValueError(f"rank {rank} is not in a DP group of {dp}")
+    shard = padded_length(n, dp) // dp
+    return range(rank * shard, (rank + 1) * shard)
+
+
+class Segment(NamedTuple):
+    """The piece of parameter ``index`` that a rank owns: elements [start, stop) of the flattened parameter,
+    found at ``buffer_start`` in the bucket's buffer."""
+
+    index: int
+    start: int
+    stop: int
+    buffer_start: int
+
+
+def owned_segments(sizes: list[int], dp: int, rank: int) -> list[Segment]:
+    """Pieces of the parameters packed (in this order, ``sizes`` elements each) that ``rank`` owns.
+
+    E.g. sizes [5, 3], dp 2: the buffer is 8 long, rank 0 owns [0, 4) = parameter 0's elements 0..3, rank 1
+    owns [4, 8) = parameter 0's element 4 and all of parameter 1.
+    """
+    mine = owned_range(sum(sizes), dp, rank)
+    out, offset = [], 0
+    for i, size in enumerate(sizes):
+        lo, hi = max(offset, mine.start), min(offset + size, mine.stop)
+        if lo < hi:
+            out.append(Segment(i, lo - offset, hi - offset, lo))
+        offset += size
+    return out
+
+
+def zero_buffer_elements(bucket_elements: list[int], dp: int) -> int:
+    """Elements of all the padded buckets: what each rank reduce-scatters and all-gathers per step."""
+    return sum(padded_length(n, dp) for n in bucket_elements)
+
+
+def zero_optimizer_bytes(bucket_elements: list[int], dp: int, itemsize: int, slots: int = 2) -> int:
+    """Optimizer-state bytes one DP rank holds under ZeRO-1: ``slots`` arrays over its owned slices (padding
+    included, as the live arrays are); AdamW has 2 slots, SGD with momentum 1."""
+    return slots * itemsize * zero_buffer_elements(bucket_elements, dp) // dp
+
+
+# --- bytes per parameter ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """Bytes per parameter of each piece of model state (0 = not held)."""
+
+    name: str
+    param: int
+    grad: int
+    main_param: int
+    main_grad: int
+    optimizer: int
+
+    @property
+    def replicated(self) -> int:
+        """Bytes every DP rank keeps whole: the model's parameter and gradient."""
+        return self.param + self.grad
+
+    @property
+    def sharded(self) -> int:
+        """Bytes the distributed optimizer splits over DP: main parameter, main gradient, optimizer state."""
+        return self.main_param + self.main_grad + self.optimizer
+
+    def bytes_per_parameter(self, dp: int = 1, distributed: bool = False) -> Fraction:
+        """replicated + sharded, with the sharded part ÷ dp when ``distributed`` (exact, as a Fraction)."""
+        return self.replicated + Fraction(self.sharded, dp if distributed else 1)
+
+
+MEGATRON_LAYOUTS = (  # dist_optimizer.md's three rows
+    StateLayout("fp16 params, fp16 grads", 2, 2, 4, 4, 8),
+    StateLayout("bf16 params, fp32 grads", 2, 4, 4, 0, 8),
+    StateLayout("fp32 params, fp32 grads", 4, 4, 0, 0, 8),
+)
+TPSIM_FLOAT64 = StateLayout("tpsim float64 (AdamW in place)", 8, 8, 0, 0, 16)
+
+
+def format_formula(layout: StateLayout) -> str:
+    """``"4 + 16/d"``: the distributed column the way Megatron writes it."""
+    return f"{layout.replicated} + {layout.sharded}/d"
+
+
+# --- measured from live arrays ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """Model-state bytes on one rank and the parameters they serve (the full model's, not this rank's shard)."""
+
+    params: int
+    grads: int
+    optimizer: int
+    parameters: int
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer
+
+    def per_parameter(self) -> dict[str, Fraction]:
+        """Bytes ÷ parameters for each part and in total, exactly."""
+        n = self.parameters
+        return {"params": Fraction(self.params, n), "grads": Fraction(self.grads, n),
+                "optimizer": Fraction(self.optimizer, n), "total": Fraction(self.total, n)}
+
+
+def measure_model_state(model, optimizer, parameters: int | None = None) -> ModelState:
+    """Bytes of ``model``'s parameter and gradient arrays (each tied array once) and ``optimizer.state_bytes()``
+    (any dtype: a mixed-precision optimizer counts its fp32 main parameters and gradients there).
+
+    ``parameters`` defaults to the elements of this rank's parameters; under ZeRO-1 with TP 1 the model is
+    whole on each rank, so bytes ÷ parameters is the table's per-parameter figure.
+    """
+    params = sum(p.nbytes for _, p in model.named_parameters())
+    grads = sum(g.nbytes for _, g in model.named_grads())
+    count = sum(p.size for _, p in model.named_parameters()) if parameters is None else parameters
+    return ModelState(params, grads, optimizer.state_bytes() if optimizer is not None else 0, count)
+
+
+def layout_for(itemsize: int) -> StateLayout:
+    """tpsim's own layout for a model of ``itemsize``-byte floats with AdamW (no main copies: updated in place)."""
+    if itemsize == 4:
+        return MEGATRON_LAYOUTS[2]
+    if itemsize == 8:
+        return TPSIM_FLOAT64
+    raise ValueError(f"no tpsim layout for {itemsize}-byte parameters (a 16-bit one needs mixed precision)")
+
+
+def _fraction(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else f"{float(x):.3f}"
+
+
+def format_model_state(measured: ModelState, layout: StateLayout, dp: int, distributed: bool,
+                       optimizer_formula: int, title: str = "") -> str:
+    """Measured bytes ÷ parameters beside the layout's formula, then Megatron's three rows at this d.
+
+    ``optimizer_formula``: the predicted optimizer bytes of this rank (padding included), checked exactly.
+    """
+    from tpsim.table import RULE, format_table  # pure text
+
+    per = measured.per_parameter()
+    d = dp if distributed else 1
+    formula = {"params": Fraction(layout.param), "grads": Fraction(layout.grad),
+               "optimizer": Fraction(layout.sharded, d), "total": layout.bytes_per_parameter(dp, distributed)}
+    rows = [["", "bytes", "per parameter", "formula", ""], RULE]
+    for key in ("params", "grads", "optimizer", "total"):
+        value = getattr(measured, key)
+        check = ("ok" if value == optimizer_formula else "DIFFERS") if key == "optimizer" else ""
+        rows.append([key, f"{value:,}", _fraction(per[key]), _fraction(formula[key]), check])
+    lines = [format_table(rows, title=title),
+             f"  formula: {layout.name}, {format_formula(layout) if distributed else layout.replicated + layout.sharded}"
+             f"{' at d = ' + str(dp) if distributed else ' (plain optimizer)'}; the measured optimizer column "
+             "adds only the padding of the buckets, if any",
+             "  Megatron's table (dist_optimizer.md), plain -> distributed at this d:"]
+    for row in MEGATRON_LAYOUTS:
+        lines.append(f"    {row.name:<24} {_fraction(row.bytes_per_parameter()):>3} -> {format_formula(row):<9} = "
+                     f"{_fraction(row.bytes_per_parameter(dp, distributed=True))}")
+    return "\n".join(lines)

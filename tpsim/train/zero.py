@@ -1,0 +1,229 @@
+"""ZeRO-1 over the DP group, the way Megatron-LM's distributed optimizer does it, under tensor parallelism.
+
+Plain DP (``GradSync``) all-reduces every gradient and every DP rank then runs the same optimizer step on the
+same numbers: the optimizer state is replicated d times. ZeRO stage 1 (Rajbhandari et al. 2019,
+arXiv:1910.02054) keeps the step's result and splits the work and the state:
+
+    grads  ── reduce-scatter (dp_sync) ──▶  my 1/d slice, summed, ÷ d      (bucket by bucket, like GradSync)
+    clip   ── one all-reduce over the world of my slice's Σg² (TP-replicated params counted on tp_rank 0 only)
+    step   ── AdamW on my slice only: m and v exist for 1/d of the parameters
+    params ── all-gather (optimizer) ──▶  every rank's updated slice back into the model's arrays
+
+An all-reduce *is* a reduce-scatter followed by an all-gather (that is how the ring does it), so ZeRO-1 moves
+exactly the bytes plain DP moves, 2(d−1)/d of the buffer per rank; it only moves the step into the middle.
+
+Layout (``tpsim.trace.model_state``): the gradients become views into flat buckets (``GradSync`` with
+``pad_to=dp``), each padded with zeros to a multiple of d; DP rank r owns positions [r·n/d, (r+1)·n/d) of each
+bucket. The reduce-scatter's result is written back into that range of the bucket, so the owned slice of the
+bucket is the "main gradient" (Megatron's, for fp32 grads) and costs nothing extra; the rest of the bucket
+holds this rank's unreduced gradients and is not read again. AdamW updates the model's own parameter arrays
+through flat views of the owned pieces: in fp32/fp64 the parameter is the main parameter. (Mixed precision
+would keep an fp32 copy of the owned pieces here — ``main_params`` — and count it in ``state_bytes``.)
+
+Traced: reduce-scatter scope ``zero.bucket{i}`` phase ``dp_sync``; all-gather scope ``zero.bucket{i}`` phase
+``optimizer`` (it belongs to the update; Megatron may overlap it with the next forward); the clip norm scope
+``clip_grad_norm`` phase ``optimizer``, group ``world``. With dp == 1 no DP collective is issued.
+
+    zero = DistributedOptimizer(AdamW(model, lr=3e-4), grid)     # wraps any tpsim Optimizer
+    train_step(model, zero, grid, zero, ids, labels, clip=1.0)     # zero is also the gradient sync
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from tpsim.comm import ProcessGrid
+from tpsim.nn.module import Partition
+from tpsim.phases import DP_SYNC, OPTIMIZER, VERIFY
+from tpsim.trace.aggregate import human_bytes
+from tpsim.trace.model_state import owned_range, owned_segments
+from tpsim.train.clip import CLIP_EPS, _check_norm_type, _local_contribution
+from tpsim.train.ddp import DEFAULT_BUCKET_CAP_BYTES, GradSync
+from tpsim.train.optim import Optimizer
+
+
+class Piece(NamedTuple):
+    """One parameter's owned piece: flat views of the parameter, its gradient and its optimizer state."""
+
+    name: str
+    param: np.ndarray  # elements [start, stop) of the flattened parameter: a view, updated in place
+    grad: np.ndarray  # the same elements' gradient: a view into the bucket, reduced by the reduce-scatter
+    state: dict[str, np.ndarray]  # the optimizer's slots for these elements: views into the owned slice's state
+    partition: Partition | None  # None: replicated over TP (counted on tp_rank 0 by the clip norm)
+    decay: float  # the weight decay of this parameter
+    at: int  # where the piece starts in this rank's owned range of the bucket
+    start: int  # where the piece starts in the flattened parameter (its elements are [start, start + size))
+
+
+def _flat(a: np.ndarray) -> np.ndarray:
+    flat = a.reshape(-1)
+    if not np.shares_memory(flat, a):
+        raise ValueError("ZeRO-1 updates parameters through flat views: parameters must be contiguous")
+    return flat
+
+
+class DistributedOptimizer:
+    """ZeRO-1 around a tpsim ``Optimizer`` (its update rule and hyper-parameters; its full state is dropped).
+
+    Also the gradient sync of the step (``sync()``: the reduce-scatter), so it goes where a ``GradSync`` goes.
+    Attributes: ``buckets``/``buffers`` (padded), ``owned`` (this rank's range of each bucket), ``pieces``.
+    """
+
+    def __init__(self, optimizer: Optimizer, grid: ProcessGrid,
+                 bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES) -> None:
+        self.optimizer, self.grid = optimizer, grid
+        self.dp_group, self.dp = grid.dp_group, grid.dp
+        model = optimizer.module
+        self.grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes, pad_to=grid.dp)
+        self.buckets, self.buffers = self.grad_sync.buckets, self.grad_sync.buffers
+        slots = optimizer._slots
+        self.owned = [owned_range(len(buf), self.dp, self.dp_group.rank) for buf in self.buffers]
+        # flat optimizer state for the owned slice of each bucket, padding included (Megatron's shard)
+        self.slot_buffers = [{s: np.zeros(len(mine), buf.dtype) for s in slots}
+                             for mine, buf in zip(self.owned, self.buffers)]
+        self.pieces: list[list[Piece]] = [self._pieces(b) for b in range(len(self.buckets))]
+        optimizer.state = {}  # the full-size state is never used: the owned slices' state replaces it
+
+    def _pieces(self, b: int) -> list[Piece]:
+        """The pieces of bucket ``b``'s parameters that fall into this rank's owned range, in packing order."""
+        model, bucket, buf, mine = self.optimizer.module, self.buckets[b], self.buffers[b], self.owned[b]
+        params, partitions = dict(model.named_parameters()), dict(model.named_partitions())
+        pieces = []
+        for seg in owned_segments([params[n].size for n in bucket.names], self.dp, self.dp_group.rank):
+            name, at, size = bucket.names[seg.index], seg.buffer_start - mine.start, seg.stop - seg.start
+            state = {s: arr[at:at + size] for s, arr in self.slot_buffers[b].items()}
+            grad = buf[seg.buffer_start:seg.buffer_start + size]
+            pieces.append(Piece(name, _flat(params[name])[seg.start:seg.stop], grad, state, partitions[name],
+                                self.optimizer.decay_for(name), at, seg.start))
+        return pieces
+
+    # --- the optimizer interface -------------------------------------------------------------------------------
+    @property
+    def lr(self) -> float:
+        return self.optimizer.lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self.optimizer.lr = value
+
+    @property
+    def step_count(self) -> int:
+        return self.optimizer.step_count
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of the padded gradient buckets: what is reduce-scattered, and all-gathered, per step."""
+        return self.grad_sync.total_bytes
+
+    def state_bytes(self) -> int:
+        """Optimizer-state bytes on this rank: the slots over its owned slices (1/d of the buckets)."""
+        return sum(a.nbytes for slots in self.slot_buffers for a in slots.values())
+
+    def state_dict(self) -> dict:
+        """``{"step", "dp", "slots"}``: this DP rank's shard of the state (one dict of slot arrays per bucket), as
+        Megatron saves a distributed optimizer per DP rank; it loads only at the same dp and bucket layout."""
+        return {"step": self.step_count, "dp": self.dp,
+                "slots": [{k: v.copy() for k, v in slots.items()} for slots in self.slot_buffers]}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if sd["dp"] != self.dp or len(sd["slots"]) != len(self.slot_buffers):
+            raise ValueError(f"a shard saved at dp {sd['dp']} with {len(sd['slots'])} buckets does not fit dp "
+                             f"{self.dp} with {len(self.slot_buffers)} buckets")
+        for mine, saved in zip(self.slot_buffers, sd["slots"]):
+            for k, v in mine.items():
+                if saved[k].shape != v.shape:
+                    raise ValueError(f"slot {k}: shape {saved[k].shape} != {v.shape} (another bucket layout?)")
+                np.copyto(v, saved[k])  # into the existing arrays: the pieces hold views of them
+        self.optimizer.step_count = int(sd["step"])
+
+    def zero_grad(self) -> None:
+        self.optimizer.module.zero_grad()  # the views are filled in place; the padding is never written
+
+    # --- the three phases of a step ----------------------------------------------------------------------------
+    def sync(self) -> None:
+        """Reduce-scatter each bucket over DP: this rank's owned range becomes the DP mean of the gradients."""
+        if self.dp == 1:
+            return
+        self.grad_sync._check_views()
+        tracer = self.dp_group.tracer
+        for i, (buf, mine) in enumerate(zip(self.buffers, self.owned)):
+            with tracer.region(scope=f"zero.bucket{i}", phase=DP_SYNC):
+                buf[mine.start:mine.stop] = self.dp_group.reduce_scatter(buf, axis=0)
+            buf[mine.start:mine.stop] /= self.dp  # sum then divide, as GradSync does
+
+    def _all_pieces(self):
+        return (piece for pieces in self.pieces for piece in pieces)
+
+    def grad_norm(self, norm_type: float = 2.0) -> float:
+        """The serial model's gradient norm from the owned slices: one all-reduce over the whole world.
+
+        Each element of a TP shard is owned by exactly one DP rank, so summing the slices over DP and TP counts
+        it once; a TP-replicated parameter is counted by ``tp_rank == 0`` only, as ``clip.grad_norm`` does.
+        """
+        p = _check_norm_type(norm_type)
+        entries = [(piece.name, piece.grad, piece.partition) for piece in self._all_pieces()]
+        local = _local_contribution(entries, p, count_replicated=self.grid.tp_rank == 0)
+        with self.grid.tracer.region(scope="clip_grad_norm", phase=OPTIMIZER):
+            total = float(self.grid.world.all_reduce(np.array([local]), op="max" if math.isinf(p) else "sum")[0])
+        return total if math.isinf(p) else total ** (1.0 / p)
+
+    def clip_grad_norm(self, max_norm: float, norm_type: float = 2.0, *, norm: float | None = None) -> float:
+        """Scale the owned gradients so the global norm is at most ``max_norm`` (PyTorch's rule); the norm before.
+        ``norm``: the ``grad_norm`` already measured this step, so no second all-reduce."""
+        if not max_norm >= 0:
+            raise ValueError(f"max_norm must be >= 0, got {max_norm}")
+        total = self.grad_norm(norm_type) if norm is None else float(norm)
+        coef = max_norm / (total + CLIP_EPS)
+        if coef < 1.0:
+            for piece in self._all_pieces():
+                np.multiply(piece.grad, coef, out=piece.grad)  # in place: a view into the bucket
+        return total
+
+    def step(self) -> None:
+        """Update the owned pieces with the wrapped optimizer's rule, then all-gather the parameters."""
+        opt = self.optimizer
+        opt.step_count += 1
+        for piece in self._all_pieces():
+            opt._update(piece.param, piece.grad, piece.state, piece.decay)
+        self.gather_params()
+
+    def gather_params(self) -> None:
+        """All-gather every bucket's owned ranges of parameters into the model's arrays (phase ``optimizer``)."""
+        self._gather("param", dict(self.optimizer.module.named_parameters()), "zero.bucket", OPTIMIZER)
+
+    def gather_grads(self) -> None:
+        """All-gather the reduced gradients so the model's whole gradients are the DP mean again (to check them
+        against a serial model: scope ``zero.grads{i}``, phase ``verify``)."""
+        self._gather("grad", dict(self.optimizer.module.named_grads()), "zero.grads", VERIFY)
+
+    def _gather(self, what: str, targets: dict[str, np.ndarray], scope: str, phase: str) -> None:
+        """All-gather each bucket's owned pieces of ``what`` ("param" or "grad") into the arrays ``targets``."""
+        if self.dp == 1:
+            return  # every range is mine: the update was already in place
+        tracer = self.dp_group.tracer
+        for i, (bucket, buf, mine, pieces) in enumerate(zip(self.buckets, self.buffers, self.owned, self.pieces)):
+            send = np.zeros(len(mine), buf.dtype)  # the padding travels as zeros
+            for piece in pieces:
+                send[piece.at:piece.at + piece.grad.size] = getattr(piece, what)
+            with tracer.region(scope=f"{scope}{i}", phase=phase):
+                full = self.dp_group.all_gather(send, axis=0)
+            offset = 0
+            for name in bucket.names:
+                flat = _flat(targets[name])
+                flat[...] = full[offset:offset + flat.size]
+                offset += flat.size
+
+    def describe(self) -> str:
+        """The buckets, the owned range of each on this rank, and the state bytes, as text."""
+        lines = [f"ZeRO-1 over DP({self.dp}): {len(self.buckets)} bucket(s), {self.total_bytes} bytes of gradients "
+                 f"(padded to a multiple of {self.dp}), optimizer state {human_bytes(self.state_bytes())} per rank"]
+        for i, (bucket, mine) in enumerate(zip(self.buckets, self.owned)):
+            lines.append(f"  bucket {i}: {len(self.buffers[i]):>8} elements, this rank owns "
+                         f"[{mine.start}, {mine.stop}): {len(self.pieces[i])} parameter piece(s)")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"DistributedOptimizer(dp={self.dp}, buckets={len(self.buckets)}, state_bytes={self.state_bytes()})"
