@@ -156,9 +156,10 @@ def _check_final_state(grid, model, optimizer, args, config, task, dtype, metric
                       "so no serial run draws the same masks (--dropout-rng exact can be checked)")
         return True
     shapes = list(config.param_shapes().items())
+    settings = getattr(optimizer, "optimizer", optimizer)  # ZeRO-1 wraps the AdamW whose settings are read
     t0 = time.perf_counter()
     loss, *state = broadcast_arrays(grid, [(), *[s for _, s in shapes] * len(STATE)],
-                                    lambda: train_serial(args, config, task, dtype, getattr(optimizer, "optimizer", optimizer)))
+                                    lambda: train_serial(args, config, task, dtype, settings))
     seconds = time.perf_counter() - t0
     serial = {name: state[i::len(shapes)] for i, (name, _) in enumerate(shapes)}
     diffs = _differences(model, optimizer, serial)
