@@ -80,6 +80,19 @@ def links(lay: Layout, gpu: GPU) -> dict:
             "dp": gpu.intra if one_node else gpu.inter}
 
 
+def dp_collectives(lay: Layout, stage_params: int) -> list[tuple[str, int]]:
+    """``(op, logical bytes)`` of the DP gradient sync per step: an all-reduce of the gradients, or with ZeRO-1
+    a reduce-scatter of the gradients and an all-gather of the updated parameters."""
+    p_bytes, g_bytes, _ = STATE_BYTES[lay.dtype]
+    if lay.zero:
+        return [("reduce_scatter", stage_params * g_bytes), ("all_gather", stage_params * p_bytes)]
+    return [("all_reduce", stage_params * g_bytes)]
+
+
+def dp_wire_bytes(lay: Layout, stage_params: int) -> int:
+    return sum(wire_bytes(op, n, lay.dp) for op, n in dp_collectives(lay, stage_params))
+
+
 def step_comm(model: ModelSpec, lay: Layout, gpu: GPU, stage_params: int) -> dict[str, dict[str, float]]:
     """``{"wire_bytes": {"tp", "dp", "pp"}, "time_s": {...}}`` per step on the busiest GPU."""
     m, per_stage, link = lay.microbatches, model.layers // lay.pp, links(lay, gpu)
@@ -90,12 +103,8 @@ def step_comm(model: ModelSpec, lay: Layout, gpu: GPU, stage_params: int) -> dic
     tp_wire = m * (per_stage * sum(r.wire_bytes for r in layer) + sum(r.wire_bytes for r in outside))
     tp_wire += sum(r.wire_bytes for r in once)
     tp_time = m * (per_stage * _seconds(layer, link["tp"]) + _seconds(outside, link["tp"])) + _seconds(once, link["tp"])
-    p_bytes, g_bytes, _ = STATE_BYTES[lay.dtype]
-    if lay.zero:
-        dp_ops = [("reduce_scatter", stage_params * g_bytes), ("all_gather", stage_params * p_bytes)]
-    else:
-        dp_ops = [("all_reduce", stage_params * g_bytes)]
-    dp_wire = sum(wire_bytes(op, n, lay.dp) for op, n in dp_ops)
+    dp_ops = dp_collectives(lay, stage_params)
+    dp_wire = dp_wire_bytes(lay, stage_params)
     dp_time = sum(alpha_beta_time(ring_steps(op, lay.dp), wire_bytes(op, n, lay.dp), link["dp"].alpha,
                                   link["dp"].beta) for op, n in dp_ops)
     boundary = lay.micro_batch * lay.seq_len * model.hidden * ACT_BYTES[lay.dtype] // (lay.tp if lay.sp else 1)
