@@ -85,7 +85,8 @@ def run_case(case: Case, folder: Path, timeout: float = 120) -> list[dict]:
             *(["--sp"] if case.sp else []), *case.live_args]
     run = launch(case.ranks, args, timeout=timeout)
     if run.returncode:
-        raise RuntimeError(f"{case.name}: mpiexec exited with {run.returncode}\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
+        raise RuntimeError(f"{case.name}: mpiexec exited with {run.returncode}\n"
+                           f"{run.stdout[-2000:]}{run.stderr[-2000:]}")
     return json.loads(path.read_text())
 
 
