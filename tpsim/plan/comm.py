@@ -5,7 +5,9 @@ its trace with — called for one micro-batch of a one-layer stand-in of the mod
 ``transformer.h.0`` are one layer (plain TP 8·b·s·h·(t−1)/t elements, Narayanan et al. 2021; SP the same bytes
 as all-gathers and reduce-scatters plus tpsim's re-gathers and LayerNorm-gradient syncs), the other rows the
 embedding, the loss and the LM head. Llama's layer has the same f/g pattern (Megatron-LM splits its attention
-and SwiGLU MLP as it does GPT's); its RMSNorm has a weight and no bias, so its SP gradient sync is [h], not [2, h].
+and SwiGLU MLP as it does GPT's); its RMSNorm has a weight and no bias, so its SP gradient sync is [h], not [2, h];
+when tp exceeds the KV heads, each replicated KV head's weight gradients [2, h, d] are all-reduced over its tp/kv
+copies (group "kv", on the TP link), as tpsim.tp.gqa_attention does.
 Full recompute repeats each layer's forward collectives in the backward (Korthikanti et al. 2022, §5, "from the
 paper": tpsim does not recompute); selective recompute adds none.
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from tpsim.cost import alpha_beta_time, ring_steps, wire_bytes
 from tpsim.models.config import GPTConfig
-from tpsim.phases import FORWARD, SP_GRAD_SYNC
+from tpsim.phases import BACKWARD, FORWARD, SP_GRAD_SYNC
 from tpsim.plan.gpus import GPU
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import ACT_BYTES, STATE_BYTES
@@ -46,6 +48,11 @@ def tp_rows(model: ModelSpec, lay: Layout, dtype: str | None = None) -> list[Pre
             if r.phase == SP_GRAD_SYNC:
                 r.bytes = r.calls * model.hidden * e
                 r.wire_bytes = r.calls * wire_bytes(r.op, model.hidden * e, r.group_size)
+        if lay.tp > model.kv_heads:  # a replicated KV head's (dW_k, dW_v), all-reduced over its tp/kv copies
+            rep, grad = lay.tp // model.kv_heads, STATE_BYTES[dtype or lay.dtype][1]
+            n = 2 * model.hidden * model.head_dim * grad
+            rows.append(Prediction("transformer.h.0.attn", BACKWARD, "all_reduce", "kv", rep, 1, n,
+                                   wire_bytes("all_reduce", n, rep)))
     return rows
 
 

@@ -1,7 +1,7 @@
 """A layout: how a training run is split (tp × pp × dp GPUs) and what each GPU computes per step.
 
-The divisibility rules are the ones a Megatron-style run enforces: attention is split by heads (and grouped KV
-heads), the MLP's columns by ``tp``; ``pp`` stages take equal numbers of layers; the global batch splits into
+The divisibility rules are the ones a Megatron-style run enforces: attention is split by heads (grouped KV heads
+split too, or replicated when tp is a multiple of them), the MLP's columns by ``tp``; ``pp`` stages take equal numbers of layers; the global batch splits into
 ``dp`` replicas × ``m`` micro-batches of ``micro_batch`` sequences; sequence parallelism splits the sequence by tp.
 """
 
@@ -56,9 +56,11 @@ def problems(model: ModelSpec, lay: Layout) -> list[str]:
     if min(lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.seq_len, lay.global_batch) < 1:
         out.append("tp, pp, dp, micro-batch, sequence length and global batch must be >= 1")
         return out
-    for what, n in (("heads", model.heads), ("kv heads", model.kv_heads), ("ffn columns", model.ffn)):
+    for what, n in (("heads", model.heads), ("ffn columns", model.ffn)):
         if n % lay.tp:
             out.append(f"{what} {n} not divisible by tp {lay.tp}")
+    if model.kv_heads % lay.tp and lay.tp % model.kv_heads:  # KV heads are split, or replicated on tp/kv ranks
+        out.append(f"kv heads {model.kv_heads} and tp {lay.tp}: neither divides the other")
     if model.layers % lay.pp:
         out.append(f"layers {model.layers} not divisible by pp {lay.pp}")
     if lay.global_batch % (lay.dp * lay.micro_batch):

@@ -1,10 +1,10 @@
 """The live side of ``tpsim plan --validate``: one rank of a small real run (run under ``mpiexec``).
 
-    mpiexec -n N python -m tpsim.plan.live --tp T --dp D [--sp] --json PATH
+    mpiexec -n N python -m tpsim.plan.live --tp T --dp D [--sp] [--arch gpt|llama] --json PATH
 
-Builds the toy GPT (float64, dropout 0.1 so the paper's masks exist), runs one traced training step of a
+Builds the toy GPT (float64, dropout 0.1 so the paper's masks exist) or the toy Llama (GQA, 2 KV heads), runs one traced training step of a
 global batch split over the DP replicas, and measures on every rank: the bytes one layer (``transformer.h.0``)
-caches, the parameters, gradients and optimizer state held, and the wire bytes of the step's collectives —
+caches (``transformer.h.0`` / ``model.layers.0``), the parameters, gradients and optimizer state held, and the wire bytes of the step's collectives —
 one layer's TP collectives and the DP gradient sync. Rank 0 writes every rank's numbers to PATH.
 """
 
@@ -15,37 +15,54 @@ import json
 from pathlib import Path
 
 TOY = dict(vocab_size=37, n_positions=16, n_embd=24, n_layer=2, n_head=4, dropout=0.1)
+TOY_LLAMA = dict(vocab_size=37, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=16)  # KV heads split at tp 2, replicated at tp 4
 ROWS_PER_REPLICA, SEED = 2, 16
+FIRST_LAYER = {"gpt": "transformer.h.0.", "llama": "model.layers.0."}
 
 
-def worker(tp: int, dp: int, sp: bool, path: str) -> int:
+def build(arch: str, grid, sp: bool):
+    """``(model, sequence length, dropout plan)``: the toy GPT (dropout 0.1) or the toy Llama (no dropout)."""
+    from tpsim.nn.dropout import DropoutPlan
+
+    if arch == "llama":  # tpsim.models.llama: the Llama blocks (branch i14-layers)
+        from tpsim.models.llama import build_llama
+        from tpsim.models.llama_config import LlamaConfig
+
+        cfg = LlamaConfig(**TOY_LLAMA)
+        return build_llama(cfg, grid.tp_group, seed=SEED, sequence_parallel=sp), cfg.max_position_embeddings, \
+            DropoutPlan()
+    from tpsim.models.build import build_gpt
+    from tpsim.models.config import GPTConfig
+    from tpsim.tp.random import ExactDropoutRNG
+
+    cfg = GPTConfig(**TOY)
+    return build_gpt(cfg, grid.tp_group, seed=SEED, sequence_parallel=sp), cfg.n_positions, \
+        DropoutPlan(ExactDropoutRNG(SEED), 0)
+
+
+def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt") -> int:
     import numpy as np
 
     from tpsim.comm import ProcessGrid
-    from tpsim.models.build import build_gpt
-    from tpsim.models.config import GPTConfig
-    from tpsim.nn.dropout import DropoutPlan
-    from tpsim.tp.random import ExactDropoutRNG
     from tpsim.trace.memory import measure_activations, measure_memory
     from tpsim.train import AdamW, GradSync, compute_grads
 
     grid = ProcessGrid(tp=tp, dp=dp)
-    cfg = GPTConfig(**TOY)
-    model = build_gpt(cfg, grid.tp_group, seed=SEED, sequence_parallel=sp)
+    model, seq, plan = build(arch, grid, sp)
     sync = GradSync(model, grid.dp_group) if dp > 1 else None
     rows = slice(grid.dp_rank * ROWS_PER_REPLICA, (grid.dp_rank + 1) * ROWS_PER_REPLICA)
-    ids = np.random.default_rng(SEED).integers(0, cfg.vocab_size, (ROWS_PER_REPLICA * dp, cfg.n_positions))[rows]
+    ids = np.random.default_rng(SEED).integers(0, TOY["vocab_size"], (ROWS_PER_REPLICA * dp, seq))[rows]
     labels = np.roll(ids, -1, axis=1)
-    plan = DropoutPlan(ExactDropoutRNG(SEED), 0)
     with grid.tracer.paused():
         _, cache = model.forward(ids, labels, plan)
     mine = measure_memory(model, AdamW(model), cache, exclude=(ids, labels)).as_dict()
-    mine["layer"] = measure_activations(cache.transformer.h[0])
+    mine["layer"] = measure_activations(cache.transformer.h[0])  # the Llama reuses the GPT's cache types
     grid.tracer.reset()
     compute_grads(model, grid, sync, ids, labels, plan=plan)
     events = list(grid.tracer.events)
-    mine["tp_layer_wire"] = sum(e.wire_bytes for e in events if e.group == "tp"
-                                and e.scope.startswith("transformer.h.0."))
+    mine["tp_layer_wire"] = sum(e.wire_bytes for e in events if e.group in ("tp", "kv")
+                                and e.scope.startswith(FIRST_LAYER[arch]))
     mine["dp_grad_wire"] = sum(e.wire_bytes for e in events if e.group == "dp" and e.scope.startswith("ddp"))
     everyone = grid.world.gather_objects(mine)
     if grid.rank == 0:
@@ -58,8 +75,9 @@ if __name__ == "__main__":
     parser.add_argument("--tp", type=int, required=True)
     parser.add_argument("--dp", type=int, default=1)
     parser.add_argument("--sp", action="store_true")
+    parser.add_argument("--arch", default="gpt", choices=("gpt", "llama"))
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
     from tpsim.comm.launch import run_main
 
-    run_main(lambda: worker(args.tp, args.dp, args.sp, args.json), prog="tpsim.plan.live")
+    run_main(lambda: worker(args.tp, args.dp, args.sp, args.json, args.arch), prog="tpsim.plan.live")

@@ -20,15 +20,19 @@ fp16 row keeps a 4-byte fp32 main-gradient buffer — hence 16 vs 20, and 4 + 12
   term (sbh(10 + 24/t), sbh·34/t); full recompute keeps only the layer's input, 2sbh. Priced at the run's dtype
   through ``tpsim.trace.memory.korthikanti_layer_elements`` (itemsize per float, 1 per mask).
   tpsim's own extra term, shown apart: LayerNorm's saved rstd, 2bs/r floats (r = t under SP, else 1).
-- Llama (RMSNorm, RoPE, grouped-query attention with g KV heads, SwiGLU of f columns, no dropout): **derived
-  from the architecture, to be validated** against tpsim's Llama blocks — in elements,
-  4sbh/r (both norms' inputs and outputs) + sbh/t·(2 + 2g/a) (q, k, v after RoPE; the context)
-  + 3sbf/t (gate, up, and their product, the down projection's input) + a·s²·b/t (softmax output; removed by
-  selective recompute); full recompute keeps sbh. Extra tpsim term, as for GPT: RMSNorm's rstd, 2bs/r.
+- Llama (RMSNorm, RoPE, grouped-query attention with g KV heads, SwiGLU of f columns, no dropout), derived from
+  the architecture in Megatron's way of counting — in elements, 4sbh/r (both norms' inputs and outputs) + 2sbh/t
+  (q after RoPE, the context) + 2·s·b·d·g_t (k and v after RoPE; g_t = g/t KV heads a rank, or 1 when t > g and
+  they are replicated) + 3sbf/t (gate, up, and their product, the down projection's input) + a·s²·b/t (softmax
+  output; removed by selective recompute); full recompute keeps sbh. tpsim's own extra terms, shown apart:
+  RMSNorm's rstd 2bs/r, k and v repeated to every local q head (2sbh/t − 2·s·b·d·g_t), SiLU's output kept beside
+  the product (sbf/t) and RoPE's cos/sin tables (2·s·d). Paper + extra is exactly what tpsim's Llama layers cache
+  (``--validate``'s Llama cases, with ``tpsim.models.llama``).
 
 **Pipeline** (Narayanan et al. 2021, arXiv:2104.04473, §2.2, 1F1B): stage i holds the activations of
 min(p − i, m) micro-batches, so the first stage is the busiest: L/p layers × min(p, m) micro-batches. The last
-stage also holds the loss's fp32 logits, b·s·V/t·4 bytes for one micro-batch, reported apart.
+stage also holds the loss's fp32 logits, b·s·V/t·4 bytes for one micro-batch. The memory per GPU counts the
+paper's layer (what a Megatron-style run keeps); tpsim's own extra terms are reported per layer only.
 """
 
 from __future__ import annotations
@@ -55,8 +59,13 @@ def layer_param_elements(model: ModelSpec, tp: int) -> int:
     h = model.hidden
     if model.arch == "gpt":
         return block_param_elements(h, tp)
-    d, a, g, f = model.head_dim, model.heads, model.kv_heads, model.ffn
-    return (2 * h * a * d + 2 * h * g * d + 3 * h * f) // tp + 2 * h
+    d, a, f = model.head_dim, model.heads, model.ffn
+    return (2 * h * a * d + 3 * h * f) // tp + 2 * h * d * kv_heads_per_rank(model, tp) + 2 * h
+
+
+def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
+    """KV heads one TP rank holds: kv/t when t divides them, else 1 (replicated on t/kv ranks, as Megatron-LM)."""
+    return max(model.kv_heads // tp, 1)
 
 
 def stage_param_elements(model: ModelSpec, tp: int, pp: int, stage: int) -> int:
@@ -92,10 +101,14 @@ def layer_activation_elements(model: ModelSpec, b: int, s: int, t: int, sp: bool
         if recompute == "selective":  # the softmax output, its dropout and its mask are recomputed
             floats, masks = floats - 2 * a * s * s * b / t, masks - a * s * s * b / t
         return floats, masks, extra
-    sbh = s * b * h
-    floats = 4 * sbh / r + sbh / t * (2 + 2 * model.kv_heads / a) + 3 * s * b * model.ffn / t
+    sbh, sbf, hd = s * b * h, s * b * model.ffn, model.head_dim
+    kv = 2 * s * b * hd * kv_heads_per_rank(model, t)  # k and v after RoPE, this rank's KV heads
+    floats = 4 * sbh / r + 2 * sbh / t + kv + 3 * sbf / t
     if recompute != "selective":
         floats += a * s * s * b / t
+    # tpsim's Llama layers also keep: k and v repeated to every local q head, SiLU's output beside the product,
+    # RoPE's cos and sin tables [s, hd] (and RMSNorm's rstd, as above)
+    extra += 2 * sbh / t - kv + sbf / t + 2 * s * hd
     return floats, 0.0, extra
 
 
@@ -119,7 +132,7 @@ def stage_memory(model: ModelSpec, lay: Layout, stage: int) -> dict[str, float]:
     n = stage_param_elements(model, lay.tp, lay.pp, stage)
     per = state_bytes_per_param(lay.dtype, lay.zero, lay.dp)
     in_flight = min(lay.pp - stage, lay.microbatches)
-    acts = model.layers // lay.pp * in_flight * activation_bytes_per_layer(model, lay)["total"]
+    acts = model.layers // lay.pp * in_flight * activation_bytes_per_layer(model, lay)["paper"]  # tpsim's extra: no
     if stage == lay.pp - 1:
         acts += logits_bytes(model, lay)
     out = {"params": n * per["params"], "grads": n * per["grads"], "optimizer": n * per["optimizer"],

@@ -14,8 +14,9 @@ from tpsim.plan.timing import flops_per_step, step_times
 
 SOURCES = {
     "model_state_bytes_per_param": "Megatron-LM distributed-optimizer table (docs/source/api-guide/dist_optimizer.md)",
-    "activation_bytes_per_layer": "GPT: Korthikanti et al. 2022 Table 2 (+ tpsim's rstd, apart); Llama: derived "
-                                  "from the architecture, to be validated",
+    "activation_bytes_per_layer": "GPT: Korthikanti et al. 2022 Table 2; Llama: derived from the architecture "
+                                  "in Megatron's way of counting; tpsim's own extra terms apart (paper + extra = "
+                                  "what tpsim's layers cache, checked by --validate)",
     "tp_wire_bytes": "tpsim.trace.formulas.predict_step (checked against every live run's trace)",
     "pp": "from the paper (Narayanan et al. 2021, 1F1B): tpsim does not run pipelines",
     "flops": "Narayanan et al. 2021: 72·B·s·L·h²·(1 + s/6h + V/12Lh); full recompute repeats the layers' forward",

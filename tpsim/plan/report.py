@@ -41,8 +41,8 @@ def format_plan(p: dict) -> str:
                                                                                   "DOES NOT FIT")],
             RULE,
             ["activations per layer", gb(act["paper"]), "Korthikanti Table 2" if m["arch"] == "gpt" else
-             "derived, to be validated"],
-            ["  + tpsim's own (rstd)", f"{act['tpsim_extra']:,.0f} B", "shown apart"],
+             "derived (Megatron's counting)"],
+            ["  + tpsim's own terms", f"{act['tpsim_extra']:,.0f} B", "apart (not in the total)"],
             ["TP wire per layer per micro-batch", gb(g["tp_wire_bytes_per_layer_per_microbatch"]), "predict_step"],
             ["wire per step: TP / DP / PP", " / ".join(gb(wire[k]) for k in ("tp", "dp", "pp")),
              "PP from the paper"],

@@ -1,7 +1,7 @@
 """``tpsim plan --validate``: small live layouts check every per-layer term the planner uses.
 
 Each case launches ``python -m tpsim.plan.live`` under ``mpiexec`` (``tpsim.launcher``; the toy GPT in float64,
-dropout 0.1) and compares, on every rank, what the run measured with what the planner's own functions give for
+dropout 0.1, or, where ``tpsim.models.llama`` exists, the toy Llama with KV heads split and replicated) and compares, on every rank, what the run measured with what the planner's own functions give for
 the same model and layout at float64:
 
     activation bytes per layer    measure_activations(transformer.h.0's cache)  vs  Korthikanti Table 2 + rstd
@@ -18,6 +18,7 @@ the bubble, point-to-point bytes) are not run live by tpsim: they are printed as
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import tempfile
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from tpsim.launcher import launch
 from tpsim.plan.comm import dp_wire_bytes, tp_wire_bytes_per_layer
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import STATE_BYTES, activation_bytes_per_layer, stage_param_elements
-from tpsim.plan.models import gpt
+from tpsim.plan.models import gpt, llama
 from tpsim.table import RULE, format_table
 
 LIVE_DTYPE = "fp64"  # tpsim's live runs: float64 arrays, bool dropout masks
@@ -39,6 +40,7 @@ class Case:
     tp: int
     dp: int = 1
     sp: bool = False
+    arch: str = "gpt"
     live_args: tuple[str, ...] = field(default=())
 
     @property
@@ -46,20 +48,28 @@ class Case:
         return self.tp * self.dp
 
 
+LLAMA_LIVE = importlib.util.find_spec("tpsim.models.llama") is not None  # the Llama blocks (branch i14-layers)
 CASES = [Case("TP 2", 2), Case("TP 2 + SP", 2, sp=True), Case("DP 2", 1, dp=2), Case("TP 2 x DP 2 + SP", 2, 2, True)]
+if LLAMA_LIVE:
+    CASES += [Case("Llama TP 2", 2, arch="llama"), Case("Llama TP 4 + SP, KV replicated", 4, sp=True, arch="llama")]
 
 
-def toy():
-    from tpsim.plan.live import ROWS_PER_REPLICA, TOY
+def toy(arch: str = "gpt"):
+    """``(ModelSpec, rows per replica)`` of the live worker's toy model."""
+    from tpsim.plan.live import ROWS_PER_REPLICA, TOY, TOY_LLAMA
 
+    if arch == "llama":
+        t = TOY_LLAMA
+        return llama("toy-llama", t["hidden_size"], t["num_hidden_layers"], t["num_attention_heads"],
+                     t["num_key_value_heads"], t["intermediate_size"], None, vocab=t["vocab_size"],
+                     positions=t["max_position_embeddings"]), ROWS_PER_REPLICA
     t = TOY
-    model = gpt("toy", t["vocab_size"], t["n_embd"], t["n_layer"], t["n_head"], t["n_positions"])
-    return model, ROWS_PER_REPLICA
+    return gpt("toy", t["vocab_size"], t["n_embd"], t["n_layer"], t["n_head"], t["n_positions"]), ROWS_PER_REPLICA
 
 
 def predicted_terms(case: Case) -> dict[str, int]:
     """The planner's numbers for one case, keyed like the live worker's."""
-    model, rows = toy()
+    model, rows = toy(case.arch)
     lay = Layout(tp=case.tp, dp=case.dp, sp=case.sp, seq_len=model.positions, micro_batch=rows,
                  global_batch=rows * case.dp, dtype=LIVE_DTYPE)
     n = stage_param_elements(model, case.tp, 1, 0)
@@ -82,7 +92,7 @@ def measured_terms(rank: dict) -> dict[str, int]:
 def run_case(case: Case, folder: Path, timeout: float = 120) -> list[dict]:
     path = folder / f"{case.name.replace(' ', '_').replace('+', 'sp')}.json"
     args = ["-m", "tpsim.plan.live", "--tp", str(case.tp), "--dp", str(case.dp), "--json", str(path),
-            *(["--sp"] if case.sp else []), *case.live_args]
+            "--arch", case.arch, *(["--sp"] if case.sp else []), *case.live_args]
     run = launch(case.ranks, args, timeout=timeout)
     if run.returncode:
         raise RuntimeError(f"{case.name}: mpiexec exited with {run.returncode}\n"
@@ -114,6 +124,8 @@ def main(cases=None) -> int:
     table = [["case", "term", "planner", "measured (all ranks)", "ok"], RULE]
     table += [[c, t, want, got, "yes" if ok else "NO"] for c, t, want, got, ok in rows]
     print(format_table(table, right=(2, 3), title="tpsim plan --validate: the planner's per-layer terms vs live runs"))
+    if not LLAMA_LIVE:
+        print("Llama cases: skipped, this tpsim has no Llama blocks (tpsim.models.llama)")
     print("\nnot run live by tpsim, from the paper:\n" + "\n".join("  " + line for line in PAPER))
     bad = [r for r in rows if not r[4]]
     if bad:

@@ -71,7 +71,7 @@ def plot_memory_by_layout(numbers, path: Path) -> Path:
     return save_figure(fig, path, "Llama-3-70B on 64 H100s: memory per GPU by layout (bf16, SP, selective recompute,"
                                   " 256 x 8192 tokens)",
                        "tpsim plan: Megatron-LM's bytes per parameter (18, or 6 + 12/d with ZeRO-1 'Z1'), activations "
-                       "per layer derived for Llama (to be validated) x min(p, m) micro-batches in flight (1F1B, "
+                       "per layer derived for Llama (+ tpsim's own terms) x min(p, m) micro-batches in flight (1F1B, "
                        "Narayanan et al. 2021), fp32 logits on the last stage.")
 
 
