@@ -33,7 +33,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sp", action="store_true", help="sequence parallelism (Korthikanti et al. 2022)")
     p.add_argument("--zero", type=int, default=0, choices=(0, 1), help="1: distributed optimizer (ZeRO-1)")
     p.add_argument("--recompute", default="none", choices=RECOMPUTE)
-    p.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the model's)")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="tokens per sequence (default: the model's maximum, at most 8192)")
     p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
     p.add_argument("--global-batch", type=int, default=512, help="sequences per step (default 512)")
     p.add_argument("--dtype", default="bf16", choices=DTYPES)
