@@ -1,8 +1,9 @@
 """A layout: how a training run is split (tp × pp × dp GPUs) and what each GPU computes per step.
 
 The divisibility rules are the ones a Megatron-style run enforces: attention is split by heads (grouped KV heads
-split too, or replicated when tp is a multiple of them), the MLP's columns by ``tp``; ``pp`` stages take equal numbers of layers; the global batch splits into
-``dp`` replicas × ``m`` micro-batches of ``micro_batch`` sequences; sequence parallelism splits the sequence by tp.
+split too, or replicated when tp is a multiple of them), the MLP's columns by ``tp``; ``pp`` stages take equal
+numbers of layers; the global batch splits into ``dp`` replicas × ``m`` micro-batches of ``micro_batch``
+sequences; sequence parallelism splits the sequence by tp.
 """
 
 from __future__ import annotations

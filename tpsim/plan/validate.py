@@ -1,8 +1,9 @@
 """``tpsim plan --validate``: small live layouts check every per-layer term the planner uses.
 
 Each case launches ``python -m tpsim.plan.live`` under ``mpiexec`` (``tpsim.launcher``; the toy GPT in float64,
-dropout 0.1, or, where ``tpsim.models.llama`` exists, the toy Llama with KV heads split and replicated) and compares, on every rank, what the run measured with what the planner's own functions give for
-the same model and layout at float64:
+dropout 0.1, with DDP or, where ``tpsim.train.zero`` exists, ZeRO-1; where ``tpsim.models.llama`` exists, the
+toy Llama with KV heads split and replicated) and compares, on every rank, what the run measured with what the
+planner's own functions give for the same model and layout at float64:
 
     activation bytes per layer    measure_activations(transformer.h.0's cache)  vs  Korthikanti Table 2 + rstd
     TP wire bytes per layer       the trace's transformer.h.0.* records          vs  tp_wire_bytes_per_layer
@@ -12,13 +13,13 @@ the same model and layout at float64:
 A term matches when every rank's number equals the planner's exactly. Pipeline terms (micro-batches in flight,
 the bubble, point-to-point bytes) are not run live by tpsim: they are printed as "from the paper".
 
-``CASES`` is the registry: a new feature (ZeRO-1, 16-bit, Llama blocks) is one more ``Case`` whose
-``live_args`` the worker understands and whose layout the planner prices.
+``CASES`` is the registry: a new feature is one more ``Case`` whose ``live_args`` the worker understands and
+whose layout the planner prices. The Llama and ZeRO-1 cases join where ``tpsim.models.llama`` and
+``tpsim.train.zero`` exist; a 16-bit case is still to add (the worker would take ``--dtype``).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import tempfile
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from pathlib import Path
 from tpsim.launcher import launch
 from tpsim.plan.comm import dp_wire_bytes, tp_wire_bytes_per_layer
 from tpsim.plan.layout import Layout
-from tpsim.plan.memory import STATE_BYTES, activation_bytes_per_layer, stage_param_elements
+from tpsim.plan.memory import activation_bytes_per_layer, stage_param_elements, state_bytes_per_param
 from tpsim.plan.models import gpt, llama
 from tpsim.table import RULE, format_table
 
@@ -41,6 +42,7 @@ class Case:
     dp: int = 1
     sp: bool = False
     arch: str = "gpt"
+    zero: int = 0
     live_args: tuple[str, ...] = field(default=())
 
     @property
@@ -48,10 +50,14 @@ class Case:
         return self.tp * self.dp
 
 
-LLAMA_LIVE = importlib.util.find_spec("tpsim.models.llama") is not None  # the Llama blocks (branch i14-layers)
+PACKAGE = Path(__file__).resolve().parents[1]  # tpsim/: a file test, as importing tpsim.train would import MPI
+LLAMA_LIVE = (PACKAGE / "models" / "llama.py").exists()  # the Llama blocks (branch i14-layers)
 CASES = [Case("TP 2", 2), Case("TP 2 + SP", 2, sp=True), Case("DP 2", 1, dp=2), Case("TP 2 x DP 2 + SP", 2, 2, True)]
+ZERO_LIVE = (PACKAGE / "train" / "zero.py").exists()  # ZeRO-1 (branch i15-zero)
 if LLAMA_LIVE:
     CASES += [Case("Llama TP 2", 2, arch="llama"), Case("Llama TP 4 + SP, KV replicated", 4, sp=True, arch="llama")]
+if ZERO_LIVE:
+    CASES += [Case("ZeRO-1 TP 2 x DP 2", 2, 2, zero=1)]
 
 
 def toy(arch: str = "gpt"):
@@ -70,13 +76,14 @@ def toy(arch: str = "gpt"):
 def predicted_terms(case: Case) -> dict[str, int]:
     """The planner's numbers for one case, keyed like the live worker's."""
     model, rows = toy(case.arch)
-    lay = Layout(tp=case.tp, dp=case.dp, sp=case.sp, seq_len=model.positions, micro_batch=rows,
+    lay = Layout(tp=case.tp, dp=case.dp, sp=case.sp, zero=case.zero, seq_len=model.positions, micro_batch=rows,
                  global_batch=rows * case.dp, dtype=LIVE_DTYPE)
     n = stage_param_elements(model, case.tp, 1, 0)
-    p, g, o = STATE_BYTES[LIVE_DTYPE]
+    per = state_bytes_per_param(LIVE_DTYPE, case.zero, case.dp)  # ZeRO-1: the optimizer ÷ dp
     terms = {"activation bytes per layer": activation_bytes_per_layer(model, lay)["total"],
              "TP wire bytes per layer": tp_wire_bytes_per_layer(model, lay),
-             "params bytes": n * p, "grads bytes": n * g, "optimizer bytes": n * o}
+             "params bytes": n * per["params"], "grads bytes": n * per["grads"],
+             "optimizer bytes": round(n * per["optimizer"])}
     if case.dp > 1:
         terms["DP wire bytes per step"] = dp_wire_bytes(lay, n)
     return terms
@@ -92,7 +99,7 @@ def measured_terms(rank: dict) -> dict[str, int]:
 def run_case(case: Case, folder: Path, timeout: float = 120) -> list[dict]:
     path = folder / f"{case.name.replace(' ', '_').replace('+', 'sp')}.json"
     args = ["-m", "tpsim.plan.live", "--tp", str(case.tp), "--dp", str(case.dp), "--json", str(path),
-            "--arch", case.arch, *(["--sp"] if case.sp else []), *case.live_args]
+            "--arch", case.arch, *(["--sp"] if case.sp else []), *(["--zero"] if case.zero else []), *case.live_args]
     run = launch(case.ranks, args, timeout=timeout)
     if run.returncode:
         raise RuntimeError(f"{case.name}: mpiexec exited with {run.returncode}\n"
@@ -126,6 +133,8 @@ def main(cases=None) -> int:
     print(format_table(table, right=(2, 3), title="tpsim plan --validate: the planner's per-layer terms vs live runs"))
     if not LLAMA_LIVE:
         print("Llama cases: skipped, this tpsim has no Llama blocks (tpsim.models.llama)")
+    if not ZERO_LIVE:
+        print("ZeRO-1 case: skipped, this tpsim has no distributed optimizer (tpsim.train.zero)")
     print("\nnot run live by tpsim, from the paper:\n" + "\n".join("  " + line for line in PAPER))
     bad = [r for r in rows if not r[4]]
     if bad:
