@@ -149,6 +149,16 @@ MISTAKES = {
             out = _right(tp, b, s, h, vocab, n_layer, itemsize)
             return {k: (v[0] // 2, v[1] // 2) if ".h." in k else v for k, v in out.items()}
         """, "the backward's collectives are missing"),
+    "zero1_divides_the_whole_state": ("16", """
+        def model_state_bytes_per_gpu(params, dtype, zero, dp):
+            weights, grads, optimizer = BYTES_PER_PARAM[dtype]
+            return params * (weights + grads + optimizer) / (dp if zero else 1)
+        """, "you divided the whole model state by dp: ZeRO-1 shards only the optimizer's"),
+    "sp_layer_on_the_plain_tp_line": ("16", """
+        _right = gpt_layer_activation_bytes
+        def gpt_layer_activation_bytes(s, b, h, a, t, sp, recompute):
+            return _right(s, b, h, a, t, False, recompute)
+        """, "the plain-TP line under SP"),
     "predicted_the_logits_travel": ("11b", """
         _right = predict_layer_bytes
         def predict_layer_bytes(tp, b, s, h, vocab, n_layer, itemsize):

@@ -107,6 +107,8 @@ def test_no_file_over_300_lines_and_no_function_over_60():
     "tpsim.cost, tpsim.errors, tpsim.phases, tpsim.partition, tpsim.compare, tpsim.table, tpsim.plotting, tpsim.nn",
     "tpsim.kinds, tpsim.trace.kind_split",
     "tpsim.paths, tpsim.atomic, tpsim.npzfile",
+    "tpsim.models.llama_config, tpsim.trace.llama_memory, tpsim.trace.model_state",
+    "tpsim.plan.cli, tpsim.plan.planner, tpsim.plan.search, tpsim.plan.published, tpsim.plan.validate",
 ])
 def test_pure_arithmetic_imports_without_mpi(modules):
     code = f"import sys, {modules}; assert 'mpi4py' not in sys.modules, 'mpi4py was imported'"

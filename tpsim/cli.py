@@ -4,6 +4,7 @@
     tpsim report RUN_DIR      per-module communication table of a run          (tpsim.trace.cli)
     tpsim lesson list|run NN  the guided lessons                               (tpsim.teach.cli)
     tpsim check NN [FILE]     check an exercise against the reference          (tpsim.teach.cli)
+    tpsim plan ...            memory, bytes and time of a real-size layout     (tpsim.plan.cli)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ COMMANDS = {
                                                    "(--by kind: where each layer's time goes)"),
     "lesson": ("tpsim.teach.cli", "lesson_main", "list or run the guided lessons"),
     "check": ("tpsim.teach.cli", "check_main", "check your exercise against the reference on real ranks"),
+    "plan": ("tpsim.plan.cli", "main", "plan a real-size run: memory, bytes and time per GPU (--search, --validate)"),
 }
 
 

@@ -82,8 +82,13 @@ def param_elements(config, tp: int) -> int:
     if is_llama(config):
         return llama_param_elements(config, tp)
     h, L = config.n_embd, config.n_layer
-    block = (12 * h * h + 7 * h) // tp + 6 * h
-    return padded_vocab_size(config.vocab_size, tp) // tp * h + config.n_positions * h + L * block + 2 * h
+    vocab = padded_vocab_size(config.vocab_size, tp) // tp * h
+    return vocab + config.n_positions * h + L * block_param_elements(h, tp) + 2 * h
+
+
+def block_param_elements(h: int, tp: int) -> int:
+    """Parameter elements of one GPT block on one TP rank: ``(12h² + 7h)/t`` sharded + ``6h`` replicated."""
+    return (12 * h * h + 7 * h) // tp + 6 * h
 
 
 def model_state_bytes(config, tp: int, dtype, optimizer_slots: int = 2, zero_dp: int = 0) -> dict[str, int]:

@@ -7,13 +7,14 @@
     planning        the harder planning exercises: 08b (a layout under a memory budget), 11b (predict the bytes)
     lesson_12       the KV-head-to-rank map of grouped-query attention and its gradient reduction
     lesson_14       ZeRO-1's owned slices of a padded gradient bucket
+    lesson_16       exercise 16: two memory terms of a real-size plan, by hand, against ``tpsim plan``
 
 Rules about communication (how many collectives, of which kind, how many bytes) are checked from the tracer,
 because the right numbers computed with the wrong collectives miss the point; values are compared first, so
 a wrong value is diagnosed by its symptom before a rule is quoted.
 """
 
-from tpsim.teach.checks import backward, lesson_12, lesson_14, lessons_01_05, lessons_06_11, planning  # noqa: F401
+from tpsim.teach.checks import backward, lesson_12, lesson_14, lesson_16, lessons_01_05, lessons_06_11, planning  # noqa: F401
 from tpsim.teach.checks.registry import CHECKS, exercise  # noqa: F401
 
 __all__ = ["CHECKS", "exercise"]

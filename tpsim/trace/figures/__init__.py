@@ -11,6 +11,7 @@ GPT, runs one forward and measures every live array (``tpsim.trace.memory``). Th
     memory_per_rank.png      measured memory per rank vs TP with our exact formulas, and the activation bytes
                              of one layer beside Korthikanti et al. (2022), Table 2
     sp_memory.png            activation memory per rank with and without sequence parallelism
+    plan_*.png               ``tpsim plan`` at real sizes (memory by layout, search frontier, TP placement)
 
 and ``figures.json`` with the numbers. Everything is seeded and the PNGs carry no timestamp, so a rerun gives
 the same files. About 10 s on two cores, most of it ``mpiexec`` start-up.
@@ -21,6 +22,7 @@ One job a file, imported in one direction (cli â†’ runs, comm, whatif, memory â†
     runs.py    the measured runs: the demo's trace per TP, and the memory worker (``python -m ...figures.runs``)
     comm.py    bytes_vs_tp.png                    whatif.py   whatif_tp_placement.png
     memory.py  memory_per_rank.png, sp_memory.png style.py    the toy model, TP sizes, colours, axes, saving
+    plan.py    plan_memory_by_layout.png, plan_search_frontier.png, plan_tp_placement.png (no runs)
 
 This package imports nothing on import, so ``python -m tpsim.trace.figures.runs`` starts no plotting.
 """

@@ -1,7 +1,8 @@
 """The formula figures, from real runs: ``python -m tpsim.trace.figures [--out figures/]`` (``make figures``).
 
 Measure at TP 1, 2, 4, 8 (``runs``), refuse to draw unless every measured byte equals its formula, then draw
-the four figures (``comm``, ``whatif``, ``memory``) and write ``figures.json`` with their numbers.
+the four figures (``comm``, ``whatif``, ``memory``), the planner's three (``plan``) and write ``figures.json``
+with their numbers.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from tpsim.trace.figures.comm import plot_bytes_vs_tp, series_of
 from tpsim.trace.figures.memory import plot_memory, plot_sp_memory
+from tpsim.trace.figures.plan import plot_plan_figures
 from tpsim.trace.figures.runs import measure_comm, measure_memory
 from tpsim.trace.figures.style import TOY, TP_SIZES, toy_config
 from tpsim.trace.figures.whatif import plot_whatif, whatif_numbers
@@ -68,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
                "memory_rank0": {tp: memory[tp]["0.0"][0] for tp in TP_SIZES},
                "memory_rank0_sequence_parallel": {tp: memory[tp]["sp 0.0"][0] for tp in TP_SIZES},
                "whatif_seconds": {m.replace("\n", " "): v for m, v in numbers.items()}}
+    plan_paths, summary["plan"] = plot_plan_figures(out)  # tpsim plan at real sizes: arithmetic, no runs
+    paths += plan_paths
     paths.append(out / "figures.json")
     write_text(paths[-1], json.dumps(summary, indent=1, sort_keys=True) + "\n")
     print("wrote " + ", ".join(str(p) for p in paths))

@@ -1,0 +1,101 @@
+"""``tpsim plan``: memory, communication and time of a real-size layout, from the formulas the live runs check.
+
+    tpsim plan --model NAME | --config config.json --tp T --pp P --dp D [--sp] [--zero 0|1]
+               [--recompute none|selective|full] --seq-len S --micro-batch b --global-batch B
+               [--dtype bf16|fp16|fp32] [--gpu h100-80gb|...] [--gpus-per-node 8] [--mfu 0.5] [--json]
+    tpsim plan --model NAME --gpus N --search [...] [--top 10] [--json]
+    tpsim plan --validate          live runs check every per-layer term (``tpsim.plan.validate``)
+    tpsim plan --published         Narayanan et al. 2021's runs beside the planner's predictions
+
+Pure arithmetic, no MPI (``--validate`` launches ``mpiexec`` in a subprocess). ``--json`` prints one JSON object
+as the last line (README, "Planning a real run", documents every field). A bad layout: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tpsim.errors import ConfigError
+from tpsim.plan.gpus import GPUS
+from tpsim.plan.layout import DTYPES, RECOMPUTE, Layout
+from tpsim.plan.models import PRESETS, resolve
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tpsim plan", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=list(PRESETS), help="a published model")
+    p.add_argument("--config", help="a Hugging Face GPT-2 or Llama config.json instead of --model")
+    for name, default in (("tp", 1), ("pp", 1), ("dp", 1)):
+        p.add_argument(f"--{name}", type=int, default=default, help=f"{name.upper()} size (default {default})")
+    p.add_argument("--sp", action="store_true", help="sequence parallelism (Korthikanti et al. 2022)")
+    p.add_argument("--zero", type=int, default=0, choices=(0, 1), help="1: distributed optimizer (ZeRO-1)")
+    p.add_argument("--recompute", default="none", choices=RECOMPUTE)
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="tokens per sequence (default: the model's maximum, at most 8192)")
+    p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
+    p.add_argument("--global-batch", type=int, default=512, help="sequences per step (default 512)")
+    p.add_argument("--dtype", default="bf16", choices=DTYPES)
+    p.add_argument("--gpu", default="h100-80gb", choices=list(GPUS))
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--mfu", type=float, default=0.5, help="fraction of peak the matmuls reach (default 0.5)")
+    p.add_argument("--gpus", type=int, help="with --search: the number of GPUs to lay out")
+    p.add_argument("--search", action="store_true", help="rank every tp x pp x dp = --gpus layout that fits")
+    p.add_argument("--top", type=int, default=10, help="--search: rows to print (default 10)")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.add_argument("--validate", action="store_true", help="check the planner's terms against live runs")
+    p.add_argument("--published", action="store_true", help="compare with Narayanan et al. 2021's runs")
+    return p
+
+
+def layout_of(args, model) -> Layout:
+    seq = args.seq_len or min(model.positions, 8192)
+    return Layout(tp=args.tp, pp=args.pp, dp=args.dp, sp=args.sp, zero=args.zero, recompute=args.recompute,
+                  seq_len=seq, micro_batch=args.micro_batch, global_batch=args.global_batch, dtype=args.dtype,
+                  gpu=args.gpu, gpus_per_node=args.gpus_per_node, mfu=args.mfu)
+
+
+def run(args) -> int:
+    from tpsim.plan.planner import plan
+    from tpsim.plan.report import format_plan, format_search
+    from tpsim.plan.search import search
+
+    if args.validate:
+        from tpsim.plan.validate import main as validate_main
+        return validate_main()
+    if args.published:
+        from tpsim.plan.published import format_narayanan
+        print(format_narayanan())
+        return 0
+    if not (args.model or args.config):
+        raise ConfigError("give --model NAME or --config config.json")
+    model = resolve(args.model, args.config)
+    base = layout_of(args, model)
+    if args.search:
+        if not args.gpus:
+            raise ConfigError("--search needs --gpus N")
+        plans = search(model, base, args.gpus)
+        print(format_search(plans, args.gpus, args.top))
+        if args.json:
+            print(json.dumps({"gpus": args.gpus, "layouts": plans[:args.top]}))
+        return 0 if plans else 1
+    p = plan(model, base)
+    print(format_plan(p))
+    if args.json:
+        print(json.dumps(p))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return run(args)
+    except ConfigError as err:
+        print(f"tpsim plan: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

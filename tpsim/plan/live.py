@@ -1,0 +1,99 @@
+"""The live side of ``tpsim plan --validate``: one rank of a small real run (run under ``mpiexec``).
+
+    mpiexec -n N python -m tpsim.plan.live --tp T --dp D [--sp] [--arch gpt|llama] [--zero] --json PATH
+
+Builds the toy GPT (float64, dropout 0.1 so the paper's masks exist) or the toy Llama (GQA, 2 KV heads), runs
+one traced training step of a global batch split over the DP replicas (DDP, or ZeRO-1 with ``--zero``), and
+measures on every rank: the bytes the first layer caches (``transformer.h.0`` / ``model.layers.0``), the
+parameters, gradients and optimizer state held, and the wire bytes of the step's collectives — the first
+layer's TP collectives and the DP gradient sync. Rank 0 writes every rank's numbers to PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+TOY = dict(vocab_size=37, n_positions=16, n_embd=24, n_layer=2, n_head=4, dropout=0.1)
+TOY_LLAMA = dict(vocab_size=37, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=16)  # KV heads split at tp 2, replicated at tp 4
+ROWS_PER_REPLICA, SEED = 2, 16
+FIRST_LAYER = {"gpt": "transformer.h.0.", "llama": "model.layers.0."}
+
+
+def build(arch: str, grid, sp: bool):
+    """``(model, sequence length, dropout plan)``: the toy GPT (dropout 0.1) or the toy Llama (no dropout)."""
+    from tpsim.nn.dropout import DropoutPlan
+
+    if arch == "llama":  # tpsim.models.llama: the Llama blocks (branch i14-layers)
+        from tpsim.models.llama import build_llama
+        from tpsim.models.llama_config import LlamaConfig
+
+        cfg = LlamaConfig(**TOY_LLAMA)
+        return build_llama(cfg, grid.tp_group, seed=SEED, sequence_parallel=sp), cfg.max_position_embeddings, \
+            DropoutPlan()
+    from tpsim.models.build import build_gpt
+    from tpsim.models.config import GPTConfig
+    from tpsim.tp.random import ExactDropoutRNG
+
+    cfg = GPTConfig(**TOY)
+    return build_gpt(cfg, grid.tp_group, seed=SEED, sequence_parallel=sp), cfg.n_positions, \
+        DropoutPlan(ExactDropoutRNG(SEED), 0)
+
+
+def optimizer_and_sync(model, grid, zero: bool):
+    """AdamW with a DDP ``GradSync`` (dp > 1), or ZeRO-1's ``DistributedOptimizer``, itself the gradient sync."""
+    from tpsim.train import AdamW, GradSync
+
+    if zero:  # tpsim.train.zero: Megatron's distributed optimizer (branch i15-zero)
+        from tpsim.train.zero import DistributedOptimizer
+
+        opt = DistributedOptimizer(AdamW(model), grid)
+        return opt, opt
+    return AdamW(model), GradSync(model, grid.dp_group) if grid.dp > 1 else None
+
+
+def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt", zero: bool = False) -> int:
+    import numpy as np
+
+    from tpsim.comm import ProcessGrid
+    from tpsim.trace.memory import measure_activations, measure_memory
+    from tpsim.train import compute_grads
+
+    grid = ProcessGrid(tp=tp, dp=dp)
+    model, seq, plan = build(arch, grid, sp)
+    optimizer, sync = optimizer_and_sync(model, grid, zero)
+    rows = slice(grid.dp_rank * ROWS_PER_REPLICA, (grid.dp_rank + 1) * ROWS_PER_REPLICA)
+    ids = np.random.default_rng(SEED).integers(0, TOY["vocab_size"], (ROWS_PER_REPLICA * dp, seq))[rows]
+    labels = np.roll(ids, -1, axis=1)
+    with grid.tracer.paused():
+        _, cache = model.forward(ids, labels, plan)
+    mine = measure_memory(model, optimizer, cache, exclude=(ids, labels)).as_dict()
+    mine["layer"] = measure_activations(cache.transformer.h[0])  # the Llama reuses the GPT's cache types
+    grid.tracer.reset()
+    compute_grads(model, grid, sync, ids, labels, plan=plan)
+    if zero:
+        optimizer.step()  # ZeRO-1's all-gather of the updated slices belongs to the step
+    events = list(grid.tracer.events)
+    mine["tp_layer_wire"] = sum(e.wire_bytes for e in events if e.group in ("tp", "kv")
+                                and e.scope.startswith(FIRST_LAYER[arch]))
+    mine["dp_grad_wire"] = sum(e.wire_bytes for e in events if e.group == "dp" and e.scope.startswith(("ddp", "zero")))
+    everyone = grid.world.gather_objects(mine)
+    if grid.rank == 0:
+        Path(path).write_text(json.dumps(everyone))
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m tpsim.plan.live", description=worker.__doc__)
+    parser.add_argument("--tp", type=int, required=True)
+    parser.add_argument("--dp", type=int, default=1)
+    parser.add_argument("--sp", action="store_true")
+    parser.add_argument("--arch", default="gpt", choices=("gpt", "llama"))
+    parser.add_argument("--zero", action="store_true", help="ZeRO-1 (tpsim.train.zero) instead of DDP")
+    parser.add_argument("--json", required=True)
+    args = parser.parse_args()
+    from tpsim.comm.launch import run_main
+
+    run_main(lambda: worker(args.tp, args.dp, args.sp, args.json, args.arch, args.zero), prog="tpsim.plan.live")

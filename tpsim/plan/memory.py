@@ -1,0 +1,146 @@
+"""Memory on the busiest GPU: model state per parameter, activations per layer, pipeline micro-batches in flight.
+
+**Model state** (Megatron-LM's distributed-optimizer table, docs/source/api-guide/dist_optimizer.md; bytes per
+parameter as (params, grads, optimizer), Adam's two moments and fp32 master copies):
+
+    --dtype fp16   fp16 params, fp16 grads   2 + 2 + 16 (fp32 main params 4, main grads 4, m 4, v 4) = 20
+    --dtype bf16   bf16 params, fp32 grads   2 + 4 + 12 (fp32 main params 4, m 4, v 4)               = 18
+    --dtype fp32   fp32 params, fp32 grads   4 + 4 +  8 (m 4, v 4: no master copy needed)            = 16
+
+With ``--zero 1`` (the distributed optimizer, ZeRO stage 1) the optimizer column is split over the DP group:
+20 → 4 + 16/d, 18 → 6 + 12/d, 16 → 8 + 8/d. tpsim's live runs are float64 with AdamW's two slots: 8 + 8 + 16.
+The ZeRO paper (Rajbhandari et al. 2019, arXiv:1910.02054, §3.1) counts mixed-precision Adam as 2 + 2 + K with
+K = 12 (fp32 params, momentum, variance) = 16 bytes: it converts gradients to fp32 on the fly, where Megatron's
+fp16 row keeps a 4-byte fp32 main-gradient buffer — hence 16 vs 20, and 4 + 12/d vs 4 + 16/d sharded.
+
+**Activations per layer** (bytes one GPU keeps for the backward of one layer and one micro-batch):
+
+- GPT: exactly Korthikanti et al. 2022 (arXiv:2205.05198), Table 2 — 16-bit activations, 1-byte dropout masks:
+  TP sbh(10 + 24/t + 5as/(ht)); TP + SP sbh/t(34 + 5as/h); selective recompute drops the 5as/h attention
+  term (sbh(10 + 24/t), sbh·34/t); full recompute keeps only the layer's input, 2sbh. Priced at the run's dtype
+  through ``tpsim.trace.memory.korthikanti_layer_elements`` (itemsize per float, 1 per mask).
+  tpsim's own extra term, shown apart: LayerNorm's saved rstd, 2bs/r floats (r = t under SP, else 1).
+- Llama (RMSNorm, RoPE, grouped-query attention with g KV heads, SwiGLU of f columns, no dropout), derived from
+  the architecture in Megatron's way of counting — in elements, 4sbh/r (both norms' inputs and outputs) + 2sbh/t
+  (q after RoPE, the context) + 2·s·b·d·g_t (k and v after RoPE; g_t = g/t KV heads a rank, or 1 when t > g and
+  they are replicated) + 3sbf/t (gate, up, and their product, the down projection's input) + a·s²·b/t (softmax
+  output; removed by selective recompute); full recompute keeps sbh. tpsim's own extra terms, shown apart:
+  RMSNorm's rstd 2bs/r, k and v repeated to every local q head (2sbh/t − 2·s·b·d·g_t), SiLU's output kept beside
+  the product (sbf/t) and RoPE's cos/sin tables (2·s·d). Paper + extra is exactly what tpsim's Llama layers cache
+  (``--validate``'s Llama cases, with ``tpsim.models.llama``).
+
+**Pipeline** (Narayanan et al. 2021, arXiv:2104.04473, §2.2, 1F1B): stage i holds the activations of
+min(p − i, m) micro-batches, so the first stage is the busiest: L/p layers × min(p, m) micro-batches. The last
+stage also holds the loss's fp32 logits, b·s·V/t·4 bytes for one micro-batch. The memory per GPU counts the
+paper's layer (what a Megatron-style run keeps); tpsim's own extra terms are reported per layer only.
+"""
+
+from __future__ import annotations
+
+from tpsim.partition import padded_vocab_size
+from tpsim.plan.layout import Layout
+from tpsim.plan.models import ModelSpec
+from tpsim.trace.memory import block_param_elements, korthikanti_layer_elements
+
+STATE_BYTES = {"fp16": (2, 2, 16), "bf16": (2, 4, 12), "fp32": (4, 4, 8), "fp64": (8, 8, 16)}
+ZERO_PAPER_STATE_BYTES = (2, 2, 12)  # Rajbhandari et al. 2019: fp16 params and grads, K = 12 optimizer bytes
+ACT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8}
+
+
+def state_bytes_per_param(dtype: str, zero: int = 0, dp: int = 1, table=None) -> dict[str, float]:
+    """``{"params", "grads", "optimizer", "total"}`` bytes per parameter; ZeRO-1 divides the optimizer by dp."""
+    p, g, o = STATE_BYTES[dtype] if table is None else table
+    o = o / dp if zero >= 1 else o
+    return {"params": p, "grads": g, "optimizer": o, "total": p + g + o}
+
+
+def layer_param_elements(model: ModelSpec, tp: int) -> int:
+    """Parameters of one transformer layer on one TP rank (sharded matrices ÷ t, norms and row biases whole)."""
+    h = model.hidden
+    if model.arch == "gpt":
+        return block_param_elements(h, tp)
+    d, a, f = model.head_dim, model.heads, model.ffn
+    return (2 * h * a * d + 3 * h * f) // tp + 2 * h * d * kv_heads_per_rank(model, tp) + 2 * h
+
+
+def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
+    """KV heads one TP rank holds: kv/t when t divides them, else 1 (replicated on t/kv ranks, as Megatron-LM)."""
+    return max(model.kv_heads // tp, 1)
+
+
+def stage_param_elements(model: ModelSpec, tp: int, pp: int, stage: int) -> int:
+    """Parameters one GPU of pipeline stage ``stage`` holds: L/p layers, the embedding(s) on the first stage, the
+    final norm and the LM head on the last (a tied head is a second copy there when p > 1, as in Megatron-LM)."""
+    h, vocab = model.hidden, padded_vocab_size(model.vocab, tp) // tp * model.hidden
+    n = model.layers // pp * layer_param_elements(model, tp)
+    if stage == 0:
+        n += vocab + (model.positions * h if model.arch == "gpt" else 0)
+    if stage == pp - 1:
+        n += (2 * h if model.arch == "gpt" else h) + (0 if model.tied and pp == 1 else vocab)
+    return n
+
+
+def total_params(model: ModelSpec) -> int:
+    """Every parameter of the model, unsharded and unpadded, a tied head once."""
+    h, V = model.hidden, model.vocab
+    if model.arch == "gpt":
+        return V * h + model.positions * h + model.layers * (12 * h * h + 13 * h) + 2 * h
+    return V * h * (1 if model.tied else 2) + model.layers * layer_param_elements(model, 1) + h
+
+
+def layer_activation_elements(model: ModelSpec, b: int, s: int, t: int, sp: bool, recompute: str
+                              ) -> tuple[float, float, float]:
+    """``(floats, masks, tpsim_extra_floats)`` one layer keeps per micro-batch on one GPU (module docstring)."""
+    h, a = model.hidden, model.heads
+    r = t if sp else 1
+    if recompute == "full":
+        return float(s * b * h), 0.0, 0.0
+    extra = 2 * b * s / r
+    if model.arch == "gpt":
+        floats, masks = korthikanti_layer_elements(s, b, h, a, t, sp)
+        if recompute == "selective":  # the softmax output, its dropout and its mask are recomputed
+            floats, masks = floats - 2 * a * s * s * b / t, masks - a * s * s * b / t
+        return floats, masks, extra
+    sbh, sbf, hd = s * b * h, s * b * model.ffn, model.head_dim
+    kv = 2 * s * b * hd * kv_heads_per_rank(model, t)  # k and v after RoPE, this rank's KV heads
+    floats = 4 * sbh / r + 2 * sbh / t + kv + 3 * sbf / t
+    if recompute != "selective":
+        floats += a * s * s * b / t
+    # tpsim's Llama layers also keep: k and v repeated to every local q head, SiLU's output beside the product,
+    # RoPE's cos and sin tables [s, hd] (and RMSNorm's rstd, as above)
+    extra += 2 * sbh / t - kv + sbf / t + 2 * s * hd
+    return floats, 0.0, extra
+
+
+def activation_bytes_per_layer(model: ModelSpec, lay: Layout, dtype: str | None = None) -> dict[str, float]:
+    """``{"paper", "tpsim_extra", "total"}`` bytes of one layer, one micro-batch (paper: Korthikanti Table 2 for
+    GPT, the derivation above for Llama)."""
+    e = ACT_BYTES[dtype or lay.dtype]
+    floats, masks, extra = layer_activation_elements(model, lay.micro_batch, lay.seq_len, lay.tp, lay.sp,
+                                                     lay.recompute)
+    paper = e * floats + masks
+    return {"paper": paper, "tpsim_extra": e * extra, "total": paper + e * extra}
+
+
+def logits_bytes(model: ModelSpec, lay: Layout) -> int:
+    """The loss's fp32 logits on the last stage for one micro-batch: b·s·Vp/t·4."""
+    return lay.micro_batch * lay.seq_len * padded_vocab_size(model.vocab, lay.tp) // lay.tp * 4
+
+
+def stage_memory(model: ModelSpec, lay: Layout, stage: int) -> dict[str, float]:
+    """Bytes on one GPU of ``stage``: params, grads, optimizer, activations (layers × in-flight + logits), total."""
+    n = stage_param_elements(model, lay.tp, lay.pp, stage)
+    per = state_bytes_per_param(lay.dtype, lay.zero, lay.dp)
+    in_flight = min(lay.pp - stage, lay.microbatches)
+    acts = model.layers // lay.pp * in_flight * activation_bytes_per_layer(model, lay)["paper"]  # tpsim's extra: no
+    if stage == lay.pp - 1:
+        acts += logits_bytes(model, lay)
+    out = {"params": n * per["params"], "grads": n * per["grads"], "optimizer": n * per["optimizer"],
+           "activations": acts}
+    return {**out, "total": sum(out.values()), "param_count": n, "stage": stage}
+
+
+def busiest_stage(model: ModelSpec, lay: Layout) -> dict[str, float]:
+    """The stage (first or last; the middle ones hold less than the first) with the most bytes per GPU."""
+    stages = {0, lay.pp - 1}
+    return max((stage_memory(model, lay, s) for s in sorted(stages)), key=lambda m: m["total"])

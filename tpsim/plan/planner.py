@@ -1,0 +1,54 @@
+"""One layout's plan as a JSON-ready dict (the fields are documented in README, "Planning a real run").
+
+    plan(model, layout) -> {"model", "layout", "per_gpu", "time_s", "fits", "tflops_per_gpu", "sources"}
+"""
+
+from __future__ import annotations
+
+from tpsim.plan.comm import step_comm, tp_wire_bytes_per_layer
+from tpsim.plan.gpus import gpu as gpu_preset
+from tpsim.plan.layout import Layout, check
+from tpsim.plan.memory import activation_bytes_per_layer, busiest_stage, state_bytes_per_param, total_params
+from tpsim.plan.models import ModelSpec
+from tpsim.plan.timing import flops_per_step, step_times
+
+SOURCES = {
+    "model_state_bytes_per_param": "Megatron-LM distributed-optimizer table (docs/source/api-guide/dist_optimizer.md)",
+    "activation_bytes_per_layer": "GPT: Korthikanti et al. 2022 Table 2; Llama: derived from the architecture "
+                                  "in Megatron's way of counting; tpsim's own extra terms apart (paper + extra = "
+                                  "what tpsim's layers cache, checked by --validate)",
+    "tp_wire_bytes": "tpsim.trace.formulas.predict_step (checked against every live run's trace)",
+    "pp": "from the paper (Narayanan et al. 2021, 1F1B): tpsim does not run pipelines",
+    "flops": "Narayanan et al. 2021: 72·B·s·L·h²·(1 + s/6h + V/12Lh); full recompute repeats the layers' forward",
+}
+
+
+def plan(model: ModelSpec, lay: Layout) -> dict:
+    """Everything the planner predicts for ``model`` on ``lay`` (``ConfigError`` if the layout is invalid)."""
+    check(model, lay)
+    g = gpu_preset(lay.gpu)
+    mem = busiest_stage(model, lay)
+    comm = step_comm(model, lay, g, int(mem["param_count"]))
+    flops = flops_per_step(model, lay)
+    compute = flops / (lay.gpus * g.peak(lay.dtype) * lay.mfu)
+    times = step_times(compute, lay, comm["time_s"])
+    memory_bytes = {k: int(round(mem[k])) for k in ("params", "grads", "optimizer", "activations", "total")}
+    act = activation_bytes_per_layer(model, lay)
+    return {
+        "model": {**model.as_dict(), "params_total": total_params(model)},
+        "layout": {**lay.as_dict(), "gpu_memory_bytes": g.memory_bytes, "peak_flops": g.peak(lay.dtype)},
+        "per_gpu": {
+            "params": int(mem["param_count"]),
+            "stage": int(mem["stage"]),
+            "memory_bytes": memory_bytes,
+            "model_state_bytes_per_param": state_bytes_per_param(lay.dtype, lay.zero, lay.dp),
+            "activation_bytes_per_layer": act,
+            "tp_wire_bytes_per_layer_per_microbatch": tp_wire_bytes_per_layer(model, lay),
+            "wire_bytes_per_step": comm["wire_bytes"],
+        },
+        "time_s": times,
+        "flops_per_step": flops,
+        "tflops_per_gpu": flops / lay.gpus / times["step"] / 1e12,
+        "fits": memory_bytes["total"] <= g.memory_bytes,
+        "sources": SOURCES,
+    }

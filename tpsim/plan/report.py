@@ -1,0 +1,70 @@
+"""The planner's readable output: one layout as a short report, a search as a ranked table."""
+
+from __future__ import annotations
+
+from tpsim.table import RULE, format_table
+
+GB = 1e9
+
+
+def gb(x: float) -> str:
+    return f"{x / GB:,.2f} GB"
+
+
+def seconds(x: float) -> str:
+    return f"{x * 1e3:,.1f} ms" if x < 1 else f"{x:,.2f} s"
+
+
+def layout_name(lay: dict) -> str:
+    extra = "".join([" +SP" if lay["sp"] else "", f" ZeRO-{lay['zero']}" if lay["zero"] else "",
+                     f" recompute {lay['recompute']}" if lay["recompute"] != "none" else ""])
+    return f"TP {lay['tp']} x PP {lay['pp']} x DP {lay['dp']}{extra}"
+
+
+def format_plan(p: dict) -> str:
+    m, lay, g, t = p["model"], p["layout"], p["per_gpu"], p["time_s"]
+    mem, act, state, wire = g["memory_bytes"], g["activation_bytes_per_layer"], g["model_state_bytes_per_param"], \
+        g["wire_bytes_per_step"]
+    head = [f"{m['name']} ({m['arch']}, {m['params_total'] / 1e9:,.2f} B parameters) on {lay['gpus']} x {lay['gpu']}"
+            f" ({lay['gpus_per_node']} per node): {layout_name(lay)}",
+            f"  batch {lay['global_batch']} x {lay['seq_len']} tokens, micro-batch {lay['micro_batch']}, "
+            f"{lay['microbatches']} micro-batches per replica, {lay['in_flight']} in flight on stage 0 (1F1B), "
+            f"{lay['dtype']}"]
+    rows = [["per GPU (busiest: stage " + str(g["stage"]) + ")", "value", "source"], RULE,
+            ["parameters", f"{g['params']:,}", ""],
+            ["params", gb(mem["params"]), f"{state['params']:g} B/param"],
+            ["grads", gb(mem["grads"]), f"{state['grads']:g} B/param"],
+            ["optimizer", gb(mem["optimizer"]), f"{state['optimizer']:g} B/param" + (" (ZeRO-1 / dp)" if lay["zero"]
+                                                                                     else "")],
+            ["activations", gb(mem["activations"]), "layers x in-flight + logits"],
+            ["total", gb(mem["total"]), f"of {gb(lay['gpu_memory_bytes'])}: " + ("fits" if p["fits"] else
+                                                                                  "DOES NOT FIT")],
+            RULE,
+            ["activations per layer", gb(act["paper"]), "Korthikanti Table 2" if m["arch"] == "gpt" else
+             "derived (Megatron's counting)"],
+            ["  + tpsim's own terms", f"{act['tpsim_extra']:,.0f} B", "apart (not in the total)"],
+            ["TP wire per layer per micro-batch", gb(g["tp_wire_bytes_per_layer_per_microbatch"]), "predict_step"],
+            ["wire per step: TP / DP / PP", " / ".join(gb(wire[k]) for k in ("tp", "dp", "pp")),
+             "PP from the paper"],
+            RULE,
+            ["time: compute", seconds(t["compute"]), f"peak {lay['peak_flops'] / 1e12:g} TFLOP/s x mfu {lay['mfu']}"],
+            ["time: TP / DP / PP", " / ".join(seconds(t[k]) for k in ("tp", "dp", "pp")), "alpha-beta ring"],
+            ["time: bubble", seconds(t["bubble"]), "(p - 1)/m x compute, from the paper"],
+            ["step (nothing overlapped)", seconds(t["step"]), f"{p['tflops_per_gpu']:,.0f} TFLOP/s per GPU"],
+            ["step (DP, PP hidden by compute)", seconds(t["step_overlapped"]), ""]]
+    return "\n".join(head) + "\n" + format_table(rows, right=(1,))
+
+
+def format_search(plans: list[dict], gpus: int, top: int = 10) -> str:
+    if not plans:
+        return f"no layout of {gpus} GPUs fits"
+    rows = [["#", "layout", "memory/GPU", "step", "overlapped", "compute", "TP", "DP", "PP", "bubble", "TFLOP/s"],
+            RULE]
+    for i, p in enumerate(plans[:top], 1):
+        t = p["time_s"]
+        rows.append([str(i), layout_name(p["layout"]), gb(p["per_gpu"]["memory_bytes"]["total"]),
+                     *(seconds(t[k]) for k in ("step", "step_overlapped", "compute", "tp", "dp", "pp", "bubble")),
+                     f"{p['tflops_per_gpu']:,.0f}"])
+    name = plans[0]["model"]["name"]
+    return format_table(rows, right=range(2, 11), title=f"{name} on {gpus} GPUs: {len(plans)} layouts fit, "
+                                                         f"fastest first (top {min(top, len(plans))})")

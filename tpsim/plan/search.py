@@ -1,0 +1,42 @@
+"""``--search``: every tp × pp × dp = N layout that is valid and fits, ranked by estimated step time.
+
+tp runs over the divisors of N up to a node (``--gpus-per-node``: TP across nodes is never faster on these
+links, and Megatron-LM keeps it inside — Narayanan et al. 2021, §3.2); pp over the divisors of N / tp that divide
+the layers; dp is what is left. The rules of ``tpsim.plan.layout.problems`` (heads, KV heads, layers, batch,
+sequence under SP) drop the rest; memory drops what does not fit. Ties keep the smaller tp, then pp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tpsim.errors import ConfigError
+from tpsim.plan.layout import Layout, problems
+from tpsim.plan.models import ModelSpec
+from tpsim.plan.planner import plan
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(model: ModelSpec, base: Layout, gpus: int) -> list[Layout]:
+    """Valid layouts of ``gpus`` GPUs (``base`` gives everything but tp, pp, dp)."""
+    out = []
+    for tp in divisors(gpus):
+        if tp > base.gpus_per_node:
+            break
+        for pp in divisors(gpus // tp):
+            lay = replace(base, tp=tp, pp=pp, dp=gpus // (tp * pp))
+            if not problems(model, lay):
+                out.append(lay)
+    return out
+
+
+def search(model: ModelSpec, base: Layout, gpus: int, keep_all: bool = False) -> list[dict]:
+    """Plans of the valid layouts that fit (all of them with ``keep_all``), fastest step first."""
+    if gpus < 1:
+        raise ConfigError(f"--gpus {gpus}: must be >= 1")
+    plans = [plan(model, lay) for lay in candidates(model, base, gpus)]
+    kept = plans if keep_all else [p for p in plans if p["fits"]]
+    return sorted(kept, key=lambda p: (p["time_s"]["step"], p["layout"]["tp"], p["layout"]["pp"]))
