@@ -50,7 +50,9 @@ def build_parser() -> RankZeroParser:
     m.add_argument("--dropout", type=float, default=0.0, help="embedding/residual/attention dropout p")
     m.add_argument("--dropout-rng", choices=["exact", "megatron"], default="exact",
                    help="exact: masks keyed by global position (TP equals serial); megatron: per-rank streams")
-    m.add_argument("--dtype", choices=["float32", "float64"], default="float64", help="compute dtype")
+    m.add_argument("--dtype", choices=["float64", "float32", "bfloat16", "float16"], default="float64",
+                   help="compute dtype; bfloat16/float16: Megatron's mixed precision (float32 main params and "
+                        "grads; float16 with dynamic loss scaling)")
     t = p.add_argument_group("training")
     t.add_argument("--batch-size", type=int, default=None,
                    help="global batch, sequences per step (default: 16, rounded up to a multiple of dp)")
@@ -58,6 +60,8 @@ def build_parser() -> RankZeroParser:
     t.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
     t.add_argument("--clip", type=float, default=1.0, help="max global grad norm, 0 = off (default 1.0)")
     t.add_argument("--bucket-mb", type=float, default=25.0, help="DP gradient bucket size in MiB (0 = per tensor)")
+    t.add_argument("--loss-scale-interval", type=int, default=1000,
+                   help="float16: clean steps before the loss scale doubles (default 1000)")
     t.add_argument("--seed", type=int, default=1234, help="seed of the master weights, data and dropout")
     t.add_argument("--tokens", type=int, default=32, help="tokens per TP group (mlp scenario)")
     t.add_argument("--classes", type=int, default=1003, help="classes of the classifier (partial-fc scenario)")
@@ -102,6 +106,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("layers", "hidden", "heads", "vocab", "seq_len", "batch_size", "tokens", "classes"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.loss_scale_interval < 1:
+        raise ConfigError(f"--loss-scale-interval must be >= 1, got {args.loss_scale_interval}")
     for name in ("steps", "timeline_steps"):
         if getattr(args, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")

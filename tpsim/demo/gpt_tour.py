@@ -25,14 +25,17 @@ from tpsim.demo.report import say, step_table, write_outputs
 from tpsim.models.build import build_gpt, serial_gpt
 from tpsim.models.config import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
+from tpsim.nn.precision import dtype_of, grad_dtype
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng
 from tpsim.tp.sequence_parallel import check_sequence_length
 from tpsim.trace.records import gather_records, gather_spans
 from tpsim.trace.aggregate import human_bytes
 from tpsim.train import (AdamW, GradSync, apply_update, broadcast_batch, broadcast_params, check_replicas,
                          compute_grads, dp_slice, export_step0, load_into, load_tensors)
+from tpsim.train.mixed_precision import demo_optimizer, scaler_metrics
 
-TOLERANCE = {"float64": 1e-10, "float32": 1e-4}  # of relative_difference, purely relative (floor 1e-30)
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4,  # of relative_difference, purely relative (floor 1e-30)
+             "bfloat16": 5e-2, "float16": 1e-2}  # 16-bit: see tpsim.train.mixed_precision.TOLERANCE_NOTE
 
 
 def config_from(args: argparse.Namespace) -> GPTConfig:
@@ -56,7 +59,7 @@ def read_batch(grid: ProcessGrid, task: ReverseTask, seed: int, step: int, batch
     return ids, labels, np.arange(batch_size)[rows]
 
 
-def serial_reference(grid, args, config, task, dtype) -> tuple[float, dict[str, np.ndarray]]:
+def serial_reference(grid, args, config, task, dtype, loss_scale=1.0) -> tuple[float, dict[str, np.ndarray]]:
     """The serial model's step-0 loss and full gradients on the global batch, computed on rank 0 only and
     broadcast in one flat float64 buffer (exact for float32 too): every rank gets the same numbers it used to
     compute itself, and a world of 64 ranks on a few cores does the serial model once instead of 64 times."""
@@ -68,22 +71,24 @@ def serial_reference(grid, args, config, task, dtype) -> tuple[float, dict[str, 
             if args.init_from:
                 load_into(serial, load_tensors(args.init_from, shapes))
             ids, labels = task.batch(args.seed, 0, args.batch_size)
-            flat[0] = serial.loss_and_grads(ids, labels, DropoutPlan(ExactDropoutRNG(args.seed), 0))
+            serial.zero_grad()  # the backward starts from float16's loss scale, as the parallel one did
+            flat[0], cache = serial.forward(ids, labels, DropoutPlan(ExactDropoutRNG(args.seed), 0))
+            serial.backward(loss_scale, cache)
             np.concatenate([g.ravel() for _, g in serial.named_grads()], out=flat[1:])
         grid.world.broadcast(flat)
     grads, offset = {}, 1
     for name, shape in shapes.items():
         size = int(np.prod(shape))
-        grads[name] = flat[offset:offset + size].reshape(shape).astype(dtype, copy=False)
+        grads[name] = flat[offset:offset + size].reshape(shape).astype(grad_dtype(dtype), copy=False)
         offset += size
     return float(flat[0]), grads
 
 
-def check_against_serial(grid, model, args, config, task, parallel_loss, dtype) -> tuple[bool, str]:
+def check_against_serial(grid, model, args, config, task, parallel_loss, dtype, loss_scale=1.0) -> tuple[bool, str]:
     """Step 0's loss and gradients (already DP-synced in ``model``) vs the serial model on the global batch."""
     if args.dropout > 0 and args.dropout_rng == "megatron":
         return True, "  (skipped: Megatron dropout masks depend on the shard, so they never equal serial's)"
-    loss, serial_grads = serial_reference(grid, args, config, task, dtype)
+    loss, serial_grads = serial_reference(grid, args, config, task, dtype, loss_scale)
     diffs = shard_differences(model, serial_grads, floor=1e-30)
     worst_name = max(diffs, key=diffs.get)
     worst = diffs[worst_name]
@@ -122,10 +127,10 @@ def build(grid: ProcessGrid, args: argparse.Namespace, config: GPTConfig, dtype,
     return model, grad_sync
 
 
-def first_step(grid, model, args, config, task, loss, dtype) -> bool:
+def first_step(grid, model, args, config, task, loss, dtype, loss_scale=1.0) -> bool:
     """Step 0: the check against the serial model, the export (``--export``), the training banner."""
     say(grid, "Step 0 against the serial model (same seed, same global batch):")
-    ok, text = check_against_serial(grid, model, args, config, task, loss, dtype)
+    ok, text = check_against_serial(grid, model, args, config, task, loss, dtype, loss_scale)
     say(grid, text, "")
     if args.export:
         ids_g, labels_g = task.batch(args.seed, 0, args.batch_size)
@@ -141,7 +146,9 @@ def first_step(grid, model, args, config, task, loss, dtype) -> bool:
 def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict], bool]:
     """``--steps`` steps of AdamW (step 0 checked against serial); the metrics of each step and step 0's verdict."""
     tracer = grid.tracer
-    optimizer = AdamW(model, lr=args.lr, weight_decay=0.01, no_decay=lambda n: n.endswith("bias") or ".ln_" in n)
+    optimizer = demo_optimizer(model, grid, args, lambda m: AdamW(m, lr=args.lr, weight_decay=0.01,
+                                                                  no_decay=lambda n: n.endswith("bias") or ".ln_" in n))
+    scale = getattr(optimizer, "loss_scale", 1.0)  # float16: the dynamic loss scale; 1 otherwise
     rng = make_dropout_rng(args.dropout_rng, args.seed, grid.tp_rank)
     clip = args.clip if args.clip > 0 else None
     metrics, ok = [], True
@@ -149,18 +156,20 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
         tracer.step = step
         t0 = time.perf_counter()
         ids, labels, rows = read_batch(grid, task, args.seed, step, args.batch_size)
-        loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows))
+        loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows),
+                                     loss_scale=scale)
         if step == 0:
-            ok = first_step(grid, model, args, config, task, loss, dtype)
+            ok = first_step(grid, model, args, config, task, loss, dtype, scale)
             if args.steps == 0:
                 break
         with tracer.span("optimizer", "optimizer"):
             norm = apply_update(model, optimizer, grid, clip)
+        scale = getattr(optimizer, "loss_scale", 1.0)
         dt = time.perf_counter() - t0
         moved = sum(e.bytes for e in tracer.events if e.step == step)
         metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens,
                         "seconds": dt, "tokens_per_s": args.batch_size * args.seq_len / dt,
-                        "collective_bytes_per_rank": moved})
+                        "collective_bytes_per_rank": moved, **scaler_metrics(optimizer)})
         if step % max(1, args.steps // 10) == 0 or step == args.steps - 1:
             say(grid, f"  step {step:4d}  loss {loss:7.4f}  |grad| {norm if norm is not None else float('nan'):6.3f}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} collectives/rank")
@@ -178,8 +187,9 @@ def final_report(grid, args, config, dtype, metrics, ddp_buckets: int, t_start: 
     from tpsim.trace.formulas import compare, format_comparison, formula_verdict, predict_step
 
     predicted = predict_step(config, grid.tp, grid.dp, args.batch_size, args.seq_len, dtype,
-                             clip=args.clip > 0 and args.steps > 0, ddp_buckets=ddp_buckets,
-                             sequence_parallel=args.sequence_parallel)
+                             clip=args.clip > 0 and args.steps > 0 and not metrics[-1].get("skipped", False),
+                             ddp_buckets=ddp_buckets, sequence_parallel=args.sequence_parallel,
+                             loss_scaling=args.dtype == "float16" and args.steps > 0)
     rows = compare([r for r in records if r["step"] == last], predicted)
     formula_ok, verdict = formula_verdict(rows)
     print(format_comparison(rows, title=f"Measured vs predicted per layer, step {last} (per rank):"), "",
@@ -193,7 +203,7 @@ def final_report(grid, args, config, dtype, metrics, ddp_buckets: int, t_start: 
 
 def run(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
-    dtype = np.dtype(args.dtype)
+    dtype = dtype_of(args.dtype)
     config = config_from(args)  # every size checked on every rank before the first collective
     task = ReverseTask(args.vocab, args.seq_len)
     tensors = load_tensors(args.init_from, config.param_shapes()) if args.init_from else None

@@ -15,6 +15,12 @@ linear), each of the whole activation, b·s·h elements (b = rows per DP rank). 
     lm_head               backward   all_reduce  tp     b·s·h        (f of the tied head)
     ddp                   dp_sync    all_reduce  dp     every local gradient byte, in however many buckets
     clip_grad_norm        optimizer  all_reduce  tp     float64 [1], when clipping
+    loss_scaler           optimizer  all_reduce  world  float64 [1] found-inf flag, float16 loss scaling only
+
+Mixed precision (a bfloat16/float16 ``dtype``, ``tpsim.nn.precision``): activations and the TP collectives
+that carry them are 2 bytes per element; what is accumulated in float32 — the main gradients (DDP, the
+sequence-parallel LayerNorm gradients) and the cross-entropy's reductions over the vocabulary (logits cast
+up, as Megatron's ``logits.float()``) — is 4 bytes; the scalar reductions stay float64.
 
 TP collectives are issued (and traced, with zero wire bytes) even at tp = 1; DP ones are skipped at dp = 1.
 
@@ -80,7 +86,7 @@ class _Rows:
     """The predictions being built, keyed by (layer, phase, op, group) in the order the collectives are issued."""
 
     def __init__(self, tp: int, dp: int) -> None:
-        self.sizes = {"tp": tp, "dp": dp}
+        self.sizes = {"tp": tp, "dp": dp, "world": tp * dp}
         self.rows: dict[tuple[str, str, str, str], Prediction] = {}
 
     def add(self, layer: str, phase: str, op: str, group: str, nbytes: int, calls: int = 1) -> None:
@@ -149,31 +155,36 @@ def _check_sizes(config, tp: int, dp: int, batch_size: int, seq_len: int, sequen
 def predict_step(config, tp: int, dp: int, batch_size: int, seq_len: int, dtype, *, clip: bool,
                  grad_bytes_local: int | None = None, sequence_parallel: bool = False,
                  ddp_buckets: int | None = None, label_smoothing: bool = False,
-                 sp_regather_in_backward: bool = True) -> list[Prediction]:
+                 sp_regather_in_backward: bool = True, loss_scaling: bool = False) -> list[Prediction]:
     """Every collective one rank issues in one training step (see the module docstring), in issue order.
 
     ``config``: a ``GPTConfig``; ``batch_size``: the *global* batch (each DP rank takes batch_size / dp rows);
     ``dtype``: the model's dtype (activations, gradients) or its size in bytes. ``grad_bytes_local``: the DDP
     bytes; default every parameter's local shard at this tp (vocabulary padded, tied head once).
     ``ddp_buckets``: ``len(GradSync.buckets)``, the DDP call count; None leaves it unpredicted.
+    ``dtype`` 2 bytes (bfloat16/float16): mixed precision, float32 accumulations (module docstring);
+    ``loss_scaling``: float16's found-inf all-reduce over the world.
     """
     _check_sizes(config, tp, dp, batch_size, seq_len, sequence_parallel)
     e, b, s, h = _itemsize(dtype), batch_size // dp, seq_len, config.n_embd
+    acc = 4 if e == 2 else e  # float32 accumulation under mixed precision (tpsim.nn.precision.accum_itemsize)
     act = b * s * h * e  # one [b, s, h] activation
     blocks = [f"transformer.h.{i}" for i in range(config.n_layer)]
     rows = _Rows(tp, dp)
     if tp > 1:
         rows.add("batch", DATA, "broadcast", "tp", 2 * b * s * 8)  # int64 [2, b, s]: ids and labels
     _forward(rows, blocks, act, sequence_parallel)
-    _loss(rows, b * s * e, dp, label_smoothing)
+    _loss(rows, b * s * acc, dp, label_smoothing)
     if sequence_parallel:
-        _sp_backward(rows, blocks, act, ln_grads=2 * h * e, regather=1 if sp_regather_in_backward else 0)
+        _sp_backward(rows, blocks, act, ln_grads=2 * h * acc, regather=1 if sp_regather_in_backward else 0)
     else:
         _tp_backward(rows, blocks, act)
     if dp > 1:
-        total = param_elements(config, tp) * e if grad_bytes_local is None else grad_bytes_local
+        total = param_elements(config, tp) * acc if grad_bytes_local is None else grad_bytes_local
         rows.rows[("ddp", DP_SYNC, "all_reduce", "dp")] = Prediction(
             "ddp", DP_SYNC, "all_reduce", "dp", dp, ddp_buckets, total, wire_bytes("all_reduce", total, dp))
+    if loss_scaling:
+        rows.add("loss_scaler", OPTIMIZER, "all_reduce", "world", 8)
     if clip:
         rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "tp", 8)
     return list(rows.rows.values())

@@ -57,8 +57,12 @@ def global_loss_scale(grid: ProcessGrid, loss_local: float, n_local: int) -> tup
 
 
 def compute_grads(model: Module, grid: ProcessGrid, grad_sync: GradSync | None, ids_local: np.ndarray,
-                  labels_local: np.ndarray, *, plan: DropoutPlan = DropoutPlan()) -> tuple[float, int]:
+                  labels_local: np.ndarray, *, plan: DropoutPlan = DropoutPlan(),
+                  loss_scale: float = 1.0) -> tuple[float, int]:
     """The first half of a step: gradients of the global-batch mean loss, DP-synced; ``(loss, valid tokens)``.
+
+    ``loss_scale``: float16's dynamic loss scale S (``optimizer.loss_scale``): the backward starts from S·dloss
+    and the gradients stay scaled until the optimizer's ``prepare_grads`` (``apply_update``) divides them.
 
     Split from ``train_step`` so a caller can look at (check, export) the gradients before the update.
     """
@@ -68,14 +72,21 @@ def compute_grads(model: Module, grid: ProcessGrid, grad_sync: GradSync | None, 
     loss_local, cache = model.forward(ids_local, labels_local, plan)
     n_local = int(np.count_nonzero(np.asarray(labels_local) != model.loss.ignore_index))
     loss, dloss, n_global = global_loss_scale(grid, loss_local, n_local)
-    model.backward(dloss, cache)
+    model.backward(dloss * loss_scale if loss_scale != 1.0 else dloss, cache)
     if grad_sync is not None:
         grad_sync.sync()
     return loss, n_global
 
 
 def apply_update(model: Module, optimizer: Optimizer, grid: ProcessGrid, clip: float | None = None) -> float | None:
-    """The second half: optional TP-aware clipping, then the optimizer step; returns the norm (or None)."""
+    """The second half: optional TP-aware clipping, then the optimizer step; returns the norm (or None).
+
+    A mixed-precision optimizer first unscales the gradients (``prepare_grads``); when the loss scaler found
+    an overflow on any rank the step is skipped — no clipping, no update — and None is returned.
+    """
+    prepare = getattr(optimizer, "prepare_grads", None)
+    if prepare is not None and not prepare():
+        return None
     norm = None if clip is None else clip_grad_norm(model, grid.tp_group, clip)
     optimizer.step()
     return norm
