@@ -48,6 +48,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from tpsim.cost import wire_bytes
+from tpsim.nn.precision import accum_itemsize
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER, SP_GRAD_SYNC, TRAINING
 from tpsim.table import RULE, format_table
 from tpsim.trace.aggregate import by_layer, summarize
@@ -162,12 +163,13 @@ def predict_step(config, tp: int, dp: int, batch_size: int, seq_len: int, dtype,
     ``dtype``: the model's dtype (activations, gradients) or its size in bytes. ``grad_bytes_local``: the DDP
     bytes; default every parameter's local shard at this tp (vocabulary padded, tied head once).
     ``ddp_buckets``: ``len(GradSync.buckets)``, the DDP call count; None leaves it unpredicted.
-    ``dtype`` 2 bytes (bfloat16/float16): mixed precision, float32 accumulations (module docstring);
+    A bfloat16/float16 ``dtype``: mixed precision, float32 accumulations (module docstring); an int itemsize
+    gives every tensor that size (the what-if figure's convention);
     ``loss_scaling``: float16's found-inf all-reduce over the world.
     """
     _check_sizes(config, tp, dp, batch_size, seq_len, sequence_parallel)
     e, b, s, h = _itemsize(dtype), batch_size // dp, seq_len, config.n_embd
-    acc = 4 if e == 2 else e  # float32 accumulation under mixed precision (tpsim.nn.precision.accum_itemsize)
+    acc = e if isinstance(dtype, int) else accum_itemsize(dtype)  # float32 accumulations under 16-bit dtypes
     act = b * s * h * e  # one [b, s, h] activation
     blocks = [f"transformer.h.{i}" for i in range(config.n_layer)]
     rows = _Rows(tp, dp)
