@@ -5,13 +5,14 @@
     lessons_06_11   the exercises of lessons 06–11 (parallel softmax, grad norm, DP average, SP, ring bytes)
     backward        the harder backward exercises: 04b (the parallel MLP), 06b (the vocab-parallel CE)
     planning        the harder planning exercises: 08b (a layout under a memory budget), 11b (predict the bytes)
+    lesson_15       mixed precision: bfloat16 rounding on the bits, the loss scaler's rule
 
 Rules about communication (how many collectives, of which kind, how many bytes) are checked from the tracer,
 because the right numbers computed with the wrong collectives miss the point; values are compared first, so
 a wrong value is diagnosed by its symptom before a rule is quoted.
 """
 
-from tpsim.teach.checks import backward, lessons_01_05, lessons_06_11, planning  # noqa: F401 (they register)
+from tpsim.teach.checks import backward, lesson_15, lessons_01_05, lessons_06_11, planning  # noqa: F401 (they register)
 from tpsim.teach.checks.registry import CHECKS, exercise  # noqa: F401
 
 __all__ = ["CHECKS", "exercise"]
