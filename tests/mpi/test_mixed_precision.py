@@ -4,7 +4,8 @@ loss scaler skips a step on every rank when any rank overflows.
 
 Tolerances (``tpsim.train.mixed_precision.TOLERANCE_NOTE``): TP rounds partial sums in another order than the
 serial model, each rounding off by up to u = 2^-8 (bfloat16) / 2^-11 (float16); gradients differ by a few u,
-checked at 5e-2 (bfloat16) and 1e-2 (float16) relative to each gradient's largest element; the loss, a float32
+checked at 5e-2 (bfloat16) and 1e-2 (float16) relative to each gradient's largest element (over the whole
+tensor); the loss, a float32
 mean of float32 log-probabilities, at 1e-3.
 """
 
@@ -44,7 +45,11 @@ def test_tp_equals_serial_in_the_same_16_bit_dtype(grid, name):
     assert {p.dtype for _, p in model.named_parameters()} == {dtype}
     assert {g.dtype for _, g in model.named_grads()} == {np.dtype(np.float32)}, "main grads are float32"
     assert relative_difference(loss, loss_s, floor=0.0) <= 1e-3
-    diffs = shard_differences(model, dict(serial.named_grads()), floor=1e-30)
+    # relative to each gradient's largest element over the *whole* tensor: at TP 8 a shard of c_attn.bias is one
+    # head's q | k | v biases (2 + 2 + 2 here), and the key bias's exact gradient is 0 (softmax ignores a shift
+    # shared by all keys), so a small shard's own scale can be near the rounding noise it would divide
+    full = dict(serial.named_grads())
+    diffs = {n: d / np.abs(full[n]).max() for n, d in shard_differences(model, full).items()}
     worst = max(diffs, key=diffs.get)
     assert diffs[worst] <= TOL[name], f"{worst}: {diffs[worst]:.2e} > {TOL[name]}"
 
