@@ -163,6 +163,9 @@ def plot(results: dict, summary: dict, tp_sizes, path: Path) -> Path:
     values = [summary[k]["step0_grad_difference"] for k in keys]
     labels = ["all 16-bit"] + [k.split(" at ", 1)[1] for k in keys[1:]]
     axes[2].barh(range(len(keys)), values, color="#C44E52")
+    axes[2].set_xscale("log")
+    for i, v in enumerate(values):
+        axes[2].text(v, i, f" {v:.1e}", va="center", fontsize=8)
     axes[2].set_yticks(range(len(keys)), labels, fontsize=8)
     axes[2].invert_yaxis()
     axes[2].set_xlabel("step-0 max |Δgrad| / max |grad| vs serial bfloat16")
