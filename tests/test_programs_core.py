@@ -85,7 +85,7 @@ def test_mlp_scenario(tmp_path):
     (["--tp", "3"], "world size 4 is not divisible by --tp 3"),
     (["--tp", "2", "--dp", "3"], "--tp 2 x --dp 3 = 6 does not match the world size 4"),
     (["--hidden", "0"], "--hidden must be >= 1"),
-    (["--dtype", "float16"], "invalid choice: 'float16'"),
+    (["--dtype", "int8"], "invalid choice: 'int8'"),
     (["--heads", "6", "--hidden", "48"], "heads 6 is not divisible by tp 4"),
     (["--hidden", "30", "--heads", "4"], "hidden size 30 is not divisible by heads 4"),
     (["--tp", "2", "--batch-size", "5"], "--batch-size 5 is not divisible by dp 2"),

@@ -8,6 +8,10 @@ caller's scope and phase. Shapes:
     all_gather(x, axis)           x: [..., n, ...] on each rank  -> [..., p*n, ...]  (rank order)
     reduce_scatter(x, axis)       x: [..., p*n, ...] per rank    -> [..., n, ...]    (sum, chunk = group rank)
     broadcast(x, root)            x: [...] (filled on root)      -> [...]            (in place)
+
+16-bit arrays travel as 2 bytes per element: bfloat16 as its bit pattern with a user-defined reduction that adds
+in float32 and rounds at every step, float16 natively where this MPI has it (``tpsim.comm.half``). The trace
+records the array's own dtype and itemsize, so a bfloat16 all-reduce shows ``bfloat16`` and 2 bytes/element.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ import numpy as np
 from mpi4py import MPI
 
 from tpsim.cost import wire_bytes
+from tpsim.comm.half import NATIVE_OPS, reduce_op, wire_buffer
 from tpsim.comm.tracer import Tracer
 from tpsim.comm.waiting import collective
 
-_REDUCE_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+_REDUCE_OPS = NATIVE_OPS  # name -> MPI.Op; 16-bit arrays get theirs from tpsim.comm.half.reduce_op
 
 
 class Group:
@@ -74,13 +79,14 @@ class Group:
         if op not in _REDUCE_OPS:
             raise ValueError(f"all_reduce op must be one of {sorted(_REDUCE_OPS)}, got {op!r}")
         x = np.ascontiguousarray(x)
+        mpi_op = reduce_op(op, x.dtype)
         t = time.perf_counter()
         if inplace:
             out = x
-            collective(self.comm, "Allreduce", MPI.IN_PLACE, out, op=_REDUCE_OPS[op])
+            collective(self.comm, "Allreduce", MPI.IN_PLACE, wire_buffer(out), op=mpi_op)
         else:
             out = np.empty_like(x) if out is None else out
-            collective(self.comm, "Allreduce", x, out, op=_REDUCE_OPS[op])
+            collective(self.comm, "Allreduce", wire_buffer(x), wire_buffer(out), op=mpi_op)
         self._record("all_reduce", x, x.shape, t, reduce_op=op)
         return out
 
@@ -90,7 +96,7 @@ class Group:
         axis = axis % x.ndim
         t = time.perf_counter()
         stacked = np.empty((self.size,) + x.shape, dtype=x.dtype)
-        collective(self.comm, "Allgather", x, stacked)
+        collective(self.comm, "Allgather", wire_buffer(x), wire_buffer(stacked))
         if axis == 0:
             out = stacked.reshape((self.size * x.shape[0],) + x.shape[1:])
         else:  # chunks arrive stacked on a new leading axis; lay them side by side along `axis`
@@ -114,7 +120,7 @@ class Group:
             send = np.ascontiguousarray(np.stack(np.split(x, self.size, axis=axis)))
         out_shape = x.shape[:axis] + (chunk,) + x.shape[axis + 1:]
         out = np.empty(out_shape, dtype=x.dtype)
-        collective(self.comm, "Reduce_scatter_block", send, out, op=MPI.SUM)
+        collective(self.comm, "Reduce_scatter_block", wire_buffer(send), wire_buffer(out), op=reduce_op("sum", x.dtype))
         self._record("reduce_scatter", x, x.shape, t, reduce_op="sum")
         return out
 
@@ -123,7 +129,7 @@ class Group:
         if not (x.flags.c_contiguous and x.flags.writeable):
             raise ValueError("broadcast needs a writeable C-contiguous array (it works in place)")
         t = time.perf_counter()
-        collective(self.comm, "Bcast", x, root=root)
+        collective(self.comm, "Bcast", wire_buffer(x), root=root)
         self._record("broadcast", x, x.shape, t)
         return x
 

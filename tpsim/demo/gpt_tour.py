@@ -27,6 +27,7 @@ from tpsim.demo.arch import build_model, describe, llama_config, serial_model
 from tpsim.demo.zero_demo import demo_adamw, formula_args, make_sync, state_table
 from tpsim.models.config import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
+from tpsim.nn.precision import dtype_of, grad_dtype
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng
 from tpsim.tp.sequence_parallel import check_sequence_length
 from tpsim.trace.records import gather_records, gather_spans
@@ -34,8 +35,10 @@ from tpsim.train.nonfinite import StepGuard, report_skip
 from tpsim.trace.aggregate import human_bytes
 from tpsim.train import (apply_update, broadcast_batch, broadcast_params, check_replicas,
                          compute_grads, dp_slice, export_step0, load_into, load_tensors)
+from tpsim.train.mixed_precision import demo_optimizer, scaler_metrics
 
-TOLERANCE = {"float64": 1e-10, "float32": 1e-4}  # of relative_difference, purely relative (floor 1e-30)
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4,  # of relative_difference, purely relative (floor 1e-30)
+             "bfloat16": 5e-2, "float16": 1e-2}  # 16-bit: see tpsim.train.mixed_precision.TOLERANCE_NOTE
 
 
 def config_from(args: argparse.Namespace) -> GPTConfig:
@@ -61,7 +64,7 @@ def read_batch(grid: ProcessGrid, task: ReverseTask, seed: int, step: int, batch
     return ids, labels, np.arange(batch_size)[rows]
 
 
-def serial_reference(grid, args, config, task, dtype) -> tuple[float, dict[str, np.ndarray]]:
+def serial_reference(grid, args, config, task, dtype, loss_scale=1.0) -> tuple[float, dict[str, np.ndarray]]:
     """The serial model's step-0 loss and full gradients on the global batch, computed on rank 0 only and
     broadcast in one flat buffer (``broadcast_arrays``): every rank gets the same numbers it used to compute
     itself, and a world of 64 ranks on a few cores does the serial model once instead of 64 times."""
@@ -72,18 +75,20 @@ def serial_reference(grid, args, config, task, dtype) -> tuple[float, dict[str, 
         if args.init_from:
             load_into(serial, load_tensors(args.init_from, shapes, note=None))
         ids, labels = task.batch(args.seed, 0, args.batch_size)
-        loss = serial.loss_and_grads(ids, labels, DropoutPlan(ExactDropoutRNG(args.seed), 0))
+        serial.zero_grad()  # the backward starts from float16's loss scale, as the parallel one did
+        loss, cache = serial.forward(ids, labels, DropoutPlan(ExactDropoutRNG(args.seed), 0))
+        serial.backward(loss_scale, cache)
         return [loss, *(g for _, g in serial.named_grads())]
 
     loss, *grads = broadcast_arrays(grid, [(), *shapes.values()], step0)
-    return float(loss), {name: g.astype(dtype, copy=False) for name, g in zip(shapes, grads)}
+    return float(loss), {name: g.astype(grad_dtype(dtype), copy=False) for name, g in zip(shapes, grads)}
 
 
-def check_against_serial(grid, model, args, config, task, parallel_loss, dtype) -> tuple[bool, str]:
+def check_against_serial(grid, model, args, config, task, parallel_loss, dtype, loss_scale=1.0) -> tuple[bool, str]:
     """Step 0's loss and gradients (already DP-synced in ``model``) vs the serial model on the global batch."""
     if args.dropout > 0 and args.dropout_rng == "megatron":
         return True, "  (skipped: Megatron dropout masks depend on the shard, so they never equal serial's)"
-    loss, serial_grads = serial_reference(grid, args, config, task, dtype)
+    loss, serial_grads = serial_reference(grid, args, config, task, dtype, loss_scale)
     diffs = shard_differences(model, serial_grads, floor=1e-30)
     worst_name = max(diffs, key=diffs.get)
     worst = diffs[worst_name]
@@ -121,10 +126,10 @@ def build(grid: ProcessGrid, args: argparse.Namespace, config: GPTConfig, dtype,
     return model, grad_sync
 
 
-def first_step(grid, model, args, config, task, loss, dtype) -> bool:
+def first_step(grid, model, args, config, task, loss, dtype, loss_scale=1.0) -> bool:
     """Step 0: the check against the serial model, the export (``--export``), the training banner."""
     say(grid, "Step 0 against the serial model (same seed, same global batch):")
-    ok, text = check_against_serial(grid, model, args, config, task, loss, dtype)
+    ok, text = check_against_serial(grid, model, args, config, task, loss, dtype, loss_scale)
     say(grid, text, "")
     if args.export:
         ids_g, labels_g = task.batch(args.seed, 0, args.batch_size)
@@ -141,7 +146,8 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
     """``--steps`` steps of AdamW (step 0 checked against serial); each step's metrics, step 0's verdict, the
     optimizer (its state is checked after the last step)."""
     tracer = grid.tracer
-    optimizer = grad_sync if args.zero else demo_adamw(model, args)
+    optimizer = grad_sync if args.zero else demo_optimizer(model, grid, args, lambda m: demo_adamw(m, args))
+    scale = getattr(optimizer, "loss_scale", 1.0)  # float16: the dynamic loss scale; 1 otherwise
     rng = make_dropout_rng(args.dropout_rng, args.seed, grid.tp_rank)
     clip = args.clip if args.clip > 0 else None
     metrics, ok, guard = [], True, StepGuard(args.max_skipped_steps)
@@ -150,21 +156,23 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
         t0 = time.perf_counter()
         ids, labels, rows = read_batch(grid, task, args.seed, step, args.batch_size)
         with guard.quiet():  # a diverging run is reported by the guard, not by NumPy warnings
-            loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows))
+            loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows),
+                                         loss_scale=scale)
         if step == 0:
             if args.zero:  # the owned slices are reduced; gather them (phase verify) to check every gradient
                 grad_sync.gather_grads()
-            ok = first_step(grid, model, args, config, task, loss, dtype)
+            ok = first_step(grid, model, args, config, task, loss, dtype, scale)
             if args.steps == 0:
                 break
         with tracer.span("optimizer", "optimizer"):
             norm = apply_update(model, optimizer, grid, clip, guard=guard, loss=loss)
         report_skip(guard, model, step, loss, norm, lambda line: say(grid, line))  # stops after too many
+        scale = getattr(optimizer, "loss_scale", 1.0)
         dt = time.perf_counter() - t0
         moved = sum(e.bytes for e in tracer.events if e.step == step)
         metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens,
                         "seconds": dt, "tokens_per_s": args.batch_size * args.seq_len / dt,
-                        "collective_bytes_per_rank": moved})
+                        "collective_bytes_per_rank": moved, **scaler_metrics(optimizer)})
         if (step % max(1, args.steps // 10) == 0 or step == args.steps - 1) and not guard.last.skipped:
             say(grid, f"  step {step:4d}  loss {loss:7.4{'f' if abs(loss) < 1e5 else 'g'}}  |grad| {norm:6.3{'f' if abs(norm) < 1e5 else 'g'}}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} collectives/rank")
@@ -184,7 +192,8 @@ def final_report(grid, args, config, dtype, metrics, grad_sync, t_start: float) 
 
     predicted = predict_step(config, grid.tp, grid.dp, args.batch_size, args.seq_len, dtype,
                              clip=args.steps > 0, ddp_buckets=len(grad_sync.buckets),
-                             sequence_parallel=args.sequence_parallel, **formula_args(args, grad_sync))
+                             sequence_parallel=args.sequence_parallel, **formula_args(args, grad_sync),
+                             loss_scaling=args.dtype == "float16" and args.steps > 0)
     rows = compare([r for r in records if r["step"] == last], predicted)
     formula_ok, verdict = formula_verdict(rows)
     print(format_comparison(rows, title=f"Measured vs predicted per layer, step {last} (per rank):"), "",
@@ -198,7 +207,7 @@ def final_report(grid, args, config, dtype, metrics, grad_sync, t_start: float) 
 
 def run(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
-    dtype = np.dtype(args.dtype)
+    dtype = dtype_of(args.dtype)
     config = config_from(args)  # every size checked on every rank before the first collective
     task = ReverseTask(args.vocab, args.seq_len)
     tensors = load_tensors(args.init_from, config.param_shapes(), config=config) if args.init_from else None

@@ -155,6 +155,11 @@ def _check_final_state(grid, model, optimizer, args, config, task, dtype, metric
         say(grid, "", "Final state vs the serial model: not checked — Megatron dropout masks depend on the shard, "
                       "so no serial run draws the same masks (--dropout-rng exact can be checked)")
         return True
+    if args.dtype in ("bfloat16", "float16"):
+        say(grid, "", f"Final state vs the serial model: not checked in {args.dtype} — TP rounds its partial sums in "
+                      "another order than serial, and training amplifies the difference (README: \"Why the loss "
+                      "changes with TP\"); step 0 above is the check, within the dtype's tolerance")
+        return True
     shapes = list(config.param_shapes().items())
     settings = getattr(optimizer, "optimizer", optimizer)  # ZeRO-1 wraps the AdamW whose settings are read
     t0 = time.perf_counter()

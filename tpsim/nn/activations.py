@@ -23,6 +23,7 @@ import numpy as np
 from tpsim.kinds import ELEMENTWISE, marked
 from tpsim.nn.erf import erf, erfc  # noqa: F401  (erf: re-exported by tpsim.nn)
 from tpsim.nn.module import Module
+from tpsim.nn.precision import fp32_inside
 
 APPROXIMATIONS = ("tanh", "none")
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -65,6 +66,7 @@ class GeluCache(NamedTuple):
 
 
 @marked(ELEMENTWISE)
+@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
 def gelu_forward(x: np.ndarray, approximate: str = "tanh") -> tuple[np.ndarray, GeluCache]:
     """``x: [...]`` -> ``(gelu(x): [...], GeluCache)``; ``approximate`` is ``"tanh"`` (GPT-2) or ``"none"`` (erf)."""
     _check(approximate)
@@ -80,6 +82,7 @@ def gelu_forward(x: np.ndarray, approximate: str = "tanh") -> tuple[np.ndarray, 
 
 
 @marked(ELEMENTWISE)
+@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
 def gelu_backward(dy: np.ndarray, cache: GeluCache) -> np.ndarray:
     """``dy: [...]`` -> ``dx = dy · gelu'(x): [...]``."""
     x, approximate = cache

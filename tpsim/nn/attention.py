@@ -29,6 +29,7 @@ from tpsim.kinds import ELEMENTWISE_MARK, MATMUL_MARK
 from tpsim.nn.dropout import DropoutPlan, dropout_mask_apply
 from tpsim.nn.linear import Linear, LinearCache
 from tpsim.nn.module import Module
+from tpsim.nn.precision import matmul
 from tpsim.nn.softmax import SoftmaxCache, softmax_backward, softmax_forward
 
 
@@ -83,14 +84,14 @@ def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np
     scale = 1.0 / float(np.sqrt(hd))  # a Python float: a NumPy float64 scalar would promote float32 to float64
     future = np.triu(np.ones((s, s), dtype=bool), k=1)  # key j > query i: not yet seen
     with MATMUL_MARK:
-        scores = q @ k.swapaxes(-1, -2)
+        scores = matmul(q, k.swapaxes(-1, -2))
     with ELEMENTWISE_MARK:  # scaled and masked in place
         scores *= scale
         np.copyto(scores, -np.inf, where=future)
     probs, softmax = softmax_forward(scores, axis=-1)  # exp(−∞ − max) = 0 exactly: future keys get no weight
     dropped = probs if keep is None else dropout_mask_apply(probs, keep, p)
     with MATMUL_MARK:
-        ctx = dropped @ v
+        ctx = matmul(dropped, v)
     return ctx, AttentionCoreCache(q, k, v, softmax, dropped, keep, p, scale)
 
 
@@ -98,15 +99,15 @@ def attention_core_backward(dctx: np.ndarray, cache: AttentionCoreCache) -> tupl
     """``dctx: [b, nh, s, hd]`` -> ``(dq, dk, dv)``, each ``[b, nh, s, hd]``."""
     q, k, v, softmax, dropped, keep, p, scale = cache
     with MATMUL_MARK:
-        dv = dropped.swapaxes(-1, -2) @ dctx
-        dprobs = dctx @ v.swapaxes(-1, -2)
+        dv = matmul(dropped.swapaxes(-1, -2), dctx)
+        dprobs = matmul(dctx, v.swapaxes(-1, -2))
     if keep is not None:
         dprobs = dropout_mask_apply(dprobs, keep, p)  # dropout's backward: the same mask, the same scale
     dscores = softmax_backward(dprobs, softmax)  # zero where probs is zero: the masked keys
     with ELEMENTWISE_MARK:
         dscores *= scale
     with MATMUL_MARK:
-        return dscores @ k, dscores.swapaxes(-1, -2) @ q, dv
+        return matmul(dscores, k), matmul(dscores.swapaxes(-1, -2), q), dv
 
 
 def qkv_attention_forward(qkv: np.ndarray, heads: int, keep: np.ndarray | None = None,

@@ -20,6 +20,7 @@ import numpy as np
 
 from tpsim.kinds import SOFTMAX_NORM, marked
 from tpsim.nn.module import Module
+from tpsim.nn.precision import fp32_inside
 
 
 class CrossEntropyCache(NamedTuple):
@@ -32,6 +33,7 @@ class CrossEntropyCache(NamedTuple):
 
 
 @marked(SOFTMAX_NORM)
+@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
 def softmax_cross_entropy_forward(
     logits: np.ndarray, targets: np.ndarray, *, ignore_index: int = -100, label_smoothing: float = 0.0
 ) -> tuple[float, CrossEntropyCache]:

@@ -24,6 +24,7 @@ import numpy as np
 
 from tpsim.kinds import SOFTMAX_NORM, marked
 from tpsim.nn.module import Module
+from tpsim.nn.precision import fp32_inside
 
 
 class LayerNormCache(NamedTuple):
@@ -35,6 +36,7 @@ class LayerNormCache(NamedTuple):
 
 
 @marked(SOFTMAX_NORM)
+@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
 def layernorm_forward(
     x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5
 ) -> tuple[np.ndarray, LayerNormCache]:
@@ -50,6 +52,7 @@ def layernorm_forward(
 
 
 @marked(SOFTMAX_NORM)
+@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
 def layernorm_backward(dy: np.ndarray, cache: LayerNormCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``dy: [..., C]`` -> ``(dx [..., C], dw [C], db [C])``."""
     xhat, rstd, w = cache

@@ -19,6 +19,7 @@ import numpy as np
 
 from tpsim.kinds import MATMUL, marked
 from tpsim.nn.module import Module
+from tpsim.nn.precision import matmul, row_sum, wgrad
 
 
 class LinearCache(NamedTuple):
@@ -33,7 +34,7 @@ class LinearCache(NamedTuple):
 def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> tuple[np.ndarray, LinearCache]:
     """``x: [..., in]``, ``w: [in, out]``, ``b: [out]`` or None  ->  ``(y: [..., out], LinearCache)``."""
     x2 = x.reshape(-1, w.shape[0])  # a view when x is contiguous: no copy of the activations
-    y = x2 @ w
+    y = matmul(x2, w)  # 16-bit: float32 accumulation, rounded (tpsim.nn.precision)
     if b is not None:
         y += b  # y is a fresh array, so adding in place saves one allocation
     return y.reshape(*x.shape[:-1], w.shape[1]), LinearCache(x, w, b is not None)
@@ -49,9 +50,9 @@ def linear_backward(dy: np.ndarray, cache: LinearCache) -> tuple[np.ndarray, np.
     fan_in, fan_out = w.shape
     dy2 = dy.reshape(-1, fan_out)
     x2 = x.reshape(-1, fan_in)
-    dx = (dy2 @ w.T).reshape(x.shape)
-    dw = x2.T @ dy2  # sums the outer products of every row: each row used the same W
-    db = dy2.sum(axis=0) if has_bias else None
+    dx = matmul(dy2, w.T).reshape(x.shape)
+    dw = wgrad(x2.T, dy2)  # sums the outer products of every row: each row used the same W
+    db = row_sum(dy2) if has_bias else None
     return dx, dw, db
 
 

@@ -38,6 +38,7 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
+from tpsim.nn.precision import grad_dtype
 from tpsim.partition import Partition  # noqa: F401 (where a shard sits; re-exported with the contract)
 
 
@@ -46,7 +47,7 @@ class Entry(NamedTuple):
 
     name: str  # dotted, Hugging Face-style: ``transformer.h.0.mlp.c_fc.weight``
     param: np.ndarray
-    grad: np.ndarray  # same shape and dtype; backward adds into it
+    grad: np.ndarray  # same shape and dtype (float32 for a 16-bit param); backward adds into it
     partition: Partition | None  # where the shard sits in the master tensor; None = replicated
 
 
@@ -61,13 +62,14 @@ class Module:
 
     # --- parameters -------------------------------------------------------------------------------------------
     def add_param(self, name: str, value: np.ndarray, partition: Partition | None = None) -> np.ndarray:
-        """Register ``value`` as parameter ``name`` with a zeroed gradient of the same shape and dtype.
+        """Register ``value`` as parameter ``name`` with a zeroed gradient of the same shape and dtype (float32
+        for a 16-bit parameter: its main gradient, ``tpsim.nn.precision``).
 
         ``partition`` marks a tensor-parallel shard (see ``Partition``); leave it out for a replicated one.
         """
         value = np.array(value, order="C")  # always an own copy: a shard never aliases the master
         self.params[name] = value
-        self.grads[name] = np.zeros_like(value)
+        self.grads[name] = np.zeros(value.shape, dtype=grad_dtype(value.dtype))  # float32 for 16-bit params
         if partition is not None:
             self.partition[name] = partition
         return value

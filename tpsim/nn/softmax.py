@@ -19,6 +19,7 @@ import numpy as np
 
 from tpsim.kinds import SOFTMAX_NORM, marked
 from tpsim.nn.module import Module
+from tpsim.nn.precision import fp32_inside
 
 
 class SoftmaxCache(NamedTuple):
@@ -27,6 +28,7 @@ class SoftmaxCache(NamedTuple):
 
 
 @marked(SOFTMAX_NORM)
+@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
 def softmax_forward(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, SoftmaxCache]:
     """``x: [...]`` -> ``(y: [...], SoftmaxCache)``, ``y`` non-negative and summing to 1 along ``axis``."""
     y = x - x.max(axis=axis, keepdims=True)  # one buffer: shift, exp and normalise in place
@@ -36,6 +38,7 @@ def softmax_forward(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, SoftmaxC
 
 
 @marked(SOFTMAX_NORM)
+@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
 def softmax_backward(dy: np.ndarray, cache: SoftmaxCache) -> np.ndarray:
     """``dy: [...]`` -> ``dx: [...]``."""
     y, axis = cache

@@ -35,6 +35,7 @@ import numpy as np
 from tpsim.comm import Group
 from tpsim.kinds import SOFTMAX_NORM, marked
 from tpsim.nn.module import Module
+from tpsim.nn.precision import fp32_inside
 from tpsim.phases import FORWARD
 
 
@@ -50,6 +51,7 @@ class VocabParallelCrossEntropyCache(NamedTuple):
 
 
 @marked(SOFTMAX_NORM)  # its three all-reduces are subtracted: they are collectives
+@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
 def vocab_parallel_cross_entropy_forward(
         logits_local: np.ndarray, targets: np.ndarray, group: Group, *, vocab_size: int, vocab_start: int,
         ignore_index: int = -100, label_smoothing: float = 0.0) -> tuple[float, VocabParallelCrossEntropyCache]:

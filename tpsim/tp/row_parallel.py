@@ -31,6 +31,7 @@ import numpy as np
 from tpsim.comm import Group
 from tpsim.nn.linear import Linear, LinearCache, linear_backward, linear_forward
 from tpsim.nn.module import Module
+from tpsim.nn.precision import row_sum
 from tpsim.partition import Partition, take_shard
 from tpsim.tp.column_parallel import serial_keywords, shard_index
 from tpsim.tp.mappings import ScatterToTPRegion
@@ -86,7 +87,7 @@ class RowParallelLinear(Module):
             self.grads["weight"] += dw
             if "bias" in self.params:
                 # under SP dz is the gathered whole sequence, so this sum is already complete on every rank
-                self.grads["bias"] += dz.reshape(-1, dz.shape[-1]).sum(axis=0)
+                self.grads["bias"] += row_sum(dz.reshape(-1, dz.shape[-1]))
             if not self.input_is_parallel:
                 dy = ScatterToTPRegion.backward(dy, self.group)
             return dy

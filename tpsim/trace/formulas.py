@@ -15,6 +15,12 @@ linear), each of the whole activation, b·s·h elements (b = rows per DP rank). 
     lm_head               backward   all_reduce  tp     b·s·h        (f of the tied head)
     ddp                   dp_sync    all_reduce  dp     every local gradient byte, in however many buckets
     clip_grad_norm        optimizer  all_reduce  tp     float64 [1], when clipping
+    loss_scaler           optimizer  all_reduce  world  float64 [1] found-inf flag, float16 loss scaling only
+
+Mixed precision (a bfloat16/float16 ``dtype``, ``tpsim.nn.precision``): activations and the TP collectives
+that carry them are 2 bytes per element; what is accumulated in float32 — the main gradients (DDP, the
+sequence-parallel LayerNorm gradients) and the cross-entropy's reductions over the vocabulary (logits cast
+up, as Megatron's ``logits.float()``) — is 4 bytes; the scalar reductions stay float64.
 
 ZeRO-1 (``zero=1``, ``tpsim.train.zero``) replaces the ``ddp`` row by two and moves the clip norm to the world:
 
@@ -57,6 +63,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from tpsim.cost import wire_bytes
+from tpsim.nn.precision import accum_itemsize
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER, SP_GRAD_SYNC, TRAINING
 from tpsim.table import RULE, format_table
 from tpsim.trace.aggregate import by_layer, summarize
@@ -183,7 +190,8 @@ def _check_sizes(config, tp: int, dp: int, batch_size: int, seq_len: int, sequen
 def predict_step(config, tp: int, dp: int, batch_size: int, seq_len: int, dtype, *, clip: bool,
                  grad_bytes_local: int | None = None, sequence_parallel: bool = False,
                  ddp_buckets: int | None = None, label_smoothing: bool = False,
-                 sp_regather_in_backward: bool = True, zero: int = 0) -> list[Prediction]:
+                 sp_regather_in_backward: bool = True, zero: int = 0,
+                 loss_scaling: bool = False) -> list[Prediction]:
     """Every collective one rank issues in one training step (see the module docstring), in issue order.
 
     ``config``: a ``GPTConfig`` or a ``LlamaConfig``; ``batch_size``: the *global* batch (each DP rank takes batch_size / dp rows);
@@ -192,12 +200,16 @@ def predict_step(config, tp: int, dp: int, batch_size: int, seq_len: int, dtype,
     ``ddp_buckets``: ``len(GradSync.buckets)``, the DDP call count; None leaves it unpredicted.
     ``zero=1``: ZeRO-1's reduce-scatter + all-gather replace the DDP all-reduce (``grad_bytes_local`` then means
     the padded buckets' bytes, ``DistributedOptimizer.total_bytes``; ``ddp_buckets`` their count).
+    A bfloat16/float16 ``dtype``: mixed precision, float32 accumulations (module docstring); an int itemsize
+    gives every tensor that size (the what-if figure's convention);
+    ``loss_scaling``: float16's found-inf all-reduce over the world.
     """
     _check_sizes(config, tp, dp, batch_size, seq_len, sequence_parallel)
     llama = is_llama(config)
     n = LLAMA_NAMES if llama else GPT_NAMES
     h = config.hidden_size if llama else config.n_embd
     e, b, s = _itemsize(dtype), batch_size // dp, seq_len
+    acc = e if isinstance(dtype, int) else accum_itemsize(dtype)  # float32 accumulations under 16-bit dtypes
     act = b * s * h * e  # one [b, s, h] activation
     blocks = [f"{n.block}.{i}" for i in range((config.num_hidden_layers if llama else config.n_layer))]
     kv_rep = tp // config.num_key_value_heads if llama and tp > config.num_key_value_heads else 1
@@ -205,25 +217,29 @@ def predict_step(config, tp: int, dp: int, batch_size: int, seq_len: int, dtype,
     if tp > 1:
         rows.add("batch", DATA, "broadcast", "tp", 2 * b * s * 8)  # int64 [2, b, s]: ids and labels
     _forward(rows, blocks, act, sequence_parallel, n)
-    _loss(rows, b * s * e, dp, label_smoothing)
+    _loss(rows, b * s * acc, dp, label_smoothing)
     if sequence_parallel:  # a LayerNorm's (dw, db) is [2, h]; an RMSNorm has dw alone
-        _sp_backward(rows, blocks, act, ln_grads=(1 if llama else 2) * h * e,
+        _sp_backward(rows, blocks, act, ln_grads=(1 if llama else 2) * h * acc,
                      regather=1 if sp_regather_in_backward else 0, n=n)
     else:
         _tp_backward(rows, blocks, act, n)
     if kv_rep > 1:  # replicated KV heads: (dW_k, dW_v) summed over the tp / kv ranks sharing one
         for blk in reversed(blocks):
-            rows.add(f"{blk}.{n.attn}", BACKWARD, "all_reduce", "kv", 2 * h * config.head_dim * e)
+            rows.add(f"{blk}.{n.attn}", BACKWARD, "all_reduce", "kv", 2 * h * config.head_dim * acc)
     elements = param_elements(config, tp)
     if zero:  # one bucket padded to a multiple of dp, unless the caller gives the padded buckets' bytes
-        total = padded_length(elements, dp) * e if grad_bytes_local is None else grad_bytes_local
-        _zero_rows(rows, dp, total, ddp_buckets, clip)
-        return list(rows.rows.values())
-    if dp > 1:
-        total = elements * e if grad_bytes_local is None else grad_bytes_local
+        total = padded_length(elements, dp) * acc if grad_bytes_local is None else grad_bytes_local
+        if dp > 1:
+            _bucketed(rows, "zero", DP_SYNC, "reduce_scatter", total, ddp_buckets)
+    elif dp > 1:
+        total = elements * acc if grad_bytes_local is None else grad_bytes_local
         _bucketed(rows, "ddp", DP_SYNC, "all_reduce", total, ddp_buckets)
-    if clip:
-        rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "tp", 8)
+    if loss_scaling:
+        rows.add("loss_scaler", OPTIMIZER, "all_reduce", "world", 8)
+    if clip:  # ZeRO-1's norm sums the owned slices over the whole world
+        rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "world" if zero else "tp", 8)
+    if zero and dp > 1:  # the updated parameters, all-gathered after the step: with the reduce-scatter, the
+        _bucketed(rows, "zero", OPTIMIZER, "all_gather", total, ddp_buckets)  # all-reduce's bytes
     return list(rows.rows.values())
 
 
@@ -232,17 +248,6 @@ def _bucketed(rows: _Rows, layer: str, phase: str, op: str, total: int, buckets:
     dp = rows.sizes["dp"]
     rows.rows[(layer, phase, op, "dp")] = Prediction(layer, phase, op, "dp", dp, buckets, total,
                                                      wire_bytes(op, total, dp))
-
-
-def _zero_rows(rows: _Rows, dp: int, total: int, buckets: int | None, clip: bool) -> None:
-    """ZeRO-1 (``tpsim.train.zero``): each bucket reduce-scattered in dp_sync and all-gathered after the step in
-    optimizer, the two together the all-reduce's bytes; the clip norm's all-reduce spans the world."""
-    if dp > 1:
-        _bucketed(rows, "zero", DP_SYNC, "reduce_scatter", total, buckets)
-    if clip:
-        rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "world", 8)
-    if dp > 1:
-        _bucketed(rows, "zero", OPTIMIZER, "all_gather", total, buckets)
 
 
 # --- measured vs predicted -------------------------------------------------------------------------------------

@@ -8,13 +8,15 @@ from tpsim.train.checkpoint import (CheckpointError, export_step0, full_tensors,
 from tpsim.train.clip import clip_grad_norm, grad_entries, grad_norm
 from tpsim.train.consistency import ConsistencyReport, Mismatch, check_replicas
 from tpsim.train.ddp import Bucket, GradSync
+from tpsim.train.loss_scale import DynamicLossScaler
+from tpsim.train.mixed_precision import MixedPrecisionOptimizer, mixed_precision
 from tpsim.train.nonfinite import StepGuard, StepVerdict
 from tpsim.train.optim import SGD, AdamW, Optimizer
 from tpsim.train.step import StepResult, apply_update, compute_grads, train_step
 from tpsim.train.zero import DistributedOptimizer
 
-__all__ = ["AdamW", "Bucket", "CheckpointError", "ConsistencyReport", "DistributedOptimizer", "GradSync",
-           "Mismatch", "Optimizer", "SGD", "StepGuard", "StepResult", "StepVerdict", "apply_update",
-           "broadcast_batch", "broadcast_params", "check_replicas", "clip_grad_norm", "compute_grads", "dp_slice",
-           "export_step0", "full_tensors", "grad_entries", "grad_norm", "load_into", "load_tensors",
-           "save_tensors", "train_step"]
+__all__ = ["AdamW", "Bucket", "CheckpointError", "ConsistencyReport", "DistributedOptimizer", "DynamicLossScaler",
+           "GradSync", "Mismatch", "MixedPrecisionOptimizer", "Optimizer", "SGD", "StepGuard", "StepResult",
+           "StepVerdict", "apply_update", "broadcast_batch", "broadcast_params", "check_replicas",
+           "clip_grad_norm", "compute_grads", "dp_slice", "export_step0", "full_tensors", "grad_entries",
+           "grad_norm", "load_into", "load_tensors", "mixed_precision", "save_tensors", "train_step"]

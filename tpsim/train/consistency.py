@@ -35,7 +35,7 @@ def param_digest(p: np.ndarray) -> bytes:
     """8-byte BLAKE2b of a parameter's dtype, shape and bytes (stable across processes and runs)."""
     h = hashlib.blake2b(digest_size=8)
     h.update(f"{p.dtype.str}{p.shape}".encode())
-    h.update(np.ascontiguousarray(p).data)
+    h.update(np.ascontiguousarray(p).reshape(-1).view(np.uint8).data)  # bytes: bfloat16 has no buffer format
     return h.digest()
 
 

@@ -63,8 +63,12 @@ def global_loss_scale(grid: ProcessGrid, loss_local: float, n_local: int) -> tup
 
 
 def compute_grads(model: Module, grid: ProcessGrid, grad_sync: GradSync | None, ids_local: np.ndarray,
-                  labels_local: np.ndarray, *, plan: DropoutPlan = DropoutPlan()) -> tuple[float, int]:
+                  labels_local: np.ndarray, *, plan: DropoutPlan = DropoutPlan(),
+                  loss_scale: float = 1.0) -> tuple[float, int]:
     """The first half of a step: gradients of the global-batch mean loss, DP-synced; ``(loss, valid tokens)``.
+
+    ``loss_scale``: float16's dynamic loss scale S (``optimizer.loss_scale``): the backward starts from S·dloss
+    and the gradients stay scaled until the optimizer's ``prepare_grads`` (``apply_update``) divides them.
 
     Split from ``train_step`` so a caller can look at (check, export) the gradients before the update.
     """
@@ -74,7 +78,7 @@ def compute_grads(model: Module, grid: ProcessGrid, grad_sync: GradSync | None, 
     loss_local, cache = model.forward(ids_local, labels_local, plan)
     n_local = int(np.count_nonzero(np.asarray(labels_local) != model.loss.ignore_index))
     loss, dloss, n_global = global_loss_scale(grid, loss_local, n_local)
-    model.backward(dloss, cache)
+    model.backward(dloss * loss_scale if loss_scale != 1.0 else dloss, cache)
     if grad_sync is not None:
         grad_sync.sync()
     return loss, n_global
@@ -84,12 +88,20 @@ def apply_update(model: Module, optimizer: Optimizer, grid: ProcessGrid, clip: f
                  guard: StepGuard | None = None, loss: float | None = None, found_inf: bool = False) -> float | None:
     """The second half: optional TP-aware clipping, then the optimizer step; returns the norm (or None).
 
-    With a ``guard`` (``tpsim.train.nonfinite``) the global gradient norm is measured every step, clipping or
-    not, and ``guard.decide(loss, norm, found_inf=...)`` may skip clipping and the optimizer step on every rank
-    together; its verdict is ``guard.last``. ``found_inf`` is a loss scaler's "overflow: skip, don't count".
-    An optimizer that owns only slices of the gradients (ZeRO-1's ``DistributedOptimizer``) measures and clips
-    them itself.
+    A mixed-precision optimizer first unscales the gradients (``prepare_grads``); when its loss scaler found an
+    overflow on any rank the step is skipped — no clipping, no update. With a ``guard``
+    (``tpsim.train.nonfinite``) the global gradient norm is measured every step, clipping or not, and
+    ``guard.decide(loss, norm, found_inf=...)`` may skip clipping and the optimizer step on every rank together;
+    its verdict is ``guard.last``. ``found_inf`` (or the scaler's overflow) is "skip, don't count" — until the
+    scale sits at its minimum, where an overflow is a real non-finite step and counts. An optimizer that owns
+    only slices of the gradients (ZeRO-1's ``DistributedOptimizer``) measures and clips them itself.
     """
+    prepare = getattr(optimizer, "prepare_grads", None)
+    if prepare is not None and not prepare():  # the loss scaler's overflow: skip, the scale has backed off
+        scaler = getattr(optimizer, "loss_scaler", None)
+        found_inf = found_inf or not (scaler is not None and scaler.at_minimum)
+        if guard is None:
+            return None
     sliced = hasattr(optimizer, "clip_grad_norm")
     if guard is None:
         if clip is None:
@@ -100,7 +112,8 @@ def apply_update(model: Module, optimizer: Optimizer, grid: ProcessGrid, clip: f
         return norm
     with guard.quiet():
         norm = optimizer.grad_norm() if sliced else grad_norm(model, grid.tp_group)
-        if not guard.decide(loss, norm, found_inf=found_inf).skipped:
+        skip = guard.decide(loss, norm, found_inf=found_inf).skipped or getattr(optimizer, "skipped", False)
+        if not skip:
             if clip is not None:
                 if sliced:
                     optimizer.clip_grad_norm(clip, norm=norm)
