@@ -35,6 +35,10 @@ def formula_args(args: argparse.Namespace, sync) -> dict:
     return {"zero": 1, "grad_bytes_local": sync.total_bytes} if getattr(args, "zero", 0) else {}
 
 
+def _dtype_name(model: Module) -> str:
+    return str(next(p for _, p in model.named_parameters()).dtype)
+
+
 def state_table(model: Module, optimizer, grid: ProcessGrid) -> str:
     """Rank 0's model state per parameter, measured from the live arrays, beside the formula."""
     distributed = isinstance(optimizer, DistributedOptimizer)
@@ -43,9 +47,9 @@ def state_table(model: Module, optimizer, grid: ProcessGrid) -> str:
         sizes = dict((n, p.size) for n, p in model.named_parameters())
         elements = [sum(sizes[n] for n in b.names) for b in optimizer.buckets]
         predicted = zero_optimizer_bytes(elements, grid.dp, itemsize, len(optimizer.optimizer._slots))
-    else:
-        predicted = 2 * sum(p.nbytes for _, p in model.named_parameters())
+    else:  # AdamW's two slots (and, in 16 bits, the float32 main parameters) for every parameter
+        predicted = layout_for(itemsize).sharded * sum(p.size for _, p in model.named_parameters())
     how = f"ZeRO-1 over DP {grid.dp}" if distributed else "AdamW on every DP rank"
-    title = f"Model state per parameter on rank 0 ({how}, {np.dtype(f'f{itemsize}')}, live arrays):"
+    title = f"Model state per parameter on rank 0 ({how}, {_dtype_name(model)}, live arrays):"
     return format_model_state(measure_model_state(model, optimizer), layout_for(itemsize), grid.dp, distributed,
                               predicted, title=title)

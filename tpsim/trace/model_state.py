@@ -123,6 +123,10 @@ MEGATRON_LAYOUTS = (  # dist_optimizer.md's three rows
     StateLayout("fp32 params, fp32 grads", 4, 4, 0, 0, 8),
 )
 TPSIM_FLOAT64 = StateLayout("tpsim float64 (AdamW in place)", 8, 8, 0, 0, 16)
+# tpsim's 16-bit mixed precision (tpsim.train.mixed_precision): a 16-bit parameter's gradient *is* its float32 main
+# gradient (no 16-bit gradient copy), float32 main parameters and AdamW state — Megatron's bf16 row, for float16 too
+# (Megatron's fp16 row keeps a 16-bit gradient and a separate float32 main gradient: 20 bytes, not 18).
+TPSIM_16BIT = StateLayout("tpsim 16-bit (fp32 main grads)", 2, 4, 4, 0, 8)
 
 
 def format_formula(layout: StateLayout) -> str:
@@ -167,12 +171,15 @@ def measure_model_state(model, optimizer, parameters: int | None = None) -> Mode
 
 
 def layout_for(itemsize: int) -> StateLayout:
-    """tpsim's own layout for a model of ``itemsize``-byte floats with AdamW (no main copies: updated in place)."""
+    """tpsim's own layout for a model of ``itemsize``-byte floats with AdamW (float32/float64: no main copies,
+    updated in place; 16-bit: mixed precision's float32 main gradients and parameters)."""
     if itemsize == 4:
         return MEGATRON_LAYOUTS[2]
     if itemsize == 8:
         return TPSIM_FLOAT64
-    raise ValueError(f"no tpsim layout for {itemsize}-byte parameters (a 16-bit one needs mixed precision)")
+    if itemsize == 2:
+        return TPSIM_16BIT
+    raise ValueError(f"no tpsim layout for {itemsize}-byte parameters")
 
 
 def _fraction(x: Fraction) -> str:
