@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from launch_program import without_launcher_notices
 from tpsim import launcher
 from tpsim.launcher import INTEL_MPI, MPICH, OPEN_MPI, ROOT_ENV, UNKNOWN, mpi_kind, mpi_needs
 
@@ -113,3 +114,12 @@ def test_launcher_and_hosts_import_without_mpi():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 0, done.stderr
+
+
+def test_open_mpis_boxed_notice_is_told_apart_from_the_programs_line():
+    dashes = "-" * 74
+    stderr = (f"tpsim.demo: error: world size 4 is not divisible by --tp 3\n[warn] Epoll MOD(4) on fd 24 failed. "
+              f"Old events were 6: Bad file descriptor\n{dashes}\nprterun detected that one or "
+              f"more processes exited with non-zero status,\n\n   Exit code:    2\n{dashes}\n")
+    assert without_launcher_notices(stderr) == "tpsim.demo: error: world size 4 is not divisible by --tp 3\n"
+    assert without_launcher_notices("tpsim.demo: error: x\n") == "tpsim.demo: error: x\n"

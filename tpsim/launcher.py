@@ -118,6 +118,17 @@ def mpiexec_command(ranks: int, args: list[str], mpiexec_flags: tuple[str, ...] 
     return [path, *needs.flags, *mpiexec_flags, "-n", str(ranks), sys.executable, *args], env, needs.note
 
 
+def mpiexec_prefix() -> list[str]:
+    """``[mpiexec, flags...]`` for a launcher that adds ``-n N program`` itself (ipyparallel's MPI engines);
+    what the MPI needs in the environment goes into this process's (the launcher's parent) ``os.environ``."""
+    path = mpiexec()
+    needs = mpi_needs(detect_mpi(path), root=_is_root())
+    if needs.note:
+        _say_once(needs.note)
+    os.environ.update(needs.env)
+    return [path, *needs.flags]
+
+
 @functools.lru_cache(maxsize=None)
 def _say_once(note: str) -> None:
     print(note, file=sys.stderr, flush=True)
