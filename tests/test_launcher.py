@@ -97,6 +97,14 @@ def test_launch_runs_what_the_mpi_needs(tmp_path, monkeypatch, capsys, version, 
     assert ("OMPI_ALLOW_RUN_AS_ROOT=1" in capsys.readouterr().err) is as_root  # the one-line note, said once
 
 
+def test_mpiexec_prefix_for_ipyparallel_puts_the_root_pair_in_this_process(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(launcher, "mpiexec", lambda: fake_mpiexec(tmp_path, OPEN_MPI_5))
+    monkeypatch.setattr(launcher, "_is_root", lambda: True)
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in ROOT_ENV})
+    assert launcher.mpiexec_prefix() == [str(tmp_path / "mpiexec"), "--oversubscribe"]
+    assert all(os.environ[k] == "1" for k in ROOT_ENV)  # the engines' mpiexec inherits them
+
+
 def test_python_m_tpsim_launcher_shows_and_checks_its_arguments(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(launcher, "mpiexec", lambda: fake_mpiexec(tmp_path, OPEN_MPI_5))
     monkeypatch.setattr(launcher, "_is_root", lambda: False)

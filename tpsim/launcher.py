@@ -106,11 +106,15 @@ def _is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
+def _mpiexec_and_needs() -> tuple[str, MpiNeeds]:
+    path = mpiexec()
+    return path, mpi_needs(detect_mpi(path), root=_is_root())
+
+
 def mpiexec_command(ranks: int, args: list[str], mpiexec_flags: tuple[str, ...] = ()
                     ) -> tuple[list[str], dict[str, str], str]:
     """``(argv, environment, note)`` of ``mpiexec [FLAGS] -n RANKS python ARGS`` for the MPI found here."""
-    path = mpiexec()
-    needs = mpi_needs(detect_mpi(path), root=_is_root())
+    path, needs = _mpiexec_and_needs()
     env = dict(os.environ)
     env.setdefault("MPLBACKEND", "Agg")
     env.pop("PYTHONUNBUFFERED", None)
@@ -121,8 +125,7 @@ def mpiexec_command(ranks: int, args: list[str], mpiexec_flags: tuple[str, ...] 
 def mpiexec_prefix() -> list[str]:
     """``[mpiexec, flags...]`` for a launcher that adds ``-n N program`` itself (ipyparallel's MPI engines);
     what the MPI needs in the environment goes into this process's (the launcher's parent) ``os.environ``."""
-    path = mpiexec()
-    needs = mpi_needs(detect_mpi(path), root=_is_root())
+    path, needs = _mpiexec_and_needs()
     if needs.note:
         _say_once(needs.note)
     os.environ.update(needs.env)
