@@ -45,7 +45,7 @@ test-serial: venv-notebooks
 test-mpi: venv
 	@set -e; for n in $(MPIRANKS); do \
 	  echo "== tests/mpi on $$n ranks"; \
-	  $(BIN)/mpiexec -n $$n $(BIN)/python tests/mpi/pytest_on_every_rank.py -q -p no:cacheprovider --timeout=120 --timeout-method=thread; \
+	  $(BIN)/python -m tpsim.launcher -n $$n tests/mpi/pytest_on_every_rank.py -q -p no:cacheprovider --timeout=120 --timeout-method=thread; \
 	done
 
 bench: venv

@@ -8,6 +8,7 @@ failed test carrying the output so far, never a stuck suite. Not to be confused 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tpsim.launcher import Launch, launch
@@ -22,3 +23,14 @@ def run_mpi(n: int, args: list[str], timeout: float = 120, cwd: Path | None = No
         raise AssertionError(f"mpiexec -n {n} {' '.join(args)} did not finish within {timeout}s\n"
                              f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
     return result
+
+
+# Open MPI's launcher frames its own notices in lines of dashes ("prterun detected that one or more processes
+# exited with non-zero status, ..."), and its event library sometimes warns while the job ends ("[warn] Epoll MOD(4)
+# on fd 24 failed. ... Bad file descriptor", harmless); MPICH adds neither after a clean non-zero exit.
+_OPEN_MPI_NOTICES = re.compile(r"^-{60,}\n.*?^-{60,}\n?|^\[warn\] Epoll .*\n?", re.MULTILINE | re.DOTALL)
+
+
+def without_launcher_notices(stderr: str) -> str:
+    """``stderr`` without the notices Open MPI's launcher adds (the programs' own lines stay)."""
+    return _OPEN_MPI_NOTICES.sub("", stderr)

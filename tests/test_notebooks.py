@@ -56,7 +56,7 @@ def test_every_lesson_becomes_a_notebook_of_px_cells_between_a_setup_and_a_stop(
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
     setup, lesson, stop = code[0], code[1:-1], code[-1]
     assert f'Cluster(engines="mpi", n={info.ranks}' in setup and "rc.activate()" in setup
-    assert "mpiexec()" in setup  # the mpiexec beside this Python, as tpsim lesson run uses
+    assert "mpiexec_prefix()" in setup  # the mpiexec beside this Python and its MPI's flags, as tpsim lesson run
     assert lesson and all(source.startswith(PX) for source in lesson)
     assert any(f"RANKS = {info.ranks}" in source for source in lesson)
     assert "stop_cluster_sync()" in stop

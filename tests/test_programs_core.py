@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from launch_program import ROOT, run_mpi
+from launch_program import ROOT, run_mpi, without_launcher_notices
 from tpsim.demo.cli import build_parser
 
 pytestmark = pytest.mark.slow
@@ -97,7 +97,7 @@ def test_mlp_scenario(tmp_path):
 def test_bad_configuration_is_one_line_on_rank_zero_and_exits_nonzero(args, message):
     r = run_mpi(4, ["-m", "tpsim.demo", *args], timeout=60)
     assert r.returncode != 0
-    errors = [line for line in r.stderr.splitlines() if line.strip()]
+    errors = [line for line in without_launcher_notices(r.stderr).splitlines() if line.strip()]
     assert len(errors) == 1 and errors[0].startswith("tpsim.demo: error: ") and message in errors[0], r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
 

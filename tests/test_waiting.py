@@ -16,8 +16,18 @@ from tpsim.errors import ConfigError
 def test_sleep_poll_only_when_asked_or_the_node_is_far_oversubscribed(monkeypatch, mode, local, cores, expected):
     monkeypatch.setenv("TPSIM_WAIT", mode)
     monkeypatch.setenv("MPI_LOCALNRANKS", local)
+    monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)  # as if launched by Hydra (or not at all)
     monkeypatch.setattr(waiting, "_cores", lambda: cores)
     assert waiting._decide() is expected
+
+
+def test_open_mpis_local_size_counts_like_hydras(monkeypatch):
+    """Under Open MPI (no MPI_LOCALNRANKS) the ranks on this node come from OMPI_COMM_WORLD_LOCAL_SIZE."""
+    monkeypatch.setenv("TPSIM_WAIT", "auto")
+    monkeypatch.delenv("MPI_LOCALNRANKS", raising=False)
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "64")
+    monkeypatch.setattr(waiting, "_cores", lambda: 2)
+    assert waiting._decide() is True
 
 
 def test_unknown_wait_mode_is_a_config_error(monkeypatch):

@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpsim.comm import ProcessGrid, format_grid, grid_layout
+from mpi4py import MPI
+
+from tpsim.comm import ProcessGrid, Tracer, format_grid, grid_layout
 from tpsim.errors import ConfigError
+from tpsim.hosts import FAKE_HOSTS_ENV
 from conftest import WORLD
 
 
@@ -49,3 +52,33 @@ def test_bad_sizes_fail_on_every_rank_before_any_collective():
         ProcessGrid(tp=1, dp=n + 1)
     with pytest.raises(ConfigError, match="tp must be >= 1"):
         ProcessGrid(tp=0)
+
+
+def test_every_rank_knows_every_ranks_host(grid):
+    assert grid.hosts == WORLD.allgather(MPI.Get_processor_name())
+
+
+def test_fake_hosts_reach_every_ranks_table_untraced(monkeypatch):
+    """Half the ranks on "node-a", half on "node-b", all in one TP group: every rank's table warns; the
+    host-name gather at construction records nothing (set-up, not model traffic)."""
+    n = WORLD.Get_size()
+    names = ["node-a"] * (n - n // 2) + ["node-b"] * (n // 2)
+    monkeypatch.setenv(FAKE_HOSTS_ENV, ",".join(names))
+    tracer = Tracer(rank=WORLD.Get_rank())
+    tracer.reset = lambda t0=None: None  # keep whatever construction recorded
+    grid = ProcessGrid(tp=n, tracer=tracer)
+    try:
+        assert grid.hosts == names and tracer.events == []
+        text = grid.table()
+        spans = n > 1
+        assert ("WARNING: TP group " + str(list(range(n))) + " spans hosts node-a, node-b" in text) is spans
+        assert ("  host node-b: ranks" in text) is spans
+    finally:
+        grid.tp_group.comm.Free()
+        grid.dp_group.comm.Free()
+
+
+def test_bad_fake_hosts_fail_on_every_rank_before_any_collective(monkeypatch):
+    monkeypatch.setenv(FAKE_HOSTS_ENV, "a*99")
+    with pytest.raises(ConfigError, match=f"names 99 ranks, but the world has {WORLD.Get_size()}"):
+        ProcessGrid(tp=1)

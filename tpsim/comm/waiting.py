@@ -29,8 +29,8 @@ SLEEP_ABOVE_RANKS_PER_CORE = 16  # measured: 16 per core (32 ranks on 2 cores) i
 
 
 def _ranks_on_this_node() -> int:
-    # Hydra (MPICH's launcher) tells each process how many ranks share its node; without it, assume one node
-    local = os.environ.get("MPI_LOCALNRANKS")
+    # Hydra (MPICH's launcher) and Open MPI tell each process how many ranks share its node; else assume one node
+    local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
     return int(local) if local and local.isdigit() else MPI.COMM_WORLD.Get_size()
 
 

@@ -6,8 +6,8 @@ kernel inside, and the ``%%px`` cell magic sends a cell to all of them and shows
 So the notebook is the lesson's own cells with three changes:
 
 1. after the title, an added cell starts ``ipyparallel.Cluster(engines="mpi", n=RANKS)`` with the ``mpiexec``
-   beside this Python (``tpsim.launcher.mpiexec``, the one ``tpsim lesson run`` uses), connects, and activates
-   ``%%px``;
+   beside this Python and what its MPI needs (``tpsim.launcher.mpiexec_prefix``, as ``tpsim lesson run``),
+   connects, and activates ``%%px``;
 2. every code cell of the lesson starts with ``%%px``; prose cells stay markdown;
 3. a last added cell stops the engines.
 
@@ -44,7 +44,7 @@ for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(var, "1")  # one BLAS thread per rank; the engines inherit this environment
 import ipyparallel as ipp
 
-from tpsim.launcher import mpiexec
+from tpsim.launcher import mpiexec_prefix
 
 # A fixed name, so that this cell finds and stops engines that a kernel left behind when it was restarted while
 # a cell hung (a rank blocked inside MPI ignores the interrupt, so they outlive the kernel).
@@ -55,7 +55,7 @@ except FileNotFoundError:  # nothing left behind: the usual case
     pass
 cluster = ipp.Cluster(engines="mpi", n={ranks}, cluster_id=cluster_id, log_level=30,  # warnings only
                       controller_args=["--ping=500"])  # a faster heartbeat: engines register in ~1 s, not ~5 s
-cluster.config.MPIEngineSetLauncher.mpi_cmd = [mpiexec()]  # the mpiexec beside this Python, as `tpsim lesson run`
+cluster.config.MPIEngineSetLauncher.mpi_cmd = mpiexec_prefix()  # as `tpsim lesson run`: Open MPI gets its flags
 cluster.start_cluster_sync()
 rc = cluster.connect_client_sync()
 rc.wait_for_engines({ranks}, interactive=False, timeout=120)
