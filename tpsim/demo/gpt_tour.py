@@ -21,6 +21,7 @@ from tpsim.comm import ProcessGrid
 from tpsim.comm.agree import Agreement
 from tpsim.compare import relative_difference, shard_differences
 from tpsim.data import ReverseTask
+from tpsim.hf.folder import load_init
 from tpsim.demo.report import say, step_table, write_outputs
 from tpsim.models.build import build_gpt, serial_gpt
 from tpsim.models.config import GPTConfig
@@ -30,7 +31,7 @@ from tpsim.tp.sequence_parallel import check_sequence_length
 from tpsim.trace.records import gather_records, gather_spans
 from tpsim.trace.aggregate import human_bytes
 from tpsim.train import (AdamW, GradSync, apply_update, broadcast_batch, broadcast_params, check_replicas,
-                         compute_grads, dp_slice, export_step0, load_into, load_tensors)
+                         compute_grads, dp_slice, export_step0, load_into)
 
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4}  # of relative_difference, purely relative (floor 1e-30)
 
@@ -66,7 +67,7 @@ def serial_reference(grid, args, config, task, dtype) -> tuple[float, dict[str, 
         if grid.rank == 0:
             serial = serial_gpt(config, seed=args.seed, dtype=dtype)
             if args.init_from:
-                load_into(serial, load_tensors(args.init_from, shapes))
+                load_into(serial, load_init(args.init_from, config))
             ids, labels = task.batch(args.seed, 0, args.batch_size)
             flat[0] = serial.loss_and_grads(ids, labels, DropoutPlan(ExactDropoutRNG(args.seed), 0))
             np.concatenate([g.ravel() for _, g in serial.named_grads()], out=flat[1:])
@@ -196,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     dtype = np.dtype(args.dtype)
     config = config_from(args)  # every size checked on every rank before the first collective
     task = ReverseTask(args.vocab, args.seq_len)
-    tensors = load_tensors(args.init_from, config.param_shapes()) if args.init_from else None
+    tensors = load_init(args.init_from, config) if args.init_from else None
     grid = ProcessGrid(tp=args.tp, dp=args.dp)
     say(grid, *header(grid, args, config))
     model, grad_sync = build(grid, args, config, dtype, tensors)

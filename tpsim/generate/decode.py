@@ -1,0 +1,95 @@
+"""Greedy decoding with a KV cache, on the serial model or its TP twin — one code path for both.
+
+The layers are the training layers, called forward only: their ``forward`` returns ``(out, cache)`` and the
+cache is dropped. Under TP the same calls issue the same collectives as in training's forward, now on
+``[b, t, h]`` with t = the prompt length (prefill) or 1 (each decode step):
+
+    embedding       vocab-parallel lookup: 1 all-reduce [b, t, h]
+    per block       attention's c_proj (row-parallel): 1 all-reduce [b, t, h]; the MLP's: 1 all-reduce [b, t, h]
+    LM head         logits of this rank's vocabulary slice, never gathered; the argmax: 2 all-reduces of [b]
+                    (``tpsim.generate.argmax``)
+
+so a decode step takes 2·n_layer + 3 collectives whose size does not grow with the model's width fast enough to
+matter: each is one latency α plus a few KiB — why decode is latency-bound.
+
+The tracer's ``step`` numbers the forward passes: 0 = the prefill, k = the k-th decode step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.errors import ConfigError
+from tpsim.generate.argmax import serial_argmax, vocab_parallel_argmax
+from tpsim.generate.kv_cache import LayerKV, cached_attention
+from tpsim.nn.attention import merge_heads, split_heads
+from tpsim.phases import FORWARD
+
+
+def local_heads(attn) -> int:
+    """Query heads this rank computes (all of them in the serial model)."""
+    return getattr(attn, "heads_per_partition", attn.heads)
+
+
+def new_caches(model, batch: int, capacity: int, dtype) -> list[LayerKV]:
+    """One empty ``LayerKV`` per block, holding this rank's heads only."""
+    return [LayerKV(batch, local_heads(b.attn), capacity, b.attn.head_dim, dtype) for b in model.transformer.h]
+
+
+def gpt2_attention(attn, x: np.ndarray, kv: LayerKV, start: int) -> np.ndarray:
+    """GPT-2 attention of the positions ``start..`` of ``x: [b, t, h]`` against the cache (appended to)."""
+    heads = local_heads(attn)
+    qkv, _ = attn.c_attn.forward(x)  # this rank's heads: q | k | v, [b, t, 3·heads·hd]
+    q, k, v = (split_heads(part, heads) for part in np.split(qkv, 3, axis=-1))
+    k_all, v_all = kv.append(k, v)
+    y, _ = attn.c_proj.forward(merge_heads(cached_attention(q, k_all, v_all, start)))  # TP: the all-reduce
+    return y
+
+
+def gpt2_logits(model, ids: np.ndarray, caches: list[LayerKV], start: int) -> np.ndarray:
+    """Last-position logits ``[b, V]`` (TP: this rank's ``[b, Vp/p]``) of ``ids: [b, t]`` at positions start.."""
+    tr = model.transformer
+    x = tr.wte.forward(ids)[0] + tr.wpe.forward(np.arange(start, start + ids.shape[1]))[0]
+    for block, kv in zip(tr.h, caches):
+        x = x + gpt2_attention(block.attn, block.ln_1.forward(x)[0], kv, start)
+        x = x + block.mlp.forward(block.ln_2.forward(x)[0])[0]
+    h = tr.ln_f.forward(x[:, -1:])[0]  # only the last position feeds the next token
+    return model.lm_head.forward(h)[0][:, -1]
+
+
+def next_token(model, logits: np.ndarray) -> np.ndarray:
+    """Greedy choice ``int64 [b]``: serial argmax, or the vocab-parallel one (same on every rank)."""
+    head = model.lm_head
+    vocab = model.config.vocab_size
+    if not hasattr(head, "group"):
+        return serial_argmax(logits, vocab)
+    with head.group.tracer.region(scope=head.path + ".argmax", phase=FORWARD):
+        return vocab_parallel_argmax(logits, head.vocab_start, vocab, head.group)
+
+
+def max_positions(config) -> int:
+    return getattr(config, "n_positions", None) or config.max_position_embeddings
+
+
+def greedy(model, prompt: np.ndarray, max_new_tokens: int, tracer=None) -> tuple[np.ndarray, list[LayerKV]]:
+    """Greedy-decode ``max_new_tokens`` after ``prompt: int [b, s]`` -> ``(new tokens int64 [b, K], caches)``."""
+    prompt = np.asarray(prompt, dtype=np.int64)
+    b, s = prompt.shape
+    total, limit = s + max_new_tokens, max_positions(model.config)
+    if total - 1 > limit:  # the last token is produced, never fed back
+        raise ConfigError(f"prompt {s} + {max_new_tokens} new tokens needs {total - 1} positions, "
+                          f"the model has {limit}")
+    if max_new_tokens < 1 or s < 1:
+        raise ConfigError(f"need a prompt of at least 1 token and --max-new-tokens >= 1 (got {s}, {max_new_tokens})")
+    dtype = next(p for _, p in model.named_parameters()).dtype
+    caches = new_caches(model, b, total - 1, dtype)
+    logits_of = gpt2_logits
+    out = np.empty((b, max_new_tokens), dtype=np.int64)
+    ids, start = prompt, 0
+    for i in range(max_new_tokens):
+        if tracer is not None:
+            tracer.step = i  # 0: prefill, then one step per decoded token
+        out[:, i] = next_token(model, logits_of(model, ids, caches, start))
+        start += ids.shape[1]
+        ids = out[:, i:i + 1]
+    return out, caches
