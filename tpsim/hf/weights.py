@@ -28,7 +28,7 @@ class HFWeightsError(ConfigError):
     """A weights file that cannot be read, or a sharded index that does not match its files."""
 
 
-def _bfloat16():
+def bfloat16():
     try:
         import ml_dtypes
     except ImportError as exc:
@@ -51,7 +51,7 @@ def read_raw(path) -> dict[str, np.ndarray]:
         if name == "__metadata__":
             continue
         code = info["dtype"]
-        dtype = _bfloat16() if code == "BF16" else np.dtype(_DTYPES[code]).newbyteorder("<")
+        dtype = bfloat16() if code == "BF16" else np.dtype(_DTYPES[code]).newbyteorder("<")
         begin, end = info["data_offsets"]
         out[name] = np.frombuffer(data[begin:end], dtype=dtype).reshape(info["shape"]).astype(dtype.newbyteorder("="))
     return out

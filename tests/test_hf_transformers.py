@@ -1,0 +1,88 @@
+"""tpsim against Hugging Face transformers on the same weights: loss, gradients and greedy tokens.
+
+Skipped when transformers (or torch) is not installed: neither is a dependency of tpsim. The folders are
+tpsim's own (``tpsim.hf.write`` or the demo's ``--export``), loaded with ``from_pretrained`` unchanged, in
+float64 so that "equal" means ~1e-12.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from launch_program import run_mpi
+
+from tpsim.compare import relative_difference
+from tpsim.generate.decode import greedy
+from tpsim.hf.folder import read_folder
+from tpsim.hf.write import write_hf_folder
+from tpsim.models.build import serial_gpt
+from tpsim.models.config import GPTConfig
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+# initializer_range 0.5: weights large enough that greedy decoding does not repeat one token forever
+CFG = GPTConfig(vocab_size=29, n_positions=24, n_embd=16, n_layer=2, n_head=4, initializer_range=0.5)
+
+
+def hf_loss_and_grads(model, ids: np.ndarray, labels: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
+    """Mean cross-entropy of HF's logits against tpsim's (already shifted) labels, and its grads by name."""
+    model.zero_grad()
+    logits = model(torch.tensor(ids)).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.tensor(labels).reshape(-1),
+                                             ignore_index=-100)
+    loss.backward()
+    return loss.item(), {n: p.grad.numpy() for n, p in model.named_parameters()}
+
+
+def load_hf(folder, arch: str = "gpt2"):
+    cls = transformers.GPT2LMHeadModel if arch == "gpt2" else transformers.LlamaForCausalLM
+    return cls.from_pretrained(folder, dtype=torch.float64).eval()
+
+
+def assert_close(ours: dict, theirs: dict, tol: float) -> None:
+    assert set(ours) <= set(theirs), set(ours) - set(theirs)
+    for name, a in ours.items():
+        d = relative_difference(a, theirs[name], floor=1e-30)
+        assert d <= tol, f"{name}: relative max |diff| {d:.2e} > {tol:g}"
+
+
+def test_gpt2_folder_loads_into_transformers_with_the_same_loss_and_grads(tmp_path):
+    model = serial_gpt(CFG, seed=5)
+    write_hf_folder(tmp_path, CFG, dict(model.named_parameters()), dtype="float64")
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, CFG.vocab_size, (3, 11))
+    labels = np.concatenate([ids[:, 1:], np.full((3, 1), -100)], axis=1)
+    loss = model.loss_and_grads(ids, labels)
+    t_loss, t_grads = hf_loss_and_grads(load_hf(tmp_path), ids, labels)
+    assert abs(loss - t_loss) <= 1e-12 * t_loss
+    assert_close(dict(model.named_grads()), t_grads, 1e-10)
+
+
+def test_gpt2_greedy_tokens_equal_transformers_generate(tmp_path):
+    model = serial_gpt(CFG, seed=7)
+    write_hf_folder(tmp_path, CFG, dict(model.named_parameters()), dtype="float64")
+    prompt = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
+    ours, _ = greedy(model, prompt, 12)
+    theirs = load_hf(tmp_path).generate(torch.tensor(prompt), attention_mask=torch.ones(prompt.shape, dtype=torch.long),
+                                        max_new_tokens=12, do_sample=False, pad_token_id=0)
+    assert len(set(ours.ravel().tolist())) > 2, "a degenerate test: the tokens should vary"
+    np.testing.assert_array_equal(ours, theirs[:, prompt.shape[1]:].numpy())
+
+
+@pytest.mark.slow
+def test_demo_export_loads_into_transformers(tmp_path):
+    """The demo at TP 2 x DP 2 exports step 0; from_pretrained(DIR) recomputes the loss and grads of the files."""
+    r = run_mpi(4, ["-m", "tpsim.demo", "--tp", "2", "--dp", "2", "--steps", "0", "--vocab", "13",
+                    "--hidden", "16", "--heads", "2", "--export", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert r.returncode == 0, r.stderr
+    batch, grads = (dict(np.load(tmp_path / f)) for f in ("batch.npz", "grads.npz"))
+    loss = json.loads((tmp_path / "step0.json").read_text())["loss"]
+    t_loss, t_grads = hf_loss_and_grads(load_hf(tmp_path), batch["input_ids"], batch["labels"])
+    assert abs(loss - t_loss) <= 1e-12 * t_loss
+    assert_close(grads, t_grads, 1e-10)
+    config, _ = read_folder(tmp_path)  # and the folder reads back as the model it came from
+    assert config.vocab_size == 13 and config.n_embd == 16
