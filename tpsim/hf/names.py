@@ -15,24 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpsim.hf.layout import hf_shapes, is_llama, transposed
 from tpsim.train.checkpoint import CheckpointError, check_tensors
 
 GPT2_PREFIX = "transformer."
 GPT2_BUFFERS = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers, not parameters
-
-
-def is_llama(config) -> bool:
-    return hasattr(config, "num_key_value_heads")
-
-
-def _transposed(name: str, config) -> bool:
-    """Whether HF stores this 2-D parameter as the transpose of tpsim's layout."""
-    return is_llama(config) and name.endswith("_proj.weight")
-
-
-def hf_shapes(config) -> dict[str, tuple[int, ...]]:
-    """``config.param_shapes()`` in Hugging Face's layout (linears [out, in] for Llama)."""
-    return {n: tuple(s[::-1]) if _transposed(n, config) else tuple(s) for n, s in config.param_shapes().items()}
 
 
 def _gpt2_names(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -59,10 +46,5 @@ def to_internal(tensors: dict[str, np.ndarray], config, label: str = "checkpoint
     if not is_llama(config):
         tensors = _gpt2_names(tensors)
     check_tensors(tensors, hf_shapes(config), label)
-    return {n: np.ascontiguousarray(tensors[n].T) if _transposed(n, config) else tensors[n]
+    return {n: np.ascontiguousarray(tensors[n].T) if transposed(n, config) else tensors[n]
             for n in config.param_shapes()}
-
-
-def to_hf(tensors: dict[str, np.ndarray], config) -> dict[str, np.ndarray]:
-    """tpsim's full tensors -> HF's layout (the inverse of ``to_internal``; names are already HF's)."""
-    return {n: np.ascontiguousarray(a.T) if _transposed(n, config) else a for n, a in tensors.items()}

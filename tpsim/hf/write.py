@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from tpsim.hf.names import to_hf
+from tpsim.hf.layout import to_hf
 from tpsim.hf.weights import INDEX, SINGLE, bfloat16, safetensors_bytes
 
 

@@ -46,6 +46,8 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.errors import ConfigError
+from tpsim.hf.layout import to_hf  # HF layouts: Llama's linears [out, in]
+from tpsim.hf.weights import safetensors_bytes
 from tpsim.nn.module import Module
 from tpsim.partition import take_shard
 from tpsim.phases import EXPORT
@@ -217,9 +219,6 @@ def export_step0(out_dir, model: Module, tp_group: Group, *, config, input_ids: 
     if input_ids.dtype.kind not in "iu" or labels.dtype.kind not in "iu":
         raise ConfigError(f"input_ids and labels must be integers; got {input_ids.dtype} and {labels.dtype}")
     shapes = config.param_shapes()
-    from tpsim.hf.names import to_hf  # HF layouts (Llama's linears [out, in]); tpsim.hf imports this module
-    from tpsim.hf.weights import safetensors_bytes
-
     params = to_hf(full_tensors(model, tp_group, "params", shapes), config)
     grads = to_hf(full_tensors(model, tp_group, "grads", shapes), config)
     out_dir = os.fspath(out_dir)
