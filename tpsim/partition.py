@@ -31,11 +31,14 @@ class Partition:
 
     ``full`` is the master's length along ``dim`` (after any padding). A parameter without a Partition is
     *replicated*: every TP rank holds the whole of it. Clipping, export and checks read this, not layer types.
+    ``replica`` numbers identical copies of one shard held by several TP ranks (a grouped-query KV head
+    replicated over tp / kv_heads ranks, ``tpsim.tp.gqa_attention``): only copy 0 counts in a norm.
     """
 
     dim: int
     index: np.ndarray
     full: int
+    replica: int = 0
 
 
 def divide(n: int, p: int, what: str = "dimension") -> int:

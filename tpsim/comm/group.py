@@ -53,6 +53,17 @@ class Group:
                   dtype=dtype, shape=tuple(shape), bytes=nbytes, wire_bytes=wire_bytes(op, nbytes, self.size),
                   start=t - tr.t0, duration=time.perf_counter() - t)
 
+    def split(self, color: int, name: str) -> "Group":
+        """A traced sub-group of this one: the ranks with the same ``color``, in this group's rank order.
+
+        Collective over this group (every rank calls it, each with its own color); communicator creation is
+        set-up, not model traffic, so it is not traced. The sub-group shares this group's tracer.
+        """
+        sub = self.comm.Split(color=color, key=self.rank)
+        members = self.comm.allgather(color)  # set-up: which group ranks chose the same color
+        ranks = tuple(self.ranks[r] for r, c in enumerate(members) if c == color)
+        return Group(sub, name, ranks, self.tracer)
+
     # --- the four collectives of tensor parallelism -----------------------------------------------------------
     def all_reduce(self, x: np.ndarray, op: str = "sum", *, inplace: bool = False,
                    out: np.ndarray | None = None) -> np.ndarray:

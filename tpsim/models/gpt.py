@@ -99,23 +99,29 @@ class Block(_Wiring):
         self.ln_1, self.attn, self.ln_2, self.mlp = ln_1, attn, ln_2, mlp
         self.dropout = dropout
 
+    def parts(self) -> tuple[Module, Module, Module, Module]:
+        """(norm before attention, attention, norm before the MLP, MLP): a subclass may name them otherwise."""
+        return self.ln_1, self.attn, self.ln_2, self.mlp
+
     def forward(self, x: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, BlockCache]:
         """``x: [b, s, h]`` (SP: ``[b, s/p, h]``) -> ``(y, BlockCache)``, ``y`` shaped as ``x``."""
-        h1, c_ln1 = self._timed(self.ln_1, "forward", x)
-        a, c_attn = self._timed(self.attn, "forward", h1, plan)
+        ln_1, attn, ln_2, mlp = self.parts()
+        h1, c_ln1 = self._timed(ln_1, "forward", x)
+        a, c_attn = self._timed(attn, "forward", h1, plan)
         a, d_attn = replicated_dropout(a, self.dropout, f"{self.path}.attn.resid_dropout", plan)
         x = residual_add(x, a)
-        h2, c_ln2 = self._timed(self.ln_2, "forward", x)
-        m, c_mlp = self._timed(self.mlp, "forward", h2)
+        h2, c_ln2 = self._timed(ln_2, "forward", x)
+        m, c_mlp = self._timed(mlp, "forward", h2)
         m, d_mlp = replicated_dropout(m, self.dropout, f"{self.path}.mlp.dropout", plan)
         return residual_add(x, m), BlockCache(c_ln1, c_attn, d_attn, c_ln2, c_mlp, d_mlp)
 
     def backward(self, dy: np.ndarray, cache: BlockCache) -> np.ndarray:
         """``dy`` shaped as the output -> ``dx`` shaped as the input; adds into every sub-layer's grads."""
-        dm = self._timed(self.mlp, "backward", dropout_backward(dy, cache.mlp_dropout), cache.mlp)
-        dx = residual_add(dy, self._timed(self.ln_2, "backward", dm, cache.ln_2))  # dy passes the residual as is
-        da = self._timed(self.attn, "backward", dropout_backward(dx, cache.attn_dropout), cache.attn)
-        return residual_add(dx, self._timed(self.ln_1, "backward", da, cache.ln_1))
+        ln_1, attn, ln_2, mlp = self.parts()
+        dm = self._timed(mlp, "backward", dropout_backward(dy, cache.mlp_dropout), cache.mlp)
+        dx = residual_add(dy, self._timed(ln_2, "backward", dm, cache.ln_2))  # dy passes the residual as is
+        da = self._timed(attn, "backward", dropout_backward(dx, cache.attn_dropout), cache.attn)
+        return residual_add(dx, self._timed(ln_1, "backward", da, cache.ln_1))
 
 
 class Transformer(_Wiring):
@@ -130,37 +136,45 @@ class Transformer(_Wiring):
 
     def forward(self, ids: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, TransformerCache]:
         """``ids: int [b, s]`` -> ``(ln_f's output [b, s, h] (SP: [b, s/p, h]), TransformerCache)``."""
+        wte, wpe, blocks, ln_f = self.parts()
         b, s = ids.shape
-        n_pos = self.wpe.params["weight"].shape[0]
-        if s > n_pos:
-            raise ValueError(f"sequence length {s} exceeds n_positions {n_pos}")
+        if wpe is not None and s > wpe.params["weight"].shape[0]:
+            raise ValueError(f"sequence length {s} exceeds n_positions {wpe.params['weight'].shape[0]}")
         if self.sp_group is not None:  # on every rank, before the first collective
             check_sequence_length(s, self.sp_group.size)
-        tok, c_wte = self._timed(self.wte, "forward", ids)
-        pos, c_wpe = self._timed(self.wpe, "forward", np.arange(s))
-        x = residual_add(tok, pos)  # [b,s,h] + [s,h]
+        x, c_wte = self._timed(wte, "forward", ids)
+        c_wpe = None  # no learned positions (RoPE models rotate q and k inside attention instead)
+        if wpe is not None:
+            pos, c_wpe = self._timed(wpe, "forward", np.arange(s))
+            x = residual_add(x, pos)  # [b,s,h] + [s,h]
         if self.sp_group is not None:  # enter the sequence-parallel region: keep this rank's s/p positions
             x = ScatterToSequenceParallelRegion.forward(x, self.sp_group)
             plan = replace(plan, seq_partition=sequence_partition(s, self.sp_group))
         x, drop = replicated_dropout(x, self.dropout, f"{self.path}.drop", plan)
         caches = []
-        for block in self.h:
+        for block in blocks:
             x, c = self._timed(block, "forward", x, plan)
             caches.append(c)
-        y, c_lnf = self._timed(self.ln_f, "forward", x)
+        y, c_lnf = self._timed(ln_f, "forward", x)
         return y, TransformerCache(c_wte, c_wpe, drop, caches, c_lnf)
 
     def backward(self, dy: np.ndarray, cache: TransformerCache) -> None:
         """``dy`` shaped as the output -> None (ids carry no gradient); adds into every parameter's grad."""
-        dx = self._timed(self.ln_f, "backward", dy, cache.ln_f)
-        for block, c in zip(reversed(self.h), reversed(cache.h)):
+        wte, wpe, blocks, ln_f = self.parts()
+        dx = self._timed(ln_f, "backward", dy, cache.ln_f)
+        for block, c in zip(reversed(blocks), reversed(cache.h)):
             dx = self._timed(block, "backward", dx, c)
         dx = dropout_backward(dx, cache.drop)
         if self.sp_group is not None:  # the scatter's backward: all-gather [b, s/p, h] -> [b, s, h]
-            with self.sp_group.tracer.region(scope=self.wte.path):
+            with self.sp_group.tracer.region(scope=wte.path):
                 dx = ScatterToSequenceParallelRegion.backward(dx, self.sp_group)
-        self._timed(self.wpe, "backward", dx.sum(axis=0), cache.wpe)  # positions are shared by every sequence
-        self._timed(self.wte, "backward", dx, cache.wte)
+        if wpe is not None:
+            self._timed(wpe, "backward", dx.sum(axis=0), cache.wpe)  # positions are shared by every sequence
+        self._timed(wte, "backward", dx, cache.wte)
+
+    def parts(self) -> tuple[Module, Module | None, list, Module]:
+        """(token embedding, position embedding or None, blocks, final norm): a subclass may rename them."""
+        return self.wte, self.wpe, self.h, self.ln_f
 
 
 class GPT(_Wiring):
@@ -177,7 +191,7 @@ class GPT(_Wiring):
         if ids.ndim != 2 or labels.shape != ids.shape:
             raise ValueError(f"ids and labels must both be [batch, seq]; got {ids.shape} and {labels.shape}")
         with self._span(self.path, "forward"):  # the whole forward: the outermost span of the timeline
-            h, c_tr = self._timed(self.transformer, "forward", ids, plan)
+            h, c_tr = self._timed(self.body(), "forward", ids, plan)
             logits, c_head = self._timed(self.lm_head, "forward", h)
             loss, c_loss = self._timed(self.loss, "forward", logits, labels)
         return loss, GPTCache(c_tr, c_head, c_loss)
@@ -187,7 +201,11 @@ class GPT(_Wiring):
         with self._span(self.path, "backward"):
             dlogits = self._timed(self.loss, "backward", dloss, cache.loss)
             dh = self._timed(self.lm_head, "backward", dlogits, cache.lm_head)
-            self._timed(self.transformer, "backward", dh, cache.transformer)
+            self._timed(self.body(), "backward", dh, cache.transformer)
+
+    def body(self) -> Module:
+        """The embeddings, blocks and final norm (``transformer``; a Llama's ``model``)."""
+        return self.transformer
 
     def loss_and_grads(self, ids: np.ndarray, labels: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> float:
         """Zero the gradients, run forward and backward, return the loss."""

@@ -30,3 +30,16 @@ class TiedLMHead(Module):
         dh, dw_t, _ = linear_backward(dlogits, cache)
         self.grads["weight"] += dw_t.T
         return dh
+
+
+class LMHead(TiedLMHead):
+    """An untied output layer (Llama's ``lm_head``): its own ``weight: [V, dim]``, logits = h · weightᵀ.
+
+    Stored like the embedding, rows = vocabulary (which is also torch's ``nn.Linear`` [out, in] layout).
+    """
+
+    def __init__(self, vocab_size: int, dim: int, *, rng: np.random.Generator | None = None, dtype=np.float64,
+                 std: float = 0.02) -> None:
+        Module.__init__(self)
+        rng = np.random.default_rng(0) if rng is None else rng
+        self.add_param("weight", rng.normal(0.0, std, size=(vocab_size, dim)).astype(dtype))

@@ -62,6 +62,8 @@ def _local_contribution(entries: Iterable[GradEntry], p: float, count_replicated
     for _, g, part in entries:
         if part is None and not count_replicated:
             continue  # another rank (tp_rank 0) counts this replicated gradient for the whole group
+        if part is not None and part.replica:
+            continue  # a copy of a shard another rank also holds (a replicated KV head): copy 0 counts it
         if g.size == 0:
             continue
         a = np.abs(g.astype(np.float64, copy=False))  # accumulate in float64 even for float32 grads

@@ -1,0 +1,145 @@
+"""The tensor-parallel Llama vs the serial Llama drawn from the same seed: loss and every gradient.
+
+KV heads split (kv_heads % tp == 0) and replicated (tp > kv_heads, the ``kv`` sub-group's gradient
+all-reduce), with sequence parallelism, under DP × TP training with clipping, and the fused gate/up trap.
+At world 8 the ``grid`` fixture runs tp 1, 2, 4, 8 (DP fills the rest).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tpsim.compare import shard_differences
+from tpsim.errors import ConfigError
+from tpsim.models.llama import build_llama, parallel_llama, serial_llama
+from tpsim.models.llama_config import LlamaConfig
+from tpsim.nn.swiglu import SwiGLU
+from tpsim.tp.column_parallel import ColumnParallelLinear
+from tpsim.tp.gqa_attention import kv_head_layout
+from tpsim.tp.swiglu import ParallelSwiGLU, gate_up_columns
+from tpsim.train import AdamW, GradSync, check_replicas, dp_slice, train_step
+
+TOL = 1e-10
+KV_CASES = {"kv1": 1, "kv2": 2, "kv=heads": None}  # MQA, GQA (split or replicated by tp), MHA
+
+
+def config(tp: int, kv: int | None) -> LlamaConfig:
+    heads = 2 * tp
+    return LlamaConfig(vocab_size=16 * tp + 3, hidden_size=4 * heads, intermediate_size=6 * tp, num_hidden_layers=2,
+                       num_attention_heads=heads, num_key_value_heads=kv or heads, max_position_embeddings=16,
+                       rope_theta=100.0, initializer_range=0.3)  # a large init: the attention is far from uniform
+
+
+def data(cfg, b=3, s=8, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, cfg.vocab_size, (b, s)), rng.integers(0, cfg.vocab_size, (b, s))
+
+
+def assert_matches_serial(par, serial, grads=True):
+    ref = dict(serial.named_grads() if grads else serial.named_parameters())
+    assert [n for n, _ in par.named_parameters()] == list(ref), "parameter names differ from the serial model's"
+    worst = shard_differences(par, ref, grads=grads, floor=1e-300)
+    bad = {k: f"{v:.1e}" for k, v in worst.items() if v > TOL}
+    assert not bad, f"{'gradients' if grads else 'parameters'} differ from serial (relative): {bad}"
+
+
+@pytest.mark.parametrize("kv", list(KV_CASES.values()), ids=list(KV_CASES))
+@pytest.mark.parametrize("sp", [False, True], ids=["tp", "sp"])
+def test_llama_equals_serial(grid, kv, sp):
+    cfg = config(grid.tp, kv)
+    serial = serial_llama(cfg, seed=4)
+    par = parallel_llama(serial_llama(cfg, seed=4), grid.tp_group, sequence_parallel=sp)
+    ids, labels = data(cfg)
+    loss_s, loss_p = serial.loss_and_grads(ids, labels), par.loss_and_grads(ids, labels)
+    assert abs(loss_p - loss_s) <= TOL * abs(loss_s), f"loss {loss_p!r} vs serial {loss_s!r}"
+    assert_matches_serial(par, serial)
+
+
+def test_replicated_kv_heads_reduce_their_gradients_in_a_kv_subgroup(grid):
+    cfg = config(grid.tp, 1)  # one KV head: replicated on every TP rank
+    par = parallel_llama(serial_llama(cfg, seed=5), grid.tp_group)
+    ids, labels = data(cfg)
+    par.loss_and_grads(ids, labels)
+    kv_events = [e for e in grid.tracer.events if e.group == "kv"]
+    if grid.tp == 1:
+        assert not kv_events, "tp 1 holds every KV head: nothing to reduce"
+        return
+    h, hd = cfg.hidden_size, cfg.head_dim
+    got = [(e.scope, e.phase, e.op, e.shape, e.group_size) for e in kv_events]
+    assert got == [(f"model.layers.{i}.self_attn", "backward", "all_reduce", (2, h, hd), grid.tp)
+                   for i in reversed(range(cfg.num_hidden_layers))]
+    attn = par.model.layers[0].self_attn
+    assert attn.k_proj.partition["weight"].replica == grid.tp_group.rank  # copy numbers: only copy 0 counts
+
+
+def test_kv_head_layout_maps_heads_to_ranks():
+    assert [kv_head_layout(8, 2, 4, r)[0].tolist() for r in range(4)] == [[0], [0], [1], [1]]
+    assert kv_head_layout(8, 2, 4, 3)[1] == 2
+    assert [kv_head_layout(8, 4, 2, r)[0].tolist() for r in range(2)] == [[0, 1], [2, 3]]
+
+
+def test_dp_tp_training_with_clipping_equals_serial(grid):
+    cfg = config(grid.tp, 1)  # replicated KV heads: the norm must count each once
+    batch = 8
+    ids, labels = data(cfg, b=batch, seed=6)
+    serial = serial_llama(cfg, seed=3)
+    opt_s = AdamW(serial, lr=1e-2)
+    par = build_llama(cfg, grid.tp_group, seed=3)
+    sync, opt_p = GradSync(par, grid.dp_group), AdamW(par, lr=1e-2)
+    rows = dp_slice(batch, grid.dp, grid.dp_rank)
+    for step in range(2):
+        loss_s = serial.loss_and_grads(ids, labels)
+        norm_s = float(np.sqrt(sum(np.vdot(g, g) for _, g in serial.named_grads())))
+        max_norm = norm_s / 2  # clipping really scales
+        for _, g in serial.named_grads():
+            g *= max_norm / (norm_s + 1e-6)
+        opt_s.step()
+        result = train_step(par, opt_p, grid, sync, ids[rows], labels[rows], clip=max_norm)
+        assert abs(result.loss - loss_s) <= TOL * loss_s, f"step {step}: loss {result.loss} vs {loss_s}"
+        assert abs(result.grad_norm - norm_s) <= TOL * norm_s, f"step {step}: norm {result.grad_norm} vs {norm_s}"
+    assert_matches_serial(par, serial, grads=False)
+    report = check_replicas(par, grid)
+    assert report.ok, report.summary()
+
+
+def test_fused_gate_up_split_contiguously_is_wrong(grid):
+    """The trap: a fused [gate | up] weight cut into p contiguous blocks pairs gate columns with gate columns."""
+    if grid.tp == 1:
+        pytest.skip("one rank holds every column: no split, no trap")
+    tp, group = grid.tp, grid.tp_group
+    rng = np.random.default_rng(7)
+    serial = SwiGLU(8, 4 * tp, rng=rng, std=0.5)
+    x = rng.standard_normal((2, 3, 8))
+    ref = serial.forward(x)[0]
+    fused = np.concatenate([serial.gate_proj.params["weight"], serial.up_proj.params["weight"]], axis=1)
+    ffn_local = 4 * tp // tp
+
+    def from_fused(columns):
+        gate, up = (ColumnParallelLinear(8, 8 * tp, group, gather_output=False, bias=False, weight=fused,
+                                         columns=c) for c in (columns[:ffn_local], columns[ffn_local:]))
+        # label them as this rank's master columns of gate and up, as a loader cutting the fused weight would
+        gate.columns = up.columns = np.arange(ffn_local) + group.rank * ffn_local
+        down = ParallelSwiGLU.from_serial(serial, group).down_proj
+        return ParallelSwiGLU(gate, up, down)
+
+    right = from_fused(gate_up_columns(4 * tp, tp, group.rank)).forward(x)[0]
+    contiguous = np.arange(group.rank * 2 * ffn_local, (group.rank + 1) * 2 * ffn_local)  # 2·ffn / p columns
+    wrong = from_fused(contiguous).forward(x)[0]
+    assert np.abs(right - ref).max() < 1e-13
+    assert np.abs(wrong - ref).max() > 1e-3, "the contiguous split of [gate | up] should be wrong"
+
+
+def test_bad_llama_layouts_raise_config_error(grid):
+    if grid.tp < 4:
+        pytest.skip("needs tp >= 4 for a kv_heads that neither divides nor is divided by tp")
+    tp = grid.tp
+    with pytest.raises(ConfigError, match="neither divides the other"):
+        build_llama(LlamaConfig(hidden_size=12 * tp, num_attention_heads=3 * tp, num_key_value_heads=3,
+                                intermediate_size=tp), grid.tp_group)
+    with pytest.raises(ConfigError, match="not divisible by tp"):
+        build_llama(LlamaConfig(hidden_size=4 * (tp + 2), num_attention_heads=tp + 2, num_key_value_heads=1,
+                                intermediate_size=tp), grid.tp_group)
+    with pytest.raises(ConfigError, match="intermediate_size"):
+        build_llama(LlamaConfig(hidden_size=4 * tp, num_attention_heads=tp, num_key_value_heads=1,
+                                intermediate_size=tp + 1), grid.tp_group)

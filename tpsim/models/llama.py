@@ -1,0 +1,134 @@
+"""A Llama (Touvron et al. 2023) on the GPT's wiring: serial and tensor-parallel, Hugging Face names.
+
+    x = embed_tokens(ids)                                               [b, s, h]   (no position embedding)
+    for each layer:  x = x + self_attn(input_layernorm(x))              RMSNorm, GQA with RoPE on q and k
+                     x = x + mlp(post_attention_layernorm(x))           RMSNorm, SwiGLU
+    logits = norm(x) · lm_headᵀ   (untied)                              vocab-parallel under TP, never gathered
+    loss = mean cross-entropy(logits, labels)
+
+``LlamaDecoderLayer``, ``LlamaModel`` and ``LlamaForCausalLM`` *are* the GPT's ``Block``, ``Transformer``
+and ``GPT`` (``tpsim.models.gpt``) with Llama's attribute names and no learned positions: one wiring for both
+architectures, so forward/backward/loss_and_grads, named_grads, the tracer's spans, DP sync, clipping, the
+optimizer and checkpoints work on either. Module paths: ``model.embed_tokens``, ``model.layers.{i}.
+{input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}``,
+``model.norm``, ``lm_head``.
+
+Tensor parallelism (``parallel_llama``): vocab-parallel embedding, GQA split by heads with KV heads split or
+replicated (``tpsim.tp.gqa_attention``: one ``kv`` sub-group per model reduces a replicated head's
+gradients), SwiGLU with matching gate/up columns (``tpsim.tp.swiglu``), RMSNorm replicated (under SP:
+gradient all-reduced, ``tpsim.tp.rmsnorm``), an untied column-parallel LM head on the vocab-parallel
+cross-entropy. Under sequence parallelism the embedding's output is all-reduced and then scattered, as for the
+GPT (Megatron reduce-scatters in the embedding instead when there are no learned positions: the same bytes).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from tpsim.comm import Group
+from tpsim.models.gpt import GPT, Block, Transformer, attach_tracer
+from tpsim.models.llama_config import LlamaConfig
+from tpsim.nn.cross_entropy import CrossEntropyLoss
+from tpsim.nn.embedding import Embedding
+from tpsim.nn.gqa_attention import GQAttention
+from tpsim.nn.lm_head import LMHead
+from tpsim.nn.module import Module
+from tpsim.nn.rmsnorm import RMSNorm
+from tpsim.nn.swiglu import SwiGLU
+from tpsim.tp.cross_entropy import VocabParallelCrossEntropy
+from tpsim.tp.gqa_attention import ParallelGQAttention, kv_group
+from tpsim.tp.lm_head import ParallelLMHead
+from tpsim.tp.rmsnorm import SequenceParallelRMSNorm
+from tpsim.tp.swiglu import ParallelSwiGLU
+from tpsim.tp.vocab_embedding import VocabParallelEmbedding
+
+
+class LlamaDecoderLayer(Block):
+    """Pre-norm block: ``x + self_attn(input_layernorm(x))``, then ``x + mlp(post_attention_layernorm(x))``."""
+
+    def __init__(self, input_layernorm: Module, self_attn: Module, post_attention_layernorm: Module,
+                 mlp: Module) -> None:
+        Module.__init__(self)
+        self.input_layernorm, self.self_attn = input_layernorm, self_attn
+        self.post_attention_layernorm, self.mlp = post_attention_layernorm, mlp
+        self.dropout = 0.0  # Llama has no residual dropout
+
+    def parts(self) -> tuple[Module, Module, Module, Module]:
+        return self.input_layernorm, self.self_attn, self.post_attention_layernorm, self.mlp
+
+
+class LlamaModel(Transformer):
+    """``model.{embed_tokens, layers.i, norm}``; no position embedding (RoPE acts inside attention)."""
+
+    def __init__(self, embed_tokens: Module, layers: list[LlamaDecoderLayer], norm: Module, *,
+                 sp_group=None) -> None:
+        Module.__init__(self)
+        self.embed_tokens, self.layers, self.norm = embed_tokens, list(layers), norm
+        self.dropout = 0.0
+        self.sp_group = sp_group  # the TP Group under sequence parallelism (x: [b, s/p, h]); None = off
+
+    def parts(self) -> tuple[Module, None, list, Module]:
+        return self.embed_tokens, None, self.layers, self.norm
+
+
+class LlamaForCausalLM(GPT):
+    """``model`` + untied ``lm_head`` + ``loss``; the GPT's forward/backward/loss_and_grads."""
+
+    def __init__(self, config: LlamaConfig, model: LlamaModel, lm_head: Module, loss: Module) -> None:
+        Module.__init__(self)
+        self.config = config
+        self.model, self.lm_head, self.loss = model, lm_head, loss
+        self.set_path("")
+
+    def body(self) -> Module:
+        return self.model
+
+
+def serial_llama(config: LlamaConfig, seed: int = 0, dtype=np.float64) -> LlamaForCausalLM:
+    """The single-device model drawn from ``seed`` (Hugging Face's init: N(0, initializer_range) for every
+    linear and embedding, ones for the RMSNorms), in a fixed order: the same model on every rank."""
+    config.check(1)
+    rng = np.random.default_rng(seed)
+    std, h, eps = config.initializer_range, config.hidden_size, config.rms_norm_eps
+    embed = Embedding(config.vocab_size, h, rng=rng, dtype=dtype, std=std)
+    layers = [LlamaDecoderLayer(RMSNorm(h, eps=eps, dtype=dtype),
+                                GQAttention(h, config.num_attention_heads, config.num_key_value_heads,
+                                            rope_theta=config.rope_theta, rng=rng, dtype=dtype, std=std),
+                                RMSNorm(h, eps=eps, dtype=dtype),
+                                SwiGLU(h, config.intermediate_size, rng=rng, dtype=dtype, std=std))
+              for _ in range(config.num_hidden_layers)]
+    model = LlamaModel(embed, layers, RMSNorm(h, eps=eps, dtype=dtype))
+    head = LMHead(config.vocab_size, h, rng=rng, dtype=dtype, std=std)
+    return LlamaForCausalLM(config, model, head, CrossEntropyLoss())
+
+
+def parallel_llama(serial: LlamaForCausalLM, group: Group, *, sequence_parallel: bool = False) -> LlamaForCausalLM:
+    """Shard a serial Llama over the TP ``group`` (collective over it: the ``kv`` sub-group is created here)."""
+    config = serial.config
+    config.check(group.size)
+    sp = sequence_parallel
+    norm = (lambda m: SequenceParallelRMSNorm.from_serial(m, group)) if sp else copy.deepcopy
+    kv_sync = kv_group(group, config.num_attention_heads, config.num_key_value_heads)  # one for all layers
+    embed = VocabParallelEmbedding.from_serial(serial.model.embed_tokens, group)
+    layers = [LlamaDecoderLayer(norm(layer.input_layernorm),
+                                ParallelGQAttention.from_serial(layer.self_attn, group, sequence_parallel=sp,
+                                                                kv_sync=kv_sync),
+                                norm(layer.post_attention_layernorm),
+                                ParallelSwiGLU.from_serial(layer.mlp, group, sequence_parallel=sp))
+              for layer in serial.model.layers]
+    model = LlamaModel(embed, layers, norm(serial.model.norm), sp_group=group if sp else None)
+    w = serial.lm_head.params["weight"]  # [V, h]: sharded by vocabulary rows exactly like an embedding table
+    head = ParallelLMHead(VocabParallelEmbedding(w.shape[0], w.shape[1], group, dtype=w.dtype, weight=w),
+                          tied=False, sequence_parallel=sp)
+    loss = VocabParallelCrossEntropy(group, vocab_size=embed.vocab_size, vocab_start=embed.vocab_start,
+                                     ignore_index=serial.loss.ignore_index)
+    return attach_tracer(LlamaForCausalLM(config, model, head, loss), group.tracer)
+
+
+def build_llama(config: LlamaConfig, group: Group, seed: int = 0, dtype=np.float64, *,
+                sequence_parallel: bool = False) -> LlamaForCausalLM:
+    """The TP model straight from a seed (the serial master is drawn, sharded, and dropped)."""
+    config.check(group.size)  # before drawing anything: a bad config fails fast and the same on every rank
+    return parallel_llama(serial_llama(config, seed, dtype), group, sequence_parallel=sequence_parallel)

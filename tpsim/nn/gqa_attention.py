@@ -1,0 +1,119 @@
+"""Causal self-attention with grouped-query heads and RoPE, serial — Llama's ``LlamaAttention``.
+
+Grouped-query attention (Ainslie et al. 2023, arXiv:2305.13245): ``heads`` query heads share ``kv_heads``
+key/value heads, ``n_rep = heads / kv_heads`` query heads per KV head (query head j reads KV head j // n_rep,
+Hugging Face's ``repeat_kv``). kv_heads = heads is multi-head attention, kv_heads = 1 multi-query attention.
+
+    x [b, s, h] --q_proj--> [b, s, heads·hd]    -> q [b, heads, s, hd]      (separate projections, no biases)
+                --k_proj--> [b, s, kv·hd]       -> k [b, kv, s, hd]         (hd = h / heads)
+                --v_proj--> [b, s, kv·hd]       -> v [b, kv, s, hd]
+      q, k <- RoPE(q), RoPE(k)     (Su et al. 2021; ``tpsim.nn.rope``)
+      k, v <- repeat each KV head n_rep times along the head axis -> [b, heads, s, hd]
+      ctx = causal attention core (``tpsim.nn.attention``) -> [b, s, heads·hd] --o_proj--> y [b, s, h]
+
+Backward: the core gives dq and the gradients of the *repeated* k and v; each KV head's gradient is the sum
+over the n_rep query heads that read it (the backward of a repeat is a sum), then RoPE's inverse rotation on
+dq and dk, then the four linears. The pure functions take any numbers of heads, so the tensor-parallel twin
+(``tpsim.tp.gqa_attention``) runs them on its own heads. No attention dropout (Llama's is 0).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from tpsim.nn.attention import AttentionCoreCache, attention_core_backward, attention_core_forward, merge_heads, \
+    split_heads
+from tpsim.nn.dropout import DropoutPlan
+from tpsim.nn.linear import Linear, LinearCache
+from tpsim.nn.module import Module
+from tpsim.nn.rope import RopeCache, rope_backward, rope_cos_sin, rope_forward
+
+
+class GQACoreCache(NamedTuple):
+    core: AttentionCoreCache  # over the repeated heads [b, heads, s, hd]
+    rope: RopeCache
+    n_rep: int  # query heads per KV head
+
+
+def gqa_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: np.ndarray,
+                     sin: np.ndarray) -> tuple[np.ndarray, GQACoreCache]:
+    """``q: [b, nh, s, hd]``, ``k, v: [b, nkv, s, hd]`` (nh a multiple of nkv), ``cos, sin: [s, hd]``
+    -> ``(ctx [b, nh, s, hd], cache)``."""
+    n_rep = q.shape[1] // k.shape[1]
+    q, rope = rope_forward(q, cos, sin)
+    k, _ = rope_forward(k, cos, sin)
+    ctx, core = attention_core_forward(q, np.repeat(k, n_rep, axis=1), np.repeat(v, n_rep, axis=1))
+    return ctx, GQACoreCache(core, rope, n_rep)
+
+
+def gqa_core_backward(dctx: np.ndarray, cache: GQACoreCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``dctx: [b, nh, s, hd]`` -> ``(dq [b, nh, s, hd], dk, dv [b, nkv, s, hd])``."""
+    dq, dk_rep, dv_rep = attention_core_backward(dctx, cache.core)
+    b, nh, s, hd = dk_rep.shape
+    fold = (b, nh // cache.n_rep, cache.n_rep, s, hd)  # the n_rep copies of a KV head are adjacent
+    dk, dv = dk_rep.reshape(fold).sum(axis=2), dv_rep.reshape(fold).sum(axis=2)
+    return rope_backward(dq, cache.rope), rope_backward(dk, cache.rope), dv
+
+
+class GQAttentionCache(NamedTuple):
+    """The cache of ``GQAttention`` and of its parallel twin."""
+
+    q_proj: LinearCache
+    k_proj: LinearCache
+    v_proj: LinearCache
+    core: GQACoreCache
+    o_proj: LinearCache
+
+
+def check_gqa_sizes(hidden: int, heads: int, kv_heads: int) -> None:
+    """Raise ``ValueError`` unless the heads fit: hidden % heads, heads % kv_heads, an even head_dim."""
+    if heads < 1 or hidden % heads:
+        raise ValueError(f"hidden = {hidden} must be divisible by heads = {heads} (head_dim = hidden / heads)")
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"heads = {heads} must be a multiple of kv_heads = {kv_heads}")
+    if (hidden // heads) % 2:
+        raise ValueError(f"head_dim = {hidden // heads} must be even for RoPE")
+
+
+class GQAttention(Module):
+    """``q_proj: Linear(h, heads·hd)``, ``k_proj, v_proj: Linear(h, kv·hd)``, ``o_proj: Linear(heads·hd, h)``."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, *, rope_theta: float = 10000.0,
+                 rng: np.random.Generator | None = None, dtype=np.float64, std: float = 0.02) -> None:
+        super().__init__()
+        check_gqa_sizes(hidden, heads, kv_heads)
+        rng = np.random.default_rng(0) if rng is None else rng
+        self.hidden, self.heads, self.kv_heads = hidden, heads, kv_heads
+        self.head_dim, self.rope_theta = hidden // heads, float(rope_theta)
+        hd = self.head_dim
+        self.q_proj = Linear(hidden, heads * hd, bias=False, rng=rng, dtype=dtype, std=std)
+        self.k_proj = Linear(hidden, kv_heads * hd, bias=False, rng=rng, dtype=dtype, std=std)
+        self.v_proj = Linear(hidden, kv_heads * hd, bias=False, rng=rng, dtype=dtype, std=std)
+        self.o_proj = Linear(heads * hd, hidden, bias=False, rng=rng, dtype=dtype, std=std)
+
+    def forward(self, x: np.ndarray, plan: DropoutPlan = DropoutPlan(),
+                positions: np.ndarray | None = None) -> tuple[np.ndarray, GQAttentionCache]:
+        """``x: [b, s, h]`` -> ``(y [b, s, h], cache)``; ``positions`` default ``arange(s)``; ``plan`` unused."""
+        positions = np.arange(x.shape[1]) if positions is None else positions
+        cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_theta, x.dtype)
+        q, c_q = self.q_proj.forward(x)
+        k, c_k = self.k_proj.forward(x)
+        v, c_v = self.v_proj.forward(x)
+        ctx, core = gqa_core_forward(split_heads(q, self.heads), split_heads(k, self.kv_heads),
+                                     split_heads(v, self.kv_heads), cos, sin)
+        y, c_o = self.o_proj.forward(merge_heads(ctx))
+        return y, GQAttentionCache(c_q, c_k, c_v, core, c_o)
+
+    def backward(self, dy: np.ndarray, cache: GQAttentionCache) -> np.ndarray:
+        """``dy: [b, s, h]`` -> ``dx: [b, s, h]``; adds into the four projections' grads."""
+        dctx = self.o_proj.backward(dy, cache.o_proj)
+        dq, dk, dv = gqa_core_backward(split_heads(dctx, self.heads), cache.core)
+        dx = self.q_proj.backward(merge_heads(dq), cache.q_proj)
+        dx += self.k_proj.backward(merge_heads(dk), cache.k_proj)
+        dx += self.v_proj.backward(merge_heads(dv), cache.v_proj)
+        return dx
+
+    def __repr__(self) -> str:
+        return f"GQAttention(hidden={self.hidden}, heads={self.heads}, kv_heads={self.kv_heads})"
