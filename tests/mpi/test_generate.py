@@ -11,11 +11,16 @@ from tpsim.generate.decode import greedy
 from tpsim.generate.report import collective_counts, kv_cache_bytes, predicted_decode, step_events
 from tpsim.models.build import parallel_gpt, serial_gpt
 from tpsim.models.config import GPTConfig
+from tpsim.models.llama import parallel_llama, serial_llama
+from tpsim.models.llama_config import LlamaConfig
 from tpsim.partition import padded_vocab_size
 
 # 8 heads: whole heads at TP 1..8; vocabulary 37: padded at every TP > 1; large weights: varied tokens
 CFG = GPTConfig(vocab_size=37, n_positions=20, n_embd=32, n_layer=2, n_head=8, initializer_range=0.5)
 PROMPT = np.array([[5, 3, 36, 0, 17, 2], [1, 1, 2, 3, 5, 8]])
+# 2 KV heads: split at TP 2, replicated on 2 and 4 ranks at TP 4 and 8
+LLAMA = LlamaConfig(vocab_size=37, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=8,
+                    num_key_value_heads=2, max_position_embeddings=20, initializer_range=0.5)
 
 
 def test_tp_greedy_tokens_equal_serial_decoding(grid):
@@ -57,3 +62,19 @@ def test_vocab_parallel_argmax_breaks_ties_like_np_argmax(grid):
     got = vocab_parallel_argmax(local, group.rank * width, vocab, group)
     np.testing.assert_array_equal(got, serial_argmax(full, vocab))
     assert got[0] == 0 and got[1] == 0
+
+
+def test_tp_llama_greedy_tokens_equal_serial_with_split_or_replicated_kv_heads(grid):
+    serial = serial_llama(LLAMA, seed=11)
+    expected, _ = greedy(serial, PROMPT, 10)
+    model = parallel_llama(serial, grid.tp_group)
+    tokens, caches = greedy(model, PROMPT, 10, grid.tracer)
+    np.testing.assert_array_equal(tokens, expected)
+    assert len(set(expected.ravel().tolist())) > 3, "a degenerate test: the tokens should vary"
+    kv_local = max(1, LLAMA.num_key_value_heads // grid.tp)  # split, or one replicated head
+    hd, positions = LLAMA.head_dim, PROMPT.shape[1] + 10 - 1
+    assert caches[0].k.shape == (2, kv_local, positions, hd), "this rank's KV heads only"
+    assert sum(c.nbytes for c in caches) == kv_cache_bytes(2, 2, positions, LLAMA.num_key_value_heads, hd, 8,
+                                                           grid.tp)
+    events = grid.tracer.events
+    assert collective_counts(step_events(events, 1)) == predicted_decode(2, 2, LLAMA.hidden_size, "float64")

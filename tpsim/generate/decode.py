@@ -23,37 +23,62 @@ from tpsim.errors import ConfigError
 from tpsim.generate.argmax import serial_argmax, vocab_parallel_argmax
 from tpsim.generate.kv_cache import LayerKV, cached_attention
 from tpsim.nn.attention import merge_heads, split_heads
+from tpsim.nn.rope import rope_cos_sin, rope_forward
 from tpsim.phases import FORWARD
 
 
-def local_heads(attn) -> int:
-    """Query heads this rank computes (all of them in the serial model)."""
-    return getattr(attn, "heads_per_partition", attn.heads)
+def local_heads(attn) -> tuple[int, int]:
+    """(query heads, KV heads) this rank computes: all of them in the serial model; GPT-2 has no separate KV heads."""
+    q = getattr(attn, "heads_per_partition", attn.heads)
+    if hasattr(attn, "kv_index"):  # tensor-parallel GQA: split or replicated KV heads
+        return q, len(attn.kv_index)
+    return q, getattr(attn, "kv_heads", q)
 
 
 def new_caches(model, batch: int, capacity: int, dtype) -> list[LayerKV]:
-    """One empty ``LayerKV`` per block, holding this rank's heads only."""
-    return [LayerKV(batch, local_heads(b.attn), capacity, b.attn.head_dim, dtype) for b in model.transformer.h]
+    """One empty ``LayerKV`` per block, holding this rank's KV heads only."""
+    blocks = model.body().parts()[2]
+    return [LayerKV(batch, local_heads(b.parts()[1])[1], capacity, b.parts()[1].head_dim, dtype) for b in blocks]
 
 
-def gpt2_attention(attn, x: np.ndarray, kv: LayerKV, start: int) -> np.ndarray:
-    """GPT-2 attention of the positions ``start..`` of ``x: [b, t, h]`` against the cache (appended to)."""
-    heads = local_heads(attn)
-    qkv, _ = attn.c_attn.forward(x)  # this rank's heads: q | k | v, [b, t, 3·heads·hd]
+def gpt2_qkv(attn, x: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPT-2: this rank's heads of the packed c_attn, ``q, k, v: [b, heads, t, hd]``."""
+    qkv, _ = attn.c_attn.forward(x)  # q | k | v of this rank's heads, [b, t, 3·heads·hd]; f: no communication
+    heads = local_heads(attn)[0]
     q, k, v = (split_heads(part, heads) for part in np.split(qkv, 3, axis=-1))
-    k_all, v_all = kv.append(k, v)
-    y, _ = attn.c_proj.forward(merge_heads(cached_attention(q, k_all, v_all, start)))  # TP: the all-reduce
+    return q, k, v
+
+
+def llama_qkv(attn, x: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Llama: q, k, v projections of this rank's heads, RoPE at positions ``start..`` (no communication)."""
+    heads, kv_heads = local_heads(attn)
+    cos, sin = rope_cos_sin(np.arange(start, start + x.shape[1]), attn.head_dim, attn.rope_theta, x.dtype)
+    q = rope_forward(split_heads(attn.q_proj.forward(x)[0], heads), cos, sin)[0]
+    k = rope_forward(split_heads(attn.k_proj.forward(x)[0], kv_heads), cos, sin)[0]
+    return q, k, split_heads(attn.v_proj.forward(x)[0], kv_heads)
+
+
+def cached_self_attention(attn, x: np.ndarray, kv: LayerKV, start: int) -> np.ndarray:
+    """Attention of the positions ``start..`` of ``x: [b, t, h]`` against the cache (which they are appended to)."""
+    llama = hasattr(attn, "o_proj")
+    q, k, v = (llama_qkv if llama else gpt2_qkv)(attn, x, start)
+    k_all, v_all = kv.append(k, v)  # RoPE'd keys are cached: a position's rotation never changes
+    out = attn.o_proj if llama else attn.c_proj
+    y, _ = out.forward(merge_heads(cached_attention(q, k_all, v_all, start)))  # TP: the all-reduce (g)
     return y
 
 
-def gpt2_logits(model, ids: np.ndarray, caches: list[LayerKV], start: int) -> np.ndarray:
+def last_logits(model, ids: np.ndarray, caches: list[LayerKV], start: int) -> np.ndarray:
     """Last-position logits ``[b, V]`` (TP: this rank's ``[b, Vp/p]``) of ``ids: [b, t]`` at positions start.."""
-    tr = model.transformer
-    x = tr.wte.forward(ids)[0] + tr.wpe.forward(np.arange(start, start + ids.shape[1]))[0]
-    for block, kv in zip(tr.h, caches):
-        x = x + gpt2_attention(block.attn, block.ln_1.forward(x)[0], kv, start)
-        x = x + block.mlp.forward(block.ln_2.forward(x)[0])[0]
-    h = tr.ln_f.forward(x[:, -1:])[0]  # only the last position feeds the next token
+    embed, positions, blocks, final_norm = model.body().parts()
+    x = embed.forward(ids)[0]  # TP: the vocab-parallel lookup's all-reduce
+    if positions is not None:  # GPT-2's learned positions; Llama's RoPE acts inside attention
+        x = x + positions.forward(np.arange(start, start + ids.shape[1]))[0]
+    for block, kv in zip(blocks, caches):
+        norm_1, attn, norm_2, mlp = block.parts()
+        x = x + cached_self_attention(attn, norm_1.forward(x)[0], kv, start)
+        x = x + mlp.forward(norm_2.forward(x)[0])[0]  # TP: the MLP's all-reduce
+    h = final_norm.forward(x[:, -1:])[0]  # only the last position feeds the next token
     return model.lm_head.forward(h)[0][:, -1]
 
 
@@ -83,13 +108,12 @@ def greedy(model, prompt: np.ndarray, max_new_tokens: int, tracer=None) -> tuple
         raise ConfigError(f"need a prompt of at least 1 token and --max-new-tokens >= 1 (got {s}, {max_new_tokens})")
     dtype = next(p for _, p in model.named_parameters()).dtype
     caches = new_caches(model, b, total - 1, dtype)
-    logits_of = gpt2_logits
     out = np.empty((b, max_new_tokens), dtype=np.int64)
     ids, start = prompt, 0
     for i in range(max_new_tokens):
         if tracer is not None:
             tracer.step = i  # 0: prefill, then one step per decoded token
-        out[:, i] = next_token(model, logits_of(model, ids, caches, start))
+        out[:, i] = next_token(model, last_logits(model, ids, caches, start))
         start += ids.shape[1]
         ids = out[:, i:i + 1]
     return out, caches
