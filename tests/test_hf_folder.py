@@ -10,7 +10,7 @@ import pytest
 
 from tpsim.errors import ConfigError
 from tpsim.hf.config import HFConfigError, llama_fields, model_config, rope_theta
-from tpsim.hf.folder import load_init, read_folder
+from tpsim.hf.folder import load_init, read_folder, read_hf_tensors
 from tpsim.hf.weights import read_raw, read_safetensors
 from tpsim.hf.write import as_storage, write_hf_folder
 from tpsim.models.build import serial_gpt
@@ -159,3 +159,46 @@ def test_load_init_checks_the_run_sizes_and_cuts_positions(tmp_path):
         load_init(tmp_path, GPTConfig(vocab_size=13, n_positions=7, n_embd=32, n_layer=2, n_head=2))
     with pytest.raises(ConfigError, match="n_positions 11, fewer than the run's sequence length 12"):
         load_init(tmp_path, GPTConfig(vocab_size=13, n_positions=12, n_embd=16, n_layer=2, n_head=2))
+
+
+def llama_model_config():
+    from tpsim.models.llama_config import LlamaConfig
+
+    return LlamaConfig(vocab_size=13, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32, rope_theta=5e5)
+
+
+V5_SPELLING = {"rope_theta": None, "rope_parameters": {"rope_theta": 5e5, "rope_type": "default"},
+               "torch_dtype": None, "dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize("dtype,shards,spelling", [("float32", 1, {}), ("float16", 2, V5_SPELLING),
+                                                   ("bfloat16", 3, V5_SPELLING)])
+def test_llama_folder_round_trip(tmp_path, dtype, shards, spelling):
+    """Linears stored as nn.Linear's [out, in], read back in tpsim's [in, out]; 4.x and 5.x configs alike."""
+    from tpsim.models.llama import serial_llama
+
+    cfg = llama_model_config()
+    tensors = {n: p.copy() for n, p in serial_llama(cfg, 4).named_parameters()}
+    write_hf_folder(tmp_path, cfg, tensors, dtype=dtype, shards=shards, config_overrides=spelling)
+    hf = read_hf_tensors(tmp_path)
+    assert hf["model.layers.0.self_attn.k_proj.weight"].shape == (8, 16), "[out = kv_heads·hd, in = h]"
+    assert hf["model.layers.0.mlp.down_proj.weight"].shape == (16, 24)
+    config, read = read_folder(tmp_path)
+    assert config == cfg
+    for name, a in tensors.items():
+        np.testing.assert_array_equal(read[name], stored(a, dtype), err_msg=name)
+    assert load_init(tmp_path, cfg)["model.norm.weight"].shape == (16,)
+
+
+def test_llama_biases_and_shape_errors_are_refused(tmp_path):
+    from tpsim.models.llama import serial_llama
+
+    cfg = llama_model_config()
+    tensors = dict(serial_llama(cfg, 4).named_parameters())
+    write_hf_folder(tmp_path / "a", cfg, tensors, extra_tensors={"model.layers.0.self_attn.q_proj.bias": np.zeros(16)})
+    with pytest.raises(ConfigError, match="unexpected model.layers.0.self_attn.q_proj.bias"):
+        read_folder(tmp_path / "a")
+    write_hf_folder(tmp_path / "b", cfg, tensors, config_overrides={"num_key_value_heads": 4})
+    with pytest.raises(ConfigError, match=r"k_proj.weight has shape \(8, 16\), expected \(16, 16\)"):
+        read_folder(tmp_path / "b")

@@ -132,6 +132,35 @@ def test_llama_greedy_tokens_equal_transformers_generate(tmp_path):
     np.testing.assert_array_equal(ours, theirs[:, prompt.shape[1]:].numpy())
 
 
+def test_llama_export_loads_into_transformers_unchanged(tmp_path):
+    """export_step0 of a Llama (a world of one rank): config.json is a LlamaConfig, params/grads.npz are HF's
+    layout, from_pretrained(DIR) recomputes the exported loss and gradients."""
+    from mpi4py import MPI
+
+    from tpsim.comm import ProcessGrid
+    from tpsim.models.llama import parallel_llama
+    from tpsim.train.checkpoint import export_step0
+
+    grid = ProcessGrid(tp=1, comm=MPI.COMM_SELF)
+    model = parallel_llama(serial_llama(LLAMA, seed=3), grid.tp_group)
+    ids = np.random.default_rng(2).integers(0, LLAMA.vocab_size, (2, 9))
+    labels = np.roll(ids, -1, axis=1)
+    loss = model.loss_and_grads(ids, labels)
+    export_step0(tmp_path, model, grid.tp_group, config=LLAMA, input_ids=ids, labels=labels, loss=loss, write=True)
+    cfg = transformers.LlamaConfig(**json.loads((tmp_path / "config.json").read_text()))
+    assert cfg.num_key_value_heads == 2 and not cfg.tie_word_embeddings and cfg.hidden_act == "silu"
+    params, grads = (dict(np.load(tmp_path / f)) for f in ("params.npz", "grads.npz"))
+    assert params["model.layers.0.self_attn.k_proj.weight"].shape == (2 * LLAMA.head_dim, LLAMA.hidden_size)
+    hf = load_hf(tmp_path, "llama")
+    assert_close(params, {n: p.detach().numpy() for n, p in hf.named_parameters()}, 0.0)
+    t_loss, t_grads = hf_loss_and_grads(hf, ids, labels)
+    assert abs(loss - t_loss) <= 1e-12 * t_loss
+    assert_close(grads, t_grads, 1e-10)
+    config, tensors = read_folder(tmp_path)  # and back: the export is a folder tpsim reads too
+    assert config == LLAMA
+    assert_close(tensors, dict(serial_llama(LLAMA, seed=3).named_parameters()), 0.0)
+
+
 @pytest.mark.slow
 def test_demo_export_loads_into_transformers(tmp_path):
     """The demo at TP 2 x DP 2 exports step 0; from_pretrained(DIR) recomputes the loss and grads of the files."""

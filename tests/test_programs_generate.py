@@ -36,6 +36,23 @@ def test_generate_from_a_sharded_bfloat16_folder(tmp_path):
         assert line in r.stdout, line
 
 
+def test_generate_llama_from_a_transformers_5_folder_with_replicated_kv_heads(tmp_path):
+    from tpsim.models.llama import serial_llama
+    from tpsim.models.llama_config import LlamaConfig
+
+    cfg = LlamaConfig(vocab_size=29, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=16, initializer_range=0.5)
+    write_hf_folder(tmp_path, cfg, dict(serial_llama(cfg, seed=2).named_parameters()), dtype="float16",
+                    config_overrides={"rope_theta": None, "rope_parameters": {"rope_theta": 1e4, "rope_type": "default"}})
+    r = run_mpi(4, ["-m", "tpsim.generate", "--init-from", str(tmp_path), "--prompt", "3,1,4;2,7,1",
+                    "--max-new-tokens", "5", "--check-serial", "--json"])
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["arch"] == "llama" and result["serial_match"] and result["formula_ok"]
+    assert len(result["tokens"]) == 2 and len(result["tokens"][0]) == 5
+    assert "1 (this model)" in r.stdout, "the KV table's row for this model's kv_heads"
+
+
 @pytest.mark.parametrize("args,message", [
     (["--tp", "3"], "--tp 3 does not match the world size 2"),
     (["--prompt", "1,99"], "--prompt id 99 is outside the vocabulary [0, 29)"),

@@ -133,7 +133,8 @@ def llama_fields(cfg: dict, where: str = "config.json") -> dict:
             "num_hidden_layers": cfg["num_hidden_layers"], "num_attention_heads": heads,
             "num_key_value_heads": cfg.get("num_key_value_heads") or heads,
             "max_position_embeddings": cfg.get("max_position_embeddings", 2048),
-            "rms_norm_eps": float(cfg.get("rms_norm_eps", 1e-6)), "rope_theta": rope_theta(cfg, where)}
+            "rms_norm_eps": float(cfg.get("rms_norm_eps", 1e-6)), "rope_theta": rope_theta(cfg, where),
+            "initializer_range": float(cfg.get("initializer_range", 0.02))}
 
 
 def model_config(cfg: dict, where: str = "config.json"):
