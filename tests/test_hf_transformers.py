@@ -19,6 +19,7 @@ from launch_program import run_mpi
 from tpsim.compare import relative_difference
 from tpsim.generate.decode import greedy
 from tpsim.hf.folder import read_folder
+from tpsim.hf.layout import transposed
 from tpsim.hf.write import write_hf_folder
 from tpsim.models.build import serial_gpt
 from tpsim.models.config import GPTConfig
@@ -83,51 +84,38 @@ def assert_close(ours: dict, theirs: dict, tol: float) -> None:
         assert d <= tol, f"{name}: relative max |diff| {d:.2e} > {tol:g}"
 
 
-def test_gpt2_folder_loads_into_transformers_with_the_same_loss_and_grads(tmp_path):
-    model = serial_gpt(CFG, seed=5)
-    write_hf_folder(tmp_path, CFG, dict(model.named_parameters()), dtype="float64")
-    rng = np.random.default_rng(0)
-    ids = rng.integers(0, CFG.vocab_size, (3, 11))
+MODELS = {"gpt2": (serial_gpt, CFG), "llama": (serial_llama, LLAMA)}
+
+
+def hf_layout(grads: dict[str, np.ndarray], config) -> dict[str, np.ndarray]:
+    """HF's gradients in tpsim's layout (Llama's nn.Linear weights are [out, in]; GPT-2's Conv1D is not)."""
+    return {n: g.T if transposed(n, config) else g for n, g in grads.items()}
+
+
+@pytest.mark.parametrize("arch", sorted(MODELS))
+def test_folder_loads_into_transformers_with_the_same_loss_and_grads(tmp_path, arch):
+    serial_of, cfg = MODELS[arch]
+    model = serial_of(cfg, seed=5)
+    write_hf_folder(tmp_path, cfg, dict(model.named_parameters()), dtype="float64")
+    assert type(load_hf(tmp_path, arch).config).__name__ == ("GPT2Config" if arch == "gpt2" else "LlamaConfig")
+    ids = np.random.default_rng(0).integers(0, cfg.vocab_size, (3, 11))
     labels = np.concatenate([ids[:, 1:], np.full((3, 1), -100)], axis=1)
     loss = model.loss_and_grads(ids, labels)
-    t_loss, t_grads = hf_loss_and_grads(load_hf(tmp_path), ids, labels)
+    t_loss, t_grads = hf_loss_and_grads(load_hf(tmp_path, arch), ids, labels)
     assert abs(loss - t_loss) <= 1e-12 * t_loss
-    assert_close(dict(model.named_grads()), t_grads, 1e-10)
+    assert_close(dict(model.named_grads()), hf_layout(t_grads, cfg), 1e-10)
 
 
-def test_gpt2_greedy_tokens_equal_transformers_generate(tmp_path):
-    model = serial_gpt(CFG, seed=7)
-    write_hf_folder(tmp_path, CFG, dict(model.named_parameters()), dtype="float64")
+@pytest.mark.parametrize("arch", sorted(MODELS))
+def test_greedy_tokens_equal_transformers_generate(tmp_path, arch):
+    serial_of, cfg = MODELS[arch]
+    model = serial_of(cfg, seed=7)
+    write_hf_folder(tmp_path, cfg, dict(model.named_parameters()), dtype="float64")
     prompt = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
     ours, _ = greedy(model, prompt, 12)
-    theirs = load_hf(tmp_path).generate(torch.tensor(prompt), attention_mask=torch.ones(prompt.shape, dtype=torch.long),
-                                        max_new_tokens=12, do_sample=False, pad_token_id=0)
-    assert len(set(ours.ravel().tolist())) > 2, "a degenerate test: the tokens should vary"
-    np.testing.assert_array_equal(ours, theirs[:, prompt.shape[1]:].numpy())
-
-
-def test_llama_folder_loads_into_transformers_with_the_same_loss_and_grads(tmp_path):
-    model = serial_llama(LLAMA, seed=5)
-    write_hf_folder(tmp_path, LLAMA, dict(model.named_parameters()), dtype="float64")
-    assert transformers.LlamaConfig(**json.loads((tmp_path / "config.json").read_text())).num_key_value_heads == 2
-    rng = np.random.default_rng(1)
-    ids = rng.integers(0, LLAMA.vocab_size, (2, 13))
-    labels = np.concatenate([ids[:, 1:], np.full((2, 1), -100)], axis=1)
-    loss = model.loss_and_grads(ids, labels)
-    t_loss, t_grads = hf_loss_and_grads(load_hf(tmp_path, "llama"), ids, labels)
-    assert abs(loss - t_loss) <= 1e-12 * t_loss
-    theirs = {n: g.T if n.endswith("_proj.weight") else g for n, g in t_grads.items()}  # nn.Linear: [out, in]
-    assert_close(dict(model.named_grads()), theirs, 1e-10)
-
-
-def test_llama_greedy_tokens_equal_transformers_generate(tmp_path):
-    model = serial_llama(LLAMA, seed=7)
-    write_hf_folder(tmp_path, LLAMA, dict(model.named_parameters()), dtype="float64")
-    prompt = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
-    ours, _ = greedy(model, prompt, 12)
-    theirs = load_hf(tmp_path, "llama").generate(torch.tensor(prompt), max_new_tokens=12, do_sample=False,
-                                                 attention_mask=torch.ones(prompt.shape, dtype=torch.long),
-                                                 pad_token_id=0)
+    theirs = load_hf(tmp_path, arch).generate(torch.tensor(prompt), max_new_tokens=12, do_sample=False,
+                                              attention_mask=torch.ones(prompt.shape, dtype=torch.long),
+                                              pad_token_id=0)
     assert len(set(ours.ravel().tolist())) > 2, "a degenerate test: the tokens should vary"
     np.testing.assert_array_equal(ours, theirs[:, prompt.shape[1]:].numpy())
 

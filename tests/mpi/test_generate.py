@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from conftest import WORLD
 
 from tpsim.generate.argmax import serial_argmax, vocab_parallel_argmax
@@ -23,18 +24,29 @@ LLAMA = LlamaConfig(vocab_size=37, hidden_size=32, intermediate_size=48, num_hid
                     num_key_value_heads=2, max_position_embeddings=20, initializer_range=0.5)
 
 
-def test_tp_greedy_tokens_equal_serial_decoding(grid):
-    serial = serial_gpt(CFG, seed=11)
+# arch -> (serial builder, TP builder, config, hidden, heads, KV heads)
+MODELS = {"gpt2": (serial_gpt, parallel_gpt, CFG, CFG.n_embd, CFG.n_head, CFG.n_head),
+          "llama": (serial_llama, parallel_llama, LLAMA, LLAMA.hidden_size, LLAMA.num_attention_heads,
+                    LLAMA.num_key_value_heads)}
+
+
+@pytest.mark.parametrize("arch", sorted(MODELS))
+def test_tp_greedy_tokens_equal_serial_decoding(grid, arch):
+    """Same tokens on every rank as the serial model; the cache holds this rank's (KV) heads only."""
+    serial_of, parallel_of, cfg, hidden, heads, kv_heads = MODELS[arch]
+    serial = serial_of(cfg, seed=11)
     expected, _ = greedy(serial, PROMPT, 10)
-    model = parallel_gpt(serial, grid.tp_group)
-    tokens, caches = greedy(model, PROMPT, 10, grid.tracer)
+    tokens, caches = greedy(parallel_of(serial, grid.tp_group), PROMPT, 10, grid.tracer)
     np.testing.assert_array_equal(tokens, expected)
     assert len(set(expected.ravel().tolist())) > 3, "a degenerate test: the tokens should vary"
     everyone = WORLD.allgather(tokens.tolist())
     assert all(t == tokens.tolist() for t in everyone), "every rank holds the same tokens"
-    hd, positions = CFG.n_embd // CFG.n_head, PROMPT.shape[1] + 10 - 1
-    assert sum(c.nbytes for c in caches) == kv_cache_bytes(CFG.n_layer, 2, positions, CFG.n_head, hd, 8, grid.tp)
-    assert caches[0].k.shape == (2, CFG.n_head // grid.tp, positions, hd), "this rank's heads only"
+    hd, positions = hidden // heads, PROMPT.shape[1] + 10 - 1
+    kv_local = max(1, kv_heads // grid.tp)  # split, or (Llama at TP > kv_heads) one replicated head
+    assert caches[0].k.shape == (2, kv_local, positions, hd), "this rank's (KV) heads only"
+    assert sum(c.nbytes for c in caches) == kv_cache_bytes(2, 2, positions, kv_heads, hd, 8, grid.tp)
+    for step in range(1, 10):
+        assert collective_counts(step_events(grid.tracer.events, step)) == predicted_decode(2, 2, hidden, "float64")
 
 
 def test_a_decode_step_issues_the_predicted_collectives(grid):
@@ -63,18 +75,3 @@ def test_vocab_parallel_argmax_breaks_ties_like_np_argmax(grid):
     np.testing.assert_array_equal(got, serial_argmax(full, vocab))
     assert got[0] == 0 and got[1] == 0
 
-
-def test_tp_llama_greedy_tokens_equal_serial_with_split_or_replicated_kv_heads(grid):
-    serial = serial_llama(LLAMA, seed=11)
-    expected, _ = greedy(serial, PROMPT, 10)
-    model = parallel_llama(serial, grid.tp_group)
-    tokens, caches = greedy(model, PROMPT, 10, grid.tracer)
-    np.testing.assert_array_equal(tokens, expected)
-    assert len(set(expected.ravel().tolist())) > 3, "a degenerate test: the tokens should vary"
-    kv_local = max(1, LLAMA.num_key_value_heads // grid.tp)  # split, or one replicated head
-    hd, positions = LLAMA.head_dim, PROMPT.shape[1] + 10 - 1
-    assert caches[0].k.shape == (2, kv_local, positions, hd), "this rank's KV heads only"
-    assert sum(c.nbytes for c in caches) == kv_cache_bytes(2, 2, positions, LLAMA.num_key_value_heads, hd, 8,
-                                                           grid.tp)
-    events = grid.tracer.events
-    assert collective_counts(step_events(events, 1)) == predicted_decode(2, 2, LLAMA.hidden_size, "float64")
