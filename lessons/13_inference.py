@@ -104,7 +104,8 @@ for arch, model in models.items():
     if arch == "llama":
         events = list(tracer.events)  # the Llama's trace, read in the sections below
     lesson.say(f"{arch}: generated {tokens[arch].tolist()}")
-serial = {arch: greedy(serial_model(cfg, tensors, np.float64), prompt, NEW)[0] for arch, (cfg, tensors) in loaded.items()}
+serial = {arch: greedy(serial_model(cfg, tensors, np.float64), prompt, NEW)[0]
+          for arch, (cfg, tensors) in loaded.items()}
 
 
 def without_cache(model, ids, steps):

@@ -43,7 +43,8 @@ def test_generate_llama_from_a_transformers_5_folder_with_replicated_kv_heads(tm
     cfg = LlamaConfig(vocab_size=29, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=16, initializer_range=0.5)
     write_hf_folder(tmp_path, cfg, dict(serial_llama(cfg, seed=2).named_parameters()), dtype="float16",
-                    config_overrides={"rope_theta": None, "rope_parameters": {"rope_theta": 1e4, "rope_type": "default"}})
+                    config_overrides={"rope_theta": None,
+                                      "rope_parameters": {"rope_theta": 1e4, "rope_type": "default"}})
     r = run_mpi(4, ["-m", "tpsim.generate", "--init-from", str(tmp_path), "--prompt", "3,1,4;2,7,1",
                     "--max-new-tokens", "5", "--check-serial", "--json"])
     assert r.returncode == 0, r.stderr
@@ -74,3 +75,23 @@ def test_a_refused_feature_names_itself(tmp_path):
                     config_overrides={"activation_function": "relu"})
     r = run_mpi(2, ["-m", "tpsim.generate", "--init-from", str(tmp_path), "--prompt", "1,2"])
     assert r.returncode == 2 and 'activation_function = "relu" is not supported' in r.stderr, r.stderr
+
+
+def test_demo_starts_from_a_hugging_face_folder(tmp_path):
+    """--init-from DIR on the demo: a bfloat16 GPT-2 folder with a longer position table, sharded at TP 2 x DP 2;
+    flags that describe another model are refused with the flags that would match."""
+    cfg = GPTConfig(vocab_size=13, n_positions=32, n_embd=16, n_layer=2, n_head=2)
+    folder = write_hf_folder(tmp_path / "hf", cfg, dict(serial_gpt(cfg, seed=4).named_parameters()), dtype="bfloat16")
+    args = ["-m", "tpsim.demo", "--tp", "2", "--dp", "2", "--steps", "0", "--vocab", "13", "--hidden", "16",
+            "--heads", "2", "--seq-len", "8", "--init-from", folder, "--export", str(tmp_path / "e"),
+            "--out", str(tmp_path / "out")]
+    r = run_mpi(4, args)
+    assert r.returncode == 0, r.stderr
+    assert "VERDICT: MATCH" in r.stdout
+    _, tensors = read_folder(folder)
+    exported = np.load(tmp_path / "e" / "params.npz")
+    name = "transformer.h.1.mlp.c_fc.weight"
+    np.testing.assert_array_equal(exported[name], tensors[name])
+    np.testing.assert_array_equal(exported["transformer.wpe.weight"], tensors["transformer.wpe.weight"][:8])
+    r = run_mpi(4, args[:args.index("--hidden") + 1] + ["32"] + args[args.index("--hidden") + 2:])
+    assert r.returncode == 2 and "holds gpt2 --layers 2 --hidden 16 --heads 2 --vocab 13" in r.stderr, r.stderr
