@@ -5,7 +5,7 @@ layer, keeping them is memory. Each rank keeps only the heads it computes: under
 heads and (Llama) kv_heads / tp KV heads — or 1 replicated KV head when tp > kv_heads — so the cache shrinks
 with TP exactly as the attention weights do, and needs no communication ever:
 
-    per layer per rank   K, V: [b, kv_heads_local, T, head_dim]   bytes = 2 · b · kv_heads_local · T · hd · itemsize
+    per layer per rank   K, V: [b, kv_heads_local, T, head_dim]  bytes = 2 · b · kv_heads_local · T · hd · itemsize
 
 The prefill writes positions [0, s); each decode step appends one. Query i of a chunk starting at ``start`` sits
 at position start + i and may see keys 0 .. start + i (the causal mask, shifted).
