@@ -12,10 +12,13 @@ cache is dropped. Under TP the same calls issue the same collectives as in train
 so a decode step takes 2·n_layer + 3 collectives whose size does not grow with the model's width fast enough to
 matter: each is one latency α plus a few KiB — why decode is latency-bound.
 
-The tracer's ``step`` numbers the forward passes: 0 = the prefill, k = the k-th decode step.
+The tracer's ``step`` numbers the forward passes: 0 = the prefill, k = the k-th decode step; each forward is
+timed as a compute span with scope "prefill" or "decode".
 """
 
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -25,6 +28,8 @@ from tpsim.generate.kv_cache import LayerKV, cached_attention
 from tpsim.nn.attention import merge_heads, split_heads
 from tpsim.nn.rope import rope_cos_sin, rope_forward
 from tpsim.phases import FORWARD
+
+PREFILL, DECODE = "prefill", "decode"  # the scopes of the compute spans that time each forward
 
 
 def local_heads(attn) -> tuple[int, int]:
@@ -113,7 +118,8 @@ def greedy(model, prompt: np.ndarray, max_new_tokens: int, tracer=None) -> tuple
     for i in range(max_new_tokens):
         if tracer is not None:
             tracer.step = i  # 0: prefill, then one step per decoded token
-        out[:, i] = next_token(model, last_logits(model, ids, caches, start))
+        with nullcontext() if tracer is None else tracer.span(PREFILL if i == 0 else DECODE, FORWARD):
+            out[:, i] = next_token(model, last_logits(model, ids, caches, start))
         start += ids.shape[1]
         ids = out[:, i:i + 1]
     return out, caches

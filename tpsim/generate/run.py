@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.errors import ConfigError
-from tpsim.generate.decode import greedy, max_positions
+from tpsim.generate.decode import DECODE, PREFILL, greedy, max_positions
 from tpsim.generate.report import (collective_counts, describe_counts, kv_cache_bytes, kv_table, latency_table,
                                    predicted_decode, step_events)
 from tpsim.hf.folder import read_folder
@@ -111,6 +111,7 @@ def report(args, config, grid, tokens, caches, dtype, check_line, ok):
                   f"FORMULA CHECK: {'OK' if decode_ok else 'MISMATCH'} — 2·n_layer + 1 = {2 * s['layers'] + 1} "
                   f"all-reduces of [b, 1, h] (embedding, attention, MLP) + 2 of [b] (the argmax) per token", "",
                   latency_table(decode, grid.tp), ""]
+    lines += [wall_clock(grid.tracer.spans), ""]
     lines += [kv_table(s["layers"], b, positions, s["heads"], s["kv_heads"], s["hidden"] // s["heads"],
                        dtype.itemsize),
               f"this rank's KV cache: {live} bytes (formula {formula}): {'OK' if live == formula else 'MISMATCH'}"]
@@ -120,6 +121,14 @@ def report(args, config, grid, tokens, caches, dtype, check_line, ok):
               "decode_collectives_per_token": len(decode), "kv_cache_bytes_per_rank": live,
               "formula_ok": bool(decode_ok and live == formula), "serial_match": ok if args.check_serial else None}
     return result, lines, ok and decode_ok and live == formula
+
+
+def wall_clock(spans) -> str:
+    """This rank's measured seconds: the prefill, and the mean decode step (a simulator's, not a GPU's)."""
+    prefill = sum(s.duration for s in spans if s.scope == PREFILL)
+    decode = [s.duration for s in spans if s.scope == DECODE]
+    mean = f"{sum(decode) / len(decode) * 1e3:.2f} ms per decode step" if decode else "no decode step"
+    return f"wall clock on rank 0 (this simulator on CPUs): prefill {prefill * 1e3:.2f} ms, {mean}"
 
 
 def human(events) -> str:
