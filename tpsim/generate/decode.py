@@ -1,16 +1,18 @@
-"""Greedy decoding with a KV cache, on the serial model or its TP twin — one code path for both.
+"""Greedy decoding with a KV cache, on the serial model or its TP twin, GPT-2 or Llama — one code path for all.
 
 The layers are the training layers, called forward only: their ``forward`` returns ``(out, cache)`` and the
 cache is dropped. Under TP the same calls issue the same collectives as in training's forward, now on
 ``[b, t, h]`` with t = the prompt length (prefill) or 1 (each decode step):
 
     embedding       vocab-parallel lookup: 1 all-reduce [b, t, h]
-    per block       attention's c_proj (row-parallel): 1 all-reduce [b, t, h]; the MLP's: 1 all-reduce [b, t, h]
+    per block       attention's c_proj / o_proj (row-parallel): 1 all-reduce [b, t, h]; the MLP's: 1 more
     LM head         logits of this rank's vocabulary slice, never gathered; the argmax: 2 all-reduces of [b]
                     (``tpsim.generate.argmax``)
 
-so a decode step takes 2·n_layer + 3 collectives whose size does not grow with the model's width fast enough to
-matter: each is one latency α plus a few KiB — why decode is latency-bound.
+so a decode step takes 2·n_layer + 3 collectives of a few KiB at most: each costs its latency α and almost no
+bandwidth — why decode is latency-bound. Llama's RoPE rotates q and k at their absolute positions (start..)
+before k enters the cache; GQA's query heads read their KV head out of the cache (``cached_attention``); a KV
+head replicated over ranks is cached on each of them, and a forward needs none of lesson 12's gradient sums.
 
 The tracer's ``step`` numbers the forward passes: 0 = the prefill, k = the k-th decode step; each forward is
 timed as a compute span with scope "prefill" or "decode".
