@@ -113,9 +113,10 @@ def test_greedy_tokens_equal_transformers_generate(tmp_path, arch):
     write_hf_folder(tmp_path, cfg, dict(model.named_parameters()), dtype="float64")
     prompt = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
     ours, _ = greedy(model, prompt, 12)
-    theirs = load_hf(tmp_path, arch).generate(torch.tensor(prompt), max_new_tokens=12, do_sample=False,
-                                              attention_mask=torch.ones(prompt.shape, dtype=torch.long),
-                                              pad_token_id=0)
+    hf = load_hf(tmp_path, arch)
+    hf.generation_config.eos_token_id = None  # LlamaConfig's default eos id 2 is a real token here; tpsim never stops
+    theirs = hf.generate(torch.tensor(prompt), max_new_tokens=12, do_sample=False,
+                         attention_mask=torch.ones(prompt.shape, dtype=torch.long), pad_token_id=0)
     assert len(set(ours.ravel().tolist())) > 2, "a degenerate test: the tokens should vary"
     np.testing.assert_array_equal(ours, theirs[:, prompt.shape[1]:].numpy())
 

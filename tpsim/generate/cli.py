@@ -3,7 +3,8 @@
 DIR is a Hugging Face folder or a tpsim ``--export`` folder (GPT-2 or Llama). Every rank reads it and keeps its
 shard; the N ranks form one TP group (data parallelism would only decode independent prompts side by side, so
 it is refused: launch with -n equal to --tp). Prints the new token ids, then what the trace says (see
-``tpsim.generate.report``); with ``--json`` the last line is ``{"tokens": [...], ...}``. ``--check-serial``
+``tpsim.generate.report``); with ``--json`` the last line is ``{"tokens": [...], ...}``. It always generates
+``--max-new-tokens`` tokens: there is no tokenizer here, and no stop at an end-of-sequence id. ``--check-serial``
 also decodes with the serial model on rank 0 and prints MATCH or MISMATCH (exit 1 on a mismatch).
 """
 
