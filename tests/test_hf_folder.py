@@ -202,3 +202,11 @@ def test_llama_biases_and_shape_errors_are_refused(tmp_path):
     write_hf_folder(tmp_path / "b", cfg, tensors, config_overrides={"num_key_value_heads": 4})
     with pytest.raises(ConfigError, match=r"k_proj.weight has shape \(8, 16\), expected \(16, 16\)"):
         read_folder(tmp_path / "b")
+
+
+def test_a_truncated_weights_file_is_one_error_naming_it(tmp_path):
+    write_hf_folder(tmp_path, CFG, gpt2_tensors())
+    data = (tmp_path / "model.safetensors").read_bytes()
+    (tmp_path / "model.safetensors").write_bytes(data[:len(data) // 2])
+    with pytest.raises(ConfigError, match="cannot read .*model.safetensors"):
+        read_folder(tmp_path)

@@ -58,19 +58,20 @@ def read_raw(path) -> dict[str, np.ndarray]:
 
 
 def read_safetensors(path) -> dict[str, np.ndarray]:
-    """Every tensor of one ``.safetensors`` file by name, with the package where it can, else ``read_raw``."""
+    """Every tensor of one ``.safetensors`` file by name: with the package, else (absent, or an old one without
+    bfloat16) ``read_raw``; a file neither can read raises ``HFWeightsError`` naming it."""
     path = os.fspath(path)
     try:
-        try:
-            from safetensors.numpy import load_file
-        except ImportError:
-            return read_raw(path)
-        try:
-            return dict(load_file(path))
-        except (TypeError, ValueError, KeyError) as exc:  # e.g. an older safetensors without bfloat16 support
-            if "16" not in str(exc) and "dtype" not in str(exc).lower():
-                raise
-            return read_raw(path)
+        from safetensors.numpy import load_file
+    except ImportError:
+        load_file = None
+    try:
+        if load_file is not None:
+            try:
+                return dict(load_file(path))
+            except Exception:  # noqa: BLE001 - the hand-written reader decides whether the file is readable
+                pass
+        return read_raw(path)
     except HFWeightsError:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure to read is one kind of error for the caller
