@@ -106,6 +106,8 @@ def test_no_file_over_300_lines_and_no_function_over_60():
     "tpsim.trace.formulas, tpsim.trace.memory, tpsim.trace.hardware, tpsim.models.config",
     "tpsim.cost, tpsim.errors, tpsim.phases, tpsim.partition, tpsim.compare, tpsim.table, tpsim.plotting, tpsim.nn",
     "tpsim.kinds, tpsim.trace.kind_split",
+    "tpsim.hf.config, tpsim.hf.weights, tpsim.hf.layout, tpsim.generate.argmax, tpsim.generate.kv_cache, "
+    "tpsim.generate.report",
 ])
 def test_pure_arithmetic_imports_without_mpi(modules):
     code = f"import sys, {modules}; assert 'mpi4py' not in sys.modules, 'mpi4py was imported'"
