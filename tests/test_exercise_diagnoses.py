@@ -93,6 +93,12 @@ MISTAKES = {
         def ring_wire_bytes(op, nbytes, p):
             return 0 if p == 1 else nbytes
         """, "your value is the logical bytes: the ring's (p − 1)/p factor is missing"),
+    "kv_heads_round_robin": ("12", """
+        def kv_heads_of_rank(heads, kv_heads, tp, rank):
+            if kv_heads % tp == 0:
+                return list(range(rank * kv_heads // tp, (rank + 1) * kv_heads // tp))
+            return [rank % kv_heads]
+        """, "round-robin: KV head rank % kv_heads"),
     "mlp_backward_without_f": ("04b", """
         def parallel_mlp_backward(dz, cache, group):
             da, d_proj_weight, _ = linear_backward(dz, cache.c_proj)

@@ -12,6 +12,7 @@ from math import gcd
 
 from tpsim.errors import ConfigError
 from tpsim.comm.launch import world_rank, world_size
+from tpsim.demo.arch import add_arguments, check_arguments
 
 
 DEFAULT_BATCH = 16
@@ -51,6 +52,7 @@ def build_parser() -> RankZeroParser:
     m.add_argument("--dropout-rng", choices=["exact", "megatron"], default="exact",
                    help="exact: masks keyed by global position (TP equals serial); megatron: per-rank streams")
     m.add_argument("--dtype", choices=["float32", "float64"], default="float64", help="compute dtype")
+    add_arguments(m)
     t = p.add_argument_group("training")
     t.add_argument("--batch-size", type=int, default=None,
                    help="global batch, sequences per step (default: 16, rounded up to a multiple of dp)")
@@ -111,6 +113,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("lr", "clip", "bucket_mb"):
         if not getattr(args, name) >= 0:  # also catches nan
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    check_arguments(args)
     if args.batch_size % args.dp:
         raise ConfigError(f"--batch-size {args.batch_size} is not divisible by dp {args.dp} "
                           f"(each DP rank takes an equal slice of the global batch)")

@@ -23,7 +23,7 @@ from tpsim.compare import relative_difference, shard_differences
 from tpsim.data import ReverseTask
 from tpsim.hf.folder import load_init
 from tpsim.demo.report import say, step_table, write_outputs
-from tpsim.models.build import build_gpt, serial_gpt
+from tpsim.demo.arch import build_model, describe, llama_config, no_decay, serial_model
 from tpsim.models.config import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng
@@ -39,6 +39,8 @@ TOLERANCE = {"float64": 1e-10, "float32": 1e-4}  # of relative_difference, purel
 def config_from(args: argparse.Namespace) -> GPTConfig:
     if args.sequence_parallel:  # every batch is [b, seq_len]: split along it over TP
         check_sequence_length(args.seq_len, args.tp, what="--seq-len")
+    if args.arch == "llama":
+        return llama_config(args)
     return GPTConfig(vocab_size=args.vocab, n_positions=args.seq_len, n_embd=args.hidden, n_layer=args.layers,
                      n_head=args.heads, dropout=args.dropout).check(args.tp)
 
@@ -65,7 +67,7 @@ def serial_reference(grid, args, config, task, dtype) -> tuple[float, dict[str, 
     flat = np.empty(1 + sum(int(np.prod(s)) for s in shapes.values()))
     with grid.tracer.paused():  # verification, not model traffic
         if grid.rank == 0:
-            serial = serial_gpt(config, seed=args.seed, dtype=dtype)
+            serial = serial_model(config, seed=args.seed, dtype=dtype)
             if args.init_from:
                 load_into(serial, load_init(args.init_from, config))
             ids, labels = task.batch(args.seed, 0, args.batch_size)
@@ -102,8 +104,7 @@ def check_against_serial(grid, model, args, config, task, parallel_loss, dtype) 
 def header(grid: ProcessGrid, args: argparse.Namespace, config: GPTConfig) -> list[str]:
     """The grid, the model's sizes and the sequence-parallel line: what rank 0 prints first."""
     return [grid.table(), "",
-            f"GPT: {config.n_layer} layers, hidden {config.n_embd}, {config.n_head} heads "
-            f"({config.n_head // grid.tp} per TP rank), vocab {config.vocab_size}, seq {args.seq_len}, "
+            f"{describe(config, grid.tp)}, vocab {config.vocab_size}, seq {args.seq_len}, "
             f"global batch {args.batch_size} ({args.batch_size // grid.dp} per DP rank), {args.dtype}, "
             f"dropout {args.dropout} ({args.dropout_rng} RNG)",
             *(["sequence parallel: on (LayerNorm/dropout regions split along the sequence, "
@@ -112,7 +113,7 @@ def header(grid: ProcessGrid, args: argparse.Namespace, config: GPTConfig) -> li
 
 def build(grid: ProcessGrid, args: argparse.Namespace, config: GPTConfig, dtype, tensors) -> tuple:
     """This rank's shard of the model, replicas made equal (traced as step 0), and its DP gradient sync."""
-    model = build_gpt(config, grid.tp_group, seed=args.seed, dtype=dtype, sequence_parallel=args.sequence_parallel)
+    model = build_model(config, grid.tp_group, args.seed, dtype, args.sequence_parallel)
     if tensors is not None:
         load_into(model, tensors)
     grid.tracer.step = 0
@@ -142,7 +143,7 @@ def first_step(grid, model, args, config, task, loss, dtype) -> bool:
 def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict], bool]:
     """``--steps`` steps of AdamW (step 0 checked against serial); the metrics of each step and step 0's verdict."""
     tracer = grid.tracer
-    optimizer = AdamW(model, lr=args.lr, weight_decay=0.01, no_decay=lambda n: n.endswith("bias") or ".ln_" in n)
+    optimizer = AdamW(model, lr=args.lr, weight_decay=0.01, no_decay=no_decay)
     rng = make_dropout_rng(args.dropout_rng, args.seed, grid.tp_rank)
     clip = args.clip if args.clip > 0 else None
     metrics, ok = [], True

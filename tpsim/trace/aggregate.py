@@ -65,13 +65,14 @@ def format_comm_table(rows: list[CommRow], keys: Sequence[str] = DEFAULT_KEYS, t
 
 
 def layer_of(scope: str) -> str:
-    """The layer a scope belongs to: ``transformer.h.0.attn.c_proj`` → ``transformer.h.0.attn``,
+    """The layer a scope belongs to: ``transformer.h.0.attn.c_proj`` → ``transformer.h.0.attn`` (a Llama's
+    ``model.layers.0.self_attn.o_proj`` → ``model.layers.0.self_attn``),
     ``transformer.wte`` stays, ``ddp.bucket3`` → ``ddp``, ``""`` → ``(top level)``."""
     if not scope:
         return "(top level)"
     parts = scope.split(".")
-    if parts[0] == "transformer":
-        if len(parts) >= 4 and parts[1] == "h":
+    if parts[0] in ("transformer", "model"):  # GPT-2's and Llama's names: model.layers.0.mlp.down_proj
+        if len(parts) >= 4 and parts[1] in ("h", "layers"):
             return ".".join(parts[:4])
         return ".".join(parts[:2])
     return parts[0]

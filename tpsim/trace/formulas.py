@@ -32,6 +32,12 @@ Each LayerNorm's weight and bias gradients, now partial sums over sequence shard
 row-parallel biases and the position embedding get complete gradients from all-gathered tensors and need
 nothing. This branch is written from Korthikanti et al. and aligned with ``tpsim.tp.sequence_parallel``;
 tests/mpi/test_sequence_parallel.py and tests/mpi/test_formulas.py pin it against real traces.
+
+A Llama (``LlamaConfig``, ``tpsim.models.llama``) issues the same collectives under its own names
+(``LLAMA_NAMES``: model.embed_tokens, model.layers.i.self_attn / .mlp, model.norm; q/k/v and gate/up each
+enter the TP region with one shared f), the untied LM head's f, an SP norm gradient of [h] (RMSNorm has no
+bias), and one more: when tp > kv_heads each KV head is replicated on tp / kv_heads ranks and its
+(dW_k, dW_v) = [2, h, head_dim] is all-reduced in the ``kv`` sub-group, once per layer, phase backward.
 """
 
 from __future__ import annotations
@@ -45,8 +51,26 @@ from tpsim.cost import wire_bytes
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER, SP_GRAD_SYNC, TRAINING
 from tpsim.table import RULE, format_table
 from tpsim.trace.aggregate import by_layer, summarize
+from tpsim.trace.llama_memory import is_llama
 from tpsim.trace.memory import param_elements
 
+
+@dataclass(frozen=True)
+class LayerNames:
+    """Where a model's collectives are traced: the GPT-2 names, or Llama's (the same collectives otherwise)."""
+
+    embed: str
+    final_norm: str
+    block: str  # prefix of block i: f"{block}.{i}"
+    attn: str
+    mlp: str
+    norm_1: str  # before attention
+    norm_2: str  # before the MLP
+
+
+GPT_NAMES = LayerNames("transformer.wte", "transformer.ln_f", "transformer.h", "attn", "mlp", "ln_1", "ln_2")
+LLAMA_NAMES = LayerNames("model.embed_tokens", "model.norm", "model.layers", "self_attn", "mlp", "input_layernorm",
+                         "post_attention_layernorm")
 
 
 @dataclass
@@ -79,8 +103,8 @@ def _itemsize(dtype) -> int:
 class _Rows:
     """The predictions being built, keyed by (layer, phase, op, group) in the order the collectives are issued."""
 
-    def __init__(self, tp: int, dp: int) -> None:
-        self.sizes = {"tp": tp, "dp": dp}
+    def __init__(self, tp: int, dp: int, kv: int = 1) -> None:
+        self.sizes = {"tp": tp, "dp": dp, "kv": kv}
         self.rows: dict[tuple[str, str, str, str], Prediction] = {}
 
     def add(self, layer: str, phase: str, op: str, group: str, nbytes: int, calls: int = 1) -> None:
@@ -94,11 +118,11 @@ class _Rows:
         row.wire_bytes += wire_bytes(op, nbytes, p) * calls
 
 
-def _forward(rows: _Rows, blocks: list[str], act: int, sequence_parallel: bool) -> None:
+def _forward(rows: _Rows, blocks: list[str], act: int, sequence_parallel: bool, n: LayerNames) -> None:
     """The model's forward up to the logits: g per block under TP, the pair f̄ then ḡ under SP."""
-    rows.add("transformer.wte", FORWARD, "all_reduce", "tp", act)  # under SP too: then the sequence is split
+    rows.add(n.embed, FORWARD, "all_reduce", "tp", act)  # under SP too: then the sequence is split
     for blk in blocks:
-        for part in ("attn", "mlp"):
+        for part in (n.attn, n.mlp):
             if sequence_parallel:  # f̄ gathers the sequence in, ḡ reduce-scatters the result out
                 rows.add(f"{blk}.{part}", FORWARD, "all_gather", "tp", act)
                 rows.add(f"{blk}.{part}", FORWARD, "reduce_scatter", "tp", act)
@@ -116,26 +140,26 @@ def _loss(rows: _Rows, row_bytes: int, dp: int, label_smoothing: bool) -> None:
         rows.add("loss_normalizer", DP_SYNC, "all_reduce", "dp", 2 * 8)
 
 
-def _tp_backward(rows: _Rows, blocks: list[str], act: int) -> None:
+def _tp_backward(rows: _Rows, blocks: list[str], act: int, n: LayerNames) -> None:
     """f of the tied head, then of c_fc and c_attn in every block, last block first."""
     rows.add("lm_head", BACKWARD, "all_reduce", "tp", act)
     for blk in reversed(blocks):
-        rows.add(f"{blk}.mlp", BACKWARD, "all_reduce", "tp", act)
-        rows.add(f"{blk}.attn", BACKWARD, "all_reduce", "tp", act)
+        rows.add(f"{blk}.{n.mlp}", BACKWARD, "all_reduce", "tp", act)
+        rows.add(f"{blk}.{n.attn}", BACKWARD, "all_reduce", "tp", act)
 
 
-def _sp_backward(rows: _Rows, blocks: list[str], act: int, ln_grads: int, regather: int) -> None:
+def _sp_backward(rows: _Rows, blocks: list[str], act: int, ln_grads: int, regather: int, n: LayerNames) -> None:
     """SP's backward: the conjugates of f̄ and ḡ, ``regather`` re-gathers per column-parallel linear, and
     each LayerNorm's (dw, db) all-reduced as one ``ln_grads``-byte message in phase ``SP_GRAD_SYNC``."""
     rows.add("lm_head", BACKWARD, "all_gather", "tp", act, calls=regather)
     rows.add("lm_head", BACKWARD, "reduce_scatter", "tp", act)
-    rows.add("transformer.ln_f", SP_GRAD_SYNC, "all_reduce", "tp", ln_grads)
+    rows.add(n.final_norm, SP_GRAD_SYNC, "all_reduce", "tp", ln_grads)
     for blk in reversed(blocks):
-        for part, ln in (("mlp", "ln_2"), ("attn", "ln_1")):  # ḡ's all-gather, the re-gather, f̄'s scatter
+        for part, ln in ((n.mlp, n.norm_2), (n.attn, n.norm_1)):  # ḡ's all-gather, the re-gather, f̄'s scatter
             rows.add(f"{blk}.{part}", BACKWARD, "all_gather", "tp", act, calls=1 + regather)
             rows.add(f"{blk}.{part}", BACKWARD, "reduce_scatter", "tp", act)
             rows.add(f"{blk}.{ln}", SP_GRAD_SYNC, "all_reduce", "tp", ln_grads)
-    rows.add("transformer.wte", BACKWARD, "all_gather", "tp", act)  # the sequence split's backward
+    rows.add(n.embed, BACKWARD, "all_gather", "tp", act)  # the sequence split's backward
 
 
 def _check_sizes(config, tp: int, dp: int, batch_size: int, seq_len: int, sequence_parallel: bool) -> None:
@@ -152,24 +176,32 @@ def predict_step(config, tp: int, dp: int, batch_size: int, seq_len: int, dtype,
                  sp_regather_in_backward: bool = True) -> list[Prediction]:
     """Every collective one rank issues in one training step (see the module docstring), in issue order.
 
-    ``config``: a ``GPTConfig``; ``batch_size``: the *global* batch (each DP rank takes batch_size / dp rows);
+    ``config``: a ``GPTConfig`` or a ``LlamaConfig``; ``batch_size``: the *global* batch (each DP rank takes batch_size / dp rows);
     ``dtype``: the model's dtype (activations, gradients) or its size in bytes. ``grad_bytes_local``: the DDP
     bytes; default every parameter's local shard at this tp (vocabulary padded, tied head once).
     ``ddp_buckets``: ``len(GradSync.buckets)``, the DDP call count; None leaves it unpredicted.
     """
     _check_sizes(config, tp, dp, batch_size, seq_len, sequence_parallel)
-    e, b, s, h = _itemsize(dtype), batch_size // dp, seq_len, config.n_embd
+    llama = is_llama(config)
+    n = LLAMA_NAMES if llama else GPT_NAMES
+    h = config.hidden_size if llama else config.n_embd
+    e, b, s = _itemsize(dtype), batch_size // dp, seq_len
     act = b * s * h * e  # one [b, s, h] activation
-    blocks = [f"transformer.h.{i}" for i in range(config.n_layer)]
-    rows = _Rows(tp, dp)
+    blocks = [f"{n.block}.{i}" for i in range((config.num_hidden_layers if llama else config.n_layer))]
+    kv_rep = tp // config.num_key_value_heads if llama and tp > config.num_key_value_heads else 1
+    rows = _Rows(tp, dp, kv_rep)
     if tp > 1:
         rows.add("batch", DATA, "broadcast", "tp", 2 * b * s * 8)  # int64 [2, b, s]: ids and labels
-    _forward(rows, blocks, act, sequence_parallel)
+    _forward(rows, blocks, act, sequence_parallel, n)
     _loss(rows, b * s * e, dp, label_smoothing)
-    if sequence_parallel:
-        _sp_backward(rows, blocks, act, ln_grads=2 * h * e, regather=1 if sp_regather_in_backward else 0)
+    if sequence_parallel:  # a LayerNorm's (dw, db) is [2, h]; an RMSNorm has dw alone
+        _sp_backward(rows, blocks, act, ln_grads=(1 if llama else 2) * h * e,
+                     regather=1 if sp_regather_in_backward else 0, n=n)
     else:
-        _tp_backward(rows, blocks, act)
+        _tp_backward(rows, blocks, act, n)
+    if kv_rep > 1:  # replicated KV heads: (dW_k, dW_v) summed over the tp / kv ranks sharing one
+        for blk in reversed(blocks):
+            rows.add(f"{blk}.{n.attn}", BACKWARD, "all_reduce", "kv", 2 * h * config.head_dim * e)
     if dp > 1:
         total = param_elements(config, tp) * e if grad_bytes_local is None else grad_bytes_local
         rows.rows[("ddp", DP_SYNC, "all_reduce", "dp")] = Prediction(

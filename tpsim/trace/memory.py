@@ -65,6 +65,7 @@ import numpy as np
 
 from tpsim.partition import padded_vocab_size
 from tpsim.table import format_table
+from tpsim.trace.llama_memory import is_llama, llama_activation_elements, llama_param_elements
 
 # --- model state -----------------------------------------------------------------------------------------------
 
@@ -72,9 +73,13 @@ from tpsim.table import format_table
 def param_elements(config, tp: int) -> int:
     """Parameter elements one TP rank holds: its shards plus every replicated tensor; the tied head once.
 
+    A ``LlamaConfig``: ``tpsim.trace.llama_memory.llama_param_elements``. For the GPT:
+
     ``wte [Vp/t, h] + wpe [n_positions, h] + L·(12h²/t + 7h/t + 6h) + ln_f 2h``: c_attn, c_proj's weight and
     the MLP weights and column biases are sharded; LayerNorms (4h) and the two row-parallel biases (2h) are not.
     """
+    if is_llama(config):
+        return llama_param_elements(config, tp)
     h, L = config.n_embd, config.n_layer
     block = (12 * h * h + 7 * h) // tp + 6 * h
     return padded_vocab_size(config.vocab_size, tp) // tp * h + config.n_positions * h + L * block + 2 * h
@@ -126,6 +131,9 @@ def activation_elements(config, tp: int, batch: int, seq: int, tp_rank: int = 0,
     ``dropout`` defaults to ``config.dropout > 0`` (pass False for a forward without a dropout RNG);
     ``sequence_parallel`` for a model built with ``build_gpt(..., sequence_parallel=True)``.
     """
+    if is_llama(config):  # no dropout
+        return llama_activation_elements(config, tp, batch, seq, real_vocab_columns(config.vocab_size, tp, tp_rank),
+                                         sequence_parallel)
     dropout = config.dropout > 0 if dropout is None else dropout
     b, s, h = batch, seq, config.n_embd
     floats, masks = block_activation_elements(b, s, h, config.n_head, tp, dropout, sequence_parallel)

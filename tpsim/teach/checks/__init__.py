@@ -5,6 +5,7 @@
     lessons_06_11   the exercises of lessons 06–11 (parallel softmax, grad norm, DP average, SP, ring bytes)
     backward        the harder backward exercises: 04b (the parallel MLP), 06b (the vocab-parallel CE)
     planning        the harder planning exercises: 08b (a layout under a memory budget), 11b (predict the bytes)
+    lesson_12       the KV-head-to-rank map of grouped-query attention and its gradient reduction
     lesson_13       exercise 13 (inference): the argmax of vocab-parallel logits without gathering them
 
 Rules about communication (how many collectives, of which kind, how many bytes) are checked from the tracer,
@@ -13,6 +14,7 @@ a wrong value is diagnosed by its symptom before a rule is quoted.
 """
 
 from tpsim.teach.checks import backward, lessons_01_05, lessons_06_11, planning  # noqa: F401 (they register)
+from tpsim.teach.checks import lesson_12  # noqa: F401 (registers exercise 12)
 from tpsim.teach.checks import lesson_13  # noqa: F401 (it registers)
 from tpsim.teach.checks.registry import CHECKS, exercise  # noqa: F401
 
