@@ -166,6 +166,27 @@ MISTAKES = {
             out["loss"] = (b * s * vocab * itemsize, 2 * (tp - 1) * b * s * vocab * itemsize // tp)
             return out
         """, "the [tokens, V] logits never travel"),
+    "argmax_of_this_rank_only": ("13", """
+        def vocab_parallel_argmax(logits_local, vocab_start, vocab_size, group):
+            ids = vocab_start + np.arange(logits_local.shape[-1])
+            return vocab_start + np.argmax(np.where(ids < vocab_size, logits_local, -np.inf), axis=-1)
+        """, "this rank's own best id: the other ranks' slices never took part"),
+    "argmax_padding_wins": ("13", """
+        def vocab_parallel_argmax(logits_local, vocab_start, vocab_size, group):
+            j = np.argmax(logits_local, axis=-1)
+            value = logits_local[np.arange(len(j)), j]
+            best = group.all_reduce(value, op="max")
+            return group.all_reduce(np.where(value == best, vocab_start + j, 10**9), op="min")
+        """, "a padding column won"),
+    "argmax_ties_to_the_largest_id": ("13", """
+        def vocab_parallel_argmax(logits_local, vocab_start, vocab_size, group):
+            ids = vocab_start + np.arange(logits_local.shape[-1])
+            real = np.where(ids < vocab_size, logits_local, -np.inf)
+            j = real.shape[-1] - 1 - np.argmax(real[:, ::-1], axis=-1)
+            value = real[np.arange(len(j)), j]
+            best = group.all_reduce(value, op="max")
+            return group.all_reduce(np.where(value == best, vocab_start + j, -1), op="max")
+        """, "ties went to the largest id"),
     "zero_slices_not_padded": ("14", """
         def owned_range(n, dp, rank):
             return rank * (n // dp), (rank + 1) * (n // dp)

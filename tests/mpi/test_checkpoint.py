@@ -185,7 +185,8 @@ def test_export_step0_writes_the_hf_folder(grid, shared_dir):
     paths = export_step0(out, par, grid.tp_group, config=cfg, input_ids=ids, labels=labels, loss=loss,
                          write=WORLD.Get_rank() == 0, dp=grid.dp)
     WORLD.Barrier()
-    assert sorted(os.listdir(out)) == ["batch.npz", "config.json", "grads.npz", "params.npz", "step0.json"]
+    assert sorted(os.listdir(out)) == ["batch.npz", "config.json", "grads.npz", "model.safetensors", "params.npz",
+                                   "step0.json"]
     assert {os.path.basename(p) for p in paths.values()} == set(os.listdir(out))
     with open(paths["config"]) as f:
         hf = json.load(f)

@@ -36,9 +36,6 @@ def check_arguments(args: argparse.Namespace) -> None:
         return
     if args.dropout:
         raise ConfigError("--arch llama has no dropout (Llama's attention and residual dropouts are 0)")
-    for flag in ("export", "init_from"):
-        if getattr(args, flag):
-            raise ConfigError(f"--{flag.replace('_', '-')} for --arch llama is not yet supported")
     if args.kv_heads is None:
         args.kv_heads = 2 if args.heads % 2 == 0 else args.heads
     if args.ffn is None:

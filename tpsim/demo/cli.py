@@ -81,8 +81,9 @@ def build_parser() -> RankZeroParser:
     o.add_argument("--out", default="tpsim-out", help="output folder, written by rank 0 (default tpsim-out/)")
     o.add_argument("--timeline-steps", type=int, default=2,
                    help="last steps kept in spans.jsonl and timeline.json (default 2)")
-    o.add_argument("--init-from", metavar="FILE.npz", default=None,
-                   help="start from these full parameters (GPT-2 names, any TP size wrote them)")
+    o.add_argument("--init-from", metavar="FILE.npz|DIR", default=None,
+                   help="start from these full parameters: a tpsim .npz (HF names, any TP size wrote them) or a "
+                        "Hugging Face folder (config.json + model.safetensors, or an --export folder)")
     o.add_argument("--export", metavar="DIR", default=None,
                    help="write config.json, params.npz, grads.npz, batch.npz, step0.json for step 0")
     return p

@@ -21,6 +21,7 @@ from tpsim.comm import ProcessGrid
 from tpsim.comm.agree import Agreement
 from tpsim.compare import relative_difference, shard_differences
 from tpsim.data import ReverseTask
+from tpsim.hf.folder import load_init
 from tpsim.demo.report import say, step_table, write_outputs
 from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
 from tpsim.demo.arch import build_model, describe, llama_config, serial_model
@@ -34,7 +35,7 @@ from tpsim.trace.records import gather_records, gather_spans
 from tpsim.train.nonfinite import StepGuard, report_skip
 from tpsim.trace.aggregate import human_bytes
 from tpsim.train import (apply_update, broadcast_batch, broadcast_params, check_replicas,
-                         compute_grads, dp_slice, export_step0, load_into, load_tensors)
+                         compute_grads, dp_slice, export_step0, load_into)
 from tpsim.train.mixed_precision import demo_optimizer, scaler_metrics
 
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4,  # of relative_difference, purely relative (floor 1e-30)
@@ -73,7 +74,7 @@ def serial_reference(grid, args, config, task, dtype, loss_scale=1.0) -> tuple[f
     def step0() -> list:
         serial = serial_model(config, seed=args.seed, dtype=dtype)
         if args.init_from:
-            load_into(serial, load_tensors(args.init_from, shapes, note=None))
+            load_into(serial, load_init(args.init_from, config, note=None))
         ids, labels = task.batch(args.seed, 0, args.batch_size)
         serial.zero_grad()  # the backward starts from float16's loss scale, as the parallel one did
         loss, cache = serial.forward(ids, labels, DropoutPlan(ExactDropoutRNG(args.seed), 0))
@@ -210,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     dtype = dtype_of(args.dtype)
     config = config_from(args)  # every size checked on every rank before the first collective
     task = ReverseTask(args.vocab, args.seq_len)
-    tensors = load_tensors(args.init_from, config.param_shapes(), config=config) if args.init_from else None
+    tensors = load_init(args.init_from, config) if args.init_from else None
     grid = ProcessGrid(tp=args.tp, dp=args.dp)
     say(grid, *header(grid, args, config))
     model, grad_sync = build(grid, args, config, dtype, tensors)

@@ -31,7 +31,8 @@ from tpsim.demo.arch import serial_model
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.partition import take_shard
 from tpsim.tp.random import ExactDropoutRNG
-from tpsim.train import load_into, load_tensors
+from tpsim.hf.folder import load_init
+from tpsim.train import load_into
 from tpsim.train.clip import CLIP_EPS
 from tpsim.train.optim import AdamW
 
@@ -86,7 +87,7 @@ def train_serial(args: argparse.Namespace, config, task, dtype, optimizer: AdamW
     """
     serial = serial_model(config, seed=args.seed, dtype=dtype)
     if args.init_from:
-        load_into(serial, load_tensors(args.init_from, config.param_shapes(), note=None))
+        load_into(serial, load_init(args.init_from, config, note=None))
     names = [name for name, _ in serial.named_parameters()]
     params, grads = [p for _, p in serial.named_parameters()], [g for _, g in serial.named_grads()]
     m, v = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params]

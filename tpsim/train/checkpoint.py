@@ -34,6 +34,10 @@ The step-0 export folder (``export_step0``), for checking tpsim against an indep
     batch.npz     input_ids, labels: int64 [global_batch, seq]; labels[b, t] is the target of position t
                   (already shifted: the loss does no shifting; -100 = ignored)
     step0.json    {"loss": float, "tp": ..., "dp": ..., "dtype": ..., "global_batch": ..., "seq": ...}
+    model.safetensors  params.npz's tensors again, so ``from_pretrained(DIR)`` loads the folder unchanged
+
+A Llama export (``LlamaConfig``) has the same files, with HF Llama's names and ``nn.Linear``'s [out, in] layout
+for every ``*_proj.weight`` (``tpsim.hf.names``); its ``params.npz`` is read back by ``tpsim.hf.folder``.
 """
 
 from __future__ import annotations
@@ -44,10 +48,12 @@ import sys
 
 import numpy as np
 
-from tpsim.atomic import write_text
+from tpsim.atomic import atomic_write, write_text
 from tpsim.comm import Group
 from tpsim.comm.launch import world_rank
 from tpsim.errors import ConfigError
+from tpsim.hf.layout import to_hf  # HF layouts: Llama's linears [out, in]
+from tpsim.hf.weights import safetensors_bytes
 from tpsim.nn.module import Module
 from tpsim.npzfile import CheckpointError, check_model, no_manifest_note, read_npz, write_npz
 from tpsim.partition import take_shard
@@ -202,12 +208,12 @@ def export_step0(out_dir, model: Module, tp_group: Group, *, config, input_ids: 
     if input_ids.dtype.kind not in "iu" or labels.dtype.kind not in "iu":
         raise ConfigError(f"input_ids and labels must be integers; got {input_ids.dtype} and {labels.dtype}")
     shapes = config.param_shapes()
-    params = full_tensors(model, tp_group, "params", shapes)
-    grads = full_tensors(model, tp_group, "grads", shapes)
+    params = to_hf(full_tensors(model, tp_group, "params", shapes), config)
+    grads = to_hf(full_tensors(model, tp_group, "grads", shapes), config)
     out_dir = os.fspath(out_dir)
     paths = {role: os.path.join(out_dir, name) for role, name in
              (("config", "config.json"), ("params", "params.npz"), ("grads", "grads.npz"),
-              ("batch", "batch.npz"), ("step0", "step0.json"))}
+              ("batch", "batch.npz"), ("step0", "step0.json"), ("safetensors", "model.safetensors"))}
     if not write:
         return paths
     os.makedirs(out_dir, exist_ok=True)
@@ -215,6 +221,7 @@ def export_step0(out_dir, model: Module, tp_group: Group, *, config, input_ids: 
     info = dict(config=config, tp=tp_group.size, dp=dp)
     save_tensors(paths["params"], params, **info)
     save_tensors(paths["grads"], grads, **info)
+    atomic_write(paths["safetensors"], lambda f: f.write(safetensors_bytes(params)))  # for from_pretrained
     save_tensors(paths["batch"], {"input_ids": input_ids.astype(np.int64), "labels": labels.astype(np.int64)}, **info)
     dtype = str(next(iter(params.values())).dtype)
     _save_json(paths["step0"], {"loss": float(loss), "tp": tp_group.size, "dp": dp, "dtype": dtype,

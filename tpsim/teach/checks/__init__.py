@@ -6,6 +6,7 @@
     backward        the harder backward exercises: 04b (the parallel MLP), 06b (the vocab-parallel CE)
     planning        the harder planning exercises: 08b (a layout under a memory budget), 11b (predict the bytes)
     lesson_12       the KV-head-to-rank map of grouped-query attention and its gradient reduction
+    lesson_13       exercise 13 (inference): the argmax of vocab-parallel logits without gathering them
     lesson_14       ZeRO-1's owned slices of a padded gradient bucket
     lesson_16       exercise 16: two memory terms of a real-size plan, by hand, against ``tpsim plan``
     lesson_15       mixed precision: bfloat16 rounding on the bits, the loss scaler's rule
@@ -15,8 +16,8 @@ because the right numbers computed with the wrong collectives miss the point; va
 a wrong value is diagnosed by its symptom before a rule is quoted.
 """
 
-from tpsim.teach.checks import (backward, lesson_12, lesson_14, lesson_15, lesson_16, lessons_01_05,  # noqa: F401
-                                 lessons_06_11, planning)
+from tpsim.teach.checks import (backward, lesson_12, lesson_13, lesson_14, lesson_15, lesson_16,  # noqa: F401
+                                 lessons_01_05, lessons_06_11, planning)
 from tpsim.teach.checks.registry import CHECKS, exercise  # noqa: F401
 
 __all__ = ["CHECKS", "exercise"]

@@ -1,0 +1,137 @@
+"""One ``tpsim.generate`` run: read the folder on every rank, shard, decode, and read the trace.
+
+Every check that can fail (the folder, the sizes against TP, prompt ids within the vocabulary) runs on every
+rank before the first collective, so a bad input is one line and exit 2 everywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.errors import ConfigError
+from tpsim.generate.decode import DECODE, PREFILL, greedy, max_positions
+from tpsim.generate.report import (collective_counts, describe_counts, kv_cache_bytes, kv_table, latency_table,
+                                   predicted_decode, step_events)
+from tpsim.hf.folder import read_folder
+from tpsim.hf.names import is_llama
+from tpsim.train.checkpoint import load_into
+
+
+def serial_model(config, tensors: dict, dtype):
+    """The serial model holding ``tensors``."""
+    if is_llama(config):
+        from tpsim.models.llama import serial_llama as serial
+    else:
+        from tpsim.models.build import serial_gpt as serial
+    model = serial(config, 0, dtype)
+    load_into(model, tensors)
+    return model
+
+
+def parallel_model(config, tensors: dict, group, dtype):
+    """This rank's TP shard of the model holding ``tensors`` (built from the serial master, then sharded)."""
+    if is_llama(config):
+        from tpsim.models.llama import parallel_llama as parallel
+    else:
+        from tpsim.models.build import parallel_gpt as parallel
+    return parallel(serial_model(config, tensors, dtype), group)
+
+
+def sizes(config) -> dict:
+    """The sizes the report needs, under one spelling for both architectures."""
+    if is_llama(config):
+        return {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "heads": config.num_attention_heads,
+                "kv_heads": config.num_key_value_heads, "vocab": config.vocab_size}
+    return {"layers": config.n_layer, "hidden": config.n_embd, "heads": config.n_head, "kv_heads": config.n_head,
+            "vocab": config.vocab_size}
+
+
+def check_inputs(config, args) -> None:
+    config.check(args.tp)
+    bad = args.prompt_ids[(args.prompt_ids < 0) | (args.prompt_ids >= config.vocab_size)]
+    if bad.size:
+        raise ConfigError(f"--prompt id {int(bad[0])} is outside the vocabulary [0, {config.vocab_size})")
+    if args.max_new_tokens < 1:
+        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    need = args.prompt_ids.shape[1] + args.max_new_tokens - 1
+    if need > max_positions(config):
+        raise ConfigError(f"prompt {args.prompt_ids.shape[1]} + {args.max_new_tokens} new tokens needs {need} "
+                          f"positions, the model has {max_positions(config)}")
+
+
+def run(args):
+    """-> ``(result dict, lines, ok)`` on rank 0, ``(None, [], ok)`` elsewhere."""
+    from tpsim.comm import ProcessGrid
+
+    dtype = np.dtype(args.dtype)
+    config, tensors = read_folder(args.init_from, dtype)
+    check_inputs(config, args)
+    grid = ProcessGrid(tp=args.tp, dp=1)
+    model = parallel_model(config, tensors, grid.tp_group, dtype)
+    grid.tracer.reset()
+    tokens, caches = greedy(model, args.prompt_ids, args.max_new_tokens, grid.tracer)
+    ok, check_line = True, ""
+    if args.check_serial:
+        ok, check_line = check_serial(grid, config, tensors, dtype, args, tokens)
+    if grid.rank != 0:
+        return None, [], ok
+    return report(args, config, grid, tokens, caches, dtype, check_line, ok)
+
+
+def check_serial(grid, config, tensors, dtype, args, tokens) -> tuple[bool, str]:
+    """Serial decoding on rank 0 (untraced), its verdict broadcast: the same exit status on every rank."""
+    flag = np.zeros(1, dtype=np.int8)
+    with grid.tracer.paused():
+        if grid.rank == 0:
+            serial, _ = greedy(serial_model(config, tensors, dtype), args.prompt_ids, args.max_new_tokens)
+            flag[0] = np.array_equal(serial, tokens)
+        grid.world.broadcast(flag)
+    ok = bool(flag[0])
+    return ok, (f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — TP({grid.tp}) greedy tokens "
+                f"{'equal' if ok else 'differ from'} serial decoding of the same weights")
+
+
+def report(args, config, grid, tokens, caches, dtype, check_line, ok):
+    s, b, k = sizes(config), args.prompt_ids.shape[0], args.max_new_tokens
+    events = grid.tracer.events
+    prefill, decode = step_events(events, 0), step_events(events, 1)
+    live = sum(c.nbytes for c in caches)
+    positions = caches[0].k.shape[2]
+    formula = kv_cache_bytes(s["layers"], b, positions, s["kv_heads"], s["hidden"] // s["heads"], dtype.itemsize,
+                             grid.tp)
+    decode_ok = k < 2 or collective_counts(decode) == predicted_decode(s["layers"], b, s["hidden"], str(dtype))
+    lines = [f"{'llama' if is_llama(config) else 'gpt2'}: {s['layers']} layers, hidden {s['hidden']}, "
+             f"{s['heads']} heads, {s['kv_heads']} kv heads, vocab {s['vocab']}; TP {grid.tp}, {dtype}",
+             f"prompt {args.prompt_ids.tolist()}", f"generated {tokens.tolist()}", ""]
+    lines += [f"prefill ({args.prompt_ids.shape[1]} positions, one forward): {len(prefill)} collectives, "
+              f"{human(prefill)}: {describe_counts(collective_counts(prefill))}"]
+    if k > 1:
+        lines += [f"decode (per generated token): {len(decode)} collectives, {human(decode)}: "
+                  f"{describe_counts(collective_counts(decode))}",
+                  f"FORMULA CHECK: {'OK' if decode_ok else 'MISMATCH'} — 2·n_layer + 1 = {2 * s['layers'] + 1} "
+                  f"all-reduces of [b, 1, h] (embedding, attention, MLP) + 2 of [b] (the argmax) per token", "",
+                  latency_table(decode, grid.tp), ""]
+    lines += [wall_clock(grid.tracer.spans), ""]
+    lines += [kv_table(s["layers"], b, positions, s["heads"], s["kv_heads"], s["hidden"] // s["heads"],
+                       dtype.itemsize),
+              f"this rank's KV cache: {live} bytes (formula {formula}): {'OK' if live == formula else 'MISMATCH'}"]
+    lines += [check_line] if check_line else []
+    result = {"tokens": tokens.tolist(), "prompt": args.prompt_ids.tolist(), "tp": grid.tp,
+              "arch": "llama" if is_llama(config) else "gpt2", "prefill_collectives": len(prefill),
+              "decode_collectives_per_token": len(decode), "kv_cache_bytes_per_rank": live,
+              "formula_ok": bool(decode_ok and live == formula), "serial_match": ok if args.check_serial else None}
+    return result, lines, ok and decode_ok and live == formula
+
+
+def wall_clock(spans) -> str:
+    """This rank's measured seconds: the prefill, and the mean decode step (a simulator's, not a GPU's)."""
+    prefill = sum(s.duration for s in spans if s.scope == PREFILL)
+    decode = [s.duration for s in spans if s.scope == DECODE]
+    mean = f"{sum(decode) / len(decode) * 1e3:.2f} ms per decode step" if decode else "no decode step"
+    return f"wall clock on rank 0 (this simulator on CPUs): prefill {prefill * 1e3:.2f} ms, {mean}"
+
+
+def human(events) -> str:
+    from tpsim.trace.aggregate import human_bytes
+
+    return human_bytes(sum(e.bytes for e in events))

@@ -1,0 +1,26 @@
+"""Which parameters Hugging Face stores transposed (Llama's ``nn.Linear`` [out, in]), written once and MPI-free:
+the export (``tpsim.train.checkpoint``) and the reader (``tpsim.hf.names``) both use it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def is_llama(config) -> bool:
+    return hasattr(config, "num_key_value_heads")
+
+
+def transposed(name: str, config) -> bool:
+    """Whether HF stores this 2-D parameter as the transpose of tpsim's layout."""
+    return is_llama(config) and name.endswith("_proj.weight")
+
+
+def hf_shapes(config) -> dict[str, tuple[int, ...]]:
+    """``config.param_shapes()`` in Hugging Face's layout (linears [out, in] for Llama)."""
+    return {n: tuple(s[::-1]) if transposed(n, config) else tuple(s) for n, s in config.param_shapes().items()}
+
+
+def to_hf(tensors: dict[str, np.ndarray], config) -> dict[str, np.ndarray]:
+    """tpsim's full tensors -> HF's layout (the inverse of ``tpsim.hf.names.to_internal``; names are HF's)."""
+    return {n: np.ascontiguousarray(a.T) if transposed(n, config) else a for n, a in tensors.items()}
