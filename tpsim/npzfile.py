@@ -4,7 +4,8 @@ The manifest is JSON stored as the zip archive's *comment*, not as an array, so 
 the parameter names (``np.load``, PyTorch and JAX code that walks ``.files`` see nothing new)::
 
     {"format": "tpsim-checkpoint", "version": 1,
-     "model": {"vocab_size": 32, "n_positions": 16, "n_embd": 64, "n_layer": 2, "n_head": 4} | null,
+     "model": {"arch": "gpt2", "vocab_size": 32, "n_positions": 16, "n_embd": 64, "n_layer": 2, "n_head": 4}
+              | {"arch": "llama", "vocab_size": ..., "hidden_size": ..., ... (LLAMA_KEYS)} | null,
      "tp": 4, "dp": 2,               # the grid it was written at (null when unknown); it loads at any other
      "dtype": "float64",             # of the first array (all parameters share it)
      "arrays": {"transformer.wte.weight": {"dtype": "float64", "shape": [32, 64], "crc32": 123456789}, ...}}
@@ -31,7 +32,9 @@ from tpsim.atomic import atomic_write
 from tpsim.errors import ConfigError
 
 FORMAT, VERSION = "tpsim-checkpoint", 1
-MODEL_KEYS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
+MODEL_KEYS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")  # a GPT-2's sizes
+LLAMA_KEYS = ("vocab_size", "max_position_embeddings", "hidden_size", "intermediate_size", "num_hidden_layers",
+              "num_attention_heads", "num_key_value_heads")
 MAX_COMMENT = 65535  # the zip format's limit on the archive comment
 
 
@@ -43,11 +46,18 @@ def crc32(a: np.ndarray) -> int:
     return zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"))
 
 
+def model_sizes(config) -> dict:
+    """The architecture and sizes a manifest records for ``config`` (a GPTConfig or a LlamaConfig)."""
+    llama = hasattr(config, "num_key_value_heads")
+    return {"arch": "llama" if llama else "gpt2",
+            **{k: int(getattr(config, k)) for k in (LLAMA_KEYS if llama else MODEL_KEYS)}}
+
+
 def manifest(arrays: dict[str, np.ndarray], *, config=None, tp: int | None = None, dp: int | None = None) -> dict:
-    """The manifest of ``arrays`` (see the module docstring); ``config`` is a GPTConfig or None."""
+    """The manifest of ``arrays`` (see the module docstring); ``config`` is a GPTConfig, a LlamaConfig or None."""
     first = next(iter(arrays.values()), None)
     return {"format": FORMAT, "version": VERSION,
-            "model": None if config is None else {k: int(getattr(config, k)) for k in MODEL_KEYS},
+            "model": None if config is None else model_sizes(config),
             "tp": tp, "dp": dp, "dtype": None if first is None else str(first.dtype),
             "arrays": {name: {"dtype": str(a.dtype), "shape": list(a.shape), "crc32": crc32(a)}
                        for name, a in arrays.items()}}
@@ -147,11 +157,12 @@ def _check_against_manifest(arrays: dict, found: dict, label: str) -> None:
 
 
 def check_model(found: dict | None, config, label: str) -> None:
-    """The manifest's model sizes against ``config`` (a GPTConfig); nothing to check without them."""
+    """The manifest's architecture and sizes against ``config``; nothing to check without them."""
     model = (found or {}).get("model")
     if not model or config is None:
         return
-    diffs = [f"{k} {model.get(k)} (this model: {getattr(config, k)})" for k in MODEL_KEYS
-             if model.get(k) != getattr(config, k)]
+    model = {"arch": "gpt2", **model}  # version-1 manifests written before Llama carried no "arch"
+    mine = model_sizes(config)
+    diffs = [f"{k} {model.get(k)} (this model: {v})" for k, v in mine.items() if model.get(k) != v]
     if diffs:
         raise CheckpointError(f"{label}: written for another model: " + ", ".join(diffs))

@@ -67,16 +67,23 @@ def check_output_file(path, flag: str) -> str:
     return path
 
 
-def check_input_file(path, flag: str) -> str:
-    """Raise ``ConfigError`` unless ``path`` is an existing, readable file (its format is the reader's job)."""
+def check_input_file(path, flag: str, *, folder_with: str | None = None) -> str:
+    """Raise ``ConfigError`` unless ``path`` is an existing, readable file (its format is the reader's job).
+
+    ``folder_with``: a folder is accepted too when it holds a readable file of that name (e.g. a Hugging Face
+    model folder's ``config.json``; its weights are the reader's job)."""
     path = os.fspath(path)
     where = f"{flag} {path}"
     if not os.path.exists(path):
         raise ConfigError(f"{where}: no such file")
     if os.path.isdir(path):
-        raise ConfigError(f"{where}: is a folder, expected a file")
+        if folder_with is None:
+            raise ConfigError(f"{where}: is a folder, expected a file")
+        if not os.path.isfile(os.path.join(path, folder_with)):
+            raise ConfigError(f"{where}: a folder without {folder_with} (expected a tpsim .npz or a model folder)")
+    readable = os.path.join(path, folder_with) if os.path.isdir(path) else path
     try:
-        with open(path, "rb") as f:
+        with open(readable, "rb") as f:
             f.read(1)
     except OSError as exc:
         raise ConfigError(f"{where}: cannot be read ({exc.strerror or type(exc).__name__})") from None

@@ -158,7 +158,7 @@ def check_paths(args: argparse.Namespace) -> None:
     if args.export:
         check_output_dir(args.export, "--export")
     if args.init_from:
-        check_input_file(args.init_from, "--init-from")
+        check_input_file(args.init_from, "--init-from", folder_with="config.json")
 
 
 def main(argv: list[str] | None = None) -> int:
