@@ -1,5 +1,5 @@
 """The lesson book (``tpsim lesson book``): how a run's output is split per cell, then the whole book built once
-— every lesson run under mpiexec and rendered by nbconvert (about 40 s here for all eleven) — and every page
+— every lesson run under mpiexec and rendered by nbconvert (about a minute here for all sixteen) — and every page
 checked for its prose, its CHECK lines, its summary line and its figures, and the index for every lesson.
 
 Splitting needs nothing beyond tpsim; building needs nbconvert and nbformat (the ``notebooks`` extra) and is

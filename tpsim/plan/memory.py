@@ -41,8 +41,16 @@ from tpsim.partition import padded_vocab_size
 from tpsim.plan.layout import Layout
 from tpsim.plan.models import ModelSpec
 from tpsim.trace.memory import block_param_elements, korthikanti_layer_elements
+from tpsim.trace.model_state import MEGATRON_LAYOUTS, TPSIM_FLOAT64
 
-STATE_BYTES = {"fp16": (2, 2, 16), "bf16": (2, 4, 12), "fp32": (4, 4, 8), "fp64": (8, 8, 16)}
+def _state(layout) -> tuple[int, int, int]:
+    """(param, grad, sharded) bytes per parameter of one ``tpsim.trace.model_state`` layout."""
+    return layout.param, layout.grad, layout.sharded
+
+
+# Megatron's dist_optimizer.md rows (one table, defined in tpsim.trace.model_state), plus tpsim's float64
+STATE_BYTES = {"fp16": _state(MEGATRON_LAYOUTS[0]), "bf16": _state(MEGATRON_LAYOUTS[1]),
+               "fp32": _state(MEGATRON_LAYOUTS[2]), "fp64": _state(TPSIM_FLOAT64)}
 ZERO_PAPER_STATE_BYTES = (2, 2, 12)  # Rajbhandari et al. 2019: fp16 params and grads, K = 12 optimizer bytes
 ACT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8}
 
