@@ -1,6 +1,6 @@
 """The live side of ``tpsim plan --validate``: one rank of a small real run (run under ``mpiexec``).
 
-    mpiexec -n N python -m tpsim.plan.live --tp T --dp D [--sp] [--arch gpt|llama] [--zero] --json PATH
+    mpiexec -n N python -m tpsim.plan.live --tp T --dp D [--sp] [--arch gpt|llama] [--zero] [--dtype D] --json PATH
 
 Builds the toy GPT (float64, dropout 0.1 so the paper's masks exist) or the toy Llama (GQA, 2 KV heads), runs
 one traced training step of a global batch split over the DP replicas (DDP, or ZeRO-1 with ``--zero``), and
@@ -22,7 +22,7 @@ ROWS_PER_REPLICA, SEED = 2, 16
 FIRST_LAYER = {"gpt": "transformer.h.0.", "llama": "model.layers.0."}
 
 
-def build(arch: str, grid, sp: bool):
+def build(arch: str, grid, sp: bool, dtype=None):
     """``(model, sequence length, dropout plan)``: the toy GPT (dropout 0.1) or the toy Llama (no dropout)."""
     from tpsim.nn.dropout import DropoutPlan
 
@@ -38,32 +38,37 @@ def build(arch: str, grid, sp: bool):
     from tpsim.tp.random import ExactDropoutRNG
 
     cfg = GPTConfig(**TOY)
-    return build_gpt(cfg, grid.tp_group, seed=SEED, sequence_parallel=sp), cfg.n_positions, \
+    return build_gpt(cfg, grid.tp_group, seed=SEED, dtype=dtype, sequence_parallel=sp), cfg.n_positions, \
         DropoutPlan(ExactDropoutRNG(SEED), 0)
 
 
-def optimizer_and_sync(model, grid, zero: bool):
-    """AdamW with a DDP ``GradSync`` (dp > 1), or ZeRO-1's ``DistributedOptimizer``, itself the gradient sync."""
-    from tpsim.train import AdamW, GradSync
+def optimizer_and_sync(model, grid, zero: bool, mixed: bool = False):
+    """AdamW with a DDP ``GradSync`` (dp > 1), or ZeRO-1's ``DistributedOptimizer``, itself the gradient sync;
+    ``mixed``: AdamW inside the mixed-precision optimizer (float32 main parameters)."""
+    from tpsim.train import AdamW, GradSync, mixed_precision
 
     if zero:  # tpsim.train.zero: Megatron's distributed optimizer (branch i15-zero)
         from tpsim.train.zero import DistributedOptimizer
 
         opt = DistributedOptimizer(AdamW(model), grid)
         return opt, opt
-    return AdamW(model), GradSync(model, grid.dp_group) if grid.dp > 1 else None
+    opt = mixed_precision(model, AdamW, grid.world) if mixed else AdamW(model)
+    return opt, GradSync(model, grid.dp_group) if grid.dp > 1 else None
 
 
-def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt", zero: bool = False) -> int:
+def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt", zero: bool = False,
+           dtype: str = "float64") -> int:
     import numpy as np
+
+    from tpsim.nn.precision import dtype_of
 
     from tpsim.comm import ProcessGrid
     from tpsim.trace.memory import measure_activations, measure_memory
     from tpsim.train import compute_grads
 
     grid = ProcessGrid(tp=tp, dp=dp)
-    model, seq, plan = build(arch, grid, sp)
-    optimizer, sync = optimizer_and_sync(model, grid, zero)
+    model, seq, plan = build(arch, grid, sp, dtype_of(dtype))
+    optimizer, sync = optimizer_and_sync(model, grid, zero, mixed=dtype in ("bfloat16", "float16"))
     rows = slice(grid.dp_rank * ROWS_PER_REPLICA, (grid.dp_rank + 1) * ROWS_PER_REPLICA)
     ids = np.random.default_rng(SEED).integers(0, TOY["vocab_size"], (ROWS_PER_REPLICA * dp, seq))[rows]
     labels = np.roll(ids, -1, axis=1)
@@ -92,8 +97,9 @@ if __name__ == "__main__":
     parser.add_argument("--sp", action="store_true")
     parser.add_argument("--arch", default="gpt", choices=("gpt", "llama"))
     parser.add_argument("--zero", action="store_true", help="ZeRO-1 (tpsim.train.zero) instead of DDP")
+    parser.add_argument("--dtype", default="float64", choices=("float64", "float32", "bfloat16", "float16"))
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
     from tpsim.comm.launch import run_main
 
-    run_main(lambda: worker(args.tp, args.dp, args.sp, args.json, args.arch, args.zero), prog="tpsim.plan.live")
+    run_main(lambda: worker(args.tp, args.dp, args.sp, args.json, args.arch, args.zero, args.dtype), prog="tpsim.plan.live")
