@@ -68,7 +68,8 @@ def float64_rotary(config):
     """HF's rotary embedding computes cos/sin in float32 (~1e-7 off); this one is the same formula in float64,
     so a Llama compares at 1e-10 like a GPT-2: cos, sin of position · θ^(−2i/hd), halves concatenated."""
     hd = config.hidden_size // config.num_attention_heads
-    inv_freq = 1.0 / (LLAMA.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    theta = getattr(config, "rope_theta", None) or config.rope_parameters["rope_theta"]  # 4.x or 5.x spelling
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
 
     def forward(x, position_ids):
         freqs = position_ids[..., None].to(torch.float64) * inv_freq
@@ -151,15 +152,19 @@ def test_llama_export_loads_into_transformers_unchanged(tmp_path):
 
 
 @pytest.mark.slow
-def test_demo_export_loads_into_transformers(tmp_path):
-    """The demo at TP 2 x DP 2 exports step 0; from_pretrained(DIR) recomputes the loss and grads of the files."""
-    r = run_mpi(4, ["-m", "tpsim.demo", "--tp", "2", "--dp", "2", "--steps", "0", "--vocab", "13",
-                    "--hidden", "16", "--heads", "2", "--export", str(tmp_path), "--out", str(tmp_path / "out")])
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_demo_export_loads_into_transformers(tmp_path, arch):
+    """The demo at TP 2 x DP 2 exports step 0 (no dropout: HF's eval model has none); from_pretrained(DIR)
+    recomputes the loss and grads of the files, for either architecture."""
+    extra = ["--kv-heads", "1", "--ffn", "32"] if arch == "llama" else []  # KV head replicated on both TP ranks
+    r = run_mpi(4, ["-m", "tpsim.demo", "--arch", arch, "--tp", "2", "--dp", "2", "--steps", "0", "--vocab", "13",
+                    "--hidden", "16", "--heads", "2", "--dropout", "0", *extra, "--export", str(tmp_path),
+                    "--out", str(tmp_path / "out")])
     assert r.returncode == 0, r.stderr
     batch, grads = (dict(np.load(tmp_path / f)) for f in ("batch.npz", "grads.npz"))
     loss = json.loads((tmp_path / "step0.json").read_text())["loss"]
-    t_loss, t_grads = hf_loss_and_grads(load_hf(tmp_path), batch["input_ids"], batch["labels"])
+    t_loss, t_grads = hf_loss_and_grads(load_hf(tmp_path, arch), batch["input_ids"], batch["labels"])
     assert abs(loss - t_loss) <= 1e-12 * t_loss
     assert_close(grads, t_grads, 1e-10)
     config, _ = read_folder(tmp_path)  # and the folder reads back as the model it came from
-    assert config.vocab_size == 13 and config.n_embd == 16
+    assert config.vocab_size == 13 and (config.hidden_size if arch == "llama" else config.n_embd) == 16
