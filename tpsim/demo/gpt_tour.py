@@ -173,7 +173,8 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
         moved = sum(e.bytes for e in tracer.events if e.step == step)
         metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens,
                         "seconds": dt, "tokens_per_s": args.batch_size * args.seq_len / dt,
-                        "collective_bytes_per_rank": moved, **scaler_metrics(optimizer)})
+                        "collective_bytes_per_rank": moved, **scaler_metrics(optimizer),
+                        "skipped": guard.last.skipped})
         if (step % max(1, args.steps // 10) == 0 or step == args.steps - 1) and not guard.last.skipped:
             say(grid, f"  step {step:4d}  loss {loss:7.4{'f' if abs(loss) < 1e5 else 'g'}}  |grad| {norm:6.3{'f' if abs(norm) < 1e5 else 'g'}}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} collectives/rank")

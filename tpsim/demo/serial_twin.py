@@ -79,11 +79,13 @@ def reference_adamw(p, g, m, v, t: int, lr: float, betas, eps: float, weight_dec
     p -= lr * m_hat / (np.sqrt(v_hat) + eps)
 
 
-def train_serial(args: argparse.Namespace, config, task, dtype, optimizer: AdamW) -> list:
+def train_serial(args: argparse.Namespace, config, task, dtype, optimizer: AdamW,
+                 skipped: frozenset[int] = frozenset()) -> list:
     """Rank 0: the serial model trained ``args.steps`` steps; ``[last loss, params..., exp_avg..., exp_avg_sq...]``.
 
     ``optimizer`` is the parallel run's AdamW: only its settings are read (lr, betas, eps, which parameters decay).
-    A step whose loss or norm is not finite is skipped, as the training loop skips it.
+    A step whose loss or norm is not finite is skipped, as the training loop skips it, and so is every step in
+    ``skipped`` (the steps the parallel run skipped: a fault injected there, or float16's loss-scale overflow).
     """
     serial = serial_model(config, seed=args.seed, dtype=dtype)
     if args.init_from:
@@ -96,7 +98,7 @@ def train_serial(args: argparse.Namespace, config, task, dtype, optimizer: AdamW
         ids, labels = task.batch(args.seed, step, args.batch_size)
         loss = serial.loss_and_grads(ids, labels, DropoutPlan(rng, step))
         norm = reference_clip(grads, args.clip if args.clip > 0 else math.inf)
-        if not (math.isfinite(loss) and math.isfinite(norm)):
+        if step in skipped or not (math.isfinite(loss) and math.isfinite(norm)):
             continue
         t += 1
         for i, name in enumerate(names):
@@ -163,9 +165,10 @@ def _check_final_state(grid, model, optimizer, args, config, task, dtype, metric
         return True
     shapes = list(config.param_shapes().items())
     settings = getattr(optimizer, "optimizer", optimizer)  # ZeRO-1 wraps the AdamW whose settings are read
+    skipped = frozenset(m["step"] for m in metrics if m.get("skipped"))
     t0 = time.perf_counter()
     loss, *state = broadcast_arrays(grid, [(), *[s for _, s in shapes] * len(STATE)],
-                                    lambda: train_serial(args, config, task, dtype, settings))
+                                    lambda: train_serial(args, config, task, dtype, settings, skipped))
     seconds = time.perf_counter() - t0
     serial = {name: state[i::len(shapes)] for i, (name, _) in enumerate(shapes)}
     diffs = _differences(model, optimizer, serial)
