@@ -19,7 +19,7 @@ def metrics(folder):
 
 def test_guided_demo_8_ranks(tmp_path):
     """No flags: 2 DP x 4 TP, step 0 equals serial, loss falls, replicas agree, figures written, fast."""
-    r = run_mpi(8, ["-m", "tpsim.demo", "--out", str(tmp_path)])  # no flags: the defaults are what is tested
+    r = run_mpi(8, ["-m", "tpsim.demo", "--out", str(tmp_path)], timeout=300)  # no flags: the defaults are tested
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     assert "TP(4) x DP(2) = 8 ranks" in out

@@ -124,12 +124,13 @@ class Group:
         self._record("reduce_scatter", x, x.shape, t, reduce_op="sum")
         return out
 
-    def broadcast(self, x: np.ndarray, root: int = 0) -> np.ndarray:
-        """Overwrite ``x`` on every rank with the root's (``root`` is a group rank). In place; returns ``x``."""
+    def broadcast(self, x: np.ndarray, root: int = 0, *, patient: bool = False) -> np.ndarray:
+        """Overwrite ``x`` on every rank with the root's (``root`` is a group rank). In place; returns ``x``.
+        ``patient``: the others wait by sleeping (``tpsim.comm.waiting``), when the root has long work first."""
         if not (x.flags.c_contiguous and x.flags.writeable):
             raise ValueError("broadcast needs a writeable C-contiguous array (it works in place)")
         t = time.perf_counter()
-        collective(self.comm, "Bcast", wire_buffer(x), root=root)
+        collective(self.comm, "Bcast", wire_buffer(x), root=root, patient=patient)
         self._record("broadcast", x, x.shape, t)
         return x
 

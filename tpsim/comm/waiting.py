@@ -62,9 +62,12 @@ def _wait(request: MPI.Request) -> None:
         delay = min(2 * delay, _LONGEST_SLEEP)
 
 
-def collective(comm: MPI.Comm, name: str, *args, **kwargs) -> None:
-    """``comm.<name>(*args)`` (e.g. ``"Allreduce"``), or its nonblocking twin waited on politely (``SLEEP_POLL``)."""
-    if not SLEEP_POLL:
+def collective(comm: MPI.Comm, name: str, *args, patient: bool = False, **kwargs) -> None:
+    """``comm.<name>(*args)`` (e.g. ``"Allreduce"``), or its nonblocking twin waited on politely (``SLEEP_POLL``).
+
+    ``patient``: sleep-poll whatever ``TPSIM_WAIT`` says — for a collective that waits on long work of one rank
+    (the demo's serial reference, trained on rank 0 while the others would spin and steal its core)."""
+    if not (SLEEP_POLL or patient):
         getattr(comm, name)(*args, **kwargs)
         return
     _wait(getattr(comm, "I" + name[0].lower() + name[1:])(*args, **kwargs))

@@ -55,7 +55,7 @@ def broadcast_arrays(grid: ProcessGrid, shapes: Sequence[tuple[int, ...]],
     with grid.tracer.paused():  # verification, not model traffic
         if grid.rank == 0:
             np.concatenate([np.ravel(a) for a in make()], out=flat, casting="same_kind")
-        grid.world.broadcast(flat)
+        grid.world.broadcast(flat, patient=True)  # the others sleep while rank 0 trains, not spin
     return [part.reshape(s) for part, s in zip(np.split(flat, np.cumsum(sizes)[:-1]), shapes)]
 
 
