@@ -147,9 +147,6 @@ def check_precision(args: argparse.Namespace) -> None:
     if args.zero:
         raise ConfigError(f"--zero 1 with --dtype {args.dtype} is not built yet: ZeRO-1 keeps no float32 main "
                           "parameters for its slices (use --zero 0, or --dtype float32/float64 with --zero 1)")
-    if args.arch == "llama":
-        raise ConfigError(f"--arch llama with --dtype {args.dtype} is not built yet: the Llama layers have no "
-                          "16-bit mixed-precision policy (use --dtype float32 or float64)")
 
 
 def check_paths(args: argparse.Namespace) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 
 from tpsim.kinds import SOFTMAX_NORM, marked
 from tpsim.nn.module import Module
+from tpsim.nn.precision import fp32_inside
 
 
 class RMSNormCache(NamedTuple):
@@ -34,6 +35,7 @@ class RMSNormCache(NamedTuple):
 
 
 @marked(SOFTMAX_NORM)
+@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
 def rmsnorm_forward(x: np.ndarray, w: np.ndarray, eps: float = 1e-6) -> tuple[np.ndarray, RMSNormCache]:
     """``x: [..., C]``, ``w: [C]`` -> ``(y: [..., C], RMSNormCache(xhat, rstd [..., 1], w))``."""
     rstd = 1.0 / np.sqrt(np.square(x).mean(axis=-1, keepdims=True) + eps)
@@ -42,6 +44,7 @@ def rmsnorm_forward(x: np.ndarray, w: np.ndarray, eps: float = 1e-6) -> tuple[np
 
 
 @marked(SOFTMAX_NORM)
+@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
 def rmsnorm_backward(dy: np.ndarray, cache: RMSNormCache) -> tuple[np.ndarray, np.ndarray]:
     """``dy: [..., C]`` -> ``(dx [..., C], dw [C])``."""
     xhat, rstd, w = cache

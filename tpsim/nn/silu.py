@@ -14,6 +14,7 @@ import numpy as np
 
 from tpsim.kinds import ELEMENTWISE, marked
 from tpsim.nn.module import Module
+from tpsim.nn.precision import fp32_inside
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -27,12 +28,14 @@ class SiluCache(NamedTuple):
 
 
 @marked(ELEMENTWISE)
+@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
 def silu_forward(x: np.ndarray) -> tuple[np.ndarray, SiluCache]:
     """``x: [...]`` -> ``(x · σ(x): [...], SiluCache(x))``."""
     return x * sigmoid(x), SiluCache(x)
 
 
 @marked(ELEMENTWISE)
+@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
 def silu_backward(dy: np.ndarray, cache: SiluCache) -> np.ndarray:
     """``dy: [...]`` -> ``dx = dy · σ(x) · (1 + x · (1 − σ(x)))``."""
     x = cache.x
