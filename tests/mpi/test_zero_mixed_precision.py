@@ -156,3 +156,26 @@ def test_float16_overflow_on_one_rank_skips_the_zero1_step_everywhere(grid):
     assert [e.scope for e in grid.tracer.events] == ["loss_scaler"]
     for n, p in model.named_parameters():
         np.testing.assert_array_equal(p, before[n], err_msg=n)
+
+
+def test_float16_state_dict_round_trip_resumes_bit_for_bit(grid):
+    """The shard's state carries the float32 main pieces and the loss scale: a resumed run continues exactly."""
+    _, opt, _ = train(grid, "float16", zero=True)
+    model = opt.optimizer.module
+    saved = {n: p.copy() for n, p in model.named_parameters()}
+    sd = opt.state_dict()
+    assert [a.dtype for a in sd["main"]] == [np.float32] * len(opt.buckets) and "loss_scaler" in sd
+    cfg = config(grid.tp)
+    ids, labels = np.random.default_rng(2).integers(0, cfg.vocab_size, (2, BATCH, SEQ))
+    rows = dp_slice(BATCH, grid.dp, grid.dp_rank)
+    other = build_gpt(cfg, grid.tp_group, seed=4, dtype=np.float16)  # other weights: all come from the state
+    for name, p in other.named_parameters():
+        p[...] = saved[name]
+    resumed = DistributedOptimizer(_adamw(other), grid, bucket_cap_bytes=CAP, loss_scaler=_scaler("float16"))
+    resumed.load_state_dict(sd)
+    for m, o in ((model, opt), (other, resumed)):
+        compute_grads(m, grid, o, ids[rows], labels[rows], loss_scale=o.loss_scale)
+        apply_update(m, o, grid, CLIP)
+    differ = [n for (n, a), (_, b) in zip(model.named_parameters(), other.named_parameters())
+              if not np.array_equal(a.view(np.uint16), b.view(np.uint16))]
+    assert not differ and resumed.loss_scaler.state_dict() == opt.loss_scaler.state_dict(), differ

@@ -10,7 +10,8 @@ arXiv:1910.02054) keeps the step's result and splits the work and the state:
     params ── all-gather (optimizer) ──▶  every rank's updated slice back into the model's arrays
 
 An all-reduce *is* a reduce-scatter followed by an all-gather (that is how the ring does it), so ZeRO-1 moves
-exactly the bytes plain DP moves, 2(d−1)/d of the buffer per rank; it only moves the step into the middle.
+exactly the bytes plain DP moves, 2(d−1)/d of the buffer per rank; it only moves the step into the middle
+(in one dtype: under mixed precision, below, the all-gather carries 16-bit parameters, half the bytes).
 
 Layout (``tpsim.trace.model_state``): the gradients become views into flat buckets (``GradSync`` with
 ``pad_to=dp``), each padded with zeros to a multiple of d; DP rank r owns positions [r·n/d, (r+1)·n/d) of each
