@@ -132,21 +132,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         if not getattr(args, name) >= 0:  # also catches nan
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     check_arguments(args)
-    check_precision(args)
     if args.batch_size % args.dp:
         raise ConfigError(f"--batch-size {args.batch_size} is not divisible by dp {args.dp} "
                           f"(each DP rank takes an equal slice of the global batch)")
     check_paths(args)
     return args
-
-
-def check_precision(args: argparse.Namespace) -> None:
-    """16-bit mixed precision covers the GPT with plain DP; say so for the combinations not built yet."""
-    if args.dtype not in ("bfloat16", "float16"):
-        return
-    if args.zero:
-        raise ConfigError(f"--zero 1 with --dtype {args.dtype} is not built yet: ZeRO-1 keeps no float32 main "
-                          "parameters for its slices (use --zero 0, or --dtype float32/float64 with --zero 1)")
 
 
 def check_paths(args: argparse.Namespace) -> None:

@@ -14,7 +14,7 @@ from tpsim.comm import ProcessGrid
 from tpsim.demo.arch import no_decay
 from tpsim.nn.module import Module
 from tpsim.trace.model_state import format_model_state, layout_for, measure_model_state, zero_optimizer_bytes
-from tpsim.train import AdamW, GradSync
+from tpsim.train import AdamW, DynamicLossScaler, GradSync
 from tpsim.train.zero import DistributedOptimizer
 
 
@@ -25,8 +25,9 @@ def demo_adamw(model: Module, args: argparse.Namespace) -> AdamW:
 
 def make_sync(model: Module, grid: ProcessGrid, args: argparse.Namespace) -> GradSync | DistributedOptimizer:
     cap = int(args.bucket_mb * 2**20)
-    if getattr(args, "zero", 0):
-        return DistributedOptimizer(demo_adamw(model, args), grid, bucket_cap_bytes=cap)
+    if getattr(args, "zero", 0):  # 16 bits: float32 main pieces; float16 also scales the loss
+        scaler = DynamicLossScaler(growth_interval=args.loss_scale_interval) if args.dtype == "float16" else None
+        return DistributedOptimizer(demo_adamw(model, args), grid, bucket_cap_bytes=cap, loss_scaler=scaler)
     return GradSync(model, grid.dp_group, bucket_cap_bytes=cap)
 
 
@@ -46,7 +47,8 @@ def state_table(model: Module, optimizer, grid: ProcessGrid) -> str:
     if distributed:
         sizes = dict((n, p.size) for n, p in model.named_parameters())
         elements = [sum(sizes[n] for n in b.names) for b in optimizer.buckets]
-        predicted = zero_optimizer_bytes(elements, grid.dp, itemsize, len(optimizer.optimizer._slots))
+        predicted = zero_optimizer_bytes(elements, grid.dp, optimizer.buffers[0].itemsize,
+                                         len(optimizer.optimizer._slots), main_param_bytes=4 * optimizer.half)
     else:  # AdamW's two slots (and, in 16 bits, the float32 main parameters) for every parameter
         predicted = layout_for(itemsize).sharded * sum(p.size for _, p in model.named_parameters())
     how = f"ZeRO-1 over DP {grid.dp}" if distributed else "AdamW on every DP rank"

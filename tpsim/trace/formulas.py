@@ -29,7 +29,10 @@ ZeRO-1 (``zero=1``, ``tpsim.train.zero``) replaces the ``ddp`` row by two and mo
     zero                  optimizer  all_gather  dp     the same bytes, parameters this time (p−1)/p sent
 
 so reduce-scatter + all-gather send 2(p−1)/p of the buffer, the all-reduce's wire bytes exactly (the buckets
-are padded to a multiple of dp, so no rounding creeps in).
+are padded to a multiple of dp, so no rounding creeps in). Under mixed precision the two are no longer equal:
+the reduce-scatter carries the float32 main gradients (4 bytes per element), the all-gather the 16-bit
+parameters (2 bytes per element, traced as bfloat16/float16), so ZeRO-1 sends 3/4 of the float32 all-reduce's
+wire bytes; float16 adds the ``loss_scaler`` row as without ZeRO.
 
 TP collectives are issued (and traced, with zero wire bytes) even at tp = 1; DP ones are skipped at dp = 1.
 
@@ -175,7 +178,8 @@ def predict_step(config, tp: int, dp: int, batch_size: int, seq_len: int, dtype,
     bytes; default every parameter's local shard at this tp (vocabulary padded, tied head once).
     ``ddp_buckets``: ``len(GradSync.buckets)``, the DDP call count; None leaves it unpredicted.
     ``zero=1``: ZeRO-1's reduce-scatter + all-gather replace the DDP all-reduce (``grad_bytes_local`` then means
-    the padded buckets' bytes, ``DistributedOptimizer.total_bytes``; ``ddp_buckets`` their count).
+    the padded buckets' bytes, ``DistributedOptimizer.total_bytes``; ``ddp_buckets`` their count); the
+    all-gather moves the same elements in the parameters' dtype (2 bytes each under mixed precision).
     A bfloat16/float16 ``dtype``: mixed precision, float32 accumulations (module docstring); an int itemsize
     gives every tensor that size (the what-if figure's convention);
     ``loss_scaling``: float16's found-inf all-reduce over the world.
@@ -214,8 +218,8 @@ def predict_step(config, tp: int, dp: int, batch_size: int, seq_len: int, dtype,
         rows.add("loss_scaler", OPTIMIZER, "all_reduce", "world", 8)
     if clip:  # ZeRO-1's norm sums the owned slices over the whole world
         rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "world" if zero else "tp", 8)
-    if zero and dp > 1:  # the updated parameters, all-gathered after the step: with the reduce-scatter, the
-        _bucketed(rows, "zero", OPTIMIZER, "all_gather", total, ddp_buckets)  # all-reduce's bytes
+    if zero and dp > 1:  # the updated parameters, all-gathered after the step in their own dtype (the same
+        _bucketed(rows, "zero", OPTIMIZER, "all_gather", total // acc * e, ddp_buckets)  # elements as the RS)
     return list(rows.rows.values())
 
 

@@ -25,6 +25,9 @@ tpsim's own float32 layout is the last row exactly (AdamW updates the model's ar
 *is* the main parameter, and the gradient buffer's owned slice *is* the main gradient). Its float64 default
 doubles each column: 32 plain, 16 + 16/d distributed. The 16-bit rows need fp32 main parameters, which only
 a mixed-precision optimizer holds; ``measure_model_state`` counts whatever its ``state_bytes()`` reports.
+tpsim's bfloat16 *and* float16 are the bf16 row, 18 plain and 6 + 12/d under ZeRO-1: a 16-bit parameter's
+gradient is its float32 main gradient (no 16-bit gradient copy, so no fp16 row's 20 → 4 + 16/d), and the
+distributed optimizer keeps the float32 main parameters and AdamW's m, v for its owned slices only.
 """
 
 from __future__ import annotations
@@ -82,10 +85,13 @@ def zero_buffer_elements(bucket_elements: list[int], dp: int) -> int:
     return sum(padded_length(n, dp) for n in bucket_elements)
 
 
-def zero_optimizer_bytes(bucket_elements: list[int], dp: int, itemsize: int, slots: int = 2) -> int:
-    """Optimizer-state bytes one DP rank holds under ZeRO-1: ``slots`` arrays over its owned slices (padding
-    included, as the live arrays are); AdamW has 2 slots, SGD with momentum 1."""
-    return slots * itemsize * zero_buffer_elements(bucket_elements, dp) // dp
+def zero_optimizer_bytes(bucket_elements: list[int], dp: int, itemsize: int, slots: int = 2,
+                         main_param_bytes: int = 0) -> int:
+    """Optimizer-state bytes one DP rank holds under ZeRO-1: ``slots`` arrays of ``itemsize`` (the gradient
+    buckets' dtype: float32 under mixed precision) over its owned slices, padding included as the live arrays
+    are, plus ``main_param_bytes`` per element for a 16-bit model's float32 main parameters (4; else 0).
+    AdamW has 2 slots, SGD with momentum 1: a bf16/fp16 model with AdamW holds (2·4 + 4)·n_pad/d = 12 n_pad/d."""
+    return (slots * itemsize + main_param_bytes) * zero_buffer_elements(bucket_elements, dp) // dp
 
 
 # --- bytes per parameter ---------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import numpy as np
 from tpsim.comm import Group
 from tpsim.nn.module import Module
 from tpsim.nn.precision import FP32, is_half
-from tpsim.train.loss_scale import DynamicLossScaler, found_inf_anywhere
+from tpsim.train.loss_scale import DynamicLossScaler, unscale_and_agree
 from tpsim.train.optim import Optimizer
 
 
@@ -100,12 +100,7 @@ class MixedPrecisionOptimizer:
         if self.loss_scaler is None:
             self.skipped = False
             return True
-        inv = 1.0 / self.loss_scaler.scale
-        grads = [g for _, g in self.model.named_grads()]
-        for g in grads:
-            g *= inv
-        found = found_inf_anywhere(grads, self.world)
-        self.loss_scaler.update(found)
+        found = unscale_and_agree([g for _, g in self.model.named_grads()], self.loss_scaler, self.world)
         self.skipped = found
         return not found
 

@@ -10,21 +10,30 @@ arXiv:1910.02054) keeps the step's result and splits the work and the state:
     params ── all-gather (optimizer) ──▶  every rank's updated slice back into the model's arrays
 
 An all-reduce *is* a reduce-scatter followed by an all-gather (that is how the ring does it), so ZeRO-1 moves
-exactly the bytes plain DP moves, 2(d−1)/d of the buffer per rank; it only moves the step into the middle.
+exactly the bytes plain DP moves, 2(d−1)/d of the buffer per rank; it only moves the step into the middle
+(in one dtype: under mixed precision, below, the all-gather carries 16-bit parameters, half the bytes).
 
 Layout (``tpsim.trace.model_state``): the gradients become views into flat buckets (``GradSync`` with
 ``pad_to=dp``), each padded with zeros to a multiple of d; DP rank r owns positions [r·n/d, (r+1)·n/d) of each
 bucket. The reduce-scatter's result is written back into that range of the bucket, so the owned slice of the
 bucket is the "main gradient" (Megatron's, for fp32 grads) and costs nothing extra; the rest of the bucket
 holds this rank's unreduced gradients and is not read again. AdamW updates the model's own parameter arrays
-through flat views of the owned pieces: in fp32/fp64 the parameter is the main parameter. (Mixed precision
-would keep an fp32 copy of the owned pieces here — ``main_params`` — and count it in ``state_bytes``.)
+through flat views of the owned pieces: in fp32/fp64 the parameter is the main parameter.
+
+Mixed precision (a bfloat16/float16 model, ``tpsim.train.mixed_precision``), as Megatron's distributed optimizer
+does it: the gradients are already float32 (the main gradients), so the buckets are float32 and reduce-scattered
+in float32; ``main_buffers`` hold float32 main parameters for the owned range of each bucket *only* (4 bytes,
+plus AdamW's float32 m and v: 12 bytes per parameter ÷ d); AdamW steps them, each piece is rounded
+(nearest-even) into the model's 16-bit parameter, and the all-gather moves the 16-bit parameters — 2 bytes per
+element, half the reduce-scatter's bytes. float16 adds the loss scaler: ``prepare_grads`` unscales the owned
+pieces and agrees found-inf once over the world (a skipped step updates nothing and gathers nothing).
 
 Traced: reduce-scatter scope ``zero.bucket{i}`` phase ``dp_sync``; all-gather scope ``zero.bucket{i}`` phase
 ``optimizer`` (it belongs to the update; Megatron may overlap it with the next forward); the clip norm scope
 ``clip_grad_norm`` phase ``optimizer``, group ``world``. With dp == 1 no DP collective is issued.
 
     zero = DistributedOptimizer(AdamW(model, lr=3e-4), grid)     # wraps any tpsim Optimizer
+    zero = DistributedOptimizer(AdamW(fp16_model), grid, loss_scaler=DynamicLossScaler())  # 16 bits
     train_step(model, zero, grid, zero, ids, labels, clip=1.0)     # zero is also the gradient sync
 """
 
@@ -37,11 +46,13 @@ import numpy as np
 
 from tpsim.comm import ProcessGrid
 from tpsim.nn.module import Partition
+from tpsim.nn.precision import FP32, is_half
 from tpsim.phases import DP_SYNC, OPTIMIZER, VERIFY
 from tpsim.trace.aggregate import human_bytes
 from tpsim.trace.model_state import owned_range, owned_segments
 from tpsim.train.clip import CLIP_EPS, _check_norm_type, _local_contribution
 from tpsim.train.ddp import DEFAULT_BUCKET_CAP_BYTES, GradSync
+from tpsim.train.loss_scale import DynamicLossScaler, unscale_and_agree
 from tpsim.train.optim import Optimizer
 
 
@@ -49,13 +60,14 @@ class Piece(NamedTuple):
     """One parameter's owned piece: flat views of the parameter, its gradient and its optimizer state."""
 
     name: str
-    param: np.ndarray  # elements [start, stop) of the flattened parameter: a view, updated in place
+    param: np.ndarray  # elements [start, stop) of the (main) parameter that the optimizer updates in place
     grad: np.ndarray  # the same elements' gradient: a view into the bucket, reduced by the reduce-scatter
     state: dict[str, np.ndarray]  # the optimizer's slots for these elements: views into the owned slice's state
     partition: Partition | None  # None: replicated over TP (counted on tp_rank 0 by the clip norm)
     decay: float  # the weight decay of this parameter
     at: int  # where the piece starts in this rank's owned range of the bucket
     start: int  # where the piece starts in the flattened parameter (its elements are [start, start + size))
+    model: np.ndarray  # the model's own elements: ``param`` itself, or under mixed precision its 16-bit view
 
 
 def _flat(a: np.ndarray) -> np.ndarray:
@@ -69,14 +81,21 @@ class DistributedOptimizer:
     """ZeRO-1 around a tpsim ``Optimizer`` (its update rule and hyper-parameters; its full state is dropped).
 
     Also the gradient sync of the step (``sync()``: the reduce-scatter), so it goes where a ``GradSync`` goes.
-    Attributes: ``buckets``/``buffers`` (padded), ``owned`` (this rank's range of each bucket), ``pieces``.
+    Attributes: ``buckets``/``buffers`` (padded), ``owned`` (this rank's range of each bucket), ``pieces``,
+    ``main_buffers`` (16-bit models: the float32 main parameters of the owned ranges; empty otherwise).
+    ``loss_scaler``: float16's ``DynamicLossScaler`` (only for a 16-bit model).
     """
 
     def __init__(self, optimizer: Optimizer, grid: ProcessGrid,
-                 bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES) -> None:
+                 bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *,
+                 loss_scaler: DynamicLossScaler | None = None) -> None:
         self.optimizer, self.grid = optimizer, grid
         self.dp_group, self.dp = grid.dp_group, grid.dp
         model = optimizer.module
+        self.half = any(is_half(p.dtype) for _, p in model.named_parameters())
+        if loss_scaler is not None and not self.half:
+            raise ValueError("a loss scaler needs a 16-bit (float16) model")
+        self.loss_scaler, self.skipped = loss_scaler, False  # skipped: the last step, for an overflow
         self.grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes, pad_to=grid.dp)
         self.buckets, self.buffers = self.grad_sync.buckets, self.grad_sync.buffers
         slots = optimizer._slots
@@ -84,6 +103,7 @@ class DistributedOptimizer:
         # flat optimizer state for the owned slice of each bucket, padding included (Megatron's shard)
         self.slot_buffers = [{s: np.zeros(len(mine), buf.dtype) for s in slots}
                              for mine, buf in zip(self.owned, self.buffers)]
+        self.main_buffers = [np.zeros(len(mine), FP32) for mine in self.owned] if self.half else []
         self.pieces: list[list[Piece]] = [self._pieces(b) for b in range(len(self.buckets))]
         optimizer.state = {}  # the full-size state is never used: the owned slices' state replaces it
 
@@ -96,8 +116,13 @@ class DistributedOptimizer:
             name, at, size = bucket.names[seg.index], seg.buffer_start - mine.start, seg.stop - seg.start
             state = {s: arr[at:at + size] for s, arr in self.slot_buffers[b].items()}
             grad = buf[seg.buffer_start:seg.buffer_start + size]
-            pieces.append(Piece(name, _flat(params[name])[seg.start:seg.stop], grad, state, partitions[name],
-                                self.optimizer.decay_for(name), at, seg.start))
+            own = _flat(params[name])[seg.start:seg.stop]
+            param = own
+            if self.half:  # the float32 main parameter of this piece, made once from the 16-bit weights
+                param = self.main_buffers[b][at:at + size]
+                param[...] = own
+            pieces.append(Piece(name, param, grad, state, partitions[name], self.optimizer.decay_for(name), at,
+                                seg.start, own))
         return pieces
 
     # --- the optimizer interface -------------------------------------------------------------------------------
@@ -114,19 +139,31 @@ class DistributedOptimizer:
         return self.optimizer.step_count
 
     @property
+    def loss_scale(self) -> float:
+        """What to multiply the loss gradient by before the backward (1.0 without a scaler)."""
+        return 1.0 if self.loss_scaler is None else self.loss_scaler.scale
+
+    @property
     def total_bytes(self) -> int:
         """Bytes of the padded gradient buckets: what is reduce-scattered, and all-gathered, per step."""
         return self.grad_sync.total_bytes
 
     def state_bytes(self) -> int:
-        """Optimizer-state bytes on this rank: the slots over its owned slices (1/d of the buckets)."""
-        return sum(a.nbytes for slots in self.slot_buffers for a in slots.values())
+        """Optimizer-state bytes on this rank: the slots over its owned slices (1/d of the buckets), and under
+        mixed precision the float32 main parameters of the same slices."""
+        return (sum(a.nbytes for slots in self.slot_buffers for a in slots.values())
+                + sum(a.nbytes for a in self.main_buffers))
 
     def state_dict(self) -> dict:
         """``{"step", "dp", "slots"}``: this DP rank's shard of the state (one dict of slot arrays per bucket), as
         Megatron saves a distributed optimizer per DP rank; it loads only at the same dp and bucket layout."""
-        return {"step": self.step_count, "dp": self.dp,
-                "slots": [{k: v.copy() for k, v in slots.items()} for slots in self.slot_buffers]}
+        sd = {"step": self.step_count, "dp": self.dp,
+              "slots": [{k: v.copy() for k, v in slots.items()} for slots in self.slot_buffers]}
+        if self.half:  # mixed precision: the float32 main parameters of the owned ranges (and the loss scale)
+            sd["main"] = [a.copy() for a in self.main_buffers]
+        if self.loss_scaler is not None:
+            sd["loss_scaler"] = self.loss_scaler.state_dict()
+        return sd
 
     def load_state_dict(self, sd: dict) -> None:
         if sd["dp"] != self.dp or len(sd["slots"]) != len(self.slot_buffers):
@@ -137,6 +174,10 @@ class DistributedOptimizer:
                 if saved[k].shape != v.shape:
                     raise ValueError(f"slot {k}: shape {saved[k].shape} != {v.shape} (another bucket layout?)")
                 np.copyto(v, saved[k])  # into the existing arrays: the pieces hold views of them
+        for mine, saved in zip(self.main_buffers, sd.get("main", [])):
+            np.copyto(mine, saved)
+        if self.loss_scaler is not None and "loss_scaler" in sd:
+            self.loss_scaler.load_state_dict(sd["loss_scaler"])
         self.optimizer.step_count = int(sd["step"])
 
     def zero_grad(self) -> None:
@@ -156,6 +197,14 @@ class DistributedOptimizer:
 
     def _all_pieces(self):
         return (piece for pieces in self.pieces for piece in pieces)
+
+    def prepare_grads(self) -> bool:
+        """After the reduce-scatter, float16 only: unscale the owned gradients and agree on overflow over the
+        world (one all-reduce, scope ``loss_scaler``); False = skip this step (``apply_update`` does)."""
+        self.skipped = False
+        if self.loss_scaler is not None:
+            self.skipped = unscale_and_agree([p.grad for p in self._all_pieces()], self.loss_scaler, self.grid.world)
+        return not self.skipped
 
     def grad_norm(self, norm_type: float = 2.0) -> float:
         """The serial model's gradient norm from the owned slices: one all-reduce over the whole world.
@@ -183,16 +232,20 @@ class DistributedOptimizer:
         return total
 
     def step(self) -> None:
-        """Update the owned pieces with the wrapped optimizer's rule, then all-gather the parameters."""
+        """Update the owned pieces with the wrapped optimizer's rule (16 bits: the float32 main pieces, then
+        rounded into the model's), then all-gather the parameters."""
         opt = self.optimizer
         opt.step_count += 1
         for piece in self._all_pieces():
             opt._update(piece.param, piece.grad, piece.state, piece.decay)
+            if self.half:
+                np.copyto(piece.model, piece.param, casting="unsafe")  # round-to-nearest-even into 16 bits
         self.gather_params()
 
     def gather_params(self) -> None:
-        """All-gather every bucket's owned ranges of parameters into the model's arrays (phase ``optimizer``)."""
-        self._gather("param", dict(self.optimizer.module.named_parameters()), "zero.bucket", OPTIMIZER)
+        """All-gather every bucket's owned ranges of the model's parameters into its arrays (phase
+        ``optimizer``), in the parameters' dtype: 2 bytes per element for a 16-bit model."""
+        self._gather("model", dict(self.optimizer.module.named_parameters()), "zero.bucket", OPTIMIZER)
 
     def gather_grads(self) -> None:
         """All-gather the reduced gradients so the model's whole gradients are the DP mean again (to check them
@@ -200,12 +253,12 @@ class DistributedOptimizer:
         self._gather("grad", dict(self.optimizer.module.named_grads()), "zero.grads", VERIFY)
 
     def _gather(self, what: str, targets: dict[str, np.ndarray], scope: str, phase: str) -> None:
-        """All-gather each bucket's owned pieces of ``what`` ("param" or "grad") into the arrays ``targets``."""
+        """All-gather each bucket's owned pieces of ``what`` ("model" or "grad") into the arrays ``targets``."""
         if self.dp == 1:
             return  # every range is mine: the update was already in place
         tracer = self.dp_group.tracer
         for i, (bucket, buf, mine, pieces) in enumerate(zip(self.buckets, self.buffers, self.owned, self.pieces)):
-            send = np.zeros(len(mine), buf.dtype)  # the padding travels as zeros
+            send = np.zeros(len(mine), targets[bucket.names[0]].dtype)  # the padding travels as zeros
             for piece in pieces:
                 send[piece.at:piece.at + piece.grad.size] = getattr(piece, what)
             with tracer.region(scope=f"{scope}{i}", phase=phase):
