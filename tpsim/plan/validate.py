@@ -66,6 +66,9 @@ BF16_CACHES = ("tpsim's 16-bit layers keep LayerNorm's x-hat, the GeLU input and
                "float32 (the fused-kernel inputs), where Korthikanti et al. count 2 bytes")
 CASES += [Case("bfloat16 TP 2 x DP 2", 2, 2, dtype="bf16",  # 16-bit mixed precision (tpsim.train.mixed_precision)
                not_compared=(("activation bytes per layer", BF16_CACHES),))]
+if ZERO_LIVE:  # ZeRO-1 in 16 bits: float32 gradients reduce-scattered, bfloat16 parameters all-gathered
+    CASES += [Case("ZeRO-1 bfloat16 TP 2 x DP 2", 2, 2, zero=1, dtype="bf16",
+                   not_compared=(("activation bytes per layer", BF16_CACHES),))]
 
 
 def toy(arch: str = "gpt"):
