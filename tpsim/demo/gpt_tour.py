@@ -21,22 +21,22 @@ from tpsim.comm import ProcessGrid
 from tpsim.comm.agree import Agreement
 from tpsim.compare import relative_difference, shard_differences
 from tpsim.data import ReverseTask
-from tpsim.hf.folder import load_init
+from tpsim.demo.arch import build_model, describe, llama_config, serial_model
 from tpsim.demo.report import say, step_table, write_outputs
 from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
-from tpsim.demo.arch import build_model, describe, llama_config, serial_model
 from tpsim.demo.zero_demo import demo_adamw, formula_args, make_sync, state_table
+from tpsim.hf.folder import load_init
 from tpsim.models.config import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.precision import dtype_of, grad_dtype
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng
 from tpsim.tp.sequence_parallel import check_sequence_length
-from tpsim.trace.records import gather_records, gather_spans
-from tpsim.train.nonfinite import StepGuard, report_skip
 from tpsim.trace.aggregate import human_bytes
-from tpsim.train import (apply_update, broadcast_batch, broadcast_params, check_replicas,
-                         compute_grads, dp_slice, export_step0, load_into)
+from tpsim.trace.records import gather_records, gather_spans
+from tpsim.train import (apply_update, broadcast_batch, broadcast_params, check_replicas, compute_grads, dp_slice,
+                         export_step0, load_into)
 from tpsim.train.mixed_precision import demo_optimizer, scaler_metrics
+from tpsim.train.nonfinite import StepGuard, report_skip
 
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4,  # of relative_difference, purely relative (floor 1e-30)
              "bfloat16": 5e-2, "float16": 1e-2}  # 16-bit: see tpsim.train.mixed_precision.TOLERANCE_NOTE
@@ -143,7 +143,12 @@ def first_step(grid, model, args, config, task, loss, dtype, loss_scale=1.0) -> 
     return ok
 
 
-def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict], bool, AdamW]:
+def _number(x: float, width: int, digits: int) -> str:
+    """A step line's loss or norm: fixed-point, or scientific once a diverging run makes it huge."""
+    return f"{x:{width}.{digits}{'f' if abs(x) < 1e5 else 'g'}}"
+
+
+def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict], bool, object]:
     """``--steps`` steps of AdamW (step 0 checked against serial); each step's metrics, step 0's verdict, the
     optimizer (its state is checked after the last step)."""
     tracer = grid.tracer
@@ -176,7 +181,7 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
                         "collective_bytes_per_rank": moved, **scaler_metrics(optimizer),
                         "skipped": guard.last.skipped})
         if (step % max(1, args.steps // 10) == 0 or step == args.steps - 1) and not guard.last.skipped:
-            say(grid, f"  step {step:4d}  loss {loss:7.4{'f' if abs(loss) < 1e5 else 'g'}}  |grad| {norm:6.3{'f' if abs(norm) < 1e5 else 'g'}}"
+            say(grid, f"  step {step:4d}  loss {_number(loss, 7, 4)}  |grad| {_number(norm, 6, 3)}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} collectives/rank")
     say(grid, "", state_table(model, optimizer, grid))
     return metrics, ok, optimizer

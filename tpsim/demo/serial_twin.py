@@ -183,7 +183,7 @@ def _check_final_state(grid, model, optimizer, args, config, task, dtype, metric
         _, what, name, rank = max(where)
         say(grid, "", f"Final state vs the serial model trained the same {args.steps} steps on rank 0 (same "
                       f"batches, dropout masks, clipping and AdamW; {seconds:.1f} s):",
-            f"  serial loss at step {metrics[-1]['step']} {float(loss):.12f}   max relative |Δloss| {worst[0]:.2e}",
+            f"  serial loss at step {metrics[-1]['step']} {float(loss):.12{'f' if abs(float(loss)) < 1e5 else 'g'}}   max relative |Δloss| {worst[0]:.2e}",
             "  max relative |Δ| over every shard on every rank: "
             + ", ".join(f"{k} {d:.2e}" for k, d in zip(STATE, worst[1:]))
             + f"   (worst: {what} of {name}, rank {rank})",
