@@ -65,7 +65,8 @@ class Group:
         set-up, not model traffic, so it is not traced. The sub-group shares this group's tracer.
         """
         sub = self.comm.Split(color=color, key=self.rank)
-        members = self.comm.allgather(color)  # set-up: which group ranks chose the same color
+        members = np.empty(self.size, dtype=np.int64)  # set-up: which group ranks chose the same color
+        self.comm.Allgather(np.array([color], dtype=np.int64), members)  # a buffer, not a pickled object
         ranks = tuple(self.ranks[r] for r, c in enumerate(members) if c == color)
         return Group(sub, name, ranks, self.tracer)
 
@@ -120,7 +121,8 @@ class Group:
             send = np.ascontiguousarray(np.stack(np.split(x, self.size, axis=axis)))
         out_shape = x.shape[:axis] + (chunk,) + x.shape[axis + 1:]
         out = np.empty(out_shape, dtype=x.dtype)
-        collective(self.comm, "Reduce_scatter_block", wire_buffer(send), wire_buffer(out), op=reduce_op("sum", x.dtype))
+        collective(self.comm, "Reduce_scatter_block", wire_buffer(send), wire_buffer(out),
+                   op=reduce_op("sum", x.dtype))
         self._record("reduce_scatter", x, x.shape, t, reduce_op="sum")
         return out
 
