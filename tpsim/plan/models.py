@@ -80,7 +80,10 @@ def _field(cfg: dict, *names, default=None):
 
 
 def from_hf_config(path: str | Path) -> ModelSpec:
-    """A ``ModelSpec`` from a Hugging Face ``config.json`` (``model_type`` "gpt2" or "llama")."""
+    """A ``ModelSpec`` from a Hugging Face ``config.json`` (``model_type`` "gpt2" or "llama").
+
+    Not ``tpsim.hf.config``: that one refuses every feature tpsim cannot *run* (rope_scaling, as in Llama-3.1's
+    config, biases, ...); the planner only needs the sizes, which such features do not change."""
     try:
         cfg = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
@@ -89,7 +92,7 @@ def from_hf_config(path: str | Path) -> ModelSpec:
     if kind == "gpt2":
         h = _field(cfg, "n_embd", "hidden_size")
         spec = gpt(name, _field(cfg, "vocab_size"), h, _field(cfg, "n_layer", "num_hidden_layers"),
-                   _field(cfg, "n_head", "num_attention_heads"), _field(cfg, "n_positions", default=1024))
+                   _field(cfg, "n_head", "num_attention_heads"), _field(cfg, "n_positions", "n_ctx", default=1024))
         return replace(spec, ffn=cfg.get("n_inner") or 4 * h)
     if kind == "llama":
         heads = _field(cfg, "num_attention_heads")
