@@ -30,10 +30,15 @@ def test_open_mpis_local_size_counts_like_hydras(monkeypatch):
     assert waiting._decide() is True
 
 
-def test_unknown_wait_mode_is_a_config_error(monkeypatch):
+def test_unknown_wait_mode_is_a_config_error_but_not_at_import(monkeypatch):
+    """Read at import, where raising would be a traceback: it waits as ``auto``; ``check_mode`` (every entry
+    point's first step, ``run_main``) refuses it."""
     monkeypatch.setenv("TPSIM_WAIT", "busy")
-    with pytest.raises(ConfigError, match="spin or sleep"):
-        waiting._decide()
+    monkeypatch.setenv("MPI_LOCALNRANKS", "2")
+    monkeypatch.setattr(waiting, "_cores", lambda: 2)
+    assert waiting._decide() is False
+    with pytest.raises(ConfigError, match="spin or sleep, got 'busy'"):
+        waiting.check_mode()
 
 
 @pytest.mark.parametrize("sleep_poll", [False, True])

@@ -13,4 +13,10 @@ import os as _os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     _os.environ.setdefault(_var, "1")
 
+# Freed activation memory stays in the process for the next step instead of page-faulting back in every step
+# (glibc's mallopt; tpsim/allocator.py says what and how much it saves, TPSIM_MALLOC=default to leave it).
+from tpsim.allocator import keep_freed_memory as _keep_freed_memory  # noqa: E402  (after the BLAS variables)
+
+_keep_freed_memory()
+
 __version__ = "0.1.0"

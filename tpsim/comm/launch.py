@@ -3,7 +3,7 @@
 An unhandled exception on one rank leaves the others blocked in their next collective forever, so every entry
 point (demo, lessons, CLI) runs its ``main`` through ``run_main``:
 
-- a ``ConfigError`` (or ``SystemExit`` with a message) raised identically on every rank before any collective
+- a ``ConfigError`` (or ``SystemExit`` with a message; or an unknown ``TPSIM_WAIT``/``TPSIM_MALLOC``) raised identically on every rank before any collective
   prints one line on rank 0 and exits every rank with status 2 — no traceback, no abort;
 - a ``TrainingStopped`` (reached identically on every rank, e.g. too many non-finite steps) does the same with
   status 1;
@@ -27,12 +27,14 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from typing import Callable
 
 from mpi4py import MPI
 
-from tpsim import atomic
+from tpsim import allocator, atomic
+from tpsim.comm import waiting
 from tpsim.errors import ABORTED, ConfigError, TrainingStopped
 
 
@@ -45,6 +47,7 @@ def world_size() -> int:
 
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+ABORT_GRACE_S = 0.25  # before Abort: time for the launcher to forward this rank's last lines
 _installed: list[str] = []  # the prog name once the handlers are in place (once per process)
 
 
@@ -76,10 +79,21 @@ def install_signal_handlers(prog: str = "tpsim") -> None:
     _installed.append(prog)
 
 
+def check_environment() -> None:
+    """tpsim's own environment variables (``TPSIM_WAIT``, ``TPSIM_MALLOC``): read at import, where an unknown
+    value cannot fail, so every entry point checks them here, before any work (a ConfigError: one line, exit 2)."""
+    waiting.check_mode()
+    allocator.check_mode()
+
+
 def abort(code: int = ABORTED) -> None:
     """End the whole job with ``code``; never returns (if ``Abort`` ever did, ``os._exit`` still ends this rank)."""
     try:
         sys.stderr.flush()
+        # Abort makes the launcher kill every process at once, and a loaded machine may not yet have let
+        # Hydra's proxy read the traceback just written to its pipe (seen once: exit 70 and an empty stderr
+        # under a full test run). A moment first, so what went wrong reaches the user.
+        time.sleep(ABORT_GRACE_S)
         MPI.COMM_WORLD.Abort(code)
     finally:
         os._exit(code)
@@ -91,6 +105,7 @@ def run_main(main: Callable[[], int | None], prog: str = "tpsim") -> None:
     install_signal_handlers(prog)
     status = 1  # never read unless main() returned: every other path exits or aborts
     try:
+        check_environment()
         status = main()
     except ConfigError as err:  # same on every rank by construction: exit together, quietly
         if rank == 0:

@@ -41,11 +41,18 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _decide() -> bool:
-    mode = os.environ.get("TPSIM_WAIT", "auto")
+def check_mode(environ=os.environ) -> str:
+    """``TPSIM_WAIT`` (default ``auto``), or a ConfigError naming the allowed values (``run_main`` checks it)."""
+    mode = environ.get("TPSIM_WAIT", "auto")
     if mode not in ("auto", "spin", "sleep"):
         raise ConfigError(f"TPSIM_WAIT must be auto, spin or sleep, got {mode!r}")
-    return mode == "sleep" or (mode == "auto" and _ranks_on_this_node() > SLEEP_ABOVE_RANKS_PER_CORE * _cores())
+    return mode
+
+
+def _decide() -> bool:
+    """At import, so it must not raise: an unknown ``TPSIM_WAIT`` acts as ``auto`` until ``check_mode`` refuses it."""
+    mode = os.environ.get("TPSIM_WAIT", "auto")
+    return mode == "sleep" or (mode != "spin" and _ranks_on_this_node() > SLEEP_ABOVE_RANKS_PER_CORE * _cores())
 
 
 SLEEP_POLL = _decide()
