@@ -60,7 +60,7 @@ def column_parallel_backward(dy: np.ndarray, cache: LinearCache, group: Group,
                              sequence_parallel: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``dy [..., out/p]`` -> ``(dx [..., in] summed over ranks (SP: [b, s/p, in]), dw [in, out/p], db)``."""
     dx, dw, db = linear_backward(dy, cache._replace(x=regather_input(cache.x, group, sequence_parallel)))
-    return enter_tp_region_backward(dx, group, sequence_parallel), dw, db
+    return enter_tp_region_backward(dx, group, sequence_parallel, inplace=True), dw, db  # dx: a fresh GEMM output
 
 
 class ColumnParallelLinear(Module):

@@ -44,18 +44,20 @@ class CopyToTPRegion:
         return x
 
     @staticmethod
-    def backward(dy: np.ndarray, group: Group) -> np.ndarray:
+    def backward(dy: np.ndarray, group: Group, *, inplace: bool = False) -> np.ndarray:
+        """``inplace``: the caller owns ``dy`` (a fresh partial sum) and lets the all-reduce overwrite it."""
         with group.tracer.region(phase=BACKWARD):
-            return group.all_reduce(dy)
+            return group.all_reduce(dy, inplace=inplace)
 
 
 class ReduceFromTPRegion:
     """g: forward all-reduce, backward identity. Partial sums [..., h] on each rank -> their sum, replicated."""
 
     @staticmethod
-    def forward(x: np.ndarray, group: Group) -> np.ndarray:
+    def forward(x: np.ndarray, group: Group, *, inplace: bool = False) -> np.ndarray:
+        """``inplace``: the caller owns ``x`` (a fresh partial sum) and lets the all-reduce overwrite it."""
         with group.tracer.region(phase=FORWARD):
-            return group.all_reduce(x)
+            return group.all_reduce(x, inplace=inplace)
 
     @staticmethod
     def backward(dy: np.ndarray, group: Group) -> np.ndarray:

@@ -39,9 +39,14 @@ def enter_tp_region(x: np.ndarray, group: Group, sequence_parallel: bool) -> np.
     return _enter(sequence_parallel).forward(x, group)
 
 
-def enter_tp_region_backward(dx: np.ndarray, group: Group, sequence_parallel: bool) -> np.ndarray:
-    """f: all-reduce the partial input gradient ``[..., h]``; f̄: reduce-scatter it to ``[b, s/p, h]``."""
-    return _enter(sequence_parallel).backward(dx, group)
+def enter_tp_region_backward(dx: np.ndarray, group: Group, sequence_parallel: bool, *,
+                             inplace: bool = False) -> np.ndarray:
+    """f: all-reduce the partial input gradient ``[..., h]``; f̄: reduce-scatter it to ``[b, s/p, h]``.
+
+    ``inplace``: ``dx`` is the caller's own fresh buffer, and f's all-reduce may sum into it (no second buffer)."""
+    if sequence_parallel:
+        return GatherFromSequenceParallelRegion.backward(dx, group)
+    return CopyToTPRegion.backward(dx, group, inplace=inplace)
 
 
 def regather_input(saved: np.ndarray, group: Group, sequence_parallel: bool) -> np.ndarray:
@@ -49,9 +54,14 @@ def regather_input(saved: np.ndarray, group: Group, sequence_parallel: bool) -> 
     return gather_sequence(saved, group, BACKWARD) if sequence_parallel else saved
 
 
-def leave_tp_region(partial: np.ndarray, group: Group, sequence_parallel: bool) -> np.ndarray:
-    """g: all-reduce the partial sums ``[..., h]``; ḡ: reduce-scatter them to this rank's ``[b, s/p, h]``."""
-    return _leave(sequence_parallel).forward(partial, group)
+def leave_tp_region(partial: np.ndarray, group: Group, sequence_parallel: bool, *,
+                    inplace: bool = False) -> np.ndarray:
+    """g: all-reduce the partial sums ``[..., h]``; ḡ: reduce-scatter them to this rank's ``[b, s/p, h]``.
+
+    ``inplace``: ``partial`` is the caller's own fresh buffer, and g's all-reduce may sum into it."""
+    if sequence_parallel:
+        return ReduceScatterToSequenceParallelRegion.forward(partial, group)
+    return ReduceFromTPRegion.forward(partial, group, inplace=inplace)
 
 
 def leave_tp_region_backward(dz: np.ndarray, group: Group, sequence_parallel: bool) -> np.ndarray:

@@ -74,7 +74,7 @@ class RowParallelLinear(Module):
             if not self.input_is_parallel:
                 y = ScatterToTPRegion.forward(y, self.group)
             partial, cache = linear_forward(y, self.params["weight"], None)
-            z = leave_tp_region(partial, self.group, self.sequence_parallel)  # g: all-reduce; ḡ: reduce-scatter
+            z = leave_tp_region(partial, self.group, self.sequence_parallel, inplace=True)  # g: all-reduce; ḡ: reduce-scatter
             if "bias" in self.params:
                 z += self.params["bias"]  # once, after the reduction
         return z, cache

@@ -48,4 +48,4 @@ def shared_input_backward(dys: Sequence[np.ndarray], caches: Sequence[LinearCach
         dx_j, dw, _ = linear_backward(dy, cache._replace(x=full))
         dx = dx_j if dx is None else np.add(dx, dx_j, out=dx)
         dws.append(dw)
-    return enter_tp_region_backward(dx, group, sequence_parallel), dws
+    return enter_tp_region_backward(dx, group, sequence_parallel, inplace=True), dws

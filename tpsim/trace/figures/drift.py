@@ -57,10 +57,10 @@ def fp32_sums(site: str | None, dtype):
              column_parallel.enter_tp_region_backward)
     if site in ("row-parallel g (fwd)", "both"):
         row_parallel.linear_forward = _forward_f32
-        row_parallel.leave_tp_region = lambda x, g, sp: ReduceFromTPRegion.forward(x, g).astype(dtype)
+        row_parallel.leave_tp_region = lambda x, g, sp, **kw: ReduceFromTPRegion.forward(x, g).astype(dtype)
     if site in ("column-parallel f (bwd)", "both"):
         column_parallel.linear_backward = _backward_f32
-        column_parallel.enter_tp_region_backward = lambda dx, g, sp: CopyToTPRegion.backward(dx, g).astype(dtype)
+        column_parallel.enter_tp_region_backward = lambda dx, g, sp, **kw: CopyToTPRegion.backward(dx, g).astype(dtype)
     try:
         yield
     finally:
