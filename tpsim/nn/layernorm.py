@@ -13,7 +13,8 @@ gives (llm.c ``doc/layernorm``):
 The ``mean(dx̂)`` term is the path through μ and the ``x̂ · mean(dx̂ · x̂)`` term the path through rstd. So the
 cache needs x̂ and rstd (plus a reference to w), nothing else. LayerNorm is replicated in tensor parallelism
 (every rank holds the full ``C``); with sequence parallelism each rank normalises its own rows, which needs no
-communication.
+communication. Both directions run block by block of rows (``tpsim.nn.chunked``; the same operations on each
+row, so the same bits), except the sums over rows of ``dw`` and ``db``, done on the whole array in one order.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tpsim.kinds import SOFTMAX_NORM, marked
+from tpsim.nn.chunked import row_blocks
 from tpsim.nn.module import Module
 from tpsim.nn.precision import fp32_inside
 
@@ -41,14 +43,25 @@ def layernorm_forward(
     x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5
 ) -> tuple[np.ndarray, LayerNormCache]:
     """``x: [..., C]``, ``w, b: [C]`` -> ``(y: [..., C], LayerNormCache(xhat [..., C], rstd [..., 1], w))``."""
-    mean = x.mean(axis=-1, keepdims=True)
-    xhat = x - mean  # x − μ, normalised in place below (same operations, two buffers fewer)
-    var = np.square(xhat).mean(axis=-1, keepdims=True)  # biased variance, as in PyTorch and GPT-2
-    rstd = 1.0 / np.sqrt(var + eps)
-    xhat *= rstd
-    y = xhat * w
-    y += b
+    x = np.asarray(x)
+    xhat = np.empty_like(x, dtype=np.result_type(x, 1.0))
+    rstd = np.empty(x.shape[:-1] + (1,), dtype=xhat.dtype)
+    y = np.empty_like(xhat, dtype=np.result_type(xhat, w))
+    for xs, xh, rs, ys in _row_blocks(x, xhat, rstd, y):  # block by block of rows: in cache (tpsim.nn.chunked)
+        np.subtract(xs, xs.mean(axis=-1, keepdims=True), out=xh)  # x − μ, normalised in place below
+        var = np.square(xh).mean(axis=-1, keepdims=True)  # biased variance, as in PyTorch and GPT-2
+        np.divide(1.0, np.sqrt(var + eps), out=rs)
+        xh *= rs
+        np.multiply(xh, w, out=ys)
+        ys += b
     return y, LayerNormCache(xhat, rstd, w)
+
+
+def _row_blocks(*arrays: np.ndarray):
+    """The same blocks of whole rows of each array (2-D views ``[rows, last]``; all share the leading shape)."""
+    flat = [a.reshape(-1, a.shape[-1]) for a in arrays]
+    for rows in row_blocks(flat[0].shape[0], max(f.shape[1] * f.itemsize for f in flat)):
+        yield tuple(f[rows] for f in flat)
 
 
 @marked(SOFTMAX_NORM)
@@ -57,14 +70,17 @@ def layernorm_backward(dy: np.ndarray, cache: LayerNormCache) -> tuple[np.ndarra
     """``dy: [..., C]`` -> ``(dx [..., C], dw [C], db [C])``."""
     xhat, rstd, w = cache
     features = w.shape[0]
+    dy = np.asarray(dy)
     scratch = dy * xhat
-    dw = scratch.reshape(-1, features).sum(axis=0)
+    dw = scratch.reshape(-1, features).sum(axis=0)  # sums over every row: done whole, in one order
     db = dy.reshape(-1, features).sum(axis=0)
-    dxhat = dy * w
-    through_rstd = np.multiply(dxhat, xhat, out=scratch).mean(axis=-1, keepdims=True)
-    dx = dxhat - dxhat.mean(axis=-1, keepdims=True)  # through the mean μ
-    dx -= np.multiply(xhat, through_rstd, out=scratch)  # through rstd
-    dx *= rstd
+    dx = np.empty_like(scratch, dtype=np.result_type(dy, w))
+    for dys, xh, rs, dxs, sc in _row_blocks(dy, xhat, rstd, dx, scratch):  # per row from here: block by block
+        np.multiply(dys, w, out=dxs)  # dx̂
+        through_rstd = np.multiply(dxs, xh, out=sc).mean(axis=-1, keepdims=True)
+        dxs -= dxs.mean(axis=-1, keepdims=True)  # through the mean μ
+        dxs -= np.multiply(xh, through_rstd, out=sc)  # through rstd
+        dxs *= rs
     return dx, dw, db
 
 

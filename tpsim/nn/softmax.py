@@ -9,6 +9,8 @@ so logits ×1000 give no overflow and no NaN. The backward never builds the ``[V
     dx = y · (dy − Σ_j dy_j · y_j)
 
 Attention uses this along the key axis; each tensor-parallel rank owns whole heads, so it stays local.
+Along the last axis of a contiguous array both run block by block of rows (``tpsim.nn.chunked``): the same
+operations on every row, so the same bits, with each block still in cache between its passes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tpsim.kinds import SOFTMAX_NORM, marked
+from tpsim.nn.chunked import row_blocks
 from tpsim.nn.module import Module
 from tpsim.nn.precision import fp32_inside
 
@@ -31,10 +34,21 @@ class SoftmaxCache(NamedTuple):
 @fp32_inside  # 16-bit in: float32 inside, the activation rounded back
 def softmax_forward(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, SoftmaxCache]:
     """``x: [...]`` -> ``(y: [...], SoftmaxCache)``, ``y`` non-negative and summing to 1 along ``axis``."""
-    y = x - x.max(axis=axis, keepdims=True)  # one buffer: shift, exp and normalise in place
+    if _rows(x, axis):  # the last axis of a contiguous array: block by block of rows (tpsim.nn.chunked)
+        y = np.empty_like(x)
+        for xs, ys in _blocks(x, y):
+            _forward(xs, ys, -1)
+        return y, SoftmaxCache(y, axis)
+    y = np.empty_like(x, dtype=np.result_type(x, 1.0))
+    return _forward(x, y, axis), SoftmaxCache(y, axis)
+
+
+def _forward(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+    """Into ``y`` (one buffer: shift, exp and normalise in place)."""
+    np.subtract(x, x.max(axis=axis, keepdims=True), out=y)
     np.exp(y, out=y)
     y /= y.sum(axis=axis, keepdims=True)
-    return y, SoftmaxCache(y, axis)
+    return y
 
 
 @marked(SOFTMAX_NORM)
@@ -42,10 +56,32 @@ def softmax_forward(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, SoftmaxC
 def softmax_backward(dy: np.ndarray, cache: SoftmaxCache) -> np.ndarray:
     """``dy: [...]`` -> ``dx: [...]``."""
     y, axis = cache
-    dx = dy * y
+    dx = np.empty_like(y, dtype=np.result_type(dy, y))
+    if _rows(y, axis) and dy.shape == y.shape and dy.flags.c_contiguous:
+        for dys, ys, dxs in _blocks(dy, y, dx):
+            _backward(dys, ys, dxs, -1)
+        return dx
+    return _backward(dy, y, dx, axis)
+
+
+def _backward(dy: np.ndarray, y: np.ndarray, dx: np.ndarray, axis: int) -> np.ndarray:
+    """Into ``dx``: y · (dy − Σ dy · y)."""
+    np.multiply(dy, y, out=dx)
     np.subtract(dy, dx.sum(axis=axis, keepdims=True), out=dx)
     dx *= y
     return dx
+
+
+def _rows(x: np.ndarray, axis: int) -> bool:
+    """Whether ``x`` is a contiguous float array of rows along its last axis (the chunked path)."""
+    return x.ndim >= 2 and axis in (-1, x.ndim - 1) and x.flags.c_contiguous and x.dtype.kind == "f"
+
+
+def _blocks(*arrays: np.ndarray):
+    """The same blocks of whole rows of each of ``arrays`` (all shaped alike), as 2-D views."""
+    flat = [a.reshape(-1, a.shape[-1]) for a in arrays]
+    for rows in row_blocks(flat[0].shape[0], flat[0].shape[1] * flat[0].itemsize):
+        yield tuple(f[rows] for f in flat)
 
 
 class Softmax(Module):
