@@ -30,7 +30,7 @@ def difference_lines(names, worst) -> list[str]:
 
 def step_table(records: list[dict], step: int, ranks: int) -> str:
     """Calls and bytes per rank for one training step, by layer, phase, op and group."""
-    rows = [r for r in by_layer(records) if r["step"] == step and r["phase"] in MODEL_PHASES]
+    rows = by_layer(r for r in records if r["step"] == step and r["phase"] in MODEL_PHASES)  # filter, then copy
     order = {p: i for i, p in enumerate(MODEL_PHASES)}
     table = sorted(summarize(rows, ranks=ranks), key=lambda row: order[row.key[1]])  # stable: call order
     return format_comm_table(table, title=f"Communication per rank in training step {step} "

@@ -79,7 +79,7 @@ def compare(measured_records: Iterable[dict], predictions: Sequence[Prediction],
     """
     records = list(measured_records)
     ranks = max(1, len({r["rank"] for r in records}))
-    kept = [r for r in by_layer(records) if phases is None or r["phase"] in phases]
+    kept = by_layer(r for r in records if phases is None or r["phase"] in phases)
     measured = {row.key: row for row in summarize(kept, keys=("scope", "phase", "op", "group"), ranks=ranks)}
     out = []
     for p in predictions:
