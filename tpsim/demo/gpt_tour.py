@@ -187,10 +187,20 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
     return metrics, ok, optimizer
 
 
-def final_report(grid, args, config, dtype, metrics, grad_sync, t_start: float) -> bool:
-    """Rank 0: the step table, measured vs predicted (FORMULA CHECK), the files; True unless a formula failed."""
+def gather_and_write(grid, args, metrics) -> tuple[list[dict] | None, list[Path]]:
+    """Every rank's records and spans to rank 0, which writes the run's files and figures (silently: the lines
+    come with ``final_report``); ``(records, paths)`` on rank 0, ``(None, [])`` elsewhere."""
     records = gather_records(grid.tracer, grid.world)
     spans = gather_spans(grid.tracer, grid.world, last_steps=args.timeline_steps)
+    if grid.rank != 0:
+        return None, []
+    last = metrics[-1]["step"] if metrics else 0
+    return records, write_outputs(Path(args.out), records, metrics, grid.world_size, last,
+                                  title=f"TP {grid.tp} x DP {grid.dp}", spans=spans)
+
+
+def final_report(grid, args, config, dtype, metrics, grad_sync, records, paths, t_start: float) -> bool:
+    """Rank 0: the step table, measured vs predicted (FORMULA CHECK), the files; True unless a formula failed."""
     if grid.rank != 0:  # decided on rank 0, which holds every rank's records
         return True
     last = metrics[-1]["step"] if metrics else 0
@@ -205,8 +215,6 @@ def final_report(grid, args, config, dtype, metrics, grad_sync, t_start: float) 
     formula_ok, verdict = formula_verdict(rows)
     print(format_comparison(rows, title=f"Measured vs predicted per layer, step {last} (per rank):"), "",
           verdict, "", sep="\n")
-    paths = write_outputs(Path(args.out), records, metrics, grid.world_size, last,
-                          title=f"TP {grid.tp} x DP {grid.dp}", spans=spans)
     print("wrote " + ", ".join(str(p) for p in paths))
     print(f"done in {time.perf_counter() - t_start:.1f} s", flush=True)
     return formula_ok
@@ -222,9 +230,11 @@ def run(args: argparse.Namespace) -> int:
     say(grid, *header(grid, args, config))
     model, grad_sync = build(grid, args, config, dtype, tensors)
     metrics, ok, optimizer = train(grid, model, grad_sync, args, config, task, dtype)
-    final_ok = final_verdict(grid, model, optimizer, args, config, task, dtype, metrics)
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
-    replicas = check_replicas(model, grid)
+    replicas = check_replicas(model, grid)  # printed after the final verdict, as it reads best
+    # Rank 0 writes the files and figures while the last rank trains the serial twin: two cores busy, not one.
+    records, paths = gather_and_write(grid, args, metrics)
+    final_ok = final_verdict(grid, model, optimizer, args, config, task, dtype, metrics)
     say(grid, "", ("OK: " if replicas.ok else "FAILED: ") + replicas.summary(), "")
-    formula_ok = final_report(grid, args, config, dtype, metrics, grad_sync, t_start)
+    formula_ok = final_report(grid, args, config, dtype, metrics, grad_sync, records, paths, t_start)
     return 0 if (ok and final_ok and replicas.ok and formula_ok) else 1

@@ -2,16 +2,18 @@
 
 Step 0's check (gradients before any update) cannot see a bug that only acts once the weights move: a bias
 added on every TP rank before the row-parallel all-reduce (biases start at zero), replicated gradients counted
-twice in the clipping norm, AdamW's weight decay folded into the gradient. So, after training, rank 0 trains
+twice in the clipping norm, AdamW's weight decay folded into the gradient. So, after training, one rank trains
 the *serial* model through the same steps — the same global batches, the same dropout masks (the exact RNG
 keys them by global position), the same clipping threshold and AdamW settings — and every rank compares its
 state with it: the last loss, every parameter shard and AdamW's ``exp_avg`` and ``exp_avg_sq`` per shard.
 
 The twin's clipping and AdamW update are written here from their published definitions (PyTorch's
 ``clip_grad_norm_`` rule; Loshchilov & Hutter 2019, decoupled weight decay, in ``torch.optim.AdamW``'s form)
-on purpose: a reference that called the training code's optimizer would share its bugs. Only rank 0 trains
+on purpose: a reference that called the training code's optimizer would share its bugs. Only one rank trains
 it — a world of 64 ranks on a few cores must not train 64 serial copies — and its state reaches the others in
-one flat float64 broadcast, with the tracer paused: verification is not model traffic.
+one flat float64 broadcast, with the tracer paused: verification is not model traffic. That rank is the last
+one (``twin_rank``), so that rank 0 can write the run's files and figures meanwhile on another core
+(``tpsim.demo.gpt_tour.run``); the others sleep in the broadcast.
 """
 
 from __future__ import annotations
@@ -46,16 +48,21 @@ FINAL_TOLERANCE = {"float64": 1e-8, "float32": 1e-2}
 STATE = ("param", "exp_avg", "exp_avg_sq")  # what is compared per parameter, in the broadcast's order
 
 
+def twin_rank(grid: ProcessGrid) -> int:
+    """The rank that trains the serial twin: the last, so rank 0 is free to write the run's files meanwhile."""
+    return grid.world_size - 1
+
+
 def broadcast_arrays(grid: ProcessGrid, shapes: Sequence[tuple[int, ...]],
-                     make: Callable[[], Sequence]) -> list[np.ndarray]:
-    """Arrays of ``shapes`` that ``make()`` computes on rank 0 only, on every rank from one float64 broadcast
-    (exact for float32 too), the tracer paused: a serial reference is computed once, not once per rank."""
+                     make: Callable[[], Sequence], root: int = 0) -> list[np.ndarray]:
+    """Arrays of ``shapes`` that ``make()`` computes on (world) rank ``root`` only, on every rank from one float64
+    broadcast (exact for float32 too), the tracer paused: a serial reference is computed once, not once per rank."""
     sizes = [math.prod(s) for s in shapes]
     flat = np.empty(sum(sizes))
     with grid.tracer.paused():  # verification, not model traffic
-        if grid.rank == 0:
+        if grid.rank == root:
             np.concatenate([np.ravel(a) for a in make()], out=flat, casting="same_kind")
-        grid.world.broadcast(flat, patient=True)  # the others sleep while rank 0 trains, not spin
+        grid.world.broadcast(flat, root=root, patient=True)  # the others sleep while the root trains, not spin
     return [part.reshape(s) for part, s in zip(np.split(flat, np.cumsum(sizes)[:-1]), shapes)]
 
 
@@ -81,7 +88,7 @@ def reference_adamw(p, g, m, v, t: int, lr: float, betas, eps: float, weight_dec
 
 def train_serial(args: argparse.Namespace, config, task, dtype, optimizer: AdamW,
                  skipped: frozenset[int] = frozenset()) -> list:
-    """Rank 0: the serial model trained ``args.steps`` steps; ``[last loss, params..., exp_avg..., exp_avg_sq...]``.
+    """On the twin rank: the serial model trained ``args.steps`` steps; ``[last loss, params..., exp_avg..., exp_avg_sq...]``.
 
     ``optimizer`` is the parallel run's AdamW: only its settings are read (lr, betas, eps, which parameters decay).
     A step whose loss or norm is not finite is skipped, as the training loop skips it, and so is every step in
@@ -166,10 +173,15 @@ def _check_final_state(grid, model, optimizer, args, config, task, dtype, metric
     shapes = list(config.param_shapes().items())
     settings = getattr(optimizer, "optimizer", optimizer)  # ZeRO-1 wraps the AdamW whose settings are read
     skipped = frozenset(m["step"] for m in metrics if m.get("skipped"))
-    t0 = time.perf_counter()
-    loss, *state = broadcast_arrays(grid, [(), *[s for _, s in shapes] * len(STATE)],
-                                    lambda: train_serial(args, config, task, dtype, settings, skipped))
-    seconds = time.perf_counter() - t0
+    root = twin_rank(grid)
+
+    def timed_twin():
+        t0 = time.perf_counter()
+        loss, *state = train_serial(args, config, task, dtype, settings, skipped)
+        return [loss, *state, time.perf_counter() - t0]  # its own time: rank 0 may join the broadcast late
+
+    loss, *state, seconds = broadcast_arrays(grid, [(), *[s for _, s in shapes] * len(STATE), ()], timed_twin, root)
+    seconds = float(seconds)
     serial = {name: state[i::len(shapes)] for i, (name, _) in enumerate(shapes)}
     diffs = _differences(model, optimizer, serial)
     by_kind = [max(d for (w, _), d in diffs.items() if w == k) for k in STATE]
@@ -181,7 +193,7 @@ def _check_final_state(grid, model, optimizer, args, config, task, dtype, metric
     ok = bool(np.all(worst <= tol))
     if grid.rank == 0:
         _, what, name, rank = max(where)
-        say(grid, "", f"Final state vs the serial model trained the same {args.steps} steps on rank 0 (same "
+        say(grid, "", f"Final state vs the serial model trained the same {args.steps} steps on rank {root} (same "
                       f"batches, dropout masks, clipping and AdamW; {seconds:.1f} s):",
             f"  serial loss at step {metrics[-1]['step']} {float(loss):.12{'f' if abs(float(loss)) < 1e5 else 'g'}}   max relative |Δloss| {worst[0]:.2e}",
             "  max relative |Δ| over every shard on every rank: "
