@@ -61,22 +61,17 @@ def parse(argv=None) -> argparse.Namespace:
     return args
 
 
-IDLE_POLL = 0.05  # a rank outside the step just timed waits it out waking 20 times a second, not 500
-
-
-def start_together(comm, idle: bool = False) -> None:
-    quiet_wait(comm, IDLE_POLL if idle else 0.002)  # nobody spins while the last rank finishes
+def start_together(comm) -> None:
+    quiet_wait(comm)  # nobody spins while the last rank finishes
     comm.Barrier()  # then a tight release, so every rank starts its step at the same moment
 
 
 def alternate(comm, steps: list, rounds: int, warmup: int) -> list[list[float]]:
     """Per-round seconds of the slowest rank for each of ``steps`` (None: nothing on this rank), interleaved."""
     times = np.zeros((len(steps), rounds))
-    idle = False  # whether this rank sat out the previous step (then it waits for the others' end quietly)
     for r in range(warmup + rounds):
         for side, step in enumerate(steps):
-            start_together(comm, idle)
-            idle = step is None
+            start_together(comm)
             t = time.perf_counter()
             if step is not None:
                 step()
