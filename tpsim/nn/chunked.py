@@ -14,7 +14,9 @@ grows, by one set per slice.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
+
+import numpy as np
 
 CHUNK_BYTES = 256 << 10  # the slice and 2–4 scratch slices of this size fit one core's 1–2 MiB of L2
 
@@ -32,3 +34,15 @@ def row_blocks(rows: int, row_bytes: int, chunk_bytes: int = CHUNK_BYTES) -> Ite
     step = max(1, chunk_bytes // max(1, row_bytes))
     for start in range(0, rows, step):
         yield slice(start, min(rows, start + step))
+
+
+def row_views(*arrays: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
+    """The same blocks of whole rows of every array, as 2-D views ``[rows, last dim]``.
+
+    The arrays share their leading shape (their last dims may differ: LayerNorm's ``rstd`` has one column), so
+    row ``i`` of each is the same position; a block holds as many rows as fit the widest array's ``CHUNK_BYTES``.
+    """
+    flat = [a.reshape(-1, a.shape[-1]) for a in arrays]
+    widest = max(f.shape[1] * f.itemsize for f in flat)
+    for rows in row_blocks(flat[0].shape[0], widest):
+        yield tuple(f[rows] for f in flat)

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tpsim.kinds import SOFTMAX_NORM, marked
-from tpsim.nn.chunked import row_blocks
+from tpsim.nn.chunked import row_views
 from tpsim.nn.module import Module
 from tpsim.nn.precision import fp32_inside
 
@@ -47,7 +47,7 @@ def layernorm_forward(
     xhat = np.empty_like(x, dtype=np.result_type(x, 1.0))
     rstd = np.empty(x.shape[:-1] + (1,), dtype=xhat.dtype)
     y = np.empty_like(xhat, dtype=np.result_type(xhat, w))
-    for xs, xh, rs, ys in _row_blocks(x, xhat, rstd, y):  # block by block of rows: in cache (tpsim.nn.chunked)
+    for xs, xh, rs, ys in row_views(x, xhat, rstd, y):  # block by block of rows: in cache (tpsim.nn.chunked)
         np.subtract(xs, xs.mean(axis=-1, keepdims=True), out=xh)  # x − μ, normalised in place below
         var = np.square(xh).mean(axis=-1, keepdims=True)  # biased variance, as in PyTorch and GPT-2
         np.divide(1.0, np.sqrt(var + eps), out=rs)
@@ -55,13 +55,6 @@ def layernorm_forward(
         np.multiply(xh, w, out=ys)
         ys += b
     return y, LayerNormCache(xhat, rstd, w)
-
-
-def _row_blocks(*arrays: np.ndarray):
-    """The same blocks of whole rows of each array (2-D views ``[rows, last]``; all share the leading shape)."""
-    flat = [a.reshape(-1, a.shape[-1]) for a in arrays]
-    for rows in row_blocks(flat[0].shape[0], max(f.shape[1] * f.itemsize for f in flat)):
-        yield tuple(f[rows] for f in flat)
 
 
 @marked(SOFTMAX_NORM)
@@ -75,7 +68,7 @@ def layernorm_backward(dy: np.ndarray, cache: LayerNormCache) -> tuple[np.ndarra
     dw = scratch.reshape(-1, features).sum(axis=0)  # sums over every row: done whole, in one order
     db = dy.reshape(-1, features).sum(axis=0)
     dx = np.empty_like(scratch, dtype=np.result_type(dy, w))
-    for dys, xh, rs, dxs, sc in _row_blocks(dy, xhat, rstd, dx, scratch):  # per row from here: block by block
+    for dys, xh, rs, dxs, sc in row_views(dy, xhat, rstd, dx, scratch):  # per row from here: block by block
         np.multiply(dys, w, out=dxs)  # dx̂
         through_rstd = np.multiply(dxs, xh, out=sc).mean(axis=-1, keepdims=True)
         dxs -= dxs.mean(axis=-1, keepdims=True)  # through the mean μ

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tpsim.kinds import SOFTMAX_NORM, marked
-from tpsim.nn.chunked import row_blocks
+from tpsim.nn.chunked import row_views
 from tpsim.nn.module import Module
 from tpsim.nn.precision import fp32_inside
 
@@ -36,7 +36,7 @@ def softmax_forward(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, SoftmaxC
     """``x: [...]`` -> ``(y: [...], SoftmaxCache)``, ``y`` non-negative and summing to 1 along ``axis``."""
     if _rows(x, axis):  # the last axis of a contiguous array: block by block of rows (tpsim.nn.chunked)
         y = np.empty_like(x)
-        for xs, ys in _blocks(x, y):
+        for xs, ys in row_views(x, y):
             _forward(xs, ys, -1)
         return y, SoftmaxCache(y, axis)
     y = np.empty_like(x, dtype=np.result_type(x, 1.0))
@@ -58,7 +58,7 @@ def softmax_backward(dy: np.ndarray, cache: SoftmaxCache) -> np.ndarray:
     y, axis = cache
     dx = np.empty_like(y, dtype=np.result_type(dy, y))
     if _rows(y, axis) and dy.shape == y.shape and dy.flags.c_contiguous:
-        for dys, ys, dxs in _blocks(dy, y, dx):
+        for dys, ys, dxs in row_views(dy, y, dx):
             _backward(dys, ys, dxs, -1)
         return dx
     return _backward(dy, y, dx, axis)
@@ -75,13 +75,6 @@ def _backward(dy: np.ndarray, y: np.ndarray, dx: np.ndarray, axis: int) -> np.nd
 def _rows(x: np.ndarray, axis: int) -> bool:
     """Whether ``x`` is a contiguous float array of rows along its last axis (the chunked path)."""
     return x.ndim >= 2 and axis in (-1, x.ndim - 1) and x.flags.c_contiguous and x.dtype.kind == "f"
-
-
-def _blocks(*arrays: np.ndarray):
-    """The same blocks of whole rows of each of ``arrays`` (all shaped alike), as 2-D views."""
-    flat = [a.reshape(-1, a.shape[-1]) for a in arrays]
-    for rows in row_blocks(flat[0].shape[0], flat[0].shape[1] * flat[0].itemsize):
-        yield tuple(f[rows] for f in flat)
 
 
 class Softmax(Module):
