@@ -75,8 +75,8 @@ book: venv-notebooks
 
 # the committed figures in figures/: real mpirun runs at TP 1, 2, 4, 8 plus the formulas (deterministic)
 figures: venv
-	$(BIN)/python -m tpsim.trace.figures --out figures
-	$(BIN)/mpiexec -n 4 $(BIN)/python -m tpsim.trace.figures.drift --out figures --steps 200  # why the loss changes with TP
+	$(BIN)/python -m tpsim.figures --out figures
+	$(BIN)/mpiexec -n 4 $(BIN)/python -m tpsim.figures.drift --out figures --steps 200  # why the loss changes with TP
 
 clean:
 	rm -rf $(VENV) tpsim-out .pytest_cache

@@ -29,7 +29,7 @@ from tpsim.cost import wire_bytes
 from tpsim.nn import Linear
 from tpsim.teach.runtime import Lesson, shard_error, table
 from tpsim.tp import ColumnParallelLinear, RowParallelLinear
-from tpsim.trace.aggregate import human_bytes
+from tpsim.table import human_bytes
 
 lesson = Lesson("03", RANKS)
 grid = ProcessGrid(tp=RANKS)

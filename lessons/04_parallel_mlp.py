@@ -23,7 +23,7 @@ from tpsim.comm import ProcessGrid
 from tpsim.nn import MLP, gelu_forward
 from tpsim.teach.runtime import Lesson, shard_error, table
 from tpsim.tp import ParallelMLP
-from tpsim.trace.aggregate import human_bytes
+from tpsim.table import human_bytes
 
 lesson = Lesson("04", RANKS)
 grid = ProcessGrid(tp=RANKS)

@@ -24,7 +24,7 @@ from tpsim.cost import wire_bytes
 from tpsim.nn import softmax_cross_entropy_backward, softmax_cross_entropy_forward
 from tpsim.teach.runtime import Lesson, table
 from tpsim.tp import VocabParallelCrossEntropy, padded_vocab_size, vocab_range
-from tpsim.trace.aggregate import human_bytes
+from tpsim.table import human_bytes
 
 lesson = Lesson("06", RANKS)
 grid = ProcessGrid(tp=RANKS)

@@ -35,7 +35,7 @@ from tpsim.models.partial_fc import (FaceConfig, MegatronFaceModel, PartialFCMod
                                      local_rows, loss_and_grads, redundant_flops, step_flops, synthetic_batch)
 from tpsim.teach.runtime import Lesson, shard_error, table
 from tpsim.trace import summarize
-from tpsim.trace.aggregate import human_bytes
+from tpsim.table import human_bytes
 
 lesson = Lesson("09", RANKS)
 grid = ProcessGrid(tp=RANKS)

@@ -44,8 +44,9 @@ from tpsim.tp import ExactDropoutRNG, ParallelMLP, SequenceParallelLayerNorm
 from tpsim.tp import GatherFromSequenceParallelRegion as f_bar
 from tpsim.tp import ReduceScatterToSequenceParallelRegion as g_bar
 from tpsim.tp.sequence_parallel import split_sequence
-from tpsim.trace.aggregate import human_bytes
-from tpsim.trace.memory import korthikanti_layer_bytes, measure_activations
+from tpsim.table import human_bytes
+from tpsim.predict.memory import korthikanti_layer_bytes
+from tpsim.trace.measure import measure_activations
 
 lesson = Lesson("10", RANKS)
 grid = ProcessGrid(tp=RANKS)
@@ -285,7 +286,7 @@ lesson.equal("the trace: one all-reduce of [2, h] in phase sp_grad_sync, scope s
 # ## Activation memory: the LayerNorm/dropout regions shrink by p
 #
 # Now a whole GPT (2 blocks, dropout 0.1 with the exact RNG of lesson 07), plain TP and TP + SP from the same
-# seed. `tpsim.trace.memory.measure_activations` counts the bytes a forward's cache holds (each buffer once,
+# seed. `tpsim.predict.memory.measure_activations` counts the bytes a forward's cache holds (each buffer once,
 # views folded into the array that owns them). We measure the LayerNorm caches and dropout masks of the
 # embedding, every block and `ln_f` — the "LayerNorm/dropout regions" — and the whole cache.
 

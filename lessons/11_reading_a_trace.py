@@ -11,7 +11,7 @@
 # "bytes" and as "wire bytes" and hides the difference this lesson is about.
 #
 # 1. the **records** (one per collective per rank) as a per-layer table, checked row by row against the
-#    volumes of the Megatron-LM paper (`tpsim.trace.formulas.predict_step`);
+#    volumes of the Megatron-LM paper (`tpsim.predict.formulas.predict_step`);
 # 2. the **wire bytes** of each record, recomputed from the ring algorithm;
 # 3. the **timeline**: a Chrome trace (`timeline.json`, for ui.perfetto.dev) and a PNG of one step;
 # 4. an **α-β what-if**: the step priced on NVLink and InfiniBand, and a GPT-2-medium-sized model priced from
@@ -33,10 +33,11 @@ from tpsim.models.build import build_gpt
 from tpsim.models.config import GPTConfig
 from tpsim.teach.runtime import Lesson, table
 from tpsim.trace import gather_records, gather_spans, write_jsonl
-from tpsim.trace.aggregate import human_bytes
+from tpsim.table import human_bytes
 from tpsim.cost import ring_steps
-from tpsim.trace.formulas import compare, format_comparison, formula_verdict, predict_step
-from tpsim.trace.hardware import IB_NDR, NVLINK4_H100, estimate_breakdown, estimate_step_time
+from tpsim.predict.formulas import predict_step
+from tpsim.trace.formula_check import compare, format_comparison, formula_verdict
+from tpsim.predict.hardware import IB_NDR, NVLINK4_H100, estimate_breakdown, estimate_step_time
 from tpsim.trace.timeline import chrome_trace, plot_timeline, write_chrome_trace
 from tpsim.train import AdamW, GradSync, apply_update, broadcast_params, compute_grads
 
@@ -252,7 +253,7 @@ lesson.equal("tpsim report reads the folder back (exit status)", report_status, 
 #
 # One ring step costs a latency `α` plus the bytes it sends times `β = 1/bandwidth`, so a collective costs
 # `ring_steps·α + wire_bytes·β` (`ring_time`). Summing that over a step's records prices the step's
-# communication on a link, with nothing overlapped. `tpsim.trace.hardware` has nominal presets: NVLink 4
+# communication on a link, with nothing overlapped. `tpsim.predict.hardware` has nominal presets: NVLink 4
 # inside a node (450 GB/s each way per GPU, α 3 µs assumed) and InfiniBand NDR between nodes (50 GB/s per
 # GPU, α 8 µs assumed) — vendor peaks and assumptions, not measurements. A TP × DP grid can put TP on either:
 

@@ -43,8 +43,8 @@ from tpsim.models.config import GPTConfig
 from tpsim.models.llama import serial_llama
 from tpsim.models.llama_config import LlamaConfig
 from tpsim.teach.runtime import Lesson, table
-from tpsim.trace.aggregate import human_bytes
-from tpsim.trace.hardware import NVLINK4_H100
+from tpsim.table import human_bytes
+from tpsim.predict.hardware import NVLINK4_H100
 
 lesson = Lesson("13", RANKS)
 grid = ProcessGrid(tp=RANKS)

@@ -35,9 +35,9 @@ from tpsim.demo.gpt_tour import read_batch
 from tpsim.models.build import build_gpt
 from tpsim.models.config import GPTConfig
 from tpsim.teach.runtime import Lesson, table
-from tpsim.trace.memory import param_elements
-from tpsim.trace.model_state import (MEGATRON_LAYOUTS, format_formula, owned_range, owned_segments, padded_length,
-                                     zero_optimizer_bytes)
+from tpsim.predict.memory import param_elements
+from tpsim.predict.model_state import MEGATRON_LAYOUTS, format_formula, zero_optimizer_bytes
+from tpsim.partition import owned_range, owned_segments, padded_length
 from tpsim.train import AdamW, GradSync, train_step
 from tpsim.train.zero import DistributedOptimizer
 

@@ -26,7 +26,7 @@ from tpsim.models.build import build_gpt, serial_gpt
 from tpsim.models.config import GPTConfig
 from tpsim.nn.precision import bfloat16
 from tpsim.teach.runtime import Lesson
-from tpsim.trace.figures.drift import fp32_sums
+from tpsim.figures.drift import fp32_sums
 from tpsim.train.loss_scale import DynamicLossScaler
 
 lesson = Lesson("15", RANKS)
@@ -84,7 +84,7 @@ lesson.check("max |bfloat16 all-reduce − float64 sum| vs the bound", f"{err:.3
 # `Y1·B1`, …, `Y4·B4`, rounds each to bfloat16, and the all-reduce adds them — rounding again. Same numbers,
 # different roundings: the gradients of TP and serial differ by a few u. In float64 they agree to ~1e-15. And if
 # the TP sums keep their partials in float32 and round once after the all-reduce (the study switch of
-# `tpsim.trace.figures.drift`), the difference is gone: the summation order in 16 bits was all of it.
+# `tpsim.figures.drift`), the difference is gone: the summation order in 16 bits was all of it.
 
 # %%
 lesson.section("TP in 16 bits is not serial in 16 bits")
@@ -135,7 +135,7 @@ lesson.equal("log2(scale) after clean, inf, clean, clean, clean (growth interval
 #
 # One step's difference of a few u does not stay small: training is chaotic, so TP's and serial's 16-bit
 # trajectories separate over hundreds of steps, while both still learn. `figures/drift.png` (`make figures`,
-# `python -m tpsim.trace.figures.drift`) trains the demo's GPT at TP 1, 2, 4 in float64, float32, bfloat16 and
+# `python -m tpsim.figures.drift`) trains the demo's GPT at TP 1, 2, 4 in float64, float32, bfloat16 and
 # float16: float64 stays at ~1e-15, float32 at ~1e-6, the 16-bit dtypes drift to ~1e-3 in the loss; the README
 # section "Why the loss changes with TP" has the numbers.
 

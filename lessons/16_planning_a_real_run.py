@@ -149,7 +149,7 @@ from tpsim.models.build import build_gpt  # noqa: E402
 from tpsim.models.config import GPTConfig  # noqa: E402
 from tpsim.nn.dropout import DropoutPlan  # noqa: E402
 from tpsim.tp.random import ExactDropoutRNG  # noqa: E402
-from tpsim.trace.memory import measure_activations  # noqa: E402
+from tpsim.trace.measure import measure_activations  # noqa: E402
 from tpsim.train import AdamW  # noqa: E402
 
 grid = ProcessGrid(tp=1)

@@ -11,9 +11,10 @@ import pytest
 from tpsim.cost import ring_steps, ring_time
 from tpsim.models.config import GPTConfig
 from tpsim.phases import SP_GRAD_SYNC
-from tpsim.trace.formulas import Prediction, compare, format_comparison, formula_verdict, predict_step
-from tpsim.trace.hardware import IB_NDR, NVLINK4_H100, PCIE4_X16, PRESETS, estimate_breakdown, estimate_step_time
-from tpsim.trace.memory import (activation_elements, block_activation_elements, block_activation_regions,
+from tpsim.predict.formulas import Prediction, predict_step
+from tpsim.trace.formula_check import compare, format_comparison, formula_verdict
+from tpsim.predict.hardware import IB_NDR, NVLINK4_H100, PCIE4_X16, PRESETS, estimate_breakdown, estimate_step_time
+from tpsim.predict.memory import (activation_elements, block_activation_elements, block_activation_regions,
                                 korthikanti_layer_bytes, korthikanti_layer_elements, param_elements,
                                 predict_memory, real_vocab_columns)
 
@@ -236,7 +237,7 @@ def test_estimates_from_records_equal_estimates_from_predictions():
 
 def test_whatif_tp_across_nodes_costs_more_than_tp_inside_a_node():
     """The figure's claim, as numbers: for every model, TP over InfiniBand is slower than TP over NVLink."""
-    from tpsim.trace.figures.whatif import whatif_numbers
+    from tpsim.figures.whatif import whatif_numbers
 
     for model, places in whatif_numbers().items():
         inside, across = (sum(v.values()) for v in places.values())

@@ -129,7 +129,7 @@ def test_llama_export_loads_into_transformers_unchanged(tmp_path):
 
     from tpsim.comm import ProcessGrid
     from tpsim.models.llama import parallel_llama
-    from tpsim.train.checkpoint import export_step0
+    from tpsim.hf.checkpoint import export_step0
 
     grid = ProcessGrid(tp=1, comm=MPI.COMM_SELF)
     model = parallel_llama(serial_llama(LLAMA, seed=3), grid.tp_group)

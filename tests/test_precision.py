@@ -11,7 +11,7 @@ from tpsim.models.config import GPTConfig
 from tpsim.nn.layernorm import layernorm_forward
 from tpsim.nn.precision import bfloat16, dtype_of, fp32_inside, grad_dtype, matmul, wgrad
 from tpsim.phases import OPTIMIZER
-from tpsim.trace.formulas import predict_step
+from tpsim.predict.formulas import predict_step
 from tpsim.train.loss_scale import DynamicLossScaler
 
 

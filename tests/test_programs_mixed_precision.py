@@ -1,5 +1,5 @@
 """Whole programs in 16 bits: the demo in bfloat16 (MATCH, FORMULA CHECK, 2-byte TP traffic, training) and the
-drift study on a tiny setting (python -m tpsim.trace.figures.drift)."""
+drift study on a tiny setting (python -m tpsim.figures.drift)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_bfloat16_demo_matches_serial_formulas_and_trains(tmp_path):
 
 
 def test_drift_study_on_a_tiny_setting(tmp_path):
-    r = run_mpi(2, ["-m", "tpsim.trace.figures.drift", "--steps", "2", "--tp", "1", "2", "--out", str(tmp_path)],
+    r = run_mpi(2, ["-m", "tpsim.figures.drift", "--steps", "2", "--tp", "1", "2", "--out", str(tmp_path)],
                 timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "drift.png").stat().st_size > 0

@@ -12,10 +12,10 @@ import pytest
 from launch_program import run_mpi
 from tpsim.cost import wire_bytes
 from tpsim.models.config import GPTConfig
-from tpsim.trace.formulas import predict_step
-from tpsim.trace.memory import model_state_bytes, param_elements
-from tpsim.trace.model_state import (MEGATRON_LAYOUTS, TPSIM_FLOAT64, Segment, format_formula, owned_range,
-                                     owned_segments, padded_length, zero_optimizer_bytes)
+from tpsim.predict.formulas import predict_step
+from tpsim.predict.memory import model_state_bytes, param_elements
+from tpsim.predict.model_state import MEGATRON_LAYOUTS, TPSIM_FLOAT64, format_formula, zero_optimizer_bytes
+from tpsim.partition import Segment, owned_range, owned_segments, padded_length
 
 CFG = GPTConfig(vocab_size=31, n_positions=7, n_embd=12, n_layer=2, n_head=4)
 

@@ -49,7 +49,7 @@ def alpha_beta_time(steps: int, wire: int, alpha: float, beta: float, total: flo
     """The α-β model, written once: ``total`` + ``steps`` latency steps of ``alpha`` seconds each + ``wire`` bytes
     sent at ``beta`` seconds a byte (1 / bandwidth per rank per direction).
 
-    ``total`` lets a running sum over a step's collectives (``tpsim.trace.hardware``) add the two terms one
+    ``total`` lets a running sum over a step's collectives (``tpsim.predict.hardware``) add the two terms one
     after the other, as it always has, so its seconds stay the same to the last bit.
     """
     return total + steps * alpha + wire * beta

@@ -19,6 +19,7 @@ padding changes the shapes, never the math.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -106,3 +107,47 @@ def vocab_range(padded_vocab: int, tp: int, rank: int) -> tuple[int, int]:
         raise ConfigError(f"rank {rank} is not in [0, {tp})")
     per_rank = padded_vocab // tp
     return rank * per_rank, (rank + 1) * per_rank
+
+
+# --- ZeRO's owned slices of a DP-sharded buffer (Megatron's distributed optimizer) ----------------------------
+
+
+def padded_length(n: int, dp: int) -> int:
+    """``n`` rounded up to a multiple of ``dp``: the length of a bucket that a reduce-scatter splits evenly."""
+    if n < 0 or dp < 1:
+        raise ValueError(f"need n >= 0 and dp >= 1, got n={n}, dp={dp}")
+    return -(-n // dp) * dp
+
+
+def owned_range(n: int, dp: int, rank: int) -> range:
+    """Positions of a bucket of ``n`` elements (padded to a multiple of ``dp``) that DP rank ``rank`` owns."""
+    if not 0 <= rank < dp:
+        raise ValueError(f"rank {rank} is not in a DP group of {dp}")
+    shard = padded_length(n, dp) // dp
+    return range(rank * shard, (rank + 1) * shard)
+
+
+class Segment(NamedTuple):
+    """The piece of parameter ``index`` that a rank owns: elements [start, stop) of the flattened parameter,
+    found at ``buffer_start`` in the bucket's buffer."""
+
+    index: int
+    start: int
+    stop: int
+    buffer_start: int
+
+
+def owned_segments(sizes: list[int], dp: int, rank: int) -> list[Segment]:
+    """Pieces of the parameters packed (in this order, ``sizes`` elements each) that ``rank`` owns.
+
+    E.g. sizes [5, 3], dp 2: the buffer is 8 long, rank 0 owns [0, 4) = parameter 0's elements 0..3, rank 1
+    owns [4, 8) = parameter 0's element 4 and all of parameter 1.
+    """
+    mine = owned_range(sum(sizes), dp, rank)
+    out, offset = [], 0
+    for i, size in enumerate(sizes):
+        lo, hi = max(offset, mine.start), min(offset + size, mine.stop)
+        if lo < hi:
+            out.append(Segment(i, lo - offset, hi - offset, lo))
+        offset += size
+    return out

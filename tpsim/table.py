@@ -42,3 +42,11 @@ def format_table(rows: Sequence[Sequence[str] | None], *, right: Collection[int]
         return "".join(c + g for c, g in zip(cells, gaps + [""])).rstrip()
 
     return "\n".join(([title] if title else []) + [line(row) for row in rows])
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover

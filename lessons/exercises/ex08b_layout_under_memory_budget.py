@@ -7,9 +7,9 @@ per-layer all-reduces. Pick the layout a planner would: the fewest bytes sent pe
 that fit the per-rank memory budget.
 
 Both sides are tpsim's own formulas (pure arithmetic, no MPI):
-    tpsim.trace.memory.predict_memory(config, tp, local_batch, seq, dtype) -> {"params": …, "activations": …, …}
+    tpsim.predict.memory.predict_memory(config, tp, local_batch, seq, dtype) -> {"params": …, "activations": …, …}
         bytes per rank; a layout's memory is the sum of the values; local_batch = batch // dp
-    tpsim.trace.formulas.predict_step(config, tp, dp, batch, seq, dtype, clip=False) -> [Prediction, …]
+    tpsim.predict.formulas.predict_step(config, tp, dp, batch, seq, dtype, clip=False) -> [Prediction, …]
         every collective of one training step; a layout's communication is the sum of their ``wire_bytes``
     config.check(tp) raises ConfigError when tp is not allowed (heads must divide by tp)
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.models.config import GPTConfig
-from tpsim.trace.formulas import predict_step  # noqa: F401  (the formulas you need)
-from tpsim.trace.memory import predict_memory  # noqa: F401
+from tpsim.predict.formulas import predict_step  # noqa: F401  (the formulas you need)
+from tpsim.predict.memory import predict_memory  # noqa: F401
 
 
 def choose_layout(config: GPTConfig, world: int, batch: int, seq: int, dtype: np.dtype,

@@ -6,8 +6,8 @@ import numpy as np
 
 from tpsim.errors import ConfigError
 from tpsim.models.config import GPTConfig
-from tpsim.trace.formulas import predict_step
-from tpsim.trace.memory import predict_memory
+from tpsim.predict.formulas import predict_step
+from tpsim.predict.memory import predict_memory
 
 
 def choose_layout(config: GPTConfig, world: int, batch: int, seq: int, dtype: np.dtype,

@@ -17,7 +17,7 @@ from tpsim.compare import relative_difference
 from tpsim.errors import ConfigError
 from tpsim.models.build import build_gpt, parallel_gpt, serial_gpt
 from tpsim.models.config import GPTConfig
-from tpsim.train.checkpoint import (CheckpointError, export_step0, full_tensors, load_into, load_tensors,
+from tpsim.hf.checkpoint import (CheckpointError, export_step0, full_tensors, load_into, load_tensors,
                                     save_tensors)
 
 TOL = 1e-10

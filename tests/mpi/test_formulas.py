@@ -19,9 +19,11 @@ from tpsim.models.build import build_gpt
 from tpsim.models.config import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG
-from tpsim.trace.formulas import compare, format_comparison, predict_step
-from tpsim.trace.memory import (block_activation_elements, block_activation_regions, format_memory,
-                                measure_activations, measure_memory, param_elements, predict_memory)
+from tpsim.predict.formulas import predict_step
+from tpsim.trace.formula_check import compare, format_comparison
+from tpsim.predict.memory import (block_activation_elements, block_activation_regions, param_elements,
+                                  predict_memory)
+from tpsim.trace.measure import format_memory, measure_activations, measure_memory
 from tpsim.train import AdamW, GradSync, apply_update, broadcast_batch, compute_grads, dp_slice
 
 # vocab 13 divides by no tp > 1 (padding); a small bucket cap gives several DDP buckets; label smoothing packs

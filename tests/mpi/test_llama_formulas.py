@@ -13,9 +13,11 @@ import pytest
 
 from tpsim.models.llama import build_llama
 from tpsim.models.llama_config import LlamaConfig
-from tpsim.trace.formulas import compare, format_comparison, predict_step
-from tpsim.trace.llama_memory import llama_block_activation_elements
-from tpsim.trace.memory import format_memory, measure_activations, measure_memory, param_elements, predict_memory
+from tpsim.predict.formulas import predict_step
+from tpsim.trace.formula_check import compare, format_comparison
+from tpsim.predict.llama_memory import llama_block_activation_elements
+from tpsim.predict.memory import param_elements, predict_memory
+from tpsim.trace.measure import format_memory, measure_activations, measure_memory
 from tpsim.train import AdamW, GradSync, apply_update, broadcast_batch, compute_grads, dp_slice
 
 ROWS, SEQ = 2, 8  # rows per DP rank; the sequence splits over every tp up to 8

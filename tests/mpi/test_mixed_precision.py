@@ -20,7 +20,8 @@ from tpsim.models.config import GPTConfig
 from tpsim.models.llama import build_llama, serial_llama
 from tpsim.models.llama_config import LlamaConfig
 from tpsim.nn.precision import bfloat16, dtype_of
-from tpsim.trace.formulas import compare, format_comparison, predict_step
+from tpsim.predict.formulas import predict_step
+from tpsim.trace.formula_check import compare, format_comparison
 from tpsim.train import (AdamW, DynamicLossScaler, GradSync, apply_update, broadcast_batch, compute_grads,
                          dp_slice, mixed_precision)
 

@@ -27,7 +27,8 @@ from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.tp.sequence_parallel import (SEQ_AXIS, GatherFromSequenceParallelRegion,
                                         ReduceScatterToSequenceParallelRegion, ScatterToSequenceParallelRegion)
-from tpsim.train import AdamW, GradSync, check_replicas, dp_slice, export_step0, train_step
+from tpsim.train import AdamW, GradSync, check_replicas, dp_slice, train_step
+from tpsim.hf.checkpoint import export_step0
 
 TOL = 1e-10
 B, CHUNK, H = 3, 5, 7  # awkward sizes: each rank holds 5 positions of a 5·tp sequence

@@ -16,9 +16,12 @@ import pytest
 from tpsim.cost import wire_bytes
 from tpsim.models.build import build_gpt
 from tpsim.models.config import GPTConfig
-from tpsim.trace.formulas import compare, format_comparison, predict_step
-from tpsim.trace.memory import format_memory, measure_memory, predict_memory
-from tpsim.trace.model_state import MEGATRON_LAYOUTS, measure_model_state, padded_length, zero_optimizer_bytes
+from tpsim.predict.formulas import predict_step
+from tpsim.trace.formula_check import compare, format_comparison
+from tpsim.predict.memory import predict_memory
+from tpsim.trace.measure import format_memory, measure_memory
+from tpsim.predict.model_state import MEGATRON_LAYOUTS, measure_model_state, zero_optimizer_bytes
+from tpsim.partition import padded_length
 from tpsim.train import (AdamW, GradSync, apply_update, broadcast_batch, check_replicas, compute_grads, dp_slice,
                          train_step)
 from tpsim.train.zero import DistributedOptimizer

@@ -26,8 +26,9 @@ import pytest
 from tpsim.models.build import build_gpt
 from tpsim.models.config import GPTConfig
 from tpsim.nn.precision import dtype_of
-from tpsim.trace.formulas import compare, format_comparison, predict_step
-from tpsim.trace.model_state import MEGATRON_LAYOUTS, TPSIM_16BIT, measure_model_state
+from tpsim.predict.formulas import predict_step
+from tpsim.trace.formula_check import compare, format_comparison
+from tpsim.predict.model_state import MEGATRON_LAYOUTS, TPSIM_16BIT, measure_model_state
 from tpsim.train import (AdamW, DynamicLossScaler, GradSync, apply_update, broadcast_batch, check_replicas,
                          compute_grads, dp_slice, mixed_precision)
 from tpsim.train.zero import DistributedOptimizer

@@ -210,9 +210,6 @@ class Tracer:
         if t0 is not None:
             self.t0 = t0
 
-    def now(self) -> float:
-        return time.perf_counter() - self.t0
-
     def select(self, **match) -> list[CommEvent]:
         """Records whose fields equal every given value, e.g. ``select(phase="forward", op="all_reduce")``."""
         return [e for e in self.events if all(getattr(e, k) == v for k, v in match.items())]

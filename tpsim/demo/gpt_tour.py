@@ -31,10 +31,10 @@ from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.precision import dtype_of, grad_dtype
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng
 from tpsim.tp.sequence_parallel import check_sequence_length
-from tpsim.trace.aggregate import human_bytes
+from tpsim.table import human_bytes
 from tpsim.trace.records import gather_records, gather_spans
-from tpsim.train import (apply_update, broadcast_batch, broadcast_params, check_replicas, compute_grads, dp_slice,
-                         export_step0, load_into)
+from tpsim.train import apply_update, broadcast_batch, broadcast_params, check_replicas, compute_grads, dp_slice
+from tpsim.hf.checkpoint import export_step0, load_into
 from tpsim.train.mixed_precision import demo_optimizer, scaler_metrics
 from tpsim.train.nonfinite import StepGuard, report_skip
 
@@ -205,7 +205,8 @@ def final_report(grid, args, config, dtype, metrics, grad_sync, records, paths, 
         return True
     last = metrics[-1]["step"] if metrics else 0
     print(step_table(records, last, grid.world_size) + "\n")
-    from tpsim.trace.formulas import compare, format_comparison, formula_verdict, predict_step
+    from tpsim.predict.formulas import predict_step
+    from tpsim.trace.formula_check import compare, format_comparison, formula_verdict
 
     predicted = predict_step(config, grid.tp, grid.dp, args.batch_size, args.seq_len, dtype,
                              clip=args.steps > 0, ddp_buckets=len(grad_sync.buckets),

@@ -30,7 +30,7 @@ from tpsim.models.partial_fc import (FaceConfig, MegatronFaceModel, PartialFCMod
 from tpsim.plotting import pyplot
 from tpsim.table import format_table
 from tpsim.trace import gather_records, summarize
-from tpsim.trace.aggregate import human_bytes
+from tpsim.table import human_bytes
 from tpsim.atomic import save_figure
 
 TITLES = {"megatron": "Megatron way", "partial_fc": "InsightFace way"}

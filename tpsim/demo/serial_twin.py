@@ -34,7 +34,7 @@ from tpsim.nn.dropout import DropoutPlan
 from tpsim.partition import take_shard
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.hf.folder import load_init
-from tpsim.train import load_into
+from tpsim.hf.checkpoint import load_into
 from tpsim.train.clip import CLIP_EPS
 from tpsim.train.optim import AdamW
 

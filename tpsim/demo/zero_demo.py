@@ -13,7 +13,7 @@ import numpy as np
 from tpsim.comm import ProcessGrid
 from tpsim.demo.arch import no_decay
 from tpsim.nn.module import Module
-from tpsim.trace.model_state import format_model_state, layout_for, measure_model_state, zero_optimizer_bytes
+from tpsim.predict.model_state import format_model_state, layout_for, measure_model_state, zero_optimizer_bytes
 from tpsim.train import AdamW, DynamicLossScaler, GradSync
 from tpsim.train.zero import DistributedOptimizer
 

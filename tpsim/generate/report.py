@@ -13,8 +13,8 @@ from collections import Counter
 
 from tpsim.cost import ring_steps
 from tpsim.table import RULE, format_table
-from tpsim.trace.aggregate import human_bytes
-from tpsim.trace.hardware import PRESETS
+from tpsim.table import human_bytes
+from tpsim.predict.hardware import PRESETS
 
 
 def step_events(events, step: int) -> list:

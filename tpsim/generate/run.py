@@ -14,7 +14,7 @@ from tpsim.generate.report import (collective_counts, describe_counts, kv_cache_
                                    predicted_decode, step_events)
 from tpsim.hf.folder import read_folder
 from tpsim.hf.names import is_llama
-from tpsim.train.checkpoint import load_into
+from tpsim.hf.checkpoint import load_into
 
 
 def serial_model(config, tensors: dict, dtype):
@@ -132,6 +132,6 @@ def wall_clock(spans) -> str:
 
 
 def human(events) -> str:
-    from tpsim.trace.aggregate import human_bytes
+    from tpsim.table import human_bytes
 
     return human_bytes(sum(e.bytes for e in events))

@@ -8,5 +8,5 @@
     folder.py   a whole folder -> (config, full tensors in tpsim's layout); what ``--init-from`` calls
 
 The tensors returned are the serial model's *full* master tensors; every rank reads the folder and keeps its
-own shard (``tpsim.train.checkpoint.load_into``), so a checkpoint loads at any TP size.
+own shard (``tpsim.hf.checkpoint.load_into``), so a checkpoint loads at any TP size.
 """

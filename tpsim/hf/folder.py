@@ -14,7 +14,7 @@ import numpy as np
 from tpsim.hf.config import model_config, read_config_json
 from tpsim.hf.names import hf_shapes, is_llama, to_internal
 from tpsim.hf.weights import INDEX, SINGLE, HFWeightsError, read_safetensors, read_sharded, to_float
-from tpsim.train.checkpoint import CheckpointError, load_tensors
+from tpsim.hf.checkpoint import CheckpointError, load_tensors
 
 PARAMS = "params.npz"
 

@@ -1,5 +1,5 @@
 """Which parameters Hugging Face stores transposed (Llama's ``nn.Linear`` [out, in]), written once and MPI-free:
-the export (``tpsim.train.checkpoint``) and the reader (``tpsim.hf.names``) both use it.
+the export (``tpsim.hf.checkpoint``) and the reader (``tpsim.hf.names``) both use it.
 """
 
 from __future__ import annotations

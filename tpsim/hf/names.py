@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.hf.layout import hf_shapes, is_llama, transposed
-from tpsim.train.checkpoint import CheckpointError, check_tensors
+from tpsim.hf.checkpoint import CheckpointError, check_tensors
 
 GPT2_PREFIX = "transformer."
 GPT2_BUFFERS = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers, not parameters

@@ -26,7 +26,7 @@ of its logits only (the targets are integers too).
 say what they hold (``LinearCache(x, w, has_bias)``, ``MLPCache(c_fc, gelu, c_proj)``); a composite layer's
 cache holds its sub-layers' caches by name, and only the layer that made a cache reads inside it. A field that
 points at a *parameter* rather than a saved activation (a ``w`` the backward multiplies by) is named in the
-cache type's ``PARAMETERS``, so memory accounting (``tpsim.trace.memory``) never counts a weight as activation.
+cache type's ``PARAMETERS``, so memory accounting (``tpsim.predict.memory``) never counts a weight as activation.
 
 ``path`` is the layer's dotted module path (``transformer.h.0.mlp``). Parallel layers use it as the *scope* of
 every collective they issue, so a trace says which layer moved which bytes. ``set_path`` names a whole tree.

@@ -112,9 +112,3 @@ def fp32_inside(fn):
             return (first,) + out[1:]
         return out.astype(half)
     return wrapper
-
-
-def round_to(x: np.ndarray, dtype) -> np.ndarray:
-    """``x`` rounded (nearest-even) to ``dtype`` when that is 16-bit; ``x`` itself otherwise."""
-    dtype = np.dtype(dtype)
-    return x.astype(dtype) if dtype in HALF_DTYPES and x.dtype != dtype else x

@@ -7,7 +7,7 @@ One job a module, imported in one direction (cli → search → planner → comm
     layout    Layout (tp, pp, dp, sp, zero, recompute, batch, dtype, ...) and its divisibility rules
     memory    model state per parameter (Megatron's table, ZeRO-1), activations per layer (Korthikanti Table 2;
               Llama derived), pipeline micro-batches in flight (1F1B)
-    comm      wire bytes per step by group (TP from tpsim.trace.formulas.predict_step, DP, PP) and their α-β time
+    comm      wire bytes per step by group (TP from tpsim.predict.formulas.predict_step, DP, PP) and their α-β time
     timing    FLOPs per step (Narayanan et al. 2021), compute time, bubble, step time with and without overlap
     planner   plan(model, layout) → the JSON-ready dict ``--json`` prints
     search    --search: every tp × pp × dp = N that fits, fastest first

@@ -1,6 +1,6 @@
 """Wire bytes per step by group, and their α-β time, on the busiest GPU.
 
-**TP** comes from ``tpsim.trace.formulas.predict_step`` — the function every live run's FORMULA CHECK compares
+**TP** comes from ``tpsim.predict.formulas.predict_step`` — the function every live run's FORMULA CHECK compares
 its trace with — called for one micro-batch of a one-layer stand-in of the model: the rows of
 ``transformer.h.0`` are one layer (plain TP 8·b·s·h·(t−1)/t elements, Narayanan et al. 2021; SP the same bytes
 as all-gathers and reduce-scatters plus tpsim's re-gathers and LayerNorm-gradient syncs), the other rows the
@@ -30,7 +30,7 @@ from tpsim.plan.gpus import GPU
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import ACT_BYTES, STATE_BYTES
 from tpsim.plan.models import ModelSpec
-from tpsim.trace.formulas import Prediction, predict_step
+from tpsim.predict.formulas import Prediction, predict_step
 
 PER_STEP = ("clip_grad_norm",)  # once per step, not per micro-batch
 

@@ -1,7 +1,7 @@
 """GPU presets for the planner: memory, peak dense matmul throughput, and the links inside and between nodes.
 
 Nominal vendor figures, **not measurements** (α, the per-step latency, is an assumption of the right order, as in
-``tpsim.trace.hardware``). Peak throughput is the dense (no sparsity) tensor-core figure for 16-bit inputs; for
+``tpsim.predict.hardware``). Peak throughput is the dense (no sparsity) tensor-core figure for 16-bit inputs; for
 ``--dtype fp32`` the planner uses the TF32 figure (what a framework runs fp32 matmuls on). Bandwidth is per GPU
 per direction, what one ring step uses; inter-node is one NIC per GPU, as in NVIDIA's DGX systems.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpsim.errors import ConfigError
-from tpsim.trace.hardware import IB_NDR, NVLINK4_H100, LinkPreset
+from tpsim.predict.hardware import IB_NDR, NVLINK4_H100, LinkPreset
 
 NVLINK3_A100 = LinkPreset("NVLink 3 (A100 SXM, intra-node)", 3e-6, 300e9,
                           "NVIDIA A100 datasheet: 600 GB/s total NVLink bandwidth per GPU; alpha assumed")

@@ -63,7 +63,7 @@ def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt", zero: bool 
     from tpsim.nn.precision import dtype_of
 
     from tpsim.comm import ProcessGrid
-    from tpsim.trace.memory import measure_activations, measure_memory
+    from tpsim.trace.measure import measure_activations, measure_memory
     from tpsim.train import compute_grads
 
     grid = ProcessGrid(tp=tp, dp=dp)

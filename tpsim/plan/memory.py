@@ -18,7 +18,7 @@ fp16 row keeps a 4-byte fp32 main-gradient buffer — hence 16 vs 20, and 4 + 12
 - GPT: exactly Korthikanti et al. 2022 (arXiv:2205.05198), Table 2 — 16-bit activations, 1-byte dropout masks:
   TP sbh(10 + 24/t + 5as/(ht)); TP + SP sbh/t(34 + 5as/h); selective recompute drops the 5as/h attention
   term (sbh(10 + 24/t), sbh·34/t); full recompute keeps only the layer's input, 2sbh. Priced at the run's dtype
-  through ``tpsim.trace.memory.korthikanti_layer_elements`` (itemsize per float, 1 per mask).
+  through ``tpsim.predict.memory.korthikanti_layer_elements`` (itemsize per float, 1 per mask).
   tpsim's own extra term, shown apart: LayerNorm's saved rstd, 2bs/r floats (r = t under SP, else 1).
 - Llama (RMSNorm, RoPE, grouped-query attention with g KV heads, SwiGLU of f columns, no dropout), derived from
   the architecture in Megatron's way of counting — in elements, 4sbh/r (both norms' inputs and outputs) + 2sbh/t
@@ -40,15 +40,15 @@ from __future__ import annotations
 from tpsim.partition import padded_vocab_size
 from tpsim.plan.layout import Layout
 from tpsim.plan.models import ModelSpec
-from tpsim.trace.memory import block_param_elements, korthikanti_layer_elements
-from tpsim.trace.model_state import MEGATRON_LAYOUTS, TPSIM_FLOAT64
+from tpsim.predict.memory import block_param_elements, korthikanti_layer_elements
+from tpsim.predict.model_state import MEGATRON_LAYOUTS, TPSIM_FLOAT64
 
 def _state(layout) -> tuple[int, int, int]:
-    """(param, grad, sharded) bytes per parameter of one ``tpsim.trace.model_state`` layout."""
+    """(param, grad, sharded) bytes per parameter of one ``tpsim.predict.model_state`` layout."""
     return layout.param, layout.grad, layout.sharded
 
 
-# Megatron's dist_optimizer.md rows (one table, defined in tpsim.trace.model_state), plus tpsim's float64
+# Megatron's dist_optimizer.md rows (one table, defined in tpsim.predict.model_state), plus tpsim's float64
 STATE_BYTES = {"fp16": _state(MEGATRON_LAYOUTS[0]), "bf16": _state(MEGATRON_LAYOUTS[1]),
                "fp32": _state(MEGATRON_LAYOUTS[2]), "fp64": _state(TPSIM_FLOAT64)}
 ZERO_PAPER_STATE_BYTES = (2, 2, 12)  # Rajbhandari et al. 2019: fp16 params and grads, K = 12 optimizer bytes

@@ -17,7 +17,7 @@ SOURCES = {
     "activation_bytes_per_layer": "GPT: Korthikanti et al. 2022 Table 2; Llama: derived from the architecture "
                                   "in Megatron's way of counting; tpsim's own extra terms apart (paper + extra = "
                                   "what tpsim's layers cache, checked by --validate)",
-    "tp_wire_bytes": "tpsim.trace.formulas.predict_step (checked against every live run's trace)",
+    "tp_wire_bytes": "tpsim.predict.formulas.predict_step (checked against every live run's trace)",
     "pp": "from the paper (Narayanan et al. 2021, 1F1B): tpsim does not run pipelines",
     "flops": "Narayanan et al. 2021: 72·B·s·L·h²·(1 + s/6h + V/12Lh); full recompute repeats the layers' forward",
 }

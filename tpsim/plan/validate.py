@@ -7,7 +7,7 @@ planner's own functions give for the same model and layout at float64:
 
     activation bytes per layer    measure_activations(transformer.h.0's cache)  vs  Korthikanti Table 2 + rstd
     TP wire bytes per layer       the trace's transformer.h.0.* records          vs  tp_wire_bytes_per_layer
-    params, grads, optimizer      the live arrays (tpsim.trace.memory)           vs  params × bytes per parameter
+    params, grads, optimizer      the live arrays (tpsim.predict.memory)           vs  params × bytes per parameter
     DP wire bytes per step        the trace's ddp records                        vs  dp_wire_bytes
 
 A term matches when every rank's number equals the planner's exactly. Pipeline terms (micro-batches in flight,
@@ -54,21 +54,16 @@ class Case:
         return self.tp * self.dp
 
 
-PACKAGE = Path(__file__).resolve().parents[1]  # tpsim/: a file test, as importing tpsim.train would import MPI
-LLAMA_LIVE = (PACKAGE / "models" / "llama.py").exists()  # the Llama blocks (branch i14-layers)
-CASES = [Case("TP 2", 2), Case("TP 2 + SP", 2, sp=True), Case("DP 2", 1, dp=2), Case("TP 2 x DP 2 + SP", 2, 2, True)]
-ZERO_LIVE = (PACKAGE / "train" / "zero.py").exists()  # ZeRO-1 (branch i15-zero)
-if LLAMA_LIVE:
-    CASES += [Case("Llama TP 2", 2, arch="llama"), Case("Llama TP 4 + SP, KV replicated", 4, sp=True, arch="llama")]
-if ZERO_LIVE:
-    CASES += [Case("ZeRO-1 TP 2 x DP 2", 2, 2, zero=1)]
+CASES = [Case("TP 2", 2), Case("TP 2 + SP", 2, sp=True), Case("DP 2", 1, dp=2), Case("TP 2 x DP 2 + SP", 2, 2, True),
+         Case("Llama TP 2", 2, arch="llama"), Case("Llama TP 4 + SP, KV replicated", 4, sp=True, arch="llama"),
+         Case("ZeRO-1 TP 2 x DP 2", 2, 2, zero=1)]
 BF16_CACHES = ("tpsim's 16-bit layers keep LayerNorm's x-hat, the GeLU input and the softmax probabilities in "
                "float32 (the fused-kernel inputs), where Korthikanti et al. count 2 bytes")
 CASES += [Case("bfloat16 TP 2 x DP 2", 2, 2, dtype="bf16",  # 16-bit mixed precision (tpsim.train.mixed_precision)
                not_compared=(("activation bytes per layer", BF16_CACHES),))]
-if ZERO_LIVE:  # ZeRO-1 in 16 bits: float32 gradients reduce-scattered, bfloat16 parameters all-gathered
-    CASES += [Case("ZeRO-1 bfloat16 TP 2 x DP 2", 2, 2, zero=1, dtype="bf16",
-                   not_compared=(("activation bytes per layer", BF16_CACHES),))]
+# ZeRO-1 in 16 bits: float32 gradients reduce-scattered, bfloat16 parameters all-gathered
+CASES += [Case("ZeRO-1 bfloat16 TP 2 x DP 2", 2, 2, zero=1, dtype="bf16",
+               not_compared=(("activation bytes per layer", BF16_CACHES),))]
 
 
 def toy(arch: str = "gpt"):
@@ -148,10 +143,6 @@ def main(cases=None) -> int:
     for case in cases or CASES:
         for term, why in case.not_compared:
             print(f"{case.name}, {term}: not compared — {why}")
-    if not LLAMA_LIVE:
-        print("Llama cases: skipped, this tpsim has no Llama blocks (tpsim.models.llama)")
-    if not ZERO_LIVE:
-        print("ZeRO-1 case: skipped, this tpsim has no distributed optimizer (tpsim.train.zero)")
     print("\nnot run live by tpsim, from the paper:\n" + "\n".join("  " + line for line in PAPER))
     bad = [r for r in rows if not r[4]]
     if bad:

@@ -6,30 +6,23 @@ from tpsim.tp.column_parallel import ColumnParallelLinear, column_parallel_backw
 from tpsim.tp.cross_entropy import (VocabParallelCrossEntropy, VocabParallelCrossEntropyCache,
                                     vocab_parallel_cross_entropy_backward, vocab_parallel_cross_entropy_forward)
 from tpsim.tp.lm_head import ParallelLMHead
-from tpsim.tp.mappings import (CopyToTPRegion, GatherFromTPRegion, ReduceFromTPRegion, ScatterToTPRegion,
-                               copy_to_tensor_model_parallel_region, gather_from_tensor_model_parallel_region,
-                               reduce_from_tensor_model_parallel_region, scatter_to_tensor_model_parallel_region)
+from tpsim.tp.mappings import CopyToTPRegion, GatherFromTPRegion, ReduceFromTPRegion, ScatterToTPRegion
 from tpsim.tp.mlp import ParallelMLP
 from tpsim.tp.random import DropoutRNG, ExactDropoutRNG, MegatronDropoutRNG, make_dropout_rng
 from tpsim.tp.regions import (enter_tp_region, enter_tp_region_backward, leave_tp_region, leave_tp_region_backward,
                               regather_input)
 from tpsim.tp.row_parallel import RowParallelLinear
 from tpsim.tp.sequence_parallel import (GatherFromSequenceParallelRegion, ReduceScatterToSequenceParallelRegion,
-                                        ScatterToSequenceParallelRegion, gather_from_sequence_parallel_region,
-                                        gather_sequence, reduce_scatter_to_sequence_parallel_region,
-                                        scatter_to_sequence_parallel_region)
+                                        ScatterToSequenceParallelRegion, gather_sequence)
 from tpsim.tp.sequence_parallel_layernorm import SequenceParallelLayerNorm
 from tpsim.tp.vocab_embedding import VocabEmbeddingCache, VocabParallelEmbedding
 
 __all__ = [
-    # the conjugate operators f, g and their scatter/gather cousins (Megatron names too)
+    # the conjugate operators f, g and their scatter/gather cousins (each class names its Megatron function)
     "CopyToTPRegion", "ReduceFromTPRegion", "ScatterToTPRegion", "GatherFromTPRegion",
-    "copy_to_tensor_model_parallel_region", "reduce_from_tensor_model_parallel_region",
-    "scatter_to_tensor_model_parallel_region", "gather_from_tensor_model_parallel_region",
     # sequence parallelism: f̄ and ḡ along the sequence
     "GatherFromSequenceParallelRegion", "ReduceScatterToSequenceParallelRegion", "ScatterToSequenceParallelRegion",
-    "gather_from_sequence_parallel_region", "reduce_scatter_to_sequence_parallel_region",
-    "scatter_to_sequence_parallel_region", "gather_sequence", "SequenceParallelLayerNorm",
+    "gather_sequence", "SequenceParallelLayerNorm",
     # entering and leaving the TP region: (f, g), or (f̄, ḡ) under sequence parallelism
     "enter_tp_region", "enter_tp_region_backward", "regather_input", "leave_tp_region", "leave_tp_region_backward",
     # layers

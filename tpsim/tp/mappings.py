@@ -37,7 +37,8 @@ def split_last_dim(x: np.ndarray, group: Group) -> np.ndarray:
 
 
 class CopyToTPRegion:
-    """f: forward identity, backward all-reduce. x: [..., h] replicated -> [..., h] replicated."""
+    """f (Megatron: ``copy_to_tensor_model_parallel_region``): forward identity, backward all-reduce.
+    x: [..., h] replicated -> [..., h] replicated."""
 
     @staticmethod
     def forward(x: np.ndarray, group: Group) -> np.ndarray:
@@ -51,7 +52,8 @@ class CopyToTPRegion:
 
 
 class ReduceFromTPRegion:
-    """g: forward all-reduce, backward identity. Partial sums [..., h] on each rank -> their sum, replicated."""
+    """g (Megatron: ``reduce_from_tensor_model_parallel_region``): forward all-reduce, backward identity.
+    Partial sums [..., h] on each rank -> their sum, replicated."""
 
     @staticmethod
     def forward(x: np.ndarray, group: Group, *, inplace: bool = False) -> np.ndarray:
@@ -65,7 +67,8 @@ class ReduceFromTPRegion:
 
 
 class ScatterToTPRegion:
-    """Forward: keep this rank's slice of the last dim [..., h] -> [..., h/p]; backward: all-gather it back."""
+    """Megatron: ``scatter_to_tensor_model_parallel_region``. Forward: keep this rank's slice of the last dim
+    [..., h] -> [..., h/p]; backward: all-gather it back."""
 
     @staticmethod
     def forward(x: np.ndarray, group: Group) -> np.ndarray:
@@ -78,7 +81,8 @@ class ScatterToTPRegion:
 
 
 class GatherFromTPRegion:
-    """Forward: all-gather the last dim [..., h/p] -> [..., h]; backward: keep this rank's slice."""
+    """Megatron: ``gather_from_tensor_model_parallel_region``. Forward: all-gather the last dim [..., h/p] -> [..., h];
+    backward: keep this rank's slice."""
 
     @staticmethod
     def forward(x: np.ndarray, group: Group) -> np.ndarray:
@@ -89,10 +93,3 @@ class GatherFromTPRegion:
     def backward(dy: np.ndarray, group: Group) -> np.ndarray:
         return split_last_dim(dy, group)
 
-
-# Megatron-LM's names for the same four operators (forward direction).
-copy_to_tensor_model_parallel_region = CopyToTPRegion.forward
-reduce_from_tensor_model_parallel_region = ReduceFromTPRegion.forward
-scatter_to_tensor_model_parallel_region = ScatterToTPRegion.forward
-gather_from_tensor_model_parallel_region = GatherFromTPRegion.forward
-f, g = CopyToTPRegion, ReduceFromTPRegion

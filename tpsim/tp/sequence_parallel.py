@@ -67,7 +67,8 @@ def gather_sequence(x: np.ndarray, group: Group, phase: str = BACKWARD) -> np.nd
 
 
 class ScatterToSequenceParallelRegion:
-    """Entry into SP: forward keeps this rank's s/p positions [b, s, h] -> [b, s/p, h]; backward all-gathers."""
+    """Megatron: ``scatter_to_sequence_parallel_region``.
+    Entry into SP: forward keeps this rank's s/p positions [b, s, h] -> [b, s/p, h]; backward all-gathers."""
 
     @staticmethod
     def forward(x: np.ndarray, group: Group) -> np.ndarray:
@@ -79,7 +80,8 @@ class ScatterToSequenceParallelRegion:
 
 
 class GatherFromSequenceParallelRegion:
-    """f̄: forward all-gather [b, s/p, h] -> [b, s, h]; backward reduce-scatter the partial sums back to s/p."""
+    """f̄ (Megatron: ``gather_from_sequence_parallel_region``):
+    forward all-gather [b, s/p, h] -> [b, s, h]; backward reduce-scatter the partial sums back to s/p."""
 
     @staticmethod
     def forward(x: np.ndarray, group: Group) -> np.ndarray:
@@ -92,7 +94,8 @@ class GatherFromSequenceParallelRegion:
 
 
 class ReduceScatterToSequenceParallelRegion:
-    """ḡ: forward sum the partials [b, s, h] and keep s/p rows -> [b, s/p, h]; backward all-gather them."""
+    """ḡ (Megatron: ``reduce_scatter_to_sequence_parallel_region``):
+    forward sum the partials [b, s, h] and keep s/p rows -> [b, s/p, h]; backward all-gather them."""
 
     @staticmethod
     def forward(x: np.ndarray, group: Group) -> np.ndarray:
@@ -104,9 +107,3 @@ class ReduceScatterToSequenceParallelRegion:
     def backward(dy: np.ndarray, group: Group) -> np.ndarray:
         return gather_sequence(dy, group, BACKWARD)
 
-
-# Megatron-LM's names for the same three operators (forward direction).
-scatter_to_sequence_parallel_region = ScatterToSequenceParallelRegion.forward
-gather_from_sequence_parallel_region = GatherFromSequenceParallelRegion.forward
-reduce_scatter_to_sequence_parallel_region = ReduceScatterToSequenceParallelRegion.forward
-f_bar, g_bar = GatherFromSequenceParallelRegion, ReduceScatterToSequenceParallelRegion

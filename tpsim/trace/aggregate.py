@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Sequence
 
-from tpsim.table import RULE, format_table
+from tpsim.table import RULE, format_table, human_bytes
 
 DEFAULT_KEYS = ("scope", "phase", "op", "group")
 
@@ -39,14 +39,6 @@ def summarize(records: Iterable[dict], keys: Sequence[str] = DEFAULT_KEYS, ranks
         a[2] += r["wire_bytes"]
         a[3] += r["duration"]
     return [CommRow(k, a[0] / ranks, a[1] / ranks, a[2] / ranks, a[3] / ranks) for k, a in acc.items()]
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"  # pragma: no cover
 
 
 def format_comm_table(rows: list[CommRow], keys: Sequence[str] = DEFAULT_KEYS, title: str = "") -> str:

@@ -1,6 +1,6 @@
 """Measured vs predicted: a step's traced collectives against the formulas' ``Prediction`` rows.
 
-``tpsim.trace.formulas.predict_step`` says which collectives one rank issues in one training step (layer, phase,
+``tpsim.predict.formulas.predict_step`` says which collectives one rank issues in one training step (layer, phase,
 op, group, calls, logical bytes, wire bytes); ``compare`` groups a measured step's records the same way and puts
 the two side by side, ``format_comparison`` prints them, and ``formula_verdict`` is the demo's FORMULA CHECK
 line. Every column printed is compared exactly: an "ok" never stands beside a mismatch.
@@ -12,30 +12,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from tpsim.phases import TRAINING
+from tpsim.predict.formulas import Prediction
 from tpsim.table import RULE, format_table
 from tpsim.trace.aggregate import by_layer, summarize
-
-
-@dataclass
-class Prediction:
-    """Collectives one rank issues in one training step for one (layer, phase, op, group).
-
-    ``calls`` None means "not predicted" (the DDP bucket count, when the caller does not give it).
-    ``bytes``: logical bytes summed over the calls; ``wire_bytes``: what the rank sends under the ring.
-    """
-
-    layer: str
-    phase: str
-    op: str
-    group: str
-    group_size: int
-    calls: int | None
-    bytes: int
-    wire_bytes: int
-
-    @property
-    def key(self) -> tuple[str, str, str, str]:
-        return self.layer, self.phase, self.op, self.group
 
 
 @dataclass

@@ -20,7 +20,8 @@ from typing import Iterable
 
 from tpsim.phases import PASSES
 from tpsim.table import column_widths, format_table
-from tpsim.trace.aggregate import human_bytes, layer_of
+from tpsim.trace.aggregate import layer_of
+from tpsim.table import human_bytes
 
 COLUMN_PHASES = PASSES  # forward and backward have their own columns; every other phase goes under "other"
 BY = ("module", "layer", "op")

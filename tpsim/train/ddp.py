@@ -32,7 +32,7 @@ import numpy as np
 from tpsim.comm import Group
 from tpsim.nn.module import Module
 from tpsim.phases import DP_SYNC
-from tpsim.trace.aggregate import human_bytes
+from tpsim.table import human_bytes
 
 DEFAULT_BUCKET_CAP_BYTES = 25 * 2**20  # torch DDP's bucket_cap_mb=25
 

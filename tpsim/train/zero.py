@@ -13,7 +13,7 @@ An all-reduce *is* a reduce-scatter followed by an all-gather (that is how the r
 exactly the bytes plain DP moves, 2(d−1)/d of the buffer per rank; it only moves the step into the middle
 (in one dtype: under mixed precision, below, the all-gather carries 16-bit parameters, half the bytes).
 
-Layout (``tpsim.trace.model_state``): the gradients become views into flat buckets (``GradSync`` with
+Layout (``tpsim.predict.model_state``): the gradients become views into flat buckets (``GradSync`` with
 ``pad_to=dp``), each padded with zeros to a multiple of d; DP rank r owns positions [r·n/d, (r+1)·n/d) of each
 bucket. The reduce-scatter's result is written back into that range of the bucket, so the owned slice of the
 bucket is the "main gradient" (Megatron's, for fp32 grads) and costs nothing extra; the rest of the bucket
@@ -48,8 +48,8 @@ from tpsim.comm import ProcessGrid
 from tpsim.nn.module import Partition
 from tpsim.nn.precision import FP32, is_half
 from tpsim.phases import DP_SYNC, OPTIMIZER, VERIFY
-from tpsim.trace.aggregate import human_bytes
-from tpsim.trace.model_state import owned_range, owned_segments
+from tpsim.table import human_bytes
+from tpsim.partition import owned_range, owned_segments
 from tpsim.train.clip import CLIP_EPS, _check_norm_type, _local_contribution
 from tpsim.train.ddp import DEFAULT_BUCKET_CAP_BYTES, GradSync
 from tpsim.train.loss_scale import DynamicLossScaler, unscale_and_agree

@@ -9,7 +9,7 @@ from tpsim.models.build import build_gpt
 from tpsim.models.config import GPTConfig
 from tpsim.teach.checks.registry import exercise
 from tpsim.teach.verdict import Report
-from tpsim.trace.model_state import owned_range, owned_segments
+from tpsim.partition import owned_range, owned_segments
 from tpsim.train.optim import AdamW
 from tpsim.train.zero import DistributedOptimizer
 

@@ -1,7 +1,7 @@
 """The harder planning exercises: 08b, a (tp, dp) layout under a memory budget; 11b, predict the bytes, then run.
 
-08b is arithmetic checked against a brute-force search over every layout with ``tpsim.trace.memory`` and
-``tpsim.trace.formulas``; a wrong layout is explained by its own numbers (its memory against the budget, its
+08b is arithmetic checked against a brute-force search over every layout with ``tpsim.predict.memory`` and
+``tpsim.predict.formulas``; a wrong layout is explained by its own numbers (its memory against the budget, its
 bytes against "a layout that fits sends less"), never by naming the right one. 11b runs real traced GPT steps
 and compares the learner's predicted bytes per layer with the trace's, layer by layer.
 """
@@ -16,8 +16,8 @@ from tpsim.models.config import GPTConfig
 from tpsim.teach.checks.registry import exercise
 from tpsim.teach.verdict import Report
 from tpsim.trace.aggregate import layer_of
-from tpsim.trace.formulas import predict_step
-from tpsim.trace.memory import predict_memory
+from tpsim.predict.formulas import predict_step
+from tpsim.predict.memory import predict_memory
 
 GIB = 2 ** 30
 

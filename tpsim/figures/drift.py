@@ -1,6 +1,6 @@
 """Why the loss changes with TP: the demo's GPT trained at TP 1, 2, 4 in float64, float32, bfloat16, float16.
 
-    mpiexec -n 4 python -m tpsim.trace.figures.drift [--out figures] [--steps 300]      (make figures)
+    mpiexec -n 4 python -m tpsim.figures.drift [--out figures] [--steps 300]      (make figures)
 
 Every run starts from the same master weights and sees the same batches (AdamW, clip 1.0, DP 1); the serial
 model in each dtype is the reference. In float64 TP equals serial to rounding (~1e-15); in 16 bits it cannot:
@@ -29,7 +29,7 @@ from tpsim.nn.linear import LinearCache, linear_backward
 from tpsim.nn.precision import dtype_of, wgrad
 from tpsim.tp import column_parallel, row_parallel
 from tpsim.tp.mappings import CopyToTPRegion, ReduceFromTPRegion
-from tpsim.trace.figures.style import SEED, TOY, save_figure, toy_config
+from tpsim.figures.style import SEED, TOY, save_figure, toy_config
 from tpsim.train import AdamW, apply_update, compute_grads, mixed_precision
 
 DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -171,13 +171,13 @@ def plot(results: dict, summary: dict, tp_sizes, path: Path) -> Path:
     axes[2].set_xlabel("step-0 max |Δgrad| / max |grad| vs serial bfloat16")
     axes[2].set_title(f"bfloat16 TP {top}: TP sums done in float32", fontsize=10)
     return save_figure(fig, path, "Why the loss changes with TP: summation order in 16 bits",
-                       "tpsim drift study (python -m tpsim.trace.figures.drift): the demo's GPT, same seed and "
+                       "tpsim drift study (python -m tpsim.figures.drift): the demo's GPT, same seed and "
                        "batches; Megatron's mixed precision (Micikevicius et al. 2017, arXiv:1710.03740).",
                        bottom=0.06)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tpsim.trace.figures.drift", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tpsim.figures.drift", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="figures")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--tp", type=int, nargs="+", default=[1, 2, 4], help="TP sizes; 1 is the serial model")

@@ -67,10 +67,31 @@ import numpy as np
 from tpsim.cost import wire_bytes
 from tpsim.nn.precision import accum_itemsize
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER, SP_GRAD_SYNC
-from tpsim.trace.formula_check import Prediction, compare, format_comparison, formula_verdict  # noqa: F401
-from tpsim.trace.llama_memory import is_llama
-from tpsim.trace.memory import param_elements
-from tpsim.trace.model_state import padded_length
+from tpsim.predict.llama_memory import is_llama
+from tpsim.predict.memory import param_elements
+from tpsim.partition import padded_length
+
+
+@dataclass
+class Prediction:
+    """Collectives one rank issues in one training step for one (layer, phase, op, group).
+
+    ``calls`` None means "not predicted" (the DDP bucket count, when the caller does not give it).
+    ``bytes``: logical bytes summed over the calls; ``wire_bytes``: what the rank sends under the ring.
+    """
+
+    layer: str
+    phase: str
+    op: str
+    group: str
+    group_size: int
+    calls: int | None
+    bytes: int
+    wire_bytes: int
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return self.layer, self.phase, self.op, self.group
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from tpsim.plan.models import PRESETS
 from tpsim.plan.planner import plan
 from tpsim.plan.search import search
 from tpsim.plotting import pyplot
-from tpsim.trace.figures.style import COLORS, save_figure
+from tpsim.figures.style import COLORS, save_figure
 
 BASE = Layout(sp=True, recompute="selective", seq_len=8192, global_batch=256)  # Llama-3-like batch of 2 M tokens
 LAYOUTS = [(8, 8, 1, 0), (8, 4, 2, 0), (8, 4, 2, 1), (8, 2, 4, 0), (8, 2, 4, 1), (4, 8, 2, 0), (4, 4, 4, 1)]
@@ -113,7 +113,7 @@ def plot_placement(numbers, path: Path) -> Path:
     ax.legend(fontsize=8, title="plain: TP in a node; hatched: over 2 nodes", title_fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     return save_figure(fig, path, "TP 8 inside a node vs across two nodes (H100, bf16, SP, 256 x 8192 tokens)",
-                       "tpsim plan: TP bytes from tpsim.trace.formulas.predict_step on NVLink 4 (450 GB/s a direction)"
+                       "tpsim plan: TP bytes from tpsim.predict.formulas.predict_step on NVLink 4 (450 GB/s a direction)"
                        " or InfiniBand NDR (50 GB/s per GPU); nominal figures, alpha assumed.")
 
 

@@ -59,14 +59,11 @@ the 4·b·s/r bytes of the two rstd vectors, at r = 1 for TP and r = t for TP + 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import numpy as np
 
 from tpsim.partition import padded_vocab_size
-from tpsim.trace.model_state import zero_optimizer_bytes
-from tpsim.table import format_table
-from tpsim.trace.llama_memory import is_llama, llama_activation_elements, llama_param_elements
+from tpsim.predict.model_state import zero_optimizer_bytes
+from tpsim.predict.llama_memory import is_llama, llama_activation_elements, llama_param_elements
 
 # --- model state -----------------------------------------------------------------------------------------------
 
@@ -74,7 +71,7 @@ from tpsim.trace.llama_memory import is_llama, llama_activation_elements, llama_
 def param_elements(config, tp: int) -> int:
     """Parameter elements one TP rank holds: its shards plus every replicated tensor; the tied head once.
 
-    A ``LlamaConfig``: ``tpsim.trace.llama_memory.llama_param_elements``. For the GPT:
+    A ``LlamaConfig``: ``tpsim.predict.llama_memory.llama_param_elements``. For the GPT:
 
     ``wte [Vp/t, h] + wpe [n_positions, h] + L·(12h²/t + 7h/t + 6h) + ln_f 2h``: c_attn, c_proj's weight and
     the MLP weights and column biases are sharded; LayerNorms (4h) and the two row-parallel biases (2h) are not.
@@ -95,7 +92,7 @@ def model_state_bytes(config, tp: int, dtype, optimizer_slots: int = 2, zero_dp:
     """``{"params", "grads", "optimizer"}`` bytes per rank; ``optimizer_slots`` 2 for AdamW, 1 SGD+momentum.
 
     ``zero_dp`` d > 0: ZeRO-1 over d DP ranks (one gradient bucket): the state covers this rank's 1/d of the
-    bucket padded to a multiple of d (``tpsim.trace.model_state``); parameters and gradients stay whole.
+    bucket padded to a multiple of d (``tpsim.predict.model_state``); parameters and gradients stay whole.
     """
     elements, itemsize = param_elements(config, tp), np.dtype(dtype).itemsize
     n = elements * itemsize
@@ -183,74 +180,6 @@ def korthikanti_layer_elements(s: int, b: int, h: int, a: int, t: int = 1,
     return 4 * sbh / r + 12 * sbh / t + 2 * probs, 2 * sbh / r + probs
 
 
-# --- measurement -----------------------------------------------------------------------------------------------
-
-
-def owner(a: np.ndarray) -> np.ndarray:
-    """The array that owns ``a``'s memory: ``a.base`` followed while it is an ndarray."""
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a
-
-
-def cache_arrays(tree, exclude=()) -> list[np.ndarray]:
-    """Distinct owning buffers of every ndarray in a nested tuple/list/dict ``tree`` (first-seen order).
-
-    Buffers sharing memory with an array of ``exclude`` (the inputs, say) are left out, and so are the fields a
-    cache type names in ``PARAMETERS`` (a weight the backward multiplies by: a parameter, not an activation).
-    """
-    seen: dict[int, np.ndarray] = {}
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, np.ndarray):
-            root = owner(node)
-            seen.setdefault(id(root), root)
-        elif isinstance(node, (tuple, list)):
-            parameters = getattr(type(node), "PARAMETERS", ())  # only named tuples (tpsim.nn caches) have it
-            stack.extend(reversed([value for name, value in zip(node._fields, node) if name not in parameters]
-                                  if parameters else node))
-        elif isinstance(node, dict):
-            stack.extend(reversed(list(node.values())))
-    return [a for a in seen.values() if not any(np.shares_memory(a, x) for x in exclude)]
-
-
-def measure_activations(cache, exclude=()) -> dict[str, int]:
-    """``{"activations", "masks", "indices"}`` bytes held by the cache tree: float, bool, other arrays."""
-    out = {"activations": 0, "masks": 0, "indices": 0}
-    for a in cache_arrays(cache, exclude):
-        kind = "activations" if a.dtype.kind in "fc" else "masks" if a.dtype.kind == "b" else "indices"
-        out[kind] += a.nbytes
-    return out
-
-
-@dataclass(frozen=True)
-class MemoryReport:
-    """Bytes on one rank. ``indices`` depend on the data (which ids this rank owns); the rest do not."""
-
-    params: int
-    grads: int
-    optimizer: int
-    activations: int
-    masks: int
-    indices: int
-
-    @property
-    def total(self) -> int:
-        return self.params + self.grads + self.optimizer + self.activations + self.masks + self.indices
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(asdict(self), total=self.total)
-
-
-def measure_memory(model, optimizer, cache, exclude=()) -> MemoryReport:
-    """Bytes of ``model``'s parameters and gradients, ``optimizer``'s state (None: 0) and the forward ``cache``."""
-    params = sum(p.nbytes for _, p in model.named_parameters())
-    grads = sum(g.nbytes for _, g in model.named_grads())
-    state = optimizer.state_bytes() if optimizer is not None else 0
-    return MemoryReport(params, grads, state, **measure_activations(cache, exclude))
-
-
 def predict_memory(config, tp: int, batch: int, seq: int, dtype, tp_rank: int = 0, optimizer_slots: int = 2,
                    dropout: bool | None = None, sequence_parallel: bool = False, zero_dp: int = 0) -> dict[str, int]:
     """Our formulas as bytes, keyed like ``MemoryReport`` (no ``indices``: they depend on the data).
@@ -261,14 +190,3 @@ def predict_memory(config, tp: int, batch: int, seq: int, dtype, tp_rank: int = 
     act = activation_elements(config, tp, batch, seq, tp_rank, dropout, sequence_parallel)
     return {**model_state_bytes(config, tp, dtype, optimizer_slots, zero_dp),
             "activations": act["floats"] * np.dtype(dtype).itemsize, "masks": act["masks"]}
-
-
-def format_memory(measured: MemoryReport, predicted: dict[str, int], title: str = "") -> str:
-    """Measured vs formula per category, one line each; the Korthikanti line is the caller's to add."""
-
-    rows = [["", "measured", "formula", ""]]
-    for key, value in measured.as_dict().items():
-        pred = predicted.get(key)
-        rows.append([key, f"{value:,}", "" if pred is None else f"{pred:,}",
-                     "" if pred is None else ("ok" if pred == value else "DIFFERS")])
-    return format_table(rows, right=(1, 2), title=title)

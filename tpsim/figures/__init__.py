@@ -1,8 +1,8 @@
-"""The formula figures, from real runs: ``python -m tpsim.trace.figures [--out figures/]`` (``make figures``).
+"""The formula figures, from real runs: ``python -m tpsim.figures [--out figures/]`` (``make figures``).
 
 For TP = 1, 2, 4, 8 (DP 1) it launches the demo under ``mpiexec`` in a subprocess — exactly what a reader
 runs — reads the last step of its ``comm.jsonl``, and launches the memory worker, which builds the same toy
-GPT, runs one forward and measures every live array (``tpsim.trace.memory``). Then it draws
+GPT, runs one forward and measures every live array (``tpsim.predict.memory``). Then it draws
 
     bytes_vs_tp.png          bytes per rank per step by phase and op: measured points on predict_step's lines
     whatif_tp_placement.png  α-β estimate of a step's communication for GPT sizes the toy runs cannot reach,
@@ -24,5 +24,5 @@ One job a file, imported in one direction (cli → runs, comm, whatif, memory �
     memory.py  memory_per_rank.png, sp_memory.png style.py    the toy model, TP sizes, colours, axes, saving
     plan.py    plan_memory_by_layout.png, plan_search_frontier.png, plan_tp_placement.png (no runs)
 
-This package imports nothing on import, so ``python -m tpsim.trace.figures.runs`` starts no plotting.
+This package imports nothing on import, so ``python -m tpsim.figures.runs`` starts no plotting.
 """

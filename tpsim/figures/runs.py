@@ -3,7 +3,7 @@
     measure_comm(tp, folder)    the demo at TP ``tp`` x DP 1: the records of its last step (``comm.jsonl``)
     measure_memory(tp, folder)  this module as the memory worker: every live array of one forward, per rank
 
-The worker runs as ``mpiexec -n TP python -m tpsim.trace.figures.runs --tp TP --json PATH``; the launching
+The worker runs as ``mpiexec -n TP python -m tpsim.figures.runs --tp TP --json PATH``; the launching
 process imports no MPI (``tpsim.launcher``), only the ranks do.
 """
 
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from tpsim.launcher import launch as run_mpiexec
-from tpsim.trace.figures.style import SEED, TOY, toy_config
+from tpsim.figures.style import SEED, TOY, toy_config
 from tpsim.atomic import write_text
 
 
@@ -39,7 +39,7 @@ def measure_comm(tp: int, folder: Path) -> list[dict]:
 def measure_memory(tp: int, folder: Path) -> dict[str, list[dict]]:
     """The memory worker at TP ``tp``: ``{"0.0" | "0.1" | "sp 0.0" | "sp 0.1": [bytes of rank 0, 1, ...]}``."""
     path = folder / f"memory_tp{tp}.json"
-    launch(tp, ["-m", "tpsim.trace.figures.runs", "--tp", str(tp), "--json", str(path)])
+    launch(tp, ["-m", "tpsim.figures.runs", "--tp", str(tp), "--json", str(path)])
     return json.loads(path.read_text())
 
 
@@ -53,7 +53,7 @@ def memory_worker(tp: int, path: str) -> int:
     from tpsim.models.build import build_gpt
     from tpsim.nn.dropout import DropoutPlan
     from tpsim.tp.random import ExactDropoutRNG
-    from tpsim.trace.memory import measure_activations, measure_memory
+    from tpsim.trace.measure import measure_activations, measure_memory
     from tpsim.train import AdamW, GradSync
 
     grid = ProcessGrid(tp=tp)
@@ -77,10 +77,10 @@ def memory_worker(tp: int, path: str) -> int:
 
 
 if __name__ == "__main__":  # the memory worker, one rank of ``measure_memory``'s mpiexec job
-    parser = argparse.ArgumentParser(prog="python -m tpsim.trace.figures.runs", description=memory_worker.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tpsim.figures.runs", description=memory_worker.__doc__)
     parser.add_argument("--tp", type=int, required=True, help="tensor-parallel degree (= the world size)")
     parser.add_argument("--json", required=True, help="where rank 0 writes every rank's bytes")
     args = parser.parse_args()
     from tpsim.comm.launch import run_main
 
-    run_main(lambda: memory_worker(args.tp, args.json), prog="tpsim.trace.figures")  # exits
+    run_main(lambda: memory_worker(args.tp, args.json), prog="tpsim.figures")  # exits

@@ -1,7 +1,7 @@
 """whatif_tp_placement.png: where should TP live? The α-β time of one step's collectives for GPT sizes the toy
 runs cannot reach, TP 8 placed inside a node (NVLink) vs across nodes (InfiniBand).
 
-Bytes from ``tpsim.trace.formulas.predict_step``, priced by ``tpsim.trace.hardware`` — the reason Megatron keeps
+Bytes from ``tpsim.predict.formulas.predict_step``, priced by ``tpsim.predict.hardware`` — the reason Megatron keeps
 TP within the machine (Shoeybi et al., 2019, §5; Narayanan et al., 2021).
 """
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 from tpsim.models.config import GPTConfig
 from tpsim.plotting import pyplot
-from tpsim.trace.figures.style import COLORS, save_figure
-from tpsim.trace.formulas import predict_step
-from tpsim.trace.hardware import IB_NDR, NVLINK4_H100, estimate_breakdown
+from tpsim.figures.style import COLORS, save_figure
+from tpsim.predict.formulas import predict_step
+from tpsim.predict.hardware import IB_NDR, NVLINK4_H100, estimate_breakdown
 
 # Real sizes for the what-if (16-bit, sequence 2048, 4 sequences per DP rank, TP 8 x DP 8 = 8 nodes x 8 GPUs)
 WHATIF_MODELS = {"GPT-2 medium\n(h 1024, 24 layers)": (1024, 24, 16), "GPT-3 2.7B\n(h 2560, 32 layers)":
@@ -65,7 +65,7 @@ def plot_whatif(numbers, path: Path) -> Path:
                  f"on 8 nodes x 8 GPUs,\n{w['rows_per_dp']} sequences of {w['seq']} tokens per DP rank, 16-bit "
                  "activations and gradients", fontsize=10)
     return save_figure(fig, path, "",
-                       "Predicted bytes (tpsim.trace.formulas), priced by tpsim.trace.hardware: NVLink 4 "
+                       "Predicted bytes (tpsim.predict.formulas), priced by tpsim.predict.hardware: NVLink 4 "
                        "450 GB/s per direction, α 3 µs (NVIDIA H100 datasheet, 900 GB/s total); "
                        "InfiniBand NDR 50 GB/s per GPU, α 8 µs (ConnectX-7, 400 Gb/s). Nominal peaks and "
                        "assumed α, not measurements; one micro-batch, no gradient accumulation, no overlap "

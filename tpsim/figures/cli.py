@@ -1,4 +1,4 @@
-"""The formula figures, from real runs: ``python -m tpsim.trace.figures [--out figures/]`` (``make figures``).
+"""The formula figures, from real runs: ``python -m tpsim.figures [--out figures/]`` (``make figures``).
 
 Measure at TP 1, 2, 4, 8 (``runs``), refuse to draw unless every measured byte equals its formula, then draw
 the four figures (``comm``, ``whatif``, ``memory``), the planner's three (``plan``) and write ``figures.json``
@@ -15,14 +15,15 @@ from pathlib import Path
 
 import numpy as np
 
-from tpsim.trace.figures.comm import plot_bytes_vs_tp, series_of
-from tpsim.trace.figures.memory import plot_memory, plot_sp_memory
-from tpsim.trace.figures.plan import plot_plan_figures
-from tpsim.trace.figures.runs import measure_comm, measure_memory
-from tpsim.trace.figures.style import TOY, TP_SIZES, toy_config
-from tpsim.trace.figures.whatif import plot_whatif, whatif_numbers
-from tpsim.trace.formulas import compare, predict_step
-from tpsim.trace.memory import predict_memory
+from tpsim.figures.comm import plot_bytes_vs_tp, series_of
+from tpsim.figures.memory import plot_memory, plot_sp_memory
+from tpsim.figures.plan import plot_plan_figures
+from tpsim.figures.runs import measure_comm, measure_memory
+from tpsim.figures.style import TOY, TP_SIZES, toy_config
+from tpsim.figures.whatif import plot_whatif, whatif_numbers
+from tpsim.predict.formulas import predict_step
+from tpsim.trace.formula_check import compare
+from tpsim.predict.memory import predict_memory
 from tpsim.atomic import write_text
 from tpsim.errors import ConfigError
 from tpsim.paths import check_output_dir
@@ -50,7 +51,7 @@ def measure_all(folder: Path) -> tuple[dict[int, list[dict]], dict[int, list], d
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tpsim.trace.figures", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tpsim.figures", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="figures", help="output folder (default figures/)")
     args = parser.parse_args(argv)
     try:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from tpsim.cost import alpha_beta_time, ring_steps
-from tpsim.trace.formulas import Prediction
+from tpsim.predict.formulas import Prediction
 
 
 @dataclass(frozen=True)

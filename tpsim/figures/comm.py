@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tpsim.plotting import pyplot
-from tpsim.trace.figures.style import TOY, TP_SIZES, save_figure, tp_axes
+from tpsim.figures.style import TOY, TP_SIZES, save_figure, tp_axes
 
 
 def series_of(rows, ranks: int = 1) -> dict[str, list[float]]:
@@ -53,6 +53,6 @@ def plot_bytes_vs_tp(measured: dict[int, list[dict]], predicted: dict[int, list]
              f"vocab {TOY['vocab']}, batch {TOY['batch_size']} x seq {TOY['seq_len']}, float64)")
     return save_figure(fig, path, title,
                        "Measured: `python -m tpsim.demo --tp T --dp 1`, step 1 of comm.jsonl, "
-                       "averaged per rank. Predicted: tpsim.trace.formulas.predict_step (Shoeybi et al. "
+                       "averaged per rank. Predicted: tpsim.predict.formulas.predict_step (Shoeybi et al. "
                        "2019: 2 all-reduces of b·s·h forward, 2 backward per block; loss: 3 of b·s). At "
                        "TP 1 nothing goes on the wire (0 is not drawn on a log axis).", bottom=0.17)

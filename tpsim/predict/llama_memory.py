@@ -1,6 +1,6 @@
 """Memory per rank of the Llama (``tpsim.models.llama``): parameters and cached activations, as formulas.
 
-Pure arithmetic (no MPI); ``tpsim.trace.memory`` dispatches here for a ``LlamaConfig``. With b the local
+Pure arithmetic (no MPI); ``tpsim.predict.memory`` dispatches here for a ``LlamaConfig``. With b the local
 batch, s the sequence, h hidden, a query heads, k KV heads, d = h / a, F the intermediate size, t the TP size,
 k_t = max(k / t, 1) the KV heads a rank holds (1 when a KV head is replicated on t / k ranks) and r the split
 of the norm regions (1 under TP, t under SP), elements per rank:

@@ -1,14 +1,14 @@
 """The memory figures of ``make figures``: memory_per_rank.png and sp_memory.png.
 
 memory_per_rank.png — parameters, gradients, optimizer state and activations per rank vs TP: the live arrays
-(``tpsim.trace.memory.measure_memory``) on tpsim's exact formulas, and one layer beside Korthikanti et al.
+(``tpsim.predict.memory.measure_memory``) on tpsim's exact formulas, and one layer beside Korthikanti et al.
 (2022) Table 2 in 16-bit accounting.
 
 sp_memory.png — activation memory per rank vs TP, with and without sequence parallelism.
 
-``python -m tpsim.trace.figures`` draws them from the memory worker's runs (``runs.measure_memory``): for
+``python -m tpsim.figures`` draws them from the memory worker's runs (``runs.measure_memory``): for
 TP = 1, 2, 4, 8 one forward of the toy GPT per dropout setting, built with and without ``sequence_parallel``,
-every live array of the cache counted by ``tpsim.trace.memory`` (buffers deduplicated by owner). sp_memory.png
+every live array of the cache counted by ``tpsim.predict.memory`` (buffers deduplicated by owner). sp_memory.png
 has two panels:
 
     left   the whole forward cache on TP rank 0, float64 activations plus bool masks, as stored: measured
@@ -25,13 +25,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from tpsim.plotting import pyplot
-from tpsim.trace.figures.style import COLORS, TOY, TP_SIZES, save_figure, tp_axes, toy_config
+from tpsim.figures.style import COLORS, TOY, TP_SIZES, save_figure, tp_axes, toy_config
 
 
 def plot_memory(measured: dict[int, dict], path: Path) -> Path:
     import numpy as np
 
-    from tpsim.trace.memory import block_activation_elements, korthikanti_layer_bytes, predict_memory
+    from tpsim.predict.memory import block_activation_elements, korthikanti_layer_bytes, predict_memory
 
     plt = pyplot()
     cfg, b, s = toy_config(), TOY["batch_size"], TOY["seq_len"]
@@ -65,7 +65,7 @@ def plot_memory(measured: dict[int, dict], path: Path) -> Path:
     title = (f"Memory per rank vs TP — toy GPT (h {h}, {cfg.n_layer} layers, {a} heads, vocab {cfg.vocab_size}, "
              f"b {b}, s {s}, float64)")
     return save_figure(fig, path, title,
-                       "Measured: tpsim.trace.memory.measure_memory (cache buffers deduplicated by "
+                       "Measured: tpsim.predict.memory.measure_memory (cache buffers deduplicated by "
                        "owner). Right: tpsim caches LayerNorm's x̂ and rstd, not its input, and no masks "
                        "without dropout; with dropout it is the paper's line plus 4·b·s bytes (the two "
                        "rstd vectors). The paper counts 16-bit; tpsim stores float64 (left panel).")
@@ -80,7 +80,7 @@ def plot_sp_memory(measured: dict[int, dict], path: Path) -> Path:
     import numpy as np
     from matplotlib.ticker import FormatStrFormatter
 
-    from tpsim.trace.memory import block_activation_elements, korthikanti_layer_elements, predict_memory
+    from tpsim.predict.memory import block_activation_elements, korthikanti_layer_elements, predict_memory
 
     plt = pyplot()
     cfg, b, s = toy_config(), TOY["batch_size"], TOY["seq_len"]
@@ -124,7 +124,7 @@ def plot_sp_memory(measured: dict[int, dict], path: Path) -> Path:
     title = (f"Activation memory per rank vs TP, with and without sequence parallelism (SP)\ntoy GPT: h {h}, "
              f"{cfg.n_layer} layers, {a} heads, vocab {cfg.vocab_size}, batch {b} x seq {s}, float64")
     return save_figure(fig, path, title,
-                       "Measured: tpsim.trace.memory.measure_activations on one forward's cache "
+                       "Measured: tpsim.predict.memory.measure_activations on one forward's cache "
                        "(buffers deduplicated by owner), TP rank 0; lines: predict_memory and "
                        "block_activation_elements(..., sequence_parallel). Paper: its 16-bit floats "
                        "re-priced at 8 B, masks at 1 B. What differs from the paper: tpsim keeps "
