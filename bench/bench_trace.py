@@ -27,7 +27,7 @@ from mpi4py import MPI
 from tpsim.comm import ProcessGrid, Tracer
 from tpsim.data import ReverseTask
 from tpsim.models.build import build_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.train import AdamW, GradSync, dp_slice, train_step
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from tpsim.comm.tracer import Tracer
 from tpsim.models.build import serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.models.gpt import attach_tracer
 
 

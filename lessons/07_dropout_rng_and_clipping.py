@@ -22,7 +22,7 @@ import numpy as np
 
 from tpsim.comm import ProcessGrid
 from tpsim.models.build import parallel_gpt, serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn import CausalSelfAttention, DropoutPlan
 from tpsim.teach.runtime import Lesson, shard_error
 from tpsim.tp import ExactDropoutRNG, MegatronDropoutRNG, ParallelSelfAttention

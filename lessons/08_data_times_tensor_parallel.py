@@ -23,7 +23,7 @@ import numpy as np
 from tpsim.comm import ProcessGrid
 from tpsim.data import ReverseTask
 from tpsim.models.build import build_gpt, serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.teach.runtime import Lesson, shard_error
 from tpsim.train import (AdamW, GradSync, broadcast_batch, broadcast_params, check_replicas, compute_grads,
                          dp_slice, train_step)

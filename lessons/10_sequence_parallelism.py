@@ -37,7 +37,7 @@ import numpy as np
 
 from tpsim.comm import ProcessGrid
 from tpsim.models.build import parallel_gpt, serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn import MLP, DropoutPlan, LayerNorm, layernorm_backward
 from tpsim.teach.runtime import Lesson, shard_error, table
 from tpsim.tp import ExactDropoutRNG, ParallelMLP, SequenceParallelLayerNorm

@@ -30,7 +30,7 @@ from tpsim.data import ReverseTask
 from tpsim.demo.gpt_tour import read_batch
 from tpsim.demo.report import step_table
 from tpsim.models.build import build_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.teach.runtime import Lesson, table
 from tpsim.trace import gather_records, gather_spans, write_jsonl
 from tpsim.table import human_bytes

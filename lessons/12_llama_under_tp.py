@@ -30,7 +30,7 @@ import numpy as np
 
 from tpsim.comm import ProcessGrid
 from tpsim.models.llama import parallel_llama, serial_llama
-from tpsim.models.llama_config import LlamaConfig
+from tpsim.arch.llama import LlamaConfig
 from tpsim.nn.gqa_attention import GQAttention
 from tpsim.nn.rope import rope_cos_sin, rope_forward
 from tpsim.nn.swiglu import SwiGLU

@@ -39,9 +39,9 @@ from tpsim.generate.run import parallel_model, serial_model
 from tpsim.hf.folder import read_folder
 from tpsim.hf.write import write_hf_folder
 from tpsim.models.build import serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.models.llama import serial_llama
-from tpsim.models.llama_config import LlamaConfig
+from tpsim.arch.llama import LlamaConfig
 from tpsim.teach.runtime import Lesson, table
 from tpsim.table import human_bytes
 from tpsim.predict.hardware import NVLINK4_H100

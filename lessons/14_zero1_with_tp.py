@@ -33,7 +33,7 @@ from tpsim.cost import wire_bytes
 from tpsim.data import ReverseTask
 from tpsim.demo.gpt_tour import read_batch
 from tpsim.models.build import build_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.teach.runtime import Lesson, table
 from tpsim.predict.memory import param_elements
 from tpsim.predict.model_state import MEGATRON_LAYOUTS, format_formula, zero_optimizer_bytes

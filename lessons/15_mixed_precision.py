@@ -23,7 +23,7 @@ import numpy as np
 from tpsim.comm import ProcessGrid
 from tpsim.compare import shard_differences
 from tpsim.models.build import build_gpt, serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.precision import bfloat16
 from tpsim.teach.runtime import Lesson
 from tpsim.figures.drift import fp32_sums

@@ -146,7 +146,7 @@ lesson.check("layouts that fit, sorted by step time", f"{len(plans)} layouts",
 lesson.section("The per-layer terms, measured")
 from tpsim.comm import ProcessGrid  # noqa: E402
 from tpsim.models.build import build_gpt  # noqa: E402
-from tpsim.models.config import GPTConfig  # noqa: E402
+from tpsim.arch.gpt2 import GPTConfig  # noqa: E402
 from tpsim.nn.dropout import DropoutPlan  # noqa: E402
 from tpsim.tp.random import ExactDropoutRNG  # noqa: E402
 from tpsim.trace.measure import measure_activations  # noqa: E402

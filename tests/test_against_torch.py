@@ -60,7 +60,7 @@ def assert_grads_close(ours: dict, theirs: dict, tol: float = 1e-10):
 def test_serial_gpt_equals_pytorch():
     from tpsim.data import ReverseTask
     from tpsim.models.build import serial_gpt
-    from tpsim.models.config import GPTConfig
+    from tpsim.arch.gpt2 import GPTConfig
 
     cfg = GPTConfig(vocab_size=23, n_positions=12, n_embd=24, n_layer=2, n_head=3)
     model = serial_gpt(cfg, seed=11)

@@ -4,7 +4,7 @@ import numpy as np
 
 from tpsim.data import ReverseTask
 from tpsim.models.build import serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 
 
 def test_float32_gpt_stays_float32():

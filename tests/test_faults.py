@@ -98,7 +98,7 @@ def test_one_nonfinite_step_is_skipped_and_training_goes_on(tmp_path):
 
 def bad_checkpoints(folder) -> dict[str, tuple[str, str]]:
     """name -> (path, the expected one-line message)."""
-    from tpsim.models.config import GPTConfig
+    from tpsim.arch.gpt2 import GPTConfig
 
     cfg = GPTConfig(vocab_size=13, n_positions=8, n_embd=16, n_layer=2, n_head=2)
     rng = np.random.default_rng(0)

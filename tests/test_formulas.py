@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tpsim.cost import ring_steps, ring_time
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.phases import SP_GRAD_SYNC
 from tpsim.predict.formulas import Prediction, predict_step
 from tpsim.trace.formula_check import compare, format_comparison, formula_verdict

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tpsim.models.build import serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG
 

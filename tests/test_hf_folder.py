@@ -14,7 +14,7 @@ from tpsim.hf.folder import load_init, read_folder, read_hf_tensors
 from tpsim.hf.weights import read_raw, read_safetensors
 from tpsim.hf.write import as_storage, write_hf_folder
 from tpsim.models.build import serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 
 CFG = GPTConfig(vocab_size=13, n_positions=11, n_embd=16, n_layer=2, n_head=2)
 
@@ -162,7 +162,7 @@ def test_load_init_checks_the_run_sizes_and_cuts_positions(tmp_path):
 
 
 def llama_model_config():
-    from tpsim.models.llama_config import LlamaConfig
+    from tpsim.arch.llama import LlamaConfig
 
     return LlamaConfig(vocab_size=13, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32, rope_theta=5e5)

@@ -22,9 +22,9 @@ from tpsim.hf.folder import read_folder
 from tpsim.hf.layout import transposed
 from tpsim.hf.write import write_hf_folder
 from tpsim.models.build import serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.models.llama import serial_llama
-from tpsim.models.llama_config import LlamaConfig
+from tpsim.arch.llama import LlamaConfig
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

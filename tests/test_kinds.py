@@ -15,7 +15,7 @@ import pytest
 from tpsim import kinds
 from tpsim.comm.tracer import Tracer
 from tpsim.models.build import serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.models.gpt import attach_tracer
 from tpsim.nn import MLP
 from tpsim.trace.kind_split import COLUMNS, comm_waits, format_kind_table, kind_split

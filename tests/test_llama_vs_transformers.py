@@ -15,7 +15,7 @@ import pytest
 
 from tpsim.compare import relative_difference
 from tpsim.models.llama import serial_llama
-from tpsim.models.llama_config import LlamaConfig
+from tpsim.arch.llama import LlamaConfig
 from tpsim.nn.rope import rope_cos_sin
 
 torch = pytest.importorskip("torch")

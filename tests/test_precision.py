@@ -7,7 +7,7 @@ import pytest
 
 from tpsim.data import ReverseTask
 from tpsim.models.build import serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.layernorm import layernorm_forward
 from tpsim.nn.precision import bfloat16, dtype_of, fp32_inside, grad_dtype, matmul, wgrad
 from tpsim.phases import OPTIMIZER

@@ -15,7 +15,7 @@ from tpsim.generate.run import serial_model
 from tpsim.hf.folder import read_folder
 from tpsim.hf.write import write_hf_folder
 from tpsim.models.build import serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def test_generate_from_a_sharded_bfloat16_folder(tmp_path):
 
 def test_generate_llama_from_a_transformers_5_folder_with_replicated_kv_heads(tmp_path):
     from tpsim.models.llama import serial_llama
-    from tpsim.models.llama_config import LlamaConfig
+    from tpsim.arch.llama import LlamaConfig
 
     cfg = LlamaConfig(vocab_size=29, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=16, initializer_range=0.5)

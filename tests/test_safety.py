@@ -13,7 +13,7 @@ import pytest
 
 from tpsim import atomic
 from tpsim.errors import ConfigError, TrainingStopped
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.npzfile import CheckpointError, check_model, read_npz, write_npz
 from tpsim.paths import check_input_file, check_output_dir, check_output_file
 from tpsim.train.nonfinite import FOUND_INF, StepGuard, first_nonfinite

@@ -103,11 +103,11 @@ def test_no_file_over_300_lines_and_no_function_over_60():
 
 
 @pytest.mark.parametrize("modules", [
-    "tpsim.predict.formulas, tpsim.predict.memory, tpsim.predict.hardware, tpsim.models.config",
+    "tpsim.predict.formulas, tpsim.predict.memory, tpsim.predict.hardware, tpsim.arch.gpt2",
     "tpsim.cost, tpsim.errors, tpsim.phases, tpsim.partition, tpsim.compare, tpsim.table, tpsim.plotting, tpsim.nn",
     "tpsim.kinds, tpsim.trace.kind_split",
     "tpsim.paths, tpsim.atomic, tpsim.npzfile",
-    "tpsim.models.llama_config, tpsim.predict.llama_memory, tpsim.predict.model_state",
+    "tpsim.arch, tpsim.arch.llama, tpsim.predict.llama_memory, tpsim.predict.model_state",
     "tpsim.plan.cli, tpsim.plan.planner, tpsim.plan.search, tpsim.plan.published, tpsim.plan.validate",
     "tpsim.hf.config, tpsim.hf.weights, tpsim.hf.layout, tpsim.generate.argmax, tpsim.generate.kv_cache, "
     "tpsim.generate.report",

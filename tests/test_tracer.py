@@ -9,7 +9,7 @@ import pytest
 
 from tpsim.comm.tracer import SpanEvent, Tracer
 from tpsim.models.build import serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.models.gpt import attach_tracer
 
 

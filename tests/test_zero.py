@@ -11,7 +11,7 @@ import pytest
 
 from launch_program import run_mpi
 from tpsim.cost import wire_bytes
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.predict.memory import model_state_bytes, param_elements
 from tpsim.predict.model_state import MEGATRON_LAYOUTS, TPSIM_FLOAT64, format_formula, zero_optimizer_bytes

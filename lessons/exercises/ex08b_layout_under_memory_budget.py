@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.predict.formulas import predict_step  # noqa: F401  (the formulas you need)
 from tpsim.predict.memory import predict_memory  # noqa: F401
 

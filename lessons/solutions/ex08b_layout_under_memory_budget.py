@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.errors import ConfigError
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.predict.memory import predict_memory
 

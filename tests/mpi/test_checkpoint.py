@@ -16,7 +16,7 @@ from conftest import WORLD, get_grid
 from tpsim.compare import relative_difference
 from tpsim.errors import ConfigError
 from tpsim.models.build import build_gpt, parallel_gpt, serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.hf.checkpoint import (CheckpointError, export_step0, full_tensors, load_into, load_tensors,
                                     save_tensors)
 

@@ -17,7 +17,7 @@ from mpi4py import MPI
 from tpsim.compare import shard_differences
 from tpsim.errors import ConfigError
 from tpsim.models.build import build_gpt, serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.train import (AdamW, GradSync, broadcast_batch, broadcast_params, check_replicas, dp_slice,

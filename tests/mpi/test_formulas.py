@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tpsim.models.build import build_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.predict.formulas import predict_step

@@ -11,9 +11,9 @@ from tpsim.generate.argmax import serial_argmax, vocab_parallel_argmax
 from tpsim.generate.decode import greedy
 from tpsim.generate.report import collective_counts, kv_cache_bytes, predicted_decode, step_events
 from tpsim.models.build import parallel_gpt, serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.models.llama import parallel_llama, serial_llama
-from tpsim.models.llama_config import LlamaConfig
+from tpsim.arch.llama import LlamaConfig
 from tpsim.partition import padded_vocab_size
 
 # 8 heads: whole heads at TP 1..8; vocabulary 37: padded at every TP > 1; large weights: varied tokens

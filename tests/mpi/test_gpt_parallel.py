@@ -11,7 +11,7 @@ import pytest
 from tpsim.compare import shard_differences
 from tpsim.errors import ConfigError
 from tpsim.models.build import parallel_gpt, serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tpsim.models.llama import build_llama
-from tpsim.models.llama_config import LlamaConfig
+from tpsim.arch.llama import LlamaConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.trace.formula_check import compare, format_comparison
 from tpsim.predict.llama_memory import llama_block_activation_elements

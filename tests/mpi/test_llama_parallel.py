@@ -13,7 +13,7 @@ import pytest
 from tpsim.compare import shard_differences
 from tpsim.errors import ConfigError
 from tpsim.models.llama import build_llama, parallel_llama, serial_llama
-from tpsim.models.llama_config import LlamaConfig
+from tpsim.arch.llama import LlamaConfig
 from tpsim.nn.swiglu import SwiGLU
 from tpsim.tp.column_parallel import ColumnParallelLinear
 from tpsim.tp.gqa_attention import kv_head_layout

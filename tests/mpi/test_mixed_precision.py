@@ -16,9 +16,9 @@ import pytest
 
 from tpsim.compare import relative_difference, shard_differences
 from tpsim.models.build import build_gpt, serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.models.llama import build_llama, serial_llama
-from tpsim.models.llama_config import LlamaConfig
+from tpsim.arch.llama import LlamaConfig
 from tpsim.nn.precision import bfloat16, dtype_of
 from tpsim.predict.formulas import predict_step
 from tpsim.trace.formula_check import compare, format_comparison

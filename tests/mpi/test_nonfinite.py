@@ -12,7 +12,7 @@ import numpy as np
 
 from tpsim.comm.agree import Agreement
 from tpsim.models.build import build_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.train import AdamW, GradSync, StepGuard, apply_update, compute_grads, dp_slice, train_step
 from tpsim.train.nonfinite import first_nonfinite
 

@@ -22,7 +22,7 @@ from test_data_parallel import assert_matches_serial  # every shard vs the seria
 from tpsim.errors import ConfigError
 from tpsim.demo.gpt_tour import config_from
 from tpsim.models.build import build_gpt, parallel_gpt, serial_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.tp.sequence_parallel import (SEQ_AXIS, GatherFromSequenceParallelRegion,

@@ -15,7 +15,7 @@ import pytest
 
 from tpsim.cost import wire_bytes
 from tpsim.models.build import build_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.trace.formula_check import compare, format_comparison
 from tpsim.predict.memory import predict_memory

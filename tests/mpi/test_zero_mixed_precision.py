@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from tpsim.models.build import build_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.precision import dtype_of
 from tpsim.predict.formulas import predict_step
 from tpsim.trace.formula_check import compare, format_comparison

@@ -46,7 +46,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def llama_config(args: argparse.Namespace):
-    from tpsim.models.llama_config import LlamaConfig
+    from tpsim.arch.llama import LlamaConfig
 
     return LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ffn,
                        num_hidden_layers=args.layers, num_attention_heads=args.heads,

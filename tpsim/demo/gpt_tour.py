@@ -26,7 +26,7 @@ from tpsim.demo.report import say, step_table, write_outputs
 from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
 from tpsim.demo.zero_demo import demo_adamw, formula_args, make_sync, state_table
 from tpsim.hf.folder import load_init
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.precision import dtype_of, grad_dtype
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng

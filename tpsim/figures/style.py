@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.plotting import pyplot
 from tpsim import atomic
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.plotting import pyplot
 from tpsim.figures.style import COLORS, save_figure
 from tpsim.predict.formulas import predict_step

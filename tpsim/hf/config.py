@@ -68,7 +68,7 @@ def _check_flags(cfg: dict, where: str, expected: dict[str, object], why: dict[s
 
 def gpt2_config(cfg: dict, where: str = "config.json"):
     """A ``GPTConfig`` from a GPT-2 config.json (``HFConfigError`` for what tpsim does not model)."""
-    from tpsim.models.config import GPTConfig
+    from tpsim.arch.gpt2 import GPTConfig
 
     positions = cfg.get("n_positions", cfg.get("n_ctx"))
     if positions is None:
@@ -145,8 +145,8 @@ def model_config(cfg: dict, where: str = "config.json"):
     if kind == "llama":
         fields = llama_fields(cfg, where)
         try:
-            from tpsim.models.llama_config import LlamaConfig
+            from tpsim.arch.llama import LlamaConfig
         except ImportError as exc:
-            raise HFConfigError(f"{where}: model_type llama needs tpsim.models.llama_config ({exc})") from exc
+            raise HFConfigError(f"{where}: model_type llama needs tpsim.arch.llama ({exc})") from exc
         return LlamaConfig(**fields).check(1)
     raise HFConfigError(f"{where}: model_type = {json.dumps(kind)} is not supported: tpsim reads gpt2 and llama")

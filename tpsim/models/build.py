@@ -17,7 +17,7 @@ import copy
 import numpy as np
 
 from tpsim.comm import Group
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.models.gpt import GPT, Block, Transformer, attach_tracer
 from tpsim.nn.attention import CausalSelfAttention
 from tpsim.nn.cross_entropy import CrossEntropyLoss

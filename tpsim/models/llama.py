@@ -29,7 +29,7 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.models.gpt import GPT, Block, Transformer, attach_tracer
-from tpsim.models.llama_config import LlamaConfig
+from tpsim.arch.llama import LlamaConfig
 from tpsim.nn.cross_entropy import CrossEntropyLoss
 from tpsim.nn.embedding import Embedding
 from tpsim.nn.gqa_attention import GQAttention

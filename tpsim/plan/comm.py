@@ -24,7 +24,7 @@ unless the whole job fits in one node.
 from __future__ import annotations
 
 from tpsim.cost import alpha_beta_time, ring_steps, wire_bytes
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.phases import BACKWARD, FORWARD, SP_GRAD_SYNC
 from tpsim.plan.gpus import GPU
 from tpsim.plan.layout import Layout

@@ -28,13 +28,13 @@ def build(arch: str, grid, sp: bool, dtype=None):
 
     if arch == "llama":  # tpsim.models.llama: the Llama blocks (branch i14-layers)
         from tpsim.models.llama import build_llama
-        from tpsim.models.llama_config import LlamaConfig
+        from tpsim.arch.llama import LlamaConfig
 
         cfg = LlamaConfig(**TOY_LLAMA)
         return build_llama(cfg, grid.tp_group, seed=SEED, sequence_parallel=sp), cfg.max_position_embeddings, \
             DropoutPlan()
     from tpsim.models.build import build_gpt
-    from tpsim.models.config import GPTConfig
+    from tpsim.arch.gpt2 import GPTConfig
     from tpsim.tp.random import ExactDropoutRNG
 
     cfg = GPTConfig(**TOY)

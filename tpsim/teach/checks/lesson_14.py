@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.models.build import build_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.teach.checks.registry import exercise
 from tpsim.teach.verdict import Report
 from tpsim.partition import owned_range, owned_segments

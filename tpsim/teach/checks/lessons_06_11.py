@@ -7,7 +7,7 @@ import numpy as np
 
 from tpsim.cost import wire_bytes
 from tpsim.models.build import build_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.module import Partition
 from tpsim.teach.checks.lessons_01_05 import OWN_PARTIAL
 from tpsim.teach.checks.registry import exercise, ops

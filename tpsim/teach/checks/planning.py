@@ -12,7 +12,7 @@ import numpy as np
 
 from tpsim.errors import ConfigError
 from tpsim.models.build import build_gpt
-from tpsim.models.config import GPTConfig
+from tpsim.arch.gpt2 import GPTConfig
 from tpsim.teach.checks.registry import exercise
 from tpsim.teach.verdict import Report
 from tpsim.trace.aggregate import layer_of

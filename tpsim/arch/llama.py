@@ -5,12 +5,13 @@
     max_position_embeddings, rms_norm_eps, rope_theta; pre-norm blocks with RMSNorm, SwiGLU MLP, RoPE,
     no biases, untied LM head, no dropout.
 
-Pure arithmetic (no MPI), like ``tpsim.models.config``.
+Pure arithmetic (no MPI), like ``tpsim.arch.gpt2``.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 from tpsim.errors import ConfigError
 
@@ -28,9 +29,62 @@ class LlamaConfig:
     rope_theta: float = 10000.0
     initializer_range: float = 0.02
 
+    # --- the shape every architecture's config exposes (tpsim.arch): one spelling for code that serves both ---
+    arch: ClassVar[str] = "llama"
+    norm: ClassVar[str] = "rmsnorm"  # a weight, no bias
+    activation: ClassVar[str] = "swiglu"  # gate, up, down
+    positions: ClassVar[str] = "rope"  # rotary: no position parameters
+    tied: ClassVar[bool] = False  # lm_head is its own [V, h] matrix
+    biases: ClassVar[bool] = False
+
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def hidden(self) -> int:
+        return self.hidden_size
+
+    @property
+    def heads(self) -> int:
+        return self.num_attention_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads
+
+    @property
+    def ffn(self) -> int:
+        return self.intermediate_size
+
+    @property
+    def layers(self) -> int:
+        return self.num_hidden_layers
+
+    @property
+    def vocab(self) -> int:
+        return self.vocab_size
+
+    @property
+    def max_positions(self) -> int:
+        return self.max_position_embeddings
+
+    @classmethod
+    def from_sizes(cls, *, vocab: int, hidden: int, layers: int, heads: int, max_positions: int,
+                   dropout: float = 0.0, kv_heads: int | None = None, ffn: int | None = None) -> "LlamaConfig":
+        """The config from the sizes every architecture shares (the demo's flags). Defaults: 2 KV heads when
+        ``heads`` is even (grouped-query attention shows; at TP 4 each is replicated on two ranks), else one per
+        head; ``ffn`` 8h/3 rounded up to a multiple of 32 (the SwiGLU width that keeps the MLP's parameters
+        near a 4h GeLU MLP's, as Llama does: 192 for h = 64). Llama has no dropout."""
+        if dropout:
+            raise ConfigError("--arch llama has no dropout (Llama's attention and residual dropouts are 0)")
+        kv_heads = (2 if heads % 2 == 0 else heads) if kv_heads is None else kv_heads
+        ffn = -(-8 * hidden // 3 // 32) * 32 if ffn is None else ffn
+        for flag, value in (("kv-heads", kv_heads), ("ffn", ffn)):
+            if value < 1:
+                raise ConfigError(f"--{flag} must be >= 1, got {value}")
+        return cls(vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+                   num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_positions)
 
     def check(self, tp: int = 1) -> "LlamaConfig":
         """Raise ``ConfigError`` naming the first constraint this config breaks at tensor-parallel size ``tp``."""

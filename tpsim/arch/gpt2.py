@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 from tpsim.errors import ConfigError
 
@@ -22,6 +23,57 @@ class GPTConfig:
     dropout: float = 0.0
     layer_norm_epsilon: float = 1e-5
     initializer_range: float = 0.02
+
+    # --- the shape every architecture's config exposes (tpsim.arch): one spelling for code that serves both ---
+    arch: ClassVar[str] = "gpt2"
+    norm: ClassVar[str] = "layernorm"  # with a bias
+    activation: ClassVar[str] = "gelu_tanh"  # a 4h GeLU MLP ("gelu_new")
+    positions: ClassVar[str] = "learned"  # wpe, [n_positions, h]
+    tied: ClassVar[bool] = True  # the LM head is the token embedding
+    biases: ClassVar[bool] = True
+
+    @property
+    def hidden(self) -> int:
+        return self.n_embd
+
+    @property
+    def heads(self) -> int:
+        return self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_head  # multi-head attention: every query head has its own key/value head
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def ffn(self) -> int:
+        return 4 * self.n_embd
+
+    @property
+    def layers(self) -> int:
+        return self.n_layer
+
+    @property
+    def vocab(self) -> int:
+        return self.vocab_size
+
+    @property
+    def max_positions(self) -> int:
+        return self.n_positions
+
+    @classmethod
+    def from_sizes(cls, *, vocab: int, hidden: int, layers: int, heads: int, max_positions: int,
+                   dropout: float = 0.0, kv_heads: int | None = None, ffn: int | None = None) -> "GPTConfig":
+        """The config from the sizes every architecture shares (the demo's flags); GPT-2 has no choice of KV
+        heads (multi-head attention) or MLP width (4h), so giving either is an error."""
+        for flag, value in (("kv-heads", kv_heads), ("ffn", ffn)):
+            if value is not None:
+                raise ConfigError(f"--{flag} is for --arch llama")
+        return cls(vocab_size=vocab, n_positions=max_positions, n_embd=hidden, n_layer=layers, n_head=heads,
+                   dropout=dropout)
 
     def check(self, tp: int = 1) -> "GPTConfig":
         """Raise ``ConfigError`` naming the first constraint this config breaks at tensor-parallel size ``tp``."""
