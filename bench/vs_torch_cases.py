@@ -148,43 +148,43 @@ def traced_split(block: Block, x: np.ndarray, dy: np.ndarray, group) -> tuple[di
 def demo_case(grid, torch_groups, world: int) -> Case:
     """c. the demo's training step at its defaults (``python -m tpsim.demo``), TP 4 x DP world/4."""
     from tpsim.data import ReverseTask
-    from tpsim.demo.cli import DEFAULT_BATCH, build_parser
-    from tpsim.demo.gpt_tour import config_from
+    from tpsim.demo.cli import parse
     from tpsim.models.build import build_gpt
     from tpsim.tp.random import make_dropout_rng
     from tpsim.train import AdamW, GradSync, apply_update, compute_grads, dp_slice, train_step
 
-    d = build_parser().parse_args([])  # the demo's own defaults: whatever `python -m tpsim.demo` trains
-    d.tp, d.dp = 4, world // 4
-    d.dropout = 0.0  # except dropout: PyTorch cannot draw the exact RNG's masks, so neither side drops anything
-    batch = d.dp * -(-DEFAULT_BATCH // d.dp)
-    cfg = config_from(d)
-    padded = d.tp * -(-cfg.vocab_size // d.tp)
+    # the demo's own defaults (whatever `python -m tpsim.demo` trains) at TP 4, except dropout: PyTorch cannot
+    # draw the exact RNG's masks, so neither side drops anything
+    run = parse(["--tp", "4", "--dp", str(world // 4), "--dropout", "0"]).run
+    cfg, sch, settings = run.model, run.schedule, run.optimizer
+    tp, dp, batch, seq = run.parallel.tp, run.parallel.dp, sch.batch_size, sch.seq_len
+    padded = tp * -(-cfg.vocab_size // tp)
     case = Case("demo", f"demo training step: GPT {cfg.n_layer} layers h {cfg.n_embd}, {cfg.n_head} heads, vocab "
-                f"{cfg.vocab_size}, batch {batch} x seq {d.seq_len}, AdamW, clip {d.clip}",
+                f"{cfg.vocab_size}, batch {batch} x seq {seq}, AdamW, clip {settings.clip}",
                 {"layers": cfg.n_layer, "hidden": cfg.n_embd, "heads": cfg.n_head, "vocab": cfg.vocab_size,
-                 "batch": batch, "seq": d.seq_len}, d.dtype, d.tp, d.dp,
-                gpt_gemms(batch // d.dp, d.seq_len, cfg.n_embd, cfg.n_head, cfg.n_layer, padded, d.tp),
+                 "batch": batch, "seq": seq}, run.precision.dtype, tp, dp,
+                gpt_gemms(batch // dp, seq, cfg.n_embd, cfg.n_head, cfg.n_layer, padded, tp),
                 extra={"tracing": "on, as in the demo", "data": "one fixed batch, outside the timing"})
     if grid is None:
         return case
-    model = build_gpt(cfg, grid.tp_group, seed=d.seed, dtype=np.dtype(d.dtype))
-    grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes=int(d.bucket_mb * 2**20))
-    opt = AdamW(model, lr=d.lr, weight_decay=0.01, no_decay=lambda n: n.endswith("bias") or ".ln_" in n)
-    rows = dp_slice(batch, d.dp, grid.dp_rank)
-    ids, labels = (a[rows] for a in ReverseTask(cfg.vocab_size, d.seq_len).batch(d.seed, 0, batch))
-    plan = DropoutPlan(make_dropout_rng(d.dropout_rng, d.seed, grid.tp_rank), 0, np.arange(batch)[rows])
-    clip = d.clip if d.clip > 0 else None
+    model = build_gpt(cfg, grid.tp_group, seed=sch.seed, dtype=run.precision.numpy)
+    grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes=settings.bucket_cap_bytes)
+    opt = AdamW(model, lr=settings.lr, weight_decay=settings.weight_decay,
+                no_decay=lambda n: n.endswith("bias") or ".ln_" in n)
+    rows = dp_slice(batch, dp, grid.dp_rank)
+    ids, labels = (a[rows] for a in ReverseTask(cfg.vocab_size, seq).batch(sch.seed, 0, batch))
+    plan = DropoutPlan(make_dropout_rng(sch.dropout_rng, sch.seed, grid.tp_rank), 0, np.arange(batch)[rows])
+    clip = settings.max_norm
 
     P = torch_tp.leaf_tensors(model)
     sharded = {n for n, part in model.named_partitions() if part is not None}
-    trainer = torch_tp.Trainer(P, sharded, grid.tp_rank, *torch_groups, lr=d.lr, clip=clip)
+    trainer = torch_tp.Trainer(P, sharded, grid.tp_rank, *torch_groups, lr=settings.lr, clip=clip)
     ids_t, labels_t = torch.tensor(ids), torch.tensor(labels)
     n_local = int(np.count_nonzero(labels != model.loss.ignore_index))
     start = model.transformer.wte.vocab_start
 
     def torch_loss():
-        return torch_tp.gpt_loss(P, ids_t, labels_t, cfg, cfg.n_head // d.tp, start, torch_groups[0]), n_local
+        return torch_tp.gpt_loss(P, ids_t, labels_t, cfg, cfg.n_head // tp, start, torch_groups[0]), n_local
 
     def tpsim_step():
         grid.tracer.reset()  # the demo keeps its records; here one step's worth, so the list never grows

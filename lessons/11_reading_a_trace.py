@@ -35,6 +35,7 @@ from tpsim.teach.runtime import Lesson, table
 from tpsim.trace import gather_records, gather_spans, write_jsonl
 from tpsim.table import human_bytes
 from tpsim.cost import ring_steps
+from tpsim.config import RunConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.trace.formula_check import compare, format_comparison, formula_verdict
 from tpsim.predict.hardware import IB_NDR, NVLINK4_H100, estimate_breakdown, estimate_step_time
@@ -110,8 +111,8 @@ lesson.check("every record's bytes = its shape's elements × the dtype's size",
 
 # %%
 lesson.section("Every row against the formulas")
-predicted = predict_step(config, grid.tp, grid.dp, BATCH, config.n_positions, np.float64, clip=True,
-                         ddp_buckets=len(sync.buckets))
+run = RunConfig.of(config, tp=grid.tp, dp=grid.dp, batch_size=BATCH)  # the run: model, grid, batch, float64
+predicted = predict_step(run, clip=True, ddp_buckets=len(sync.buckets))
 if lesson.rank == 0:
     rows = compare([r for r in records if r["step"] == LAST], predicted)
     lesson.say(format_comparison(rows, title=f"measured vs predicted, step {LAST}, per rank:"), "",
@@ -285,7 +286,8 @@ lesson.check("this step: TP in the node is cheaper than TP across nodes", f"{in_
 # %%
 medium = GPTConfig(vocab_size=50257, n_positions=1024, n_embd=1024, n_layer=24, n_head=16)
 tp8, dp8, rows_per_dp = 8, 8, 8
-big = predict_step(medium, tp8, dp8, rows_per_dp * dp8, 1024, 2, clip=True, ddp_buckets=1)
+big = predict_step(RunConfig.of(medium, tp=tp8, dp=dp8, batch_size=rows_per_dp * dp8), clip=True, ddp_buckets=1,
+                   itemsize=2)  # every tensor in 2 bytes, as a bf16 run would send it
 priced = {place: estimate_breakdown(big, links) for place, links in placements.items()}
 rows = [["GPT-2 medium, TP 8 × DP 8", "TP ms", "DP ms", "total ms"]]
 rows += [[place, f"{t['tp'] * 1e3:.1f}", f"{t['dp'] * 1e3:.1f}", f"{sum(t.values()) * 1e3:.1f}"]

@@ -11,6 +11,7 @@ import pytest
 from tpsim.cost import ring_steps, ring_time
 from tpsim.arch.gpt2 import GPTConfig
 from tpsim.phases import SP_GRAD_SYNC
+from tpsim.config import RunConfig
 from tpsim.predict.formulas import Prediction, predict_step
 from tpsim.trace.formula_check import compare, format_comparison, formula_verdict
 from tpsim.predict.hardware import IB_NDR, NVLINK4_H100, PCIE4_X16, PRESETS, estimate_breakdown, estimate_step_time
@@ -130,7 +131,8 @@ def test_param_elements_equal_the_full_shapes_at_tp1_and_shrink_with_tp():
 
 def test_predictions_for_tp2_dp2_by_hand():
     b, s, h, e = 4 // 2, 5, CFG.n_embd, 8
-    preds = {p.key: p for p in predict_step(CFG, 2, 2, 4, s, np.float64, clip=True, ddp_buckets=3)}
+    run = RunConfig.of(CFG, tp=2, dp=2, batch_size=4, seq_len=s)
+    preds = {p.key: p for p in predict_step(run, clip=True, ddp_buckets=3)}
     act = b * s * h * e
     tp_ar = [p for p in preds.values() if p.group == "tp" and p.op == "all_reduce" and p.layer != "loss"
              and p.layer != "clip_grad_norm"]
@@ -144,8 +146,8 @@ def test_predictions_for_tp2_dp2_by_hand():
 
 
 def test_sequence_parallel_moves_the_same_bytes_in_gathers_and_scatters():
-    plain = predict_step(CFG, 4, 1, 4, 8, np.float64, clip=False)
-    sp = predict_step(CFG, 4, 1, 4, 8, np.float64, clip=False, sequence_parallel=True)
+    plain = predict_step(RunConfig.of(CFG, tp=4, dp=1, batch_size=4, seq_len=8), clip=False)
+    sp = predict_step(RunConfig.of(CFG, tp=4, dp=1, sp=True, batch_size=4, seq_len=8), clip=False)
 
     def rows(preds, layer, phase):
         return {p.op: p for p in preds if p.layer == layer and p.phase == phase}
@@ -160,12 +162,12 @@ def test_sequence_parallel_moves_the_same_bytes_in_gathers_and_scatters():
     assert fwd["all_gather"].wire_bytes + fwd["reduce_scatter"].wire_bytes == ar.wire_bytes
     ln = [p for p in sp if p.phase == SP_GRAD_SYNC]
     assert len(ln) == 2 * CFG.n_layer + 1 and all(p.bytes == 2 * CFG.n_embd * 8 for p in ln)
-    lean = predict_step(CFG, 4, 1, 4, 8, np.float64, clip=False, sequence_parallel=True,
+    lean = predict_step(RunConfig.of(CFG, tp=4, dp=1, sp=True, batch_size=4, seq_len=8), clip=False,
                         sp_regather_in_backward=False)
     assert rows(lean, "transformer.h.0.mlp", "backward")["all_gather"].calls == 1
     assert "all_gather" not in rows(lean, "lm_head", "backward")
-    with pytest.raises(ValueError, match="sequence length 6 is not divisible by tp 4"):
-        predict_step(CFG, 4, 1, 4, 6, np.float64, clip=False, sequence_parallel=True)
+    with pytest.raises(ValueError, match="--seq-len 6 is not divisible by tp 4"):
+        predict_step(RunConfig.of(CFG, tp=4, dp=1, sp=True, batch_size=4, seq_len=6), clip=False)
 
 
 def test_presets_are_sane_nominal_figures():
@@ -187,7 +189,7 @@ def records_from(preds, rank=0):
 
 
 def test_compare_flags_a_wrong_byte_a_missing_call_and_an_unpredicted_one():
-    preds = predict_step(CFG, 2, 2, 4, 5, np.float64, clip=True, ddp_buckets=1)
+    preds = predict_step(RunConfig.of(CFG, tp=2, dp=2, batch_size=4, seq_len=5), clip=True, ddp_buckets=1)
     recs = records_from(preds, 0) + records_from(preds, 1)
     rows = compare(recs, preds)
     assert all(r.match for r in rows) and formula_verdict(rows)[0]
@@ -207,7 +209,7 @@ def test_compare_flags_a_wrong_byte_a_missing_call_and_an_unpredicted_one():
 def test_compare_checks_wire_bytes_too():
     """The issue's planted bug: all-reduce wire bytes recorded as (p−1)/p·B instead of the ring's 2(p−1)/p·B.
     Calls and logical bytes still match, so only the wire column can fail the row — and it must."""
-    preds = predict_step(CFG, 4, 1, 4, 5, np.float64, clip=False)
+    preds = predict_step(RunConfig.of(CFG, tp=4, dp=1, batch_size=4, seq_len=5), clip=False)
     recs = records_from(preds)
     for r in recs:
         if r["op"] == "all_reduce":
@@ -225,7 +227,7 @@ def test_compare_checks_wire_bytes_too():
 
 
 def test_estimates_from_records_equal_estimates_from_predictions():
-    preds = predict_step(CFG, 2, 2, 4, 5, np.float64, clip=True, ddp_buckets=1)
+    preds = predict_step(RunConfig.of(CFG, tp=2, dp=2, batch_size=4, seq_len=5), clip=True, ddp_buckets=1)
     links = {"tp": NVLINK4_H100, "dp": IB_NDR}
     recs = records_from(preds, 0) + records_from(preds, 1)
     assert estimate_step_time(recs, links) == pytest.approx(estimate_step_time(preds, links))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tpsim.config import RunConfig
 from tpsim.data import ReverseTask
 from tpsim.models.build import serial_gpt
 from tpsim.arch.gpt2 import GPTConfig
@@ -82,11 +83,15 @@ def test_loss_scaler_grows_backs_off_and_says_when_it_is_at_its_minimum():
 
 def test_formulas_use_2_byte_activations_and_float32_accumulations():
     cfg = GPTConfig(vocab_size=16, n_positions=8, n_embd=16, n_layer=1, n_head=4)
-    rows = {p.key: p for p in predict_step(cfg, 2, 2, 4, 8, bfloat16, clip=True, loss_scaling=True)}
+    rows = {p.key: p for p in predict_step(RunConfig.of(cfg, tp=2, dp=2, batch_size=4, dtype=bfloat16), clip=True)}
+    fp16 = {p.key: p for p in predict_step(RunConfig.of(cfg, tp=2, dp=2, batch_size=4, dtype="float16"), clip=True)}
     b, s, h = 2, 8, 16
     assert rows[("transformer.h.0.mlp", "forward", "all_reduce", "tp")].bytes == b * s * h * 2
     assert rows[("loss", "forward", "all_reduce", "tp")].bytes == 3 * b * s * 4
     assert rows[("ddp", "dp_sync", "all_reduce", "dp")].bytes % 4 == 0
-    assert rows[("loss_scaler", OPTIMIZER, "all_reduce", "world")].bytes == 8
-    f32 = {p.key: p for p in predict_step(cfg, 2, 2, 4, 8, np.float32, clip=True)}
+    assert ("loss_scaler", OPTIMIZER, "all_reduce", "world") not in rows  # bfloat16 needs no loss scaling
+    assert fp16[("loss_scaler", OPTIMIZER, "all_reduce", "world")].bytes == 8  # float16's found-inf flag
+    assert {k: (r.bytes, r.wire_bytes) for k, r in fp16.items() if k[0] != "loss_scaler"} == \
+        {k: (r.bytes, r.wire_bytes) for k, r in rows.items()}  # otherwise the same 2- and 4-byte rows
+    f32 = {p.key: p for p in predict_step(RunConfig.of(cfg, tp=2, dp=2, batch_size=4, dtype=np.float32), clip=True)}
     assert rows[("ddp", "dp_sync", "all_reduce", "dp")].bytes == f32[("ddp", "dp_sync", "all_reduce", "dp")].bytes

@@ -12,6 +12,7 @@ import pytest
 from launch_program import run_mpi
 from tpsim.cost import wire_bytes
 from tpsim.arch.gpt2 import GPTConfig
+from tpsim.config import RunConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.predict.memory import model_state_bytes, param_elements
 from tpsim.predict.model_state import MEGATRON_LAYOUTS, TPSIM_FLOAT64, format_formula, zero_optimizer_bytes
@@ -50,8 +51,9 @@ def test_owned_slices_cover_the_padded_buffer_once():
 
 @pytest.mark.parametrize("tp, dp", [(1, 2), (2, 2), (4, 2), (1, 3), (2, 4), (1, 8), (4, 1)])
 def test_zero_rows_send_exactly_the_all_reduce_bytes(tp, dp):
-    plain = {p.key: p for p in predict_step(CFG, tp, dp, 2 * dp, 7, np.float64, clip=True)}
-    zero = {p.key: p for p in predict_step(CFG, tp, dp, 2 * dp, 7, np.float64, clip=True, zero=1)}
+    plain = {p.key: p for p in predict_step(RunConfig.of(CFG, tp=tp, dp=dp, batch_size=2 * dp, seq_len=7), clip=True)}
+    zero = {p.key: p for p in predict_step(RunConfig.of(CFG, tp=tp, dp=dp, zero=1, batch_size=2 * dp, seq_len=7),
+                                           clip=True)}
     n = padded_length(param_elements(CFG, tp), dp) * 8
     assert plain.pop(("clip_grad_norm", "optimizer", "all_reduce", "tp")).bytes == 8
     assert zero.pop(("clip_grad_norm", "optimizer", "all_reduce", "world")).group_size == tp * dp
@@ -99,8 +101,8 @@ def test_zero_rows_in_16_bits_reduce_float32_and_gather_2_bytes(dtype):
     """Mixed precision: the reduce-scatter carries the float32 main gradients, the all-gather the 16-bit params."""
     from tpsim.nn.precision import dtype_of
 
-    rows = {p.key: p for p in predict_step(CFG, 2, 4, 8, 7, dtype_of(dtype), clip=True, zero=1,
-                                           loss_scaling=dtype == "float16")}
+    run = RunConfig.of(CFG, tp=2, dp=4, zero=1, batch_size=8, seq_len=7, dtype=dtype_of(dtype))
+    rows = {p.key: p for p in predict_step(run, clip=True)}  # float16: + the loss scaler
     n = padded_length(param_elements(CFG, 2), 4)
     assert rows["zero", "dp_sync", "reduce_scatter", "dp"].bytes == 4 * n
     assert rows["zero", "optimizer", "all_gather", "dp"].bytes == 2 * n

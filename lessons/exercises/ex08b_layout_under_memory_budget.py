@@ -9,8 +9,9 @@ that fit the per-rank memory budget.
 Both sides are tpsim's own formulas (pure arithmetic, no MPI):
     tpsim.predict.memory.predict_memory(config, tp, local_batch, seq, dtype) -> {"params": …, "activations": …, …}
         bytes per rank; a layout's memory is the sum of the values; local_batch = batch // dp
-    tpsim.predict.formulas.predict_step(config, tp, dp, batch, seq, dtype, clip=False) -> [Prediction, …]
-        every collective of one training step; a layout's communication is the sum of their ``wire_bytes``
+    tpsim.predict.formulas.predict_step(run, clip=False) -> [Prediction, …]
+        every collective of one training step of ``run = RunConfig.of(config, tp=tp, dp=dp, batch_size=batch,
+        seq_len=seq, dtype=dtype)`` (tpsim.config); a layout's communication is the sum of their ``wire_bytes``
     config.check(tp) raises ConfigError when tp is not allowed (heads must divide by tp)
 
 Check it:   tpsim check 08b          (8 ranks like lesson 08; compared with a brute-force search)

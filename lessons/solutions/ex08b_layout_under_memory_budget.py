@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpsim.errors import ConfigError
 from tpsim.arch.gpt2 import GPTConfig
+from tpsim.config import RunConfig
+from tpsim.errors import ConfigError
 from tpsim.predict.formulas import predict_step
 from tpsim.predict.memory import predict_memory
 
@@ -23,7 +24,8 @@ def choose_layout(config: GPTConfig, world: int, batch: int, seq: int, dtype: np
             continue
         memory = sum(predict_memory(config, tp, batch // dp, seq, dtype).values())
         if memory <= budget_bytes:
-            wire = sum(row.wire_bytes for row in predict_step(config, tp, dp, batch, seq, dtype, clip=False))
+            run = RunConfig.of(config, tp=tp, dp=dp, batch_size=batch, seq_len=seq, dtype=dtype)
+            wire = sum(row.wire_bytes for row in predict_step(run, clip=False))
             fits.append((wire, tp))
     if not fits:
         return None

@@ -19,6 +19,7 @@ from tpsim.models.build import build_gpt
 from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.random import ExactDropoutRNG
+from tpsim.config import RunConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.trace.formula_check import compare, format_comparison
 from tpsim.predict.memory import (block_activation_elements, block_activation_regions, param_elements,
@@ -53,9 +54,10 @@ def one_step(grid, case, dtype=np.float64, sequence_parallel=False):
     ids, labels = broadcast_batch(grid, ids[rows], labels[rows])  # as the demo: TP rank 0's rows win
     compute_grads(model, grid, sync, ids, labels)
     apply_update(model, opt, grid, case["clip"])
-    predicted = predict_step(cfg, grid.tp, grid.dp, batch, case["seq"], dtype, clip=case["clip"] is not None,
-                             ddp_buckets=len(sync.buckets), label_smoothing=bool(case["smoothing"]),
-                             sequence_parallel=sequence_parallel)
+    run = RunConfig.of(cfg, tp=grid.tp, dp=grid.dp, sp=sequence_parallel, batch_size=batch, seq_len=case["seq"],
+                       dtype=dtype)
+    predicted = predict_step(run, clip=case["clip"] is not None, ddp_buckets=len(sync.buckets),
+                             label_smoothing=bool(case["smoothing"]))
     return [e.as_dict() for e in grid.tracer.events], predicted, sync, cfg
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from tpsim.models.llama import build_llama
 from tpsim.arch.llama import LlamaConfig
+from tpsim.config import RunConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.trace.formula_check import compare, format_comparison
 from tpsim.predict.llama_memory import llama_block_activation_elements
@@ -42,8 +43,8 @@ def test_llama_step_matches_the_formulas(grid, kv, sp):
     ids, labels = broadcast_batch(grid, ids[rows], labels[rows])
     compute_grads(model, grid, sync, ids, labels)
     apply_update(model, opt, grid, 1.0)
-    predicted = predict_step(cfg, grid.tp, grid.dp, batch, SEQ, np.float64, clip=True,
-                             ddp_buckets=len(sync.buckets), sequence_parallel=sp)
+    run = RunConfig.of(cfg, tp=grid.tp, dp=grid.dp, sp=sp, batch_size=batch, seq_len=SEQ)
+    predicted = predict_step(run, clip=True, ddp_buckets=len(sync.buckets))
     rows = compare([e.as_dict() for e in grid.tracer.events], predicted)
     table = format_comparison(rows, title=f"Llama kv {kv}, sp {sp}, TP({grid.tp}) x DP({grid.dp}) rank {grid.rank}:")
     assert all(r.match and r.measured_wire == r.predicted_wire for r in rows), table

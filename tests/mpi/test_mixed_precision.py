@@ -20,6 +20,7 @@ from tpsim.arch.gpt2 import GPTConfig
 from tpsim.models.llama import build_llama, serial_llama
 from tpsim.arch.llama import LlamaConfig
 from tpsim.nn.precision import bfloat16, dtype_of
+from tpsim.config import RunConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.trace.formula_check import compare, format_comparison
 from tpsim.train import (AdamW, DynamicLossScaler, GradSync, apply_update, broadcast_batch, compute_grads,
@@ -98,8 +99,8 @@ def test_16_bit_step_moves_2_byte_activations_and_matches_the_formulas(grid, nam
     compute_grads(model, grid, sync, ids, labels, loss_scale=opt.loss_scale if name == "float16" else 1.0)
     assert apply_update(model, opt, grid, 1.0) is not None
     records = [e.as_dict() for e in grid.tracer.events]
-    predicted = predict_step(cfg, grid.tp, grid.dp, 2 * grid.dp, CFG.n_positions, dtype, clip=True,
-                             ddp_buckets=len(sync.buckets), loss_scaling=name == "float16")
+    run = RunConfig.of(cfg, tp=grid.tp, dp=grid.dp, batch_size=2 * grid.dp, dtype=dtype)
+    predicted = predict_step(run, clip=True, ddp_buckets=len(sync.buckets))  # float16: + the loss scaler
     rows_ = compare(records, predicted)
     table = format_comparison(rows_, title=f"{name}, TP({grid.tp}) x DP({grid.dp})")
     assert all(r.match and r.measured_wire == r.predicted_wire for r in rows_), table

@@ -10,7 +10,6 @@ shrink by tp; and its export equals the plain TP model's.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 from _util import assert_close, randn
 from test_data_parallel import assert_matches_serial  # every shard vs the serial tensor, relative to its size
 from tpsim.errors import ConfigError
-from tpsim.demo.gpt_tour import config_from
+from tpsim.demo.cli import parse
 from tpsim.models.build import build_gpt, parallel_gpt, serial_gpt
 from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
@@ -244,10 +243,10 @@ def test_seq_len_not_divisible_by_tp_fails_on_every_rank_before_any_collective(g
         par.forward(ids, labels)
     assert not grid.tracer.events
     # the demo checks its flags before it builds the grid, and names the flag
-    args = argparse.Namespace(sequence_parallel=True, seq_len=seq, tp=grid.tp, vocab=13, hidden=8 * grid.tp,
-                              layers=1, heads=2 * grid.tp, dropout=0.0)
+    flags = ["--sequence-parallel", "--seq-len", str(seq), "--tp", str(grid.tp), "--vocab", "13",
+             "--hidden", str(8 * grid.tp), "--layers", "1", "--heads", str(2 * grid.tp), "--dropout", "0"]
     with pytest.raises(ConfigError, match=f"--seq-len {seq} is not divisible by tp {grid.tp} "):
-        config_from(args)
+        parse(flags)
 
 
 def test_export_of_sp_model_equals_export_of_tp_model(grid):

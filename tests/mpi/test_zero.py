@@ -16,6 +16,7 @@ import pytest
 from tpsim.cost import wire_bytes
 from tpsim.models.build import build_gpt
 from tpsim.arch.gpt2 import GPTConfig
+from tpsim.config import RunConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.trace.formula_check import compare, format_comparison
 from tpsim.predict.memory import predict_memory
@@ -146,8 +147,8 @@ def test_trace_and_memory_match_the_formulas(grid, cap):
     compute_grads(model, grid, opt, ids, labels)
     apply_update(model, opt, grid, clip=1.0)
     given = {} if cap == 10**9 else {"grad_bytes_local": opt.total_bytes}  # one bucket: padding predicted too
-    predicted = predict_step(cfg, grid.tp, grid.dp, BATCH, SEQ, np.float64, clip=True, zero=1,
-                             ddp_buckets=len(opt.buckets), **given)
+    run = RunConfig.of(cfg, tp=grid.tp, dp=grid.dp, zero=1, batch_size=BATCH, seq_len=SEQ)
+    predicted = predict_step(run, clip=True, ddp_buckets=len(opt.buckets), **given)
     table = compare([e.as_dict() for e in grid.tracer.events], predicted)
     assert all(r.match for r in table), format_comparison(table)
     assert {r.layer for r in table} >= ({"zero"} if grid.dp > 1 else set())

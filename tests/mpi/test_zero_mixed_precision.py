@@ -26,6 +26,7 @@ import pytest
 from tpsim.models.build import build_gpt
 from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.precision import dtype_of
+from tpsim.config import RunConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.trace.formula_check import compare, format_comparison
 from tpsim.predict.model_state import MEGATRON_LAYOUTS, TPSIM_16BIT, measure_model_state
@@ -112,9 +113,8 @@ def test_zero1_16_bit_step_matches_the_formulas(grid, name):
     compute_grads(model, grid, opt, ids, labels, loss_scale=opt.loss_scale)
     assert apply_update(model, opt, grid, 1.0) is not None
     records = [e.as_dict() for e in grid.tracer.events]
-    predicted = predict_step(cfg, grid.tp, grid.dp, BATCH, SEQ, dtype, clip=True, zero=1,
-                             grad_bytes_local=opt.total_bytes, ddp_buckets=len(opt.buckets),
-                             loss_scaling=name == "float16")
+    run = RunConfig.of(cfg, tp=grid.tp, dp=grid.dp, zero=1, batch_size=BATCH, seq_len=SEQ, dtype=dtype)
+    predicted = predict_step(run, clip=True, grad_bytes_local=opt.total_bytes, ddp_buckets=len(opt.buckets))
     table = compare(records, predicted)
     assert all(r.match for r in table), format_comparison(table)
     rs = [r for r in records if r["op"] == "reduce_scatter" and r["group"] == "dp"]

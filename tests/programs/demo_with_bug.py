@@ -2,8 +2,8 @@
 
     mpiexec -n 4 python tests/programs/demo_with_bug.py BUG[,BUG...] [demo flags...]
 
-Each BUG is one of ``BUGS`` (``none`` plants nothing): bugs issue 13 found the step-0 verdict and the formula
-check blind to, planted by monkeypatching in this process only — tpsim's files are untouched. The demo's main
+Each BUG is one of ``BUGS`` (``none`` plants nothing): bugs issue 13 (and issue 21: the export) found the step-0
+verdict and the formula check blind to, planted by monkeypatching in this process only — tpsim's files are untouched. The demo's main
 runs once per BUG in this one job (one launch instead of several: each costs seconds), the bug removed again
 after its run; rank 0 prints ``BUG <name>: exit status <s>`` after each. With a bug the demo must end with a
 MISMATCH verdict or a failed FORMULA CHECK and status 1; with none, status 0.
@@ -64,7 +64,51 @@ def wrong_wire_bytes():
         (p - 1) * nbytes // p if op == "all_reduce" else wire_bytes(op, nbytes, p)))
 
 
-BUGS = {"row-bias": bias_before_all_reduce, "clip-replicated": clip_counts_replicated_twice,
+def export_transposes_c_proj():
+    """The export writes GPT-2's square attention projection transposed in the Hugging Face layout: every shape
+    still fits, so nothing complains until the folder is read back."""
+    from tpsim.hf import checkpoint
+
+    original = checkpoint.to_hf
+
+    def to_hf(tensors, config):
+        return {n: a.T.copy() if n.endswith("attn.c_proj.weight") else a for n, a in original(tensors, config).items()}
+
+    return mock.patch.object(checkpoint, "to_hf", to_hf)
+
+
+def dloss_off_by_a_percent():
+    """Every replica's backward starts from 1.01·dloss: visible at step 0, which must then say it differs."""
+    from tpsim.train import step
+
+    original = step.global_loss_scale
+
+    def global_loss_scale(grid, loss_local, n_local):
+        loss, dloss, n = original(grid, loss_local, n_local)
+        return loss, 1.01 * dloss, n
+
+    return mock.patch.object(step, "global_loss_scale", global_loss_scale)
+
+
+def zero_drops_last_owned_element():
+    """ZeRO-1's last DP rank loses the last element it owns in a padded bucket (a slice off by the padding):
+    invisible wherever no bucket pads, as at the demo's sizes."""
+    from tpsim import partition
+    from tpsim.train import zero
+
+    original = partition.owned_segments
+
+    def owned_segments(sizes, dp, rank):
+        segments = original(sizes, dp, rank)
+        if sum(sizes) % dp and rank == dp - 1 and segments:
+            s = segments[-1]
+            segments[-1] = partition.Segment(s.index, s.start, max(s.start, s.stop - 1), s.buffer_start)
+        return segments
+
+    return mock.patch.object(zero, "owned_segments", owned_segments)
+
+
+BUGS = {"row-bias": bias_before_all_reduce, "zero-padding": zero_drops_last_owned_element, "dloss-scaled": dloss_off_by_a_percent, "export-transposed": export_transposes_c_proj, "clip-replicated": clip_counts_replicated_twice,
         "adamw-l2": adamw_with_l2_decay, "wire-bytes": wrong_wire_bytes, "none": ExitStack}
 
 

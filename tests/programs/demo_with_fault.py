@@ -53,14 +53,14 @@ def backward(self, dz, cache):
     return real_backward(self, dz, cache)
 
 
-real_build = gpt_tour.build_model
+real_build = gpt_tour.build
 
 
-def build_model(*args, **kwargs):
-    model = real_build(*args, **kwargs)
+def build(*args, **kwargs):
+    model, grad_sync = real_build(*args, **kwargs)
     model.transformer.h[1].mlp.fault_target = True  # only this layer's backward raises
-    return model
+    return model, grad_sync
 
 
-gpt_tour.compute_grads, gpt_tour.build_model, ParallelMLP.backward = compute_grads, build_model, backward
+gpt_tour.compute_grads, gpt_tour.build, ParallelMLP.backward = compute_grads, build, backward
 run_main(main, prog="tpsim.demo")

@@ -1,22 +1,16 @@
-"""Run the partial-FC demo (``tpsim.demo.partial_fc.run``) with default sizes; flags override them."""
+"""Run the partial-FC demo (``tpsim.demo.partial_fc.run``) with small sizes: 31 classes, a global batch of 32
+(``python -m tpsim.demo --scenario partial-fc`` with those flags); further flags override them."""
 
-import argparse
+import sys
 
 from tpsim.comm.launch import run_main
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(prog="partial_fc_demo")
-    p.add_argument("--out", default="tpsim-out")
-    p.add_argument("--classes", type=int, default=31)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--dtype", choices=["float32", "float64"], default="float64")
-    args = p.parse_args()
-
+    from tpsim.demo.cli import parse
     from tpsim.demo.partial_fc import run  # after parsing, as the demo's CLI does
 
-    return run(args)
+    return run(parse(["--scenario", "partial-fc", "--classes", "31", "--batch-size", "32", *sys.argv[1:]]))
 
 
 run_main(main, prog="partial_fc_demo")

@@ -31,6 +31,7 @@ class GPTConfig:
     positions: ClassVar[str] = "learned"  # wpe, [n_positions, h]
     tied: ClassVar[bool] = True  # the LM head is the token embedding
     biases: ClassVar[bool] = True
+    has_dropout: ClassVar[bool] = True  # embedding, residual and attention-probability dropout, one p
 
     @property
     def hidden(self) -> int:

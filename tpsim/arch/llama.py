@@ -36,6 +36,7 @@ class LlamaConfig:
     positions: ClassVar[str] = "rope"  # rotary: no position parameters
     tied: ClassVar[bool] = False  # lm_head is its own [V, h] matrix
     biases: ClassVar[bool] = False
+    has_dropout: ClassVar[bool] = False  # Llama trains without dropout
 
     @property
     def head_dim(self) -> int:

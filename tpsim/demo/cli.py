@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from math import gcd
 
-from tpsim.errors import ConfigError
+from tpsim.arch import ARCH_NAMES, ARCH_SPELLINGS, architecture
 from tpsim.comm.launch import world_rank, world_size
+from tpsim.config import (DROPOUT_RNGS, DTYPE_ALIASES, DTYPE_NAMES, Files, OptimizerSettings, Parallelism,
+                          Precision, RunConfig, Schedule, ZERO_STAGES)
+from tpsim.errors import ConfigError
 from tpsim.paths import check_input_file, check_output_dir
-from tpsim.demo.arch import add_arguments, check_arguments
 
 
 DEFAULT_BATCH = 16
@@ -31,6 +34,30 @@ class RankZeroParser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
+def _model_arguments(m) -> None:
+    """The model group: sizes every architecture shares, then the architecture and its own (``tpsim.arch``)."""
+    m.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
+    m.add_argument("--hidden", type=int, default=64, help="hidden size h (default 64)")
+    m.add_argument("--heads", type=int, default=4, help="attention heads, divisible by tp (default 4)")
+    m.add_argument("--vocab", type=int, default=32, help="vocabulary size, any value (padded to a multiple of tp)")
+    m.add_argument("--seq-len", type=int, default=16, help="tokens per sequence (default 16)")
+    m.add_argument("--dropout", type=float, default=None,
+                   help="embedding/residual/attention dropout p (default 0.1 for gpt2, so the checks against "
+                        "serial cover it; llama has none)")
+    m.add_argument("--dropout-rng", choices=DROPOUT_RNGS, default="exact",
+                   help="exact: masks keyed by global position (TP equals serial); megatron: per-rank streams")
+    m.add_argument("--dtype", choices=[*DTYPE_NAMES, *DTYPE_ALIASES], default="float64",
+                   metavar="{" + ",".join(DTYPE_NAMES) + "}",
+                   help="compute dtype; bfloat16/float16: Megatron's mixed precision (float32 main params and "
+                        "grads; float16 with dynamic loss scaling)")
+    m.add_argument("--arch", choices=ARCH_SPELLINGS, default="gpt2", metavar="{" + ",".join(ARCH_NAMES) + "}",
+                   help="gpt2: GPT-2 blocks (default); llama: RMSNorm, SwiGLU, RoPE, grouped-query attention")
+    m.add_argument("--kv-heads", type=int, default=None,
+                   help="llama: key/value heads, dividing --heads (default 2: tp > 2 replicates them)")
+    m.add_argument("--ffn", type=int, default=None,
+                   help="llama: intermediate size, divisible by tp (default 8h/3 rounded up to a multiple of 32)")
+
+
 def build_parser() -> RankZeroParser:
     p = RankZeroParser(prog="python -m tpsim.demo",
                        description="Tensor parallelism on real MPI ranks: the rank grid, a check against the "
@@ -44,21 +71,7 @@ def build_parser() -> RankZeroParser:
     g.add_argument("--sequence-parallel", action="store_true",
                    help="Megatron-SP: LayerNorm/dropout/residual regions split along the sequence over the TP "
                         "group (--seq-len must divide by tp)")
-    m = p.add_argument_group("model")
-    m.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
-    m.add_argument("--hidden", type=int, default=64, help="hidden size h (default 64)")
-    m.add_argument("--heads", type=int, default=4, help="attention heads, divisible by tp (default 4)")
-    m.add_argument("--vocab", type=int, default=32, help="vocabulary size, any value (padded to a multiple of tp)")
-    m.add_argument("--seq-len", type=int, default=16, help="tokens per sequence (default 16)")
-    m.add_argument("--dropout", type=float, default=None,
-                   help="embedding/residual/attention dropout p (default 0.1 for gpt2, so the checks against "
-                        "serial cover it; llama has none)")
-    m.add_argument("--dropout-rng", choices=["exact", "megatron"], default="exact",
-                   help="exact: masks keyed by global position (TP equals serial); megatron: per-rank streams")
-    m.add_argument("--dtype", choices=["float64", "float32", "bfloat16", "float16"], default="float64",
-                   help="compute dtype; bfloat16/float16: Megatron's mixed precision (float32 main params and "
-                        "grads; float16 with dynamic loss scaling)")
-    add_arguments(m)
+    _model_arguments(p.add_argument_group("model"))
     t = p.add_argument_group("training")
     t.add_argument("--batch-size", type=int, default=None,
                    help="global batch, sequences per step (default: 16, rounded up to a multiple of dp)")
@@ -69,7 +82,7 @@ def build_parser() -> RankZeroParser:
                    help="stop (exit 1) after this many consecutive steps skipped for a non-finite loss or "
                         "gradient norm (default 3)")
     t.add_argument("--bucket-mb", type=float, default=25.0, help="DP gradient bucket size in MiB (0 = per tensor)")
-    t.add_argument("--zero", type=int, choices=[0, 1], default=0,
+    t.add_argument("--zero", type=int, choices=ZERO_STAGES, default=0,
                    help="1: ZeRO-1, Megatron's distributed optimizer: gradients reduce-scattered over DP, AdamW "
                         "state for this rank's 1/dp slice only, parameters all-gathered (default 0: plain DP)")
     t.add_argument("--loss-scale-interval", type=int, default=1000,
@@ -110,51 +123,76 @@ def choose_grid(world: int, tp: int | None, dp: int | None) -> tuple[int, int]:
     return tp, dp
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    args.tp, args.dp = choose_grid(world_size(), args.tp, args.dp)
-    if args.batch_size is None:  # 16 sequences, rounded up so every DP rank (every rank for partial-fc) gets some
-        unit = world_size() if args.scenario == "partial-fc" else args.dp
-        args.batch_size = unit * -(-DEFAULT_BATCH // unit)
-    for name in ("layers", "hidden", "heads", "vocab", "seq_len", "batch_size", "tokens", "classes"):
+@dataclass(frozen=True)
+class DemoConfig:
+    """What the demo runs: the scenario and its ``RunConfig`` (grid, model, precision, optimizer, schedule, files);
+    ``tokens`` and ``classes`` size the mlp and partial-fc scenarios."""
+
+    scenario: str
+    run: RunConfig
+    tokens: int = 32
+    classes: int = 1003
+
+
+def _default_batch(args: argparse.Namespace, dp: int) -> int:
+    """16 sequences, rounded up so every DP rank (every rank for partial-fc) gets some."""
+    if args.batch_size is not None:
+        return args.batch_size
+    unit = world_size() if args.scenario == "partial-fc" else dp
+    return unit * -(-DEFAULT_BATCH // unit)
+
+
+def _model(args: argparse.Namespace):
+    """The chosen architecture's config from the shared size flags (its own defaults for what is not given)."""
+    config_class = architecture(args.arch).config
+    dropout = (DEFAULT_DROPOUT if config_class.has_dropout else 0.0) if args.dropout is None else args.dropout
+    if not 0.0 <= dropout < 1.0:
+        raise ConfigError(f"--dropout must be in [0, 1), got {dropout}")
+    return config_class.from_sizes(
+        vocab=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads, max_positions=args.seq_len,
+        dropout=dropout, kv_heads=args.kv_heads, ffn=args.ffn)
+
+
+def config_from(args: argparse.Namespace) -> DemoConfig:
+    """Validate every flag (on every rank, before any collective) into one frozen ``DemoConfig``."""
+    tp, dp = choose_grid(world_size(), args.tp, args.dp)
+    batch_size = _default_batch(args, dp)
+    for name in ("layers", "hidden", "heads", "vocab", "seq_len", "tokens", "classes"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.loss_scale_interval < 1:
-        raise ConfigError(f"--loss-scale-interval must be >= 1, got {args.loss_scale_interval}")
-    for name in ("steps", "timeline_steps", "max_skipped_steps"):
-        if getattr(args, name) < 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-    if args.dropout is None:
-        args.dropout = 0.0 if args.arch == "llama" else DEFAULT_DROPOUT
-    if not 0.0 <= args.dropout < 1.0:
-        raise ConfigError(f"--dropout must be in [0, 1), got {args.dropout}")
-    for name in ("lr", "clip", "bucket_mb"):
-        if not getattr(args, name) >= 0:  # also catches nan
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-    check_arguments(args)
-    if args.batch_size % args.dp:
-        raise ConfigError(f"--batch-size {args.batch_size} is not divisible by dp {args.dp} "
-                          f"(each DP rank takes an equal slice of the global batch)")
-    check_paths(args)
-    return args
+    precision = Precision(args.dtype, loss_scale_interval=args.loss_scale_interval)
+    schedule = Schedule(batch_size=batch_size, seq_len=args.seq_len, steps=args.steps, seed=args.seed,
+                        dropout_rng=args.dropout_rng)
+    files = Files(out=args.out, export=args.export, init_from=args.init_from, timeline_steps=args.timeline_steps)
+    optimizer = OptimizerSettings(lr=args.lr, clip=args.clip, bucket_mb=args.bucket_mb,
+                                  max_skipped_steps=args.max_skipped_steps)
+    model = _model(args)
+    run = RunConfig(model, Parallelism(tp=tp, dp=dp, sp=args.sequence_parallel, zero=args.zero), precision,
+                    optimizer, schedule, files)
+    check_paths(files)
+    return DemoConfig(args.scenario, run, tokens=args.tokens, classes=args.classes)
 
 
-def check_paths(args: argparse.Namespace) -> None:
+def parse(argv: list[str] | None = None) -> DemoConfig:
+    return config_from(build_parser().parse_args(sys.argv[1:] if argv is None else argv))
+
+
+def check_paths(files: Files) -> None:
     """Every file the run will write or read, checked on every rank before the first collective."""
-    check_output_dir(args.out, "--out")
-    if args.export:
-        check_output_dir(args.export, "--export")
-    if args.init_from:
-        check_input_file(args.init_from, "--init-from", folder_with="config.json")
+    check_output_dir(files.out, "--out")
+    if files.export:
+        check_output_dir(files.export, "--export")
+    if files.init_from:
+        check_input_file(files.init_from, "--init-from", folder_with="config.json")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    demo = parse(argv)
     # imported after parsing so --help and flag errors stay fast
-    if args.scenario == "mlp":
+    if demo.scenario == "mlp":
         from tpsim.demo.mlp_tour import run
-    elif args.scenario == "partial-fc":
+    elif demo.scenario == "partial-fc":
         from tpsim.demo.partial_fc import run
     else:
         from tpsim.demo.gpt_tour import run
-    return run(args)
+    return run(demo)

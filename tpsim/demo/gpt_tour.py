@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
@@ -21,16 +20,18 @@ from tpsim.comm import ProcessGrid
 from tpsim.comm.agree import Agreement
 from tpsim.compare import relative_difference, shard_differences
 from tpsim.data import ReverseTask
-from tpsim.demo.arch import build_model, describe, llama_config, serial_model
+from tpsim.arch import architecture_of
+from tpsim.config import RunConfig
+from tpsim.demo.arch import describe
+from tpsim.demo.export_check import check_export
 from tpsim.demo.report import say, step_table, write_outputs
 from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
-from tpsim.demo.zero_demo import demo_adamw, formula_args, make_sync, state_table
+from tpsim.demo.verify_pass import check_zero_padding
+from tpsim.demo.zero_demo import demo_adamw, grad_bytes_of, make_sync, state_table
 from tpsim.hf.folder import load_init
-from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
-from tpsim.nn.precision import dtype_of, grad_dtype
+from tpsim.nn.precision import grad_dtype
 from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng
-from tpsim.tp.sequence_parallel import check_sequence_length
 from tpsim.table import human_bytes
 from tpsim.trace.records import gather_records, gather_spans
 from tpsim.train import apply_update, broadcast_batch, broadcast_params, check_replicas, compute_grads, dp_slice
@@ -42,13 +43,9 @@ TOLERANCE = {"float64": 1e-10, "float32": 1e-4,  # of relative_difference, purel
              "bfloat16": 5e-2, "float16": 1e-2}  # 16-bit: see tpsim.train.mixed_precision.TOLERANCE_NOTE
 
 
-def config_from(args: argparse.Namespace) -> GPTConfig:
-    if args.sequence_parallel:  # every batch is [b, seq_len]: split along it over TP
-        check_sequence_length(args.seq_len, args.tp, what="--seq-len")
-    if args.arch == "llama":
-        return llama_config(args)
-    return GPTConfig(vocab_size=args.vocab, n_positions=args.seq_len, n_embd=args.hidden, n_layer=args.layers,
-                     n_head=args.heads, dropout=args.dropout).check(args.tp)
+def task_of(run: RunConfig) -> ReverseTask:
+    """The data: the reverse task over the model's vocabulary, sequences of the run's length."""
+    return ReverseTask(run.model.vocab, run.schedule.seq_len)
 
 
 def read_batch(grid: ProcessGrid, task: ReverseTask, seed: int, step: int, batch_size: int):
@@ -65,19 +62,20 @@ def read_batch(grid: ProcessGrid, task: ReverseTask, seed: int, step: int, batch
     return ids, labels, np.arange(batch_size)[rows]
 
 
-def serial_reference(grid, args, config, task, dtype, loss_scale=1.0) -> tuple[float, dict[str, np.ndarray]]:
+def serial_reference(grid, run: RunConfig, loss_scale=1.0) -> tuple[float, dict[str, np.ndarray]]:
     """The serial model's step-0 loss and full gradients on the global batch, computed on rank 0 only and
     broadcast in one flat buffer (``broadcast_arrays``): every rank gets the same numbers it used to compute
     itself, and a world of 64 ranks on a few cores does the serial model once instead of 64 times."""
+    config, seed, dtype = run.model, run.schedule.seed, run.precision.numpy
     shapes = config.param_shapes()
 
     def step0() -> list:
-        serial = serial_model(config, seed=args.seed, dtype=dtype)
-        if args.init_from:
-            load_into(serial, load_init(args.init_from, config, note=None))
-        ids, labels = task.batch(args.seed, 0, args.batch_size)
+        serial = architecture_of(config).serial(config, seed=seed, dtype=dtype)
+        if run.files.init_from:
+            load_into(serial, load_init(run.files.init_from, config, note=None))
+        ids, labels = task_of(run).batch(seed, 0, run.schedule.batch_size)
         serial.zero_grad()  # the backward starts from float16's loss scale, as the parallel one did
-        loss, cache = serial.forward(ids, labels, DropoutPlan(ExactDropoutRNG(args.seed), 0))
+        loss, cache = serial.forward(ids, labels, DropoutPlan(ExactDropoutRNG(seed), 0))
         serial.backward(loss_scale, cache)
         return [loss, *(g for _, g in serial.named_grads())]
 
@@ -85,61 +83,68 @@ def serial_reference(grid, args, config, task, dtype, loss_scale=1.0) -> tuple[f
     return float(loss), {name: g.astype(grad_dtype(dtype), copy=False) for name, g in zip(shapes, grads)}
 
 
-def check_against_serial(grid, model, args, config, task, parallel_loss, dtype, loss_scale=1.0) -> tuple[bool, str]:
+def check_against_serial(grid, model, run: RunConfig, parallel_loss, loss_scale=1.0) -> tuple[bool, str]:
     """Step 0's loss and gradients (already DP-synced in ``model``) vs the serial model on the global batch."""
-    if args.dropout > 0 and args.dropout_rng == "megatron":
+    if run.dropout > 0 and run.schedule.dropout_rng == "megatron":
         return True, "  (skipped: Megatron dropout masks depend on the shard, so they never equal serial's)"
-    loss, serial_grads = serial_reference(grid, args, config, task, dtype, loss_scale)
+    loss, serial_grads = serial_reference(grid, run, loss_scale)
     diffs = shard_differences(model, serial_grads, floor=1e-30)
     worst_name = max(diffs, key=diffs.get)
     worst = diffs[worst_name]
     both = Agreement(grid.world).reduce([relative_difference(parallel_loss, loss, floor=0.0), worst], op="max")
-    tol = TOLERANCE[args.dtype]
+    tol = TOLERANCE[run.precision.dtype]
     ok = bool(np.all(both <= tol))
     lines = [f"  serial loss {loss:.12f}   max relative |Δloss| over ranks {both[0]:.2e}",
              f"  max relative |Δgrad| over every parameter shard on every rank {both[1]:.2e}"
              + (f" (on this rank: {worst_name})" if worst > 0 else ""),
-             f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — TP({grid.tp}) x DP({grid.dp}) step 0 equals the serial "
-             f"model within {tol:g} ({args.dtype}, {len(diffs)} parameters)"]
+             f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — TP({grid.tp}) x DP({grid.dp}) step 0 "
+             f"{'equals' if ok else 'differs from'} the serial model "
+             f"{'within' if ok else 'by more than'} {tol:g} ({run.precision.dtype}, {len(diffs)} parameters)"]
     return ok, "\n".join(lines)
 
 
-def header(grid: ProcessGrid, args: argparse.Namespace, config: GPTConfig) -> list[str]:
+def header(grid: ProcessGrid, run: RunConfig) -> list[str]:
     """The grid, the model's sizes and the sequence-parallel line: what rank 0 prints first."""
+    sch = run.schedule
     return [grid.table(), "",
-            f"{describe(config, grid.tp)}, vocab {config.vocab_size}, seq {args.seq_len}, "
-            f"global batch {args.batch_size} ({args.batch_size // grid.dp} per DP rank), {args.dtype}, "
-            f"dropout {args.dropout} ({args.dropout_rng} RNG)",
+            f"{describe(run.model, grid.tp)}, vocab {run.model.vocab}, seq {sch.seq_len}, "
+            f"global batch {sch.batch_size} ({run.local_batch} per DP rank), {run.precision.dtype}, "
+            f"dropout {run.dropout} ({sch.dropout_rng} RNG)",
             *(["sequence parallel: on (LayerNorm/dropout regions split along the sequence, "
-               f"{args.seq_len // grid.tp} positions per TP rank)"] if args.sequence_parallel else []), ""]
+               f"{sch.seq_len // grid.tp} positions per TP rank)"] if run.parallel.sp else []), ""]
 
 
-def build(grid: ProcessGrid, args: argparse.Namespace, config: GPTConfig, dtype, tensors) -> tuple:
+def build(grid: ProcessGrid, run: RunConfig, tensors) -> tuple:
     """This rank's shard of the model, replicas made equal (traced as step 0), and its DP gradient sync."""
-    model = build_model(config, grid.tp_group, args.seed, dtype, args.sequence_parallel)
+    model = architecture_of(run.model).build(run.model, grid.tp_group, run.schedule.seed, run.precision.numpy,
+                                             sequence_parallel=run.parallel.sp)
     if tensors is not None:
         load_into(model, tensors)
     grid.tracer.step = 0
     broadcast_params(model, grid)
-    grad_sync = make_sync(model, grid, args)  # GradSync, or ZeRO-1's DistributedOptimizer (--zero 1)
+    grad_sync = make_sync(model, grid, run)  # GradSync, or ZeRO-1's DistributedOptimizer (--zero 1)
     say(grid, f"DP gradient sync: {len(grad_sync.buckets)} bucket(s), "
               f"{human_bytes(grad_sync.total_bytes)} of gradients per rank", "")
     return model, grad_sync
 
 
-def first_step(grid, model, args, config, task, loss, dtype, loss_scale=1.0) -> bool:
+def first_step(grid, model, run: RunConfig, loss, loss_scale=1.0) -> bool:
     """Step 0: the check against the serial model, the export (``--export``), the training banner."""
     say(grid, "Step 0 against the serial model (same seed, same global batch):")
-    ok, text = check_against_serial(grid, model, args, config, task, loss, dtype, loss_scale)
+    ok, text = check_against_serial(grid, model, run, loss, loss_scale)
     say(grid, text, "")
-    if args.export:
-        ids_g, labels_g = task.batch(args.seed, 0, args.batch_size)
-        paths = export_step0(args.export, model, grid.tp_group, config=config, input_ids=ids_g,
+    sch, task = run.schedule, task_of(run)
+    if run.files.export:
+        ids_g, labels_g = task.batch(sch.seed, 0, sch.batch_size)
+        paths = export_step0(run.files.export, model, grid.tp_group, config=run.model, input_ids=ids_g,
                              labels=labels_g, loss=loss, write=grid.rank == 0, dp=grid.dp)
-        say(grid, f"exported step 0 to {args.export}/: {', '.join(Path(p).name for p in paths.values())}", "")
-    if args.steps > 0:
-        say(grid, f"Training {args.steps} steps (AdamW lr {args.lr}, clip {args.clip or 'off'}) on the "
-                  f"reverse task ({task.digits} digits):")
+        say(grid, f"exported step 0 to {run.files.export}/: {', '.join(Path(p).name for p in paths.values())}")
+        read_ok, lines = check_export(grid, run, loss, TOLERANCE[run.precision.dtype], loss_scale)
+        say(grid, *lines, "")
+        ok = ok and read_ok
+    if sch.steps > 0:
+        say(grid, f"Training {sch.steps} steps (AdamW lr {run.optimizer.lr}, clip {run.optimizer.clip or 'off'}) "
+                  f"on the reverse task ({task.digits} digits):")
     return ok
 
 
@@ -148,27 +153,28 @@ def _number(x: float, width: int, digits: int) -> str:
     return f"{x:{width}.{digits}{'f' if abs(x) < 1e5 else 'g'}}"
 
 
-def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict], bool, object]:
+def train(grid, model, grad_sync, run: RunConfig) -> tuple[list[dict], bool, object]:
     """``--steps`` steps of AdamW (step 0 checked against serial); each step's metrics, step 0's verdict, the
     optimizer (its state is checked after the last step)."""
-    tracer = grid.tracer
-    optimizer = grad_sync if args.zero else demo_optimizer(model, grid, args, lambda m: demo_adamw(m, args))
+    tracer, sch, task = grid.tracer, run.schedule, task_of(run)
+    zero = run.parallel.zero
+    optimizer = grad_sync if zero else demo_optimizer(model, grid, run.precision, lambda m: demo_adamw(m, run))
     scale = getattr(optimizer, "loss_scale", 1.0)  # float16: the dynamic loss scale; 1 otherwise
-    rng = make_dropout_rng(args.dropout_rng, args.seed, grid.tp_rank)
-    clip = args.clip if args.clip > 0 else None
-    metrics, ok, guard = [], True, StepGuard(args.max_skipped_steps)
-    for step in range(max(args.steps, 1)):
+    rng = make_dropout_rng(sch.dropout_rng, sch.seed, grid.tp_rank)
+    clip = run.optimizer.max_norm
+    metrics, ok, guard = [], True, StepGuard(run.optimizer.max_skipped_steps)
+    for step in range(max(sch.steps, 1)):
         tracer.step = step
         t0 = time.perf_counter()
-        ids, labels, rows = read_batch(grid, task, args.seed, step, args.batch_size)
+        ids, labels, rows = read_batch(grid, task, sch.seed, step, sch.batch_size)
         with guard.quiet():  # a diverging run is reported by the guard, not by NumPy warnings
             loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows),
                                          loss_scale=scale)
         if step == 0:
-            if args.zero:  # the owned slices are reduced; gather them (phase verify) to check every gradient
+            if zero:  # the owned slices are reduced; gather them (phase verify) to check every gradient
                 grad_sync.gather_grads()
-            ok = first_step(grid, model, args, config, task, loss, dtype, scale)
-            if args.steps == 0:
+            ok = first_step(grid, model, run, loss, scale)
+            if sch.steps == 0:
                 break
         with tracer.span("optimizer", "optimizer"):
             norm = apply_update(model, optimizer, grid, clip, guard=guard, loss=loss)
@@ -177,29 +183,29 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
         dt = time.perf_counter() - t0
         moved = sum(e.bytes for e in tracer.events if e.step == step)
         metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens,
-                        "seconds": dt, "tokens_per_s": args.batch_size * args.seq_len / dt,
+                        "seconds": dt, "tokens_per_s": sch.batch_size * sch.seq_len / dt,
                         "collective_bytes_per_rank": moved, **scaler_metrics(optimizer),
                         "skipped": guard.last.skipped})
-        if (step % max(1, args.steps // 10) == 0 or step == args.steps - 1) and not guard.last.skipped:
+        if (step % max(1, sch.steps // 10) == 0 or step == sch.steps - 1) and not guard.last.skipped:
             say(grid, f"  step {step:4d}  loss {_number(loss, 7, 4)}  |grad| {_number(norm, 6, 3)}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} collectives/rank")
     say(grid, "", state_table(model, optimizer, grid))
     return metrics, ok, optimizer
 
 
-def gather_and_write(grid, args, metrics) -> tuple[list[dict] | None, list[Path]]:
+def gather_and_write(grid, run: RunConfig, metrics) -> tuple[list[dict] | None, list[Path]]:
     """Every rank's records and spans to rank 0, which writes the run's files and figures (silently: the lines
     come with ``final_report``); ``(records, paths)`` on rank 0, ``(None, [])`` elsewhere."""
     records = gather_records(grid.tracer, grid.world)
-    spans = gather_spans(grid.tracer, grid.world, last_steps=args.timeline_steps)
+    spans = gather_spans(grid.tracer, grid.world, last_steps=run.files.timeline_steps)
     if grid.rank != 0:
         return None, []
     last = metrics[-1]["step"] if metrics else 0
-    return records, write_outputs(Path(args.out), records, metrics, grid.world_size, last,
+    return records, write_outputs(Path(run.files.out), records, metrics, grid.world_size, last,
                                   title=f"TP {grid.tp} x DP {grid.dp}", spans=spans)
 
 
-def final_report(grid, args, config, dtype, metrics, grad_sync, records, paths, t_start: float) -> bool:
+def final_report(grid, run: RunConfig, metrics, grad_sync, records, paths, t_start: float) -> bool:
     """Rank 0: the step table, measured vs predicted (FORMULA CHECK), the files; True unless a formula failed."""
     if grid.rank != 0:  # decided on rank 0, which holds every rank's records
         return True
@@ -208,10 +214,9 @@ def final_report(grid, args, config, dtype, metrics, grad_sync, records, paths, 
     from tpsim.predict.formulas import predict_step
     from tpsim.trace.formula_check import compare, format_comparison, formula_verdict
 
-    predicted = predict_step(config, grid.tp, grid.dp, args.batch_size, args.seq_len, dtype,
-                             clip=args.steps > 0, ddp_buckets=len(grad_sync.buckets),
-                             sequence_parallel=args.sequence_parallel, **formula_args(args, grad_sync),
-                             loss_scaling=args.dtype == "float16" and args.steps > 0)
+    trained = run.schedule.steps > 0  # the guard measures the norm at every update, clipping or not
+    predicted = predict_step(run, clip=trained, update=trained, ddp_buckets=len(grad_sync.buckets),
+                             grad_bytes_local=grad_bytes_of(run, grad_sync))
     rows = compare([r for r in records if r["step"] == last], predicted)
     formula_ok, verdict = formula_verdict(rows)
     print(format_comparison(rows, title=f"Measured vs predicted per layer, step {last} (per rank):"), "",
@@ -221,21 +226,24 @@ def final_report(grid, args, config, dtype, metrics, grad_sync, records, paths, 
     return formula_ok
 
 
-def run(args: argparse.Namespace) -> int:
+def run(demo) -> int:
+    """The tour of ``demo.run`` (a ``tpsim.demo.cli.DemoConfig``, validated on every rank before this)."""
     t_start = time.perf_counter()
-    dtype = dtype_of(args.dtype)
-    config = config_from(args)  # every size checked on every rank before the first collective
-    task = ReverseTask(args.vocab, args.seq_len)
-    tensors = load_init(args.init_from, config) if args.init_from else None
-    grid = ProcessGrid(tp=args.tp, dp=args.dp)
-    say(grid, *header(grid, args, config))
-    model, grad_sync = build(grid, args, config, dtype, tensors)
-    metrics, ok, optimizer = train(grid, model, grad_sync, args, config, task, dtype)
+    run = demo.run
+    tensors = load_init(run.files.init_from, run.model) if run.files.init_from else None
+    grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp)
+    say(grid, *header(grid, run))
+    model, grad_sync = build(grid, run, tensors)
+    metrics, ok, optimizer = train(grid, model, grad_sync, run)
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
     replicas = check_replicas(model, grid)  # printed after the final verdict, as it reads best
     # Rank 0 writes the files and figures while the last rank trains the serial twin: two cores busy, not one.
-    records, paths = gather_and_write(grid, args, metrics)
-    final_ok = final_verdict(grid, model, optimizer, args, config, task, dtype, metrics)
+    records, paths = gather_and_write(grid, run, metrics)
+    final_ok = final_verdict(grid, model, optimizer, run, metrics)
     say(grid, "", ("OK: " if replicas.ok else "FAILED: ") + replicas.summary(), "")
-    formula_ok = final_report(grid, args, config, dtype, metrics, grad_sync, records, paths, t_start)
-    return 0 if (ok and final_ok and replicas.ok and formula_ok) else 1
+    padding_ok = True
+    if run.parallel.zero:  # the run's buckets never pad at the demo's sizes: check the padding on a model that does
+        padding_ok, lines = check_zero_padding(grid, run)
+        say(grid, *lines, "")
+    formula_ok = final_report(grid, run, metrics, grad_sync, records, paths, t_start)
+    return 0 if (ok and final_ok and replicas.ok and padding_ok and formula_ok) else 1

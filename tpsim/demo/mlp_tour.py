@@ -8,7 +8,6 @@ with the serial model.  6. Print the per-layer communication table and write ``c
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -25,19 +24,22 @@ from tpsim.trace import format_comm_table, gather_records, summarize, write_json
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5}  # of relative_difference (floor 1: absolute below 1)
 
 
-def run(args: argparse.Namespace) -> int:
-    dtype = np.dtype(args.dtype)
-    grid = ProcessGrid(tp=args.tp, dp=args.dp)
+def run(demo) -> int:
+    """One parallel MLP forward and backward (``demo``: a ``tpsim.demo.cli.DemoConfig``) vs the serial MLP."""
+    run, tokens = demo.run, demo.tokens
+    name, hidden, seed = run.precision.dtype, run.model.hidden, run.schedule.seed
+    dtype = np.dtype(name)
+    grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp)
     tracer = grid.tracer
     say(grid, grid.table(), "")
 
-    serial = MLP(args.hidden, rng=np.random.default_rng(args.seed), dtype=dtype)
+    serial = MLP(hidden, rng=np.random.default_rng(seed), dtype=dtype)
     mlp = ParallelMLP.from_serial(serial, grid.tp_group).set_path("mlp")
 
-    x = np.empty((args.tokens, args.hidden), dtype=dtype)
+    x = np.empty((tokens, hidden), dtype=dtype)
     dz = np.empty_like(x)
     if grid.tp_rank == 0:  # only TP rank 0 "reads" data; each DP group gets its own batch
-        rng = np.random.default_rng([args.seed, grid.dp_rank])
+        rng = np.random.default_rng([seed, grid.dp_rank])
         x[:], dz[:] = rng.standard_normal(x.shape), rng.standard_normal(x.shape)
     with tracer.region(phase=DATA):
         grid.tp_group.broadcast(x)
@@ -52,9 +54,9 @@ def run(args: argparse.Namespace) -> int:
     diffs = {"output": relative_difference(z, z_ref), "input grad": relative_difference(dx, dx_ref),
              **shard_differences(mlp, dict(serial.named_grads("mlp")), prefix="mlp", floor=1.0)}
     worst = Agreement(grid.world).reduce(list(diffs.values()), op="max")
-    tol = TOLERANCE[args.dtype]
+    tol = TOLERANCE[name]
     ok = bool(np.all(worst <= tol))
-    say(grid, f"Parallel MLP (h={args.hidden}, ffn={4 * args.hidden}, {args.tokens} tokens, {args.dtype}) "
+    say(grid, f"Parallel MLP (h={hidden}, ffn={4 * hidden}, {tokens} tokens, {name}) "
               f"vs the serial MLP, max relative difference over all {grid.world_size} ranks:",
         *difference_lines(diffs, worst),
         f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — TP({grid.tp}) equals serial within {tol:g}", "")
@@ -64,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         model = [r for r in records if r["phase"] in ("forward", "backward", "data")]
         print(format_comm_table(summarize(model, ranks=grid.world_size),
                                 title="Communication per rank (one MLP forward + backward):"))
-        out = Path(args.out)
+        out = Path(run.files.out)
         write_jsonl(records, out / "comm.jsonl")
         print(f"\nwrote {out / 'comm.jsonl'} ({len(records)} records from {grid.world_size} ranks)", flush=True)
     return 0 if ok else 1

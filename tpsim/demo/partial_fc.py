@@ -13,7 +13,6 @@ An et al. 2021, "Partial FC" (without its sampling of negative classes).
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -37,20 +36,20 @@ TITLES = {"megatron": "Megatron way", "partial_fc": "InsightFace way"}
 PHASES = ("data", "forward", "backward", "dp_sync")  # what one training step moves (not "trace"/"verify")
 
 
-def config_from(args: argparse.Namespace, world: int) -> FaceConfig:
-    """Sizes from ``args`` (features/hidden/emb_dim optional), checked on every rank before any collective."""
-    d = FaceConfig()
-    sizes = {k: getattr(args, k, None) for k in ("features", "hidden", "emb_dim")}
-    cfg = FaceConfig(**{k: getattr(d, k) if v is None else v for k, v in sizes.items()}, classes=args.classes)
-    if args.dtype not in TOLERANCE:
-        raise ConfigError(f"--dtype must be one of {sorted(TOLERANCE)}, got {args.dtype!r}")
+def config_from(demo, world: int) -> FaceConfig:
+    """Sizes from the ``DemoConfig`` (``--hidden`` is the backbone's, ``--classes`` the classifier's; features and
+    the embedding at FaceConfig's defaults), checked on every rank before any collective."""
+    cfg = FaceConfig(hidden=demo.run.model.hidden, classes=demo.classes)
+    dtype, batch_size = demo.run.precision.dtype, demo.run.schedule.batch_size
+    if dtype not in TOLERANCE:
+        raise ConfigError(f"--dtype must be one of {sorted(TOLERANCE)}, got {dtype!r}")
     for name in ("features", "hidden", "emb_dim", "classes"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(cfg, name)}")
     if cfg.classes < world:
         raise ConfigError(f"--classes {cfg.classes} must be at least the world size {world} (one class per rank)")
-    if args.batch_size < 1 or args.batch_size % world:
-        raise ConfigError(f"--batch-size {args.batch_size} must be a positive multiple of the world size {world} "
+    if batch_size < 1 or batch_size % world:
+        raise ConfigError(f"--batch-size {batch_size} must be a positive multiple of the world size {world} "
                           f"(equal per-rank batches for the data-parallel backbone)")
     return cfg
 
@@ -139,15 +138,16 @@ def plot(path: Path, summaries: dict, flops: dict, world: int) -> None:
     plt.close(fig)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Reads args.seed, dtype, out, classes, batch_size and, if present, features, hidden, emb_dim."""
-    dtype = np.dtype(args.dtype)
-    cfg = config_from(args, world_size())
+def run(demo) -> int:
+    """Both ways of ``demo`` (a ``tpsim.demo.cli.DemoConfig``: seed, dtype, out, classes, batch size, hidden)."""
+    cfg = config_from(demo, world_size())
+    name, seed, n = demo.run.precision.dtype, demo.run.schedule.seed, demo.run.schedule.batch_size
+    dtype = np.dtype(name)
     grid = ProcessGrid(tp=1)  # the world group is the model-parallel group of both ways
-    world, tracer, n = grid.world, grid.tracer, args.batch_size
+    world, tracer = grid.world, grid.tracer
 
-    serial = SerialFaceModel(cfg, rng=np.random.default_rng(args.seed), dtype=dtype)
-    x, labels = synthetic_batch(args.seed, n, cfg, dtype)
+    serial = SerialFaceModel(cfg, rng=np.random.default_rng(seed), dtype=dtype)
+    x, labels = synthetic_batch(seed, n, cfg, dtype)
     with tracer.paused():  # the serial reference is bookkeeping, not part of either parallel step
         loss_ref, d_emb_ref = loss_and_grads(serial, x, labels)
 
@@ -166,12 +166,12 @@ def run(args: argparse.Namespace) -> int:
         d_emb_mine = d_emb_ref[mine] if way == "partial_fc" else d_emb_ref  # InsightFace: own samples' rows
         diffs[way] = compare(model, serial, loss, loss_ref, d_emb, d_emb_mine)
 
-    tol, ok = TOLERANCE[args.dtype], True
+    tol, ok = TOLERANCE[name], True
     about = {"megatron": f"all TP({world.size}): batch broadcast, backbone on every rank, column-parallel classifier",
              "partial_fc": f"DP({world.size}) backbone + partial-FC classifier, "
                            f"{'uneven' if cfg.classes % world.size else 'even'} class slices"}
     say(grid, f"Face model: features {cfg.features} -> hidden {cfg.hidden} -> embedding {cfg.emb_dim}, "
-              f"{cfg.classes} classes, global batch {n}, {args.dtype}, {world.size} ranks", "")
+              f"{cfg.classes} classes, global batch {n}, {name}, {world.size} ranks", "")
     for way, d in diffs.items():
         worst = Agreement(world).reduce(list(d.values()), op="max")
         good = bool(np.all(worst <= tol))
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
             *comm_lines(summaries), "",
             "FLOPs per step per rank (matmuls, forward + backward ~ 3 x forward):",
             *flop_lines(flops, cfg, n, world.size))
-        path = Path(args.out) / "partial_fc.png"
+        path = Path(demo.run.files.out) / "partial_fc.png"
         plot(path, summaries, flops, world.size)
         say(grid, f"\nwrote {path}")
     return 0 if ok else 1

@@ -18,7 +18,6 @@ one (``twin_rank``), so that rank 0 can write the run's files and figures meanwh
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from typing import Callable, Sequence
@@ -27,9 +26,11 @@ import numpy as np
 
 from tpsim.comm import ProcessGrid
 from tpsim.comm.agree import Agreement
+from tpsim.data import ReverseTask
 from tpsim.compare import relative_difference
+from tpsim.arch import architecture_of
+from tpsim.config import RunConfig
 from tpsim.demo.report import say
-from tpsim.demo.arch import serial_model
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.partition import take_shard
 from tpsim.tp.random import ExactDropoutRNG
@@ -86,25 +87,25 @@ def reference_adamw(p, g, m, v, t: int, lr: float, betas, eps: float, weight_dec
     p -= lr * m_hat / (np.sqrt(v_hat) + eps)
 
 
-def train_serial(args: argparse.Namespace, config, task, dtype, optimizer: AdamW,
-                 skipped: frozenset[int] = frozenset()) -> list:
-    """On the twin rank: the serial model trained ``args.steps`` steps; ``[last loss, params..., exp_avg..., exp_avg_sq...]``.
+def train_serial(run: RunConfig, task, optimizer: AdamW, skipped: frozenset[int] = frozenset()) -> list:
+    """On the twin rank: the serial model trained ``run``'s steps; ``[last loss, params..., exp_avg..., exp_avg_sq...]``.
 
     ``optimizer`` is the parallel run's AdamW: only its settings are read (lr, betas, eps, which parameters decay).
     A step whose loss or norm is not finite is skipped, as the training loop skips it, and so is every step in
     ``skipped`` (the steps the parallel run skipped: a fault injected there, or float16's loss-scale overflow).
     """
-    serial = serial_model(config, seed=args.seed, dtype=dtype)
-    if args.init_from:
-        load_into(serial, load_init(args.init_from, config, note=None))
+    config, sch = run.model, run.schedule
+    serial = architecture_of(config).serial(config, seed=sch.seed, dtype=run.precision.numpy)
+    if run.files.init_from:
+        load_into(serial, load_init(run.files.init_from, config, note=None))
     names = [name for name, _ in serial.named_parameters()]
     params, grads = [p for _, p in serial.named_parameters()], [g for _, g in serial.named_grads()]
     m, v = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params]
-    rng, t, loss = ExactDropoutRNG(args.seed), 0, float("nan")
-    for step in range(args.steps):
-        ids, labels = task.batch(args.seed, step, args.batch_size)
+    rng, t, loss = ExactDropoutRNG(sch.seed), 0, float("nan")
+    for step in range(sch.steps):
+        ids, labels = task.batch(sch.seed, step, sch.batch_size)
         loss = serial.loss_and_grads(ids, labels, DropoutPlan(rng, step))
-        norm = reference_clip(grads, args.clip if args.clip > 0 else math.inf)
+        norm = reference_clip(grads, run.optimizer.max_norm or math.inf)
         if step in skipped or not (math.isfinite(loss) and math.isfinite(norm)):
             continue
         t += 1
@@ -147,37 +148,37 @@ def _differences(model, optimizer: AdamW, serial: dict[str, list[np.ndarray]]) -
     return out
 
 
-def final_verdict(grid: ProcessGrid, model, optimizer: AdamW, args: argparse.Namespace, config, task, dtype,
-                  metrics: list[dict]) -> bool:
+def final_verdict(grid: ProcessGrid, model, optimizer: AdamW, run: RunConfig, metrics: list[dict]) -> bool:
     """Print the state after the last step vs the serial twin (see the module docstring), then how to check
     sequence parallelism where it was off; True iff the state matches on every rank (or cannot be checked)."""
-    ok = _check_final_state(grid, model, optimizer, args, config, task, dtype, metrics)
-    if not args.sequence_parallel:
+    ok = _check_final_state(grid, model, optimizer, run, metrics)
+    if not run.parallel.sp:
         say(grid, f"(sequence parallelism was off; check it too: mpirun -n {grid.world_size} python -m tpsim.demo "
                   "--sequence-parallel)")
     return ok
 
 
-def _check_final_state(grid, model, optimizer, args, config, task, dtype, metrics) -> bool:
+def _check_final_state(grid, model, optimizer, run: RunConfig, metrics) -> bool:
     if not metrics:
         return True  # --steps 0: step 0's verdict is the final one
-    if args.dropout > 0 and args.dropout_rng == "megatron":
+    dtype, steps = run.precision.dtype, run.schedule.steps
+    if run.dropout > 0 and run.schedule.dropout_rng == "megatron":
         say(grid, "", "Final state vs the serial model: not checked — Megatron dropout masks depend on the shard, "
                       "so no serial run draws the same masks (--dropout-rng exact can be checked)")
         return True
-    if args.dtype in ("bfloat16", "float16"):
-        say(grid, "", f"Final state vs the serial model: not checked in {args.dtype} — TP rounds its partial sums in "
+    if run.precision.half:
+        say(grid, "", f"Final state vs the serial model: not checked in {dtype} — TP rounds its partial sums in "
                       "another order than serial, and training amplifies the difference (README: \"Why the loss "
                       "changes with TP\"); step 0 above is the check, within the dtype's tolerance")
         return True
-    shapes = list(config.param_shapes().items())
+    shapes = list(run.model.param_shapes().items())
     settings = getattr(optimizer, "optimizer", optimizer)  # ZeRO-1 wraps the AdamW whose settings are read
     skipped = frozenset(m["step"] for m in metrics if m.get("skipped"))
     root = twin_rank(grid)
 
     def timed_twin():
         t0 = time.perf_counter()
-        loss, *state = train_serial(args, config, task, dtype, settings, skipped)
+        loss, *state = train_serial(run, ReverseTask(run.model.vocab, run.schedule.seq_len), settings, skipped)
         return [loss, *state, time.perf_counter() - t0]  # its own time: rank 0 may join the broadcast late
 
     loss, *state, seconds = broadcast_arrays(grid, [(), *[s for _, s in shapes] * len(STATE), ()], timed_twin, root)
@@ -189,17 +190,17 @@ def _check_final_state(grid, model, optimizer, args, config, task, dtype, metric
         agree = Agreement(grid.world)
         worst = agree.reduce([relative_difference(metrics[-1]["loss"], float(loss), floor=0.0), *by_kind])
         where = agree.gather(max((d, what, name, grid.rank) for (what, name), d in diffs.items()))
-    tol = FINAL_TOLERANCE[args.dtype]
+    tol = FINAL_TOLERANCE[dtype]
     ok = bool(np.all(worst <= tol))
     if grid.rank == 0:
         _, what, name, rank = max(where)
-        say(grid, "", f"Final state vs the serial model trained the same {args.steps} steps on rank {root} (same "
+        say(grid, "", f"Final state vs the serial model trained the same {steps} steps on rank {root} (same "
                       f"batches, dropout masks, clipping and AdamW; {seconds:.1f} s):",
             f"  serial loss at step {metrics[-1]['step']} {float(loss):.12{'f' if abs(float(loss)) < 1e5 else 'g'}}   max relative |Δloss| {worst[0]:.2e}",
             "  max relative |Δ| over every shard on every rank: "
             + ", ".join(f"{k} {d:.2e}" for k, d in zip(STATE, worst[1:]))
             + f"   (worst: {what} of {name}, rank {rank})",
-            f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — TP({grid.tp}) x DP({grid.dp}) after {args.steps} steps "
+            f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — TP({grid.tp}) x DP({grid.dp}) after {steps} steps "
             f"{'equals' if ok else 'differs from'} the serial model trained the same way, tolerance {tol:g} "
-            f"({args.dtype}; loss, {len(shapes)} parameters, AdamW state)")
+            f"({dtype}; loss, {len(shapes)} parameters, AdamW state)")
     return ok

@@ -6,11 +6,8 @@
 
 from __future__ import annotations
 
-import argparse
-
-import numpy as np
-
 from tpsim.comm import ProcessGrid
+from tpsim.config import RunConfig
 from tpsim.demo.arch import no_decay
 from tpsim.nn.module import Module
 from tpsim.predict.model_state import format_model_state, layout_for, measure_model_state, zero_optimizer_bytes
@@ -18,22 +15,23 @@ from tpsim.train import AdamW, DynamicLossScaler, GradSync
 from tpsim.train.zero import DistributedOptimizer
 
 
-def demo_adamw(model: Module, args: argparse.Namespace) -> AdamW:
+def demo_adamw(model: Module, run: RunConfig) -> AdamW:
     """The demo's AdamW: decay 0.01, none on biases and norms (``tpsim.demo.arch.no_decay``)."""
-    return AdamW(model, lr=args.lr, weight_decay=0.01, no_decay=no_decay)
+    return AdamW(model, lr=run.optimizer.lr, weight_decay=run.optimizer.weight_decay, no_decay=no_decay)
 
 
-def make_sync(model: Module, grid: ProcessGrid, args: argparse.Namespace) -> GradSync | DistributedOptimizer:
-    cap = int(args.bucket_mb * 2**20)
-    if getattr(args, "zero", 0):  # 16 bits: float32 main pieces; float16 also scales the loss
-        scaler = DynamicLossScaler(growth_interval=args.loss_scale_interval) if args.dtype == "float16" else None
-        return DistributedOptimizer(demo_adamw(model, args), grid, bucket_cap_bytes=cap, loss_scaler=scaler)
+def make_sync(model: Module, grid: ProcessGrid, run: RunConfig) -> GradSync | DistributedOptimizer:
+    cap = run.optimizer.bucket_cap_bytes
+    if run.parallel.zero:  # 16 bits: float32 main pieces; float16 also scales the loss
+        prec = run.precision
+        scaler = DynamicLossScaler(growth_interval=prec.loss_scale_interval) if prec.loss_scaling else None
+        return DistributedOptimizer(demo_adamw(model, run), grid, bucket_cap_bytes=cap, loss_scaler=scaler)
     return GradSync(model, grid.dp_group, bucket_cap_bytes=cap)
 
 
-def formula_args(args: argparse.Namespace, sync) -> dict:
-    """Extra ``predict_step`` arguments under ZeRO-1: the padded buckets' bytes."""
-    return {"zero": 1, "grad_bytes_local": sync.total_bytes} if getattr(args, "zero", 0) else {}
+def grad_bytes_of(run: RunConfig, sync) -> int | None:
+    """``predict_step``'s DP bytes under ZeRO-1: the padded buckets' (None: every parameter's, the default)."""
+    return sync.total_bytes if run.parallel.zero else None
 
 
 def _dtype_name(model: Module) -> str:

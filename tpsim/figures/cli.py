@@ -21,6 +21,7 @@ from tpsim.figures.plan import plot_plan_figures
 from tpsim.figures.runs import measure_comm, measure_memory
 from tpsim.figures.style import TOY, TP_SIZES, toy_config
 from tpsim.figures.whatif import plot_whatif, whatif_numbers
+from tpsim.config import RunConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.trace.formula_check import compare
 from tpsim.predict.memory import predict_memory
@@ -44,7 +45,8 @@ def measure_all(folder: Path) -> tuple[dict[int, list[dict]], dict[int, list], d
     for tp in TP_SIZES:
         comm[tp] = measure_comm(tp, folder / f"tp{tp}")
         memory[tp] = measure_memory(tp, folder)
-        predicted[tp] = predict_step(toy_config(), tp, 1, TOY["batch_size"], TOY["seq_len"], np.float64, clip=True)
+        run = RunConfig.of(toy_config(), tp=tp, batch_size=TOY["batch_size"], seq_len=TOY["seq_len"])
+        predicted[tp] = predict_step(run, clip=True)
         if not all(r.match for r in compare(comm[tp], predicted[tp])) or not memory_matches(tp, memory[tp]):
             raise SystemExit(f"TP {tp}: a measurement differs from its formula; not drawing it")
     return comm, predicted, memory

@@ -12,6 +12,7 @@ from pathlib import Path
 from tpsim.arch.gpt2 import GPTConfig
 from tpsim.plotting import pyplot
 from tpsim.figures.style import COLORS, save_figure
+from tpsim.config import RunConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.predict.hardware import IB_NDR, NVLINK4_H100, estimate_breakdown
 
@@ -28,8 +29,8 @@ def whatif_numbers() -> dict[str, dict[str, dict[str, float]]]:
                   "TP across nodes (IB), DP in node (NVLink)": {"tp": IB_NDR, "dp": NVLINK4_H100}}
     for name, (h, layers, heads) in WHATIF_MODELS.items():
         cfg = GPTConfig(vocab_size=w["vocab"], n_positions=w["seq"], n_embd=h, n_layer=layers, n_head=heads)
-        rows = predict_step(cfg, w["tp"], w["dp"], w["rows_per_dp"] * w["dp"], w["seq"], w["bytes"], clip=True,
-                            ddp_buckets=1)
+        run = RunConfig.of(cfg, tp=w["tp"], dp=w["dp"], batch_size=w["rows_per_dp"] * w["dp"], seq_len=w["seq"])
+        rows = predict_step(run, clip=True, ddp_buckets=1, itemsize=w["bytes"])
         out[name] = {place: estimate_breakdown(rows, links) for place, links in placements.items()}
     return out
 

@@ -30,6 +30,7 @@ from tpsim.plan.gpus import GPU
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import ACT_BYTES, STATE_BYTES
 from tpsim.plan.models import ModelSpec
+from tpsim.config import RunConfig
 from tpsim.predict.formulas import Prediction, predict_step
 
 PER_STEP = ("clip_grad_norm",)  # once per step, not per micro-batch
@@ -40,8 +41,8 @@ def tp_rows(model: ModelSpec, lay: Layout, dtype: str | None = None) -> list[Pre
     stand_in = GPTConfig(vocab_size=model.vocab, n_positions=lay.seq_len, n_embd=model.hidden, n_layer=1,
                          n_head=model.heads)
     e = ACT_BYTES[dtype or lay.dtype]
-    rows = predict_step(stand_in, lay.tp, 1, lay.micro_batch, lay.seq_len, e, clip=True,
-                        sequence_parallel=lay.sp)
+    run = RunConfig.of(stand_in, tp=lay.tp, sp=lay.sp, batch_size=lay.micro_batch, seq_len=lay.seq_len)
+    rows = predict_step(run, clip=True, itemsize=e)
     rows = [r for r in rows if r.group == "tp"]
     if model.arch == "llama":  # RMSNorm: a weight only, so its SP gradient sync is [h], not [2, h]
         for r in rows:

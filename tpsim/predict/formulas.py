@@ -179,33 +179,29 @@ def _sp_backward(rows: _Rows, blocks: list[str], act: int, ln_grads: int, regath
     rows.add(n.embed, BACKWARD, "all_gather", "tp", act)  # the sequence split's backward
 
 
-def _check_sizes(config, tp: int, dp: int, batch_size: int, seq_len: int, sequence_parallel: bool) -> None:
-    config.check(tp)
-    if batch_size % dp:
-        raise ValueError(f"global batch {batch_size} is not divisible by dp {dp}")
-    if sequence_parallel and seq_len % tp:
-        raise ValueError(f"sequence length {seq_len} is not divisible by tp {tp} (sequence parallelism)")
+def predict_step(run, *, clip: bool, update: bool = True, grad_bytes_local: int | None = None,
+                 ddp_buckets: int | None = None, label_smoothing: bool = False, sp_regather_in_backward: bool = True,
+                 itemsize: int | None = None) -> list[Prediction]:
+    """Every collective one rank issues in one training step of ``run`` (a ``tpsim.config.RunConfig``: the
+    model, tp, dp, sp, zero, the dtype, the *global* batch and the sequence length), in issue order (see the
+    module docstring). Each DP rank takes batch_size / dp rows.
 
-
-def predict_step(config, tp: int, dp: int, batch_size: int, seq_len: int, dtype, *, clip: bool,
-                 grad_bytes_local: int | None = None, sequence_parallel: bool = False,
-                 ddp_buckets: int | None = None, label_smoothing: bool = False,
-                 sp_regather_in_backward: bool = True, zero: int = 0,
-                 loss_scaling: bool = False) -> list[Prediction]:
-    """Every collective one rank issues in one training step (see the module docstring), in issue order.
-
-    ``config``: a ``GPTConfig`` or a ``LlamaConfig``; ``batch_size``: the *global* batch (each DP rank takes batch_size / dp rows);
-    ``dtype``: the model's dtype (activations, gradients) or its size in bytes. ``grad_bytes_local``: the DDP
-    bytes; default every parameter's local shard at this tp (vocabulary padded, tied head once).
-    ``ddp_buckets``: ``len(GradSync.buckets)``, the DDP call count; None leaves it unpredicted.
-    ``zero=1``: ZeRO-1's reduce-scatter + all-gather replace the DDP all-reduce (``grad_bytes_local`` then means
-    the padded buckets' bytes, ``DistributedOptimizer.total_bytes``; ``ddp_buckets`` their count); the
-    all-gather moves the same elements in the parameters' dtype (2 bytes each under mixed precision).
-    A bfloat16/float16 ``dtype``: mixed precision, float32 accumulations (module docstring); an int itemsize
-    gives every tensor that size (the what-if figure's convention);
-    ``loss_scaling``: float16's found-inf all-reduce over the world.
+    ``clip``: the step measures the global gradient norm (clipping, or the demo's non-finite guard): one
+    float64 all-reduce. ``update``: the step ends in an optimizer update (float16's found-inf all-reduce is
+    part of it). ``grad_bytes_local``: the DDP bytes; default every parameter's local shard at this tp
+    (vocabulary padded, tied head once). ``ddp_buckets``: ``len(GradSync.buckets)``, the DDP call count; None
+    leaves it unpredicted. Under ZeRO-1 (``run.parallel.zero == 1``) the reduce-scatter + all-gather replace
+    the DDP all-reduce (``grad_bytes_local`` then means the padded buckets' bytes,
+    ``DistributedOptimizer.total_bytes``; ``ddp_buckets`` their count); the all-gather moves the same elements
+    in the parameters' dtype (2 bytes each under mixed precision). A bfloat16/float16 dtype: mixed precision,
+    float32 accumulations (module docstring). ``itemsize``: every tensor that many bytes instead, whatever the
+    dtype (the planner's and the what-if figure's convention for real-size layouts).
     """
-    _check_sizes(config, tp, dp, batch_size, seq_len, sequence_parallel)
+    config, par, sch = run.model, run.parallel, run.schedule
+    tp, dp, sequence_parallel, zero = par.tp, par.dp, par.sp, par.zero
+    batch_size, seq_len = sch.batch_size, sch.seq_len
+    dtype = run.precision.numpy if itemsize is None else itemsize
+    loss_scaling = update and run.precision.loss_scaling
     llama = is_llama(config)
     n = LLAMA_NAMES if llama else GPT_NAMES
     h = config.hidden_size if llama else config.n_embd

@@ -16,6 +16,7 @@ from tpsim.arch.gpt2 import GPTConfig
 from tpsim.teach.checks.registry import exercise
 from tpsim.teach.verdict import Report
 from tpsim.trace.aggregate import layer_of
+from tpsim.config import RunConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.predict.memory import predict_memory
 
@@ -28,7 +29,8 @@ def layout_cost(config: GPTConfig, tp: int, dp: int, batch: int, seq: int, dtype
     if batch % dp:
         raise ConfigError(f"dp={dp} does not divide the global batch of {batch}")
     memory = sum(predict_memory(config, tp, batch // dp, seq, dtype).values())
-    return memory, sum(x.wire_bytes for x in predict_step(config, tp, dp, batch, seq, dtype, clip=False))
+    run = RunConfig.of(config, tp=tp, dp=dp, batch_size=batch, seq_len=seq, dtype=dtype)
+    return memory, sum(x.wire_bytes for x in predict_step(run, clip=False))
 
 
 def best_layout(config: GPTConfig, world: int, batch: int, seq: int, dtype, budget: int) -> tuple[int, int] | None:
@@ -97,8 +99,8 @@ def budgets(config: GPTConfig, world: int, batch: int, seq: int, dtype) -> list[
               "a layout is (tp, dp) with tp · dp = world; not every tp is allowed (heads must divide by tp) and dp "
               "must divide the global batch. Try them all: there are few",
               "memory per rank: sum(predict_memory(config, tp, batch // dp, seq, dtype).values()); "
-              "communication: the wire_bytes of every row of predict_step(config, tp, dp, batch, seq, dtype, "
-              "clip=False), summed",
+              "communication: the wire_bytes of every row of predict_step(RunConfig.of(config, tp=tp, dp=dp, "
+              "batch_size=batch, seq_len=seq, dtype=dtype), clip=False), summed",
               "keep the layouts whose memory ≤ budget; of those, the fewest wire bytes, the smaller tp on a tie; "
               "None when no layout fits"))
 def check_08b(r: Report) -> None:

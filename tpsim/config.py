@@ -1,0 +1,225 @@
+"""What a run is, in one frozen object: the grid, the model, the precision, the optimizer, the schedule, the files.
+
+    RunConfig
+      model        GPTConfig | LlamaConfig      the architecture and its sizes (``tpsim.arch``)
+      parallel     Parallelism(tp, dp, pp, sp, zero)   how the ranks split the work
+      precision    Precision(dtype, loss_scale_interval)
+      optimizer    OptimizerSettings(lr, clip, bucket_mb, max_skipped_steps)
+      schedule     Schedule(batch_size, seq_len, steps, seed, dropout_rng)
+      files        Files(out, export, init_from, timeline_steps)
+
+It is built and validated once (the demo's command line does it in ``tpsim.demo.cli``, tests and lessons with
+``RunConfig.of``) and then only read: the model builders, the optimizer set-up, ``predict_step`` and the planner
+take it or one of its parts; nothing derives a field into it later. ``plan.Layout`` is a ``Parallelism`` with the
+planner's own fields added, so a layout and a run say "tp", "sp" and "zero" the same way. A new parallel axis is
+one field of ``Parallelism`` (``pp`` is the planner's today; a live run needs pp = 1 until pipelines land).
+
+One vocabulary for dtypes (NumPy's names: float64, float32, bfloat16, float16; ``fp32``, ``bf16``, ``fp16``,
+``fp64`` accepted as input and printed in the long form) and one for architectures (``tpsim.arch``: gpt2,
+llama; ``gpt`` accepted). Pure arithmetic, no MPI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from tpsim.arch import ARCH_NAMES, architecture, architecture_of
+from tpsim.errors import ConfigError
+from tpsim.nn.precision import DTYPE_NAMES, dtype_of  # DTYPE_NAMES: what --dtype accepts and prints
+
+DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+ZERO_STAGES = (0, 1)  # ZeRO stages that run live (and that the planner prices)
+DROPOUT_RNGS = ("exact", "megatron")
+
+
+def dtype_name(name) -> str:
+    """The one spelling of a dtype: ``bf16`` → ``bfloat16``, ``np.float32`` → ``float32``; ConfigError names the
+    choices."""
+    if not isinstance(name, str):
+        name = np.dtype(name).name
+    name = DTYPE_ALIASES.get(name, name)
+    if name not in DTYPE_NAMES:
+        raise ConfigError(f"unknown dtype {name!r}: choose from {', '.join(DTYPE_NAMES)} "
+                          f"(or {', '.join(DTYPE_ALIASES)})")
+    return name
+
+
+def arch_name(name: str) -> str:
+    """The one spelling of an architecture name: ``gpt`` → ``gpt2`` (``tpsim.arch``)."""
+    return architecture(name).name
+
+
+def _at_least(minimum: float, **values) -> None:
+    for name, value in values.items():
+        if not value >= minimum:  # also catches nan
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= {minimum:g}, got {value}")
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """How the ranks split the work: ``tp × pp × dp`` ranks, Megatron's order (TP fastest, PP outermost).
+
+    ``sp``: Megatron sequence parallelism inside the TP group (Korthikanti et al. 2022); ``zero``: the ZeRO
+    stage of the optimizer over the DP group (Rajbhandari et al. 2019; 0 = plain DDP)."""
+
+    tp: int = 1
+    dp: int = 1
+    pp: int = 1
+    sp: bool = False
+    zero: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "dp", "pp"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.zero not in ZERO_STAGES:
+            raise ConfigError(f"--zero {self.zero}: the ZeRO stages here are {', '.join(map(str, ZERO_STAGES))}")
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The model's dtype; 16-bit means Megatron's mixed precision (float32 main parameters and gradients),
+    float16 with dynamic loss scaling (``loss_scale_interval`` clean steps before the scale doubles)."""
+
+    dtype: str = "float64"
+    loss_scale_interval: int = 1000
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        _at_least(1, loss_scale_interval=self.loss_scale_interval)
+
+    @property
+    def numpy(self):
+        """The ``np.dtype`` (bfloat16 from ml_dtypes)."""
+        return dtype_of(self.dtype)
+
+    @property
+    def half(self) -> bool:
+        """16-bit parameters and activations (bfloat16 or float16)."""
+        return self.dtype in ("bfloat16", "float16")
+
+    @property
+    def loss_scaling(self) -> bool:
+        """float16 needs the dynamic loss scaler; bfloat16 has float32's range and does not."""
+        return self.dtype == "float16"
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """AdamW and what surrounds it: ``clip`` the max global gradient norm (0 = off), DDP bucket size in MiB
+    (0 = one all-reduce per tensor), and how many non-finite steps in a row stop the run."""
+
+    lr: float = 3e-3
+    clip: float = 1.0
+    bucket_mb: float = 25.0
+    max_skipped_steps: int = 3
+    weight_decay: float = 0.01
+
+    def __post_init__(self) -> None:
+        _at_least(0, lr=self.lr, clip=self.clip, bucket_mb=self.bucket_mb, max_skipped_steps=self.max_skipped_steps)
+
+    @property
+    def bucket_cap_bytes(self) -> int:
+        return int(self.bucket_mb * 2**20)
+
+    @property
+    def max_norm(self) -> float | None:
+        """The clipping threshold, None when clipping is off."""
+        return self.clip if self.clip > 0 else None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What is computed: ``steps`` optimizer steps on global batches of ``batch_size`` sequences of ``seq_len``
+    tokens; ``seed`` draws the master weights, the data and the dropout masks (``dropout_rng``: exact = keyed by
+    global position so TP equals serial, megatron = per-rank streams)."""
+
+    batch_size: int = 16
+    seq_len: int = 16
+    steps: int = 100
+    seed: int = 1234
+    dropout_rng: str = "exact"
+
+    def __post_init__(self) -> None:
+        _at_least(1, batch_size=self.batch_size, seq_len=self.seq_len)
+        _at_least(0, steps=self.steps)
+        if self.dropout_rng not in DROPOUT_RNGS:
+            raise ConfigError(f"--dropout-rng {self.dropout_rng!r}: one of {', '.join(DROPOUT_RNGS)}")
+
+
+@dataclass(frozen=True)
+class Files:
+    """What the run reads and writes: ``out`` (run folder, written by rank 0), ``export`` (step 0's folder),
+    ``init_from`` (full parameters to start from), ``timeline_steps`` kept in spans.jsonl and timeline.json."""
+
+    out: str = "tpsim-out"
+    export: str | None = None
+    init_from: str | None = None
+    timeline_steps: int = 2
+
+    def __post_init__(self) -> None:
+        _at_least(0, timeline_steps=self.timeline_steps)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run, validated as a whole when it is made (see the module docstring)."""
+
+    model: object  # a registered architecture's config (tpsim.arch): GPTConfig, LlamaConfig
+    parallel: Parallelism = field(default_factory=Parallelism)
+    precision: Precision = field(default_factory=Precision)
+    optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
+    schedule: Schedule = field(default_factory=Schedule)
+    files: Files = field(default_factory=Files)
+
+    def __post_init__(self) -> None:
+        architecture_of(self.model)  # TypeError for an unregistered config
+        par, sch = self.parallel, self.schedule
+        if par.pp != 1:
+            raise ConfigError(f"--pp {par.pp}: pipeline parallelism is planned (tpsim plan), not run live yet")
+        if sch.batch_size % par.dp:
+            raise ConfigError(f"--batch-size {sch.batch_size} is not divisible by dp {par.dp} "
+                              f"(each DP rank takes an equal slice of the global batch)")
+        if par.sp and sch.seq_len % par.tp:
+            raise ConfigError(f"--seq-len {sch.seq_len} is not divisible by tp {par.tp} "
+                              f"(sequence parallelism splits the sequence)")
+        self.model.check(par.tp)
+
+    @property
+    def arch(self) -> str:
+        """The architecture's one name (``tpsim.arch``)."""
+        return architecture_of(self.model).name
+
+    @property
+    def dropout(self) -> float:
+        """The model's dropout p (0 for an architecture without dropout)."""
+        return float(getattr(self.model, "dropout", 0.0))
+
+    @property
+    def local_batch(self) -> int:
+        """Sequences per DP rank per step."""
+        return self.schedule.batch_size // self.parallel.dp
+
+    def replace(self, **parts) -> "RunConfig":
+        """A copy with whole parts replaced (validated again), e.g. ``run.replace(parallel=...)``."""
+        return replace(self, **parts)
+
+    @classmethod
+    def of(cls, model, *, tp: int = 1, dp: int = 1, sp: bool = False, zero: int = 0, dtype: str = "float64",
+           batch_size: int = 16, seq_len: int | None = None, steps: int = 1, seed: int = 0,
+           **optimizer) -> "RunConfig":
+        """The short form for tests, lessons and figures: the fields most runs set, the rest at defaults;
+        ``seq_len`` defaults to the model's positions; extra keywords go to ``OptimizerSettings``."""
+        return cls(model, Parallelism(tp=tp, dp=dp, sp=sp, zero=zero), Precision(dtype),
+                   OptimizerSettings(**optimizer),
+                   Schedule(batch_size=batch_size, seq_len=seq_len or model.max_positions, steps=steps, seed=seed))
+
+
+__all__ = ["ARCH_NAMES", "DTYPE_ALIASES", "DTYPE_NAMES", "Files", "OptimizerSettings", "Parallelism", "Precision",
+           "RunConfig", "Schedule", "arch_name", "dtype_name"]
