@@ -19,6 +19,8 @@ import numpy as np
 from tpsim.generate.decode import greedy, greedy_without_cache
 
 LOGIT_TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
+WITH_CACHE = "with the KV cache (the same decoding code)"
+WITHOUT_CACHE = "without a cache (a full forward over positions 0..t per token)"
 
 
 def first_difference(tokens: np.ndarray, logits: np.ndarray, ref_tokens: np.ndarray, ref_logits: np.ndarray,
@@ -49,14 +51,12 @@ def against_serial(serial, prompt: np.ndarray, tokens: np.ndarray, logits: np.nd
     tol = LOGIT_TOLERANCE[dtype]
     cached = []
     cached_tokens, _ = greedy(serial, prompt, k, logits=cached)
-    references = {"with the KV cache (the same decoding code)": (cached_tokens, cached),
-                  "without a cache (a full forward over positions 0..t per token)": greedy_without_cache(serial,
-                                                                                                       prompt, k)}
+    references = {WITH_CACHE: (cached_tokens, cached), WITHOUT_CACHE: greedy_without_cache(serial, prompt, k)}
     lines, failures = [], []
     for name, (ref_tokens, ref_logits) in references.items():
         worst, diff = first_difference(tokens, logits, ref_tokens, np.stack(ref_logits)[..., :vocab], tol)
         lines.append(f"serial decoding {name}: " + (f"MISMATCH at {diff}" if diff else
-                                                   f"tokens equal, logits within {tol:g} (max |Δ| {worst:.2g})"))
+                                                   f"tokens equal, logits within {tol:g}·max(1, |logit|) (max |Δ| {worst:.2g})"))
         failures += [f"{name.split(' (')[0]}: first at {diff}"] if diff else []
     ok = not failures
     verdict = (f"VERDICT: MATCH — TP({tp}) greedy tokens and logits ({dtype}) equal serial decoding of the same "
