@@ -55,8 +55,8 @@ def against_serial(serial, prompt: np.ndarray, tokens: np.ndarray, logits: np.nd
     lines, failures = [], []
     for name, (ref_tokens, ref_logits) in references.items():
         worst, diff = first_difference(tokens, logits, ref_tokens, np.stack(ref_logits)[..., :vocab], tol)
-        lines.append(f"serial decoding {name}: " + (f"MISMATCH at {diff}" if diff else
-                                                   f"tokens equal, logits within {tol:g}·max(1, |logit|) (max |Δ| {worst:.2g})"))
+        same = f"tokens equal, logits within {tol:g}·max(1, |logit|) (max |Δ| {worst:.2g})"
+        lines.append(f"serial decoding {name}: " + (f"MISMATCH at {diff}" if diff else same))
         failures += [f"{name.split(' (')[0]}: first at {diff}"] if diff else []
     ok = not failures
     verdict = (f"VERDICT: MATCH — TP({tp}) greedy tokens and logits ({dtype}) equal serial decoding of the same "
