@@ -32,7 +32,7 @@ import numpy as np
 from tpsim.comm import ProcessGrid
 from tpsim.cost import ring_steps, wire_bytes
 from tpsim.generate.argmax import local_argmax, serial_argmax, vocab_parallel_argmax
-from tpsim.generate.decode import greedy
+from tpsim.generate.decode import greedy, greedy_without_cache
 from tpsim.generate.report import (collective_counts, describe_counts, kv_cache_bytes, kv_table, latency_table,
                                    predicted_decode, step_events)
 from tpsim.generate.run import parallel_model, serial_model
@@ -107,18 +107,8 @@ for arch, model in models.items():
 serial = {arch: greedy(serial_model(cfg, tensors, np.float64), prompt, NEW)[0]
           for arch, (cfg, tensors) in loaded.items()}
 
-
-def without_cache(model, ids, steps):
-    """Greedy decoding the slow way: the whole sequence through the training forward at every step."""
-    ids = ids.copy()
-    for _ in range(steps):
-        h, _ = model.body().forward(ids)
-        logits, _ = model.lm_head.forward(h[:, -1:])
-        ids = np.concatenate([ids, serial_argmax(logits[:, -1], model.config.vocab_size)[:, None]], axis=1)
-    return ids[:, prompt.shape[1]:]
-
-
-slow = without_cache(serial_model(*loaded["llama"], np.float64), prompt, NEW)
+# the slow way, sharing none of greedy's code: the whole sequence through the training forward at every step
+slow, _ = greedy_without_cache(serial_model(*loaded["llama"], np.float64), prompt, NEW)
 lesson.expect("TP 4 decodes exactly the serial model's tokens, with or without a KV cache")
 lesson.equal("TP 4 tokens == serial decoding (gpt2, llama)", [tokens[a].tolist() for a in models],
              [serial[a].tolist() for a in models])

@@ -1,4 +1,5 @@
-"""TP inference: greedy tokens equal serial decoding at every TP size, the vocab-parallel argmax equals np.argmax
+"""TP inference: greedy tokens equal serial decoding at every TP size — with the KV cache and without it (the
+training forward over the whole prefix, which shares no decoding code) — the vocab-parallel argmax equals np.argmax
 (ties and padding included), and a decode step issues exactly the collectives the formula predicts."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ import pytest
 from conftest import WORLD
 
 from tpsim.generate.argmax import serial_argmax, vocab_parallel_argmax
-from tpsim.generate.decode import greedy
+from tpsim.generate.check import LOGIT_TOLERANCE, first_difference
+from tpsim.generate.decode import greedy, greedy_without_cache
 from tpsim.generate.report import collective_counts, kv_cache_bytes, predicted_decode, step_events
 from tpsim.models.build import parallel_gpt, serial_gpt
 from tpsim.arch.gpt2 import GPTConfig
@@ -47,6 +49,23 @@ def test_tp_greedy_tokens_equal_serial_decoding(grid, arch):
     assert sum(c.nbytes for c in caches) == kv_cache_bytes(2, 2, positions, kv_heads, hd, 8, grid.tp)
     for step in range(1, 10):
         assert collective_counts(step_events(grid.tracer.events, step)) == predicted_decode(2, 2, hidden, "float64")
+
+
+@pytest.mark.parametrize("arch", sorted(MODELS))
+def test_tp_cached_decoding_equals_decoding_without_a_cache(grid, arch):
+    """The cached TP decode against the training forward over positions 0..t per token: tokens equal, and this
+    rank's logit slice within the check's tolerance at every step. The Llama's 2 KV heads are split at TP 2 and
+    replicated at TP 4 and 8; a position or cache bug shared by serial and TP decoding fails here."""
+    serial_of, parallel_of, cfg, *_ = MODELS[arch]
+    serial = serial_of(cfg, seed=11)
+    expected, reference = greedy_without_cache(serial, PROMPT, 10)
+    model, logits = parallel_of(serial, grid.tp_group), []
+    tokens, _ = greedy(model, PROMPT, 10, grid.tracer, logits)
+    lo = model.lm_head.vocab_start
+    hi = max(lo, min(lo + logits[0].shape[-1], cfg.vocab_size))  # this rank's real vocabulary ids, no padding
+    mine, theirs = np.stack(logits)[..., :hi - lo], np.stack(reference)[..., lo:hi]
+    worst, diff = first_difference(tokens, mine, expected, theirs, LOGIT_TOLERANCE["float64"])
+    assert diff is None, f"TP {grid.tp} cached decoding vs no cache: first at {diff} (max |Δ| {worst:.2g})"
 
 
 def test_a_decode_step_issues_the_predicted_collectives(grid):

@@ -5,7 +5,9 @@ shard; the N ranks form one TP group (data parallelism would only decode indepen
 it is refused: launch with -n equal to --tp). Prints the new token ids, then what the trace says (see
 ``tpsim.generate.report``); with ``--json`` the last line is ``{"tokens": [...], ...}``. It always generates
 ``--max-new-tokens`` tokens: there is no tokenizer here, and no stop at an end-of-sequence id. ``--check-serial``
-also decodes with the serial model on rank 0 and prints MATCH or MISMATCH (exit 1 on a mismatch).
+also decodes with the serial model on rank 0, with the KV cache and without one (a full forward over the whole
+prefix per token), compares tokens and each step's logits with the TP decode's (``tpsim.generate.check``) and
+prints MATCH, or MISMATCH naming the first step and token that differ (exit 1).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def build_parser() -> RankZeroParser:
                    help="token ids, comma-separated (1,2,3); several prompts of one length: 1,2;3,4")
     p.add_argument("--max-new-tokens", type=int, default=8, help="tokens to generate (default 8)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float64", help="compute dtype")
-    p.add_argument("--check-serial", action="store_true", help="also decode serially on rank 0 and compare")
+    p.add_argument("--check-serial", action="store_true",
+                   help="also decode serially on rank 0, with and without the KV cache, and compare tokens and logits")
     p.add_argument("--json", action="store_true", help='end with one JSON line {"tokens": [...], ...}')
     return p
 

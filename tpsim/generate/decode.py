@@ -16,6 +16,11 @@ head replicated over ranks is cached on each of them, and a forward needs none o
 
 The tracer's ``step`` numbers the forward passes: 0 = the prefill, k = the k-th decode step; each forward is
 timed as a compute span with scope "prefill" or "decode".
+
+``greedy_without_cache`` is the reference that shares none of this: token t+1 from the training forward over
+the whole sequence 0..t (its causal mask, its RoPE at positions 0..t), O(t) work per token where the cache
+makes it O(1). A cache or position bug written into both the serial and the TP decode (they run the code
+above) shows only against it.
 """
 
 from __future__ import annotations
@@ -103,8 +108,12 @@ def max_positions(config) -> int:
     return getattr(config, "n_positions", None) or config.max_position_embeddings
 
 
-def greedy(model, prompt: np.ndarray, max_new_tokens: int, tracer=None) -> tuple[np.ndarray, list[LayerKV]]:
-    """Greedy-decode ``max_new_tokens`` after ``prompt: int [b, s]`` -> ``(new tokens int64 [b, K], caches)``."""
+def greedy(model, prompt: np.ndarray, max_new_tokens: int, tracer=None,
+           logits: list | None = None) -> tuple[np.ndarray, list[LayerKV]]:
+    """Greedy-decode ``max_new_tokens`` after ``prompt: int [b, s]`` -> ``(new tokens int64 [b, K], caches)``.
+
+    ``logits``, when given, receives each step's last-position logits ``[b, V]`` (TP: this rank's ``[b, Vp/p]``).
+    """
     prompt = np.asarray(prompt, dtype=np.int64)
     b, s = prompt.shape
     total, limit = s + max_new_tokens, max_positions(model.config)
@@ -121,7 +130,23 @@ def greedy(model, prompt: np.ndarray, max_new_tokens: int, tracer=None) -> tuple
         if tracer is not None:
             tracer.step = i  # 0: prefill, then one step per decoded token
         with nullcontext() if tracer is None else tracer.span(PREFILL if i == 0 else DECODE, FORWARD):
-            out[:, i] = next_token(model, last_logits(model, ids, caches, start))
+            step_logits = last_logits(model, ids, caches, start)
+            out[:, i] = next_token(model, step_logits)
+        if logits is not None:
+            logits.append(step_logits)
         start += ids.shape[1]
         ids = out[:, i:i + 1]
     return out, caches
+
+
+def greedy_without_cache(model, prompt: np.ndarray, max_new_tokens: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Greedy decoding the slow way, on a serial model: every new token from the training forward over the whole
+    sequence so far (positions 0..t), argmax of the last position -> ``(tokens int64 [b, K], logits [b, V] per
+    step)``. No KV cache and none of the decoding code above: the reference for ``greedy``."""
+    ids = np.asarray(prompt, dtype=np.int64)
+    s, logits = ids.shape[1], []
+    for _ in range(max_new_tokens):
+        h, _ = model.body().forward(ids)
+        logits.append(model.lm_head.forward(h[:, -1:])[0][:, -1])
+        ids = np.concatenate([ids, serial_argmax(logits[-1], model.config.vocab_size)[:, None]], axis=1)
+    return ids[:, s:], logits

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.errors import ConfigError
+from tpsim.generate.check import against_serial
 from tpsim.generate.decode import DECODE, PREFILL, greedy, max_positions
 from tpsim.generate.report import (collective_counts, describe_counts, kv_cache_bytes, kv_table, latency_table,
                                    predicted_decode, step_events)
@@ -69,29 +70,31 @@ def run(args):
     grid = ProcessGrid(tp=args.tp, dp=1)
     model = parallel_model(config, tensors, grid.tp_group, dtype)
     grid.tracer.reset()
-    tokens, caches = greedy(model, args.prompt_ids, args.max_new_tokens, grid.tracer)
-    ok, check_line = True, ""
+    logits = []
+    tokens, caches = greedy(model, args.prompt_ids, args.max_new_tokens, grid.tracer, logits)
+    ok, check_lines = True, []
     if args.check_serial:
-        ok, check_line = check_serial(grid, config, tensors, dtype, args, tokens)
+        ok, check_lines = check_serial(grid, config, tensors, dtype, args, tokens, logits)
     if grid.rank != 0:
         return None, [], ok
-    return report(args, config, grid, tokens, caches, dtype, check_line, ok)
+    return report(args, config, grid, tokens, caches, dtype, check_lines, ok)
 
 
-def check_serial(grid, config, tensors, dtype, args, tokens) -> tuple[bool, str]:
-    """Serial decoding on rank 0 (untraced), its verdict broadcast: the same exit status on every rank."""
-    flag = np.zeros(1, dtype=np.int8)
+def check_serial(grid, config, tensors, dtype, args, tokens, logits) -> tuple[bool, list[str]]:
+    """Serial decoding on rank 0 with and without the KV cache (untraced, ``tpsim.generate.check``) against the
+    TP tokens and this rank's logit slices gathered there; the verdict broadcast: one exit status everywhere."""
+    flag, lines = np.zeros(1, dtype=np.int8), []
     with grid.tracer.paused():
+        slices = grid.tp_group.gather_objects(np.stack(logits))  # [K, b, Vp/p] per rank, in vocabulary order
         if grid.rank == 0:
-            serial, _ = greedy(serial_model(config, tensors, dtype), args.prompt_ids, args.max_new_tokens)
-            flag[0] = np.array_equal(serial, tokens)
+            full = np.concatenate(slices, axis=-1)[..., :config.vocab_size]
+            ok, lines = against_serial(serial_model(config, tensors, dtype), args.prompt_ids, tokens, full, grid.tp)
+            flag[0] = ok
         grid.world.broadcast(flag)
-    ok = bool(flag[0])
-    return ok, (f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — TP({grid.tp}) greedy tokens "
-                f"{'equal' if ok else 'differ from'} serial decoding of the same weights")
+    return bool(flag[0]), lines
 
 
-def report(args, config, grid, tokens, caches, dtype, check_line, ok):
+def report(args, config, grid, tokens, caches, dtype, check_lines, ok):
     s, b, k = sizes(config), args.prompt_ids.shape[0], args.max_new_tokens
     events = grid.tracer.events
     prefill, decode = step_events(events, 0), step_events(events, 1)
@@ -115,7 +118,7 @@ def report(args, config, grid, tokens, caches, dtype, check_line, ok):
     lines += [kv_table(s["layers"], b, positions, s["heads"], s["kv_heads"], s["hidden"] // s["heads"],
                        dtype.itemsize),
               f"this rank's KV cache: {live} bytes (formula {formula}): {'OK' if live == formula else 'MISMATCH'}"]
-    lines += [check_line] if check_line else []
+    lines += check_lines
     result = {"tokens": tokens.tolist(), "prompt": args.prompt_ids.tolist(), "tp": grid.tp,
               "arch": "llama" if is_llama(config) else "gpt2", "prefill_collectives": len(prefill),
               "decode_collectives_per_token": len(decode), "kv_cache_bytes_per_rank": live,
