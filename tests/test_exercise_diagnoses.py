@@ -178,6 +178,15 @@ MISTAKES = {
             best = group.all_reduce(value, op="max")
             return group.all_reduce(np.where(value == best, vocab_start + j, 10**9), op="min")
         """, "a padding column won"),
+    "argmax_padding_masked_to_zero": ("13", """
+        def vocab_parallel_argmax(logits_local, vocab_start, vocab_size, group):
+            ids = vocab_start + np.arange(logits_local.shape[-1])
+            real = np.where(ids < vocab_size, logits_local, 0.0)
+            j = np.argmax(real, axis=-1)
+            value = real[np.arange(len(j)), j]
+            best = group.all_reduce(value, op="max")
+            return group.all_reduce(np.where(value == best, vocab_start + j, vocab_size), op="min")
+        """, "padding columns were set to 0, not −inf"),
     "argmax_ties_to_the_largest_id": ("13", """
         def vocab_parallel_argmax(logits_local, vocab_start, vocab_size, group):
             ids = vocab_start + np.arange(logits_local.shape[-1])

@@ -43,7 +43,7 @@ def test_generate_from_a_sharded_bfloat16_folder(tmp_path):
     assert result["tokens"] == expected.tolist() and result["tp"] == 4 and result["arch"] == "gpt2"
     assert result["decode_collectives_per_token"] == 2 * CFG.n_layer + 3
     for line in ("VERDICT: MATCH", CACHE_FREE, "FORMULA CHECK: OK", "this rank's KV cache: ", "NVLink 4",
-                 "latency share"):
+                 "latency share", "tie and padding rules: TP(4) argmax of 5 crafted rows"):
         assert line in r.stdout, line
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from conftest import WORLD
 
-from tpsim.generate.argmax import serial_argmax, vocab_parallel_argmax
+from tpsim.generate import argmax
+from tpsim.generate.argmax import check_tie_rules, serial_argmax, vocab_parallel_argmax
 from tpsim.generate.check import LOGIT_TOLERANCE, first_difference
 from tpsim.generate.decode import greedy, greedy_without_cache
 from tpsim.generate.report import collective_counts, kv_cache_bytes, predicted_decode, step_events
@@ -94,3 +95,30 @@ def test_vocab_parallel_argmax_breaks_ties_like_np_argmax(grid):
     np.testing.assert_array_equal(got, serial_argmax(full, vocab))
     assert got[0] == 0 and got[1] == 0
 
+
+
+@pytest.mark.parametrize("vocab_of", [lambda tp: 4 * tp + 3, lambda tp: 2 * tp], ids=["padded", "unpadded"])
+def test_tie_rules_check_passes_and_catches_a_broken_tie_or_padding_rule(grid, vocab_of, monkeypatch):
+    """``--check-serial``'s crafted rows: the right argmax passes; ties to the largest id, and padding counted as 0
+    instead of −∞, fail — rules that real logits, which never tie, let slip."""
+    group, vocab = grid.tp_group, vocab_of(grid.tp)
+    ok, line = check_tie_rules(group, vocab)
+    assert ok, line
+
+    def ties_to_largest(logits_local, vocab_start, vocab_size, group):
+        ids = vocab_start + np.arange(logits_local.shape[-1])
+        real = np.where(ids < vocab_size, logits_local, -np.inf)
+        j = real.shape[-1] - 1 - np.argmax(real[:, ::-1], axis=-1)
+        value = real[np.arange(len(j)), j]
+        best = group.all_reduce(value, op="max")
+        return group.all_reduce(np.where(value == best, vocab_start + j, -1), op="max")
+
+    def padding_as_zero(logits_local, vocab_start, vocab_size, group):
+        ids = vocab_start + np.arange(logits_local.shape[-1])
+        return vocab_parallel_argmax(np.where(ids < vocab_size, logits_local, 0.0), vocab_start, 10**9, group)
+
+    monkeypatch.setattr(argmax, "vocab_parallel_argmax", ties_to_largest)
+    assert not check_tie_rules(group, vocab)[0]
+    if padded_vocab_size(vocab, grid.tp) > vocab:  # padding columns exist: 0 beats the all-negative row
+        monkeypatch.setattr(argmax, "vocab_parallel_argmax", padding_as_zero)
+        assert not check_tie_rules(group, vocab)[0]

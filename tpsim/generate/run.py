@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.errors import ConfigError
+from tpsim.generate.argmax import check_tie_rules
 from tpsim.generate.check import against_serial
 from tpsim.generate.decode import DECODE, PREFILL, greedy, max_positions
 from tpsim.generate.report import (collective_counts, describe_counts, kv_cache_bytes, kv_table, latency_table,
@@ -86,10 +87,12 @@ def check_serial(grid, config, tensors, dtype, args, tokens, logits) -> tuple[bo
     flag, lines = np.zeros(1, dtype=np.int8), []
     with grid.tracer.paused():
         slices = grid.tp_group.gather_objects(np.stack(logits))  # [K, b, Vp/p] per rank, in vocabulary order
+        ties_ok, ties = check_tie_rules(grid.tp_group, config.vocab_size)  # the same on every rank of the group
         if grid.rank == 0:
             full = np.concatenate(slices, axis=-1)[..., :config.vocab_size]
             ok, lines = against_serial(serial_model(config, tensors, dtype), args.prompt_ids, tokens, full, grid.tp)
-            flag[0] = ok
+            flag[0] = ok and ties_ok
+            lines = [ties, *lines]
         grid.world.broadcast(flag)
     return bool(flag[0]), lines
 

@@ -4,22 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpsim.generate.argmax import serial_argmax
-from tpsim.partition import padded_vocab_size
+from tpsim.generate.argmax import serial_argmax, tie_and_padding_logits
 from tpsim.teach.checks.registry import exercise
 from tpsim.teach.verdict import Report, describe_events
-
-
-def argmax_case(seed: int, b: int, vocab: int, p: int) -> np.ndarray:
-    """Full padded logits ``[b, Vp]``: small integers (many ties, some across ranks), an all-tied row, a row
-    whose first and last real ids tie, and padding columns larger than any real logit (they must never win)."""
-    rng = np.random.default_rng([13, seed])
-    full = rng.integers(-3, 4, (b, padded_vocab_size(vocab, p))).astype(np.float64)
-    full[0] = 2.0
-    if b > 1:
-        full[1, 0] = full[1, vocab - 1] = 9.0
-    full[:, vocab:] = 50.0
-    return full
 
 
 def argmax_symptoms(full: np.ndarray, vocab: int, start: int, width: int) -> dict:
@@ -33,6 +20,8 @@ def argmax_symptoms(full: np.ndarray, vocab: int, start: int, width: int) -> dic
                 np.argmax(real, axis=1),
             "a padding column won: ids >= vocab_size are zero rows of the weight, not words":
                 np.argmax(full, axis=1),
+            "padding columns were set to 0, not −inf: where every real logit is negative, a padding id wins":
+                np.argmax(np.where(np.arange(full.shape[1]) < vocab, full, 0.0), axis=1),
             "ties went to the largest id; np.argmax (and serial decoding) takes the first": reversed_first}
 
 
@@ -48,7 +37,7 @@ def check_13(r: Report) -> None:
     group = r.grid().tp_group
     p = group.size
     for case, (b, vocab) in enumerate([(5, 4 * p + 3), (3, 2 * p), (1, p + 1)]):
-        full = argmax_case(case, b, vocab, p)
+        full = tie_and_padding_logits(case, b, vocab, p)
         width = full.shape[1] // p
         start = group.rank * width
         got = r.call("vocab_parallel_argmax", full[:, start:start + width].copy(), start, vocab, group)
