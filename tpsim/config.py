@@ -206,6 +206,16 @@ class RunConfig:
         """Sequences per DP rank per step."""
         return self.schedule.batch_size // self.parallel.dp
 
+    def serial_model(self):
+        """The single-device model drawn from the run's seed, in the run's dtype (the registry's builder)."""
+        return architecture_of(self.model).serial(self.model, seed=self.schedule.seed, dtype=self.precision.numpy)
+
+    def build_model(self, tp_group):
+        """This rank's shard of the run's model over ``tp_group`` (sequence-parallel layers when ``sp``): the
+        serial master drawn from the seed, sharded, dropped. Imports the builders (MPI) on first use."""
+        return architecture_of(self.model).build(self.model, tp_group, self.schedule.seed, self.precision.numpy,
+                                                 sequence_parallel=self.parallel.sp)
+
     def replace(self, **parts) -> "RunConfig":
         """A copy with whole parts replaced (validated again), e.g. ``run.replace(parallel=...)``."""
         return replace(self, **parts)

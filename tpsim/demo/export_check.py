@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 
-from tpsim.arch import architecture_of
 from tpsim.compare import relative_difference
 from tpsim.config import RunConfig
 from tpsim.data import ReverseTask
@@ -32,7 +31,7 @@ from tpsim.tp.random import ExactDropoutRNG
 def reload_step0(run: RunConfig, loss_scale: float) -> list:
     """On the writing rank: ``[loss, worst gradient difference]`` of the model read back from ``--export``."""
     config, sch, folder = run.model, run.schedule, run.files.export
-    serial = architecture_of(config).serial(config, seed=sch.seed, dtype=run.precision.numpy)
+    serial = run.serial_model()
     load_into(serial, load_init(folder, config))
     ids, labels = ReverseTask(config.vocab, sch.seq_len).batch(sch.seed, 0, sch.batch_size)
     serial.zero_grad()

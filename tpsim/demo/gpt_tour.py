@@ -20,7 +20,6 @@ from tpsim.comm import ProcessGrid
 from tpsim.comm.agree import Agreement
 from tpsim.compare import relative_difference, shard_differences
 from tpsim.data import ReverseTask
-from tpsim.arch import architecture_of
 from tpsim.config import RunConfig
 from tpsim.demo.arch import describe
 from tpsim.demo.export_check import check_export
@@ -70,7 +69,7 @@ def serial_reference(grid, run: RunConfig, loss_scale=1.0) -> tuple[float, dict[
     shapes = config.param_shapes()
 
     def step0() -> list:
-        serial = architecture_of(config).serial(config, seed=seed, dtype=dtype)
+        serial = run.serial_model()
         if run.files.init_from:
             load_into(serial, load_init(run.files.init_from, config, note=None))
         ids, labels = task_of(run).batch(seed, 0, run.schedule.batch_size)
@@ -116,8 +115,7 @@ def header(grid: ProcessGrid, run: RunConfig) -> list[str]:
 
 def build(grid: ProcessGrid, run: RunConfig, tensors) -> tuple:
     """This rank's shard of the model, replicas made equal (traced as step 0), and its DP gradient sync."""
-    model = architecture_of(run.model).build(run.model, grid.tp_group, run.schedule.seed, run.precision.numpy,
-                                             sequence_parallel=run.parallel.sp)
+    model = run.build_model(grid.tp_group)
     if tensors is not None:
         load_into(model, tensors)
     grid.tracer.step = 0

@@ -28,7 +28,6 @@ from tpsim.comm import ProcessGrid
 from tpsim.comm.agree import Agreement
 from tpsim.data import ReverseTask
 from tpsim.compare import relative_difference
-from tpsim.arch import architecture_of
 from tpsim.config import RunConfig
 from tpsim.demo.report import say
 from tpsim.nn.dropout import DropoutPlan
@@ -95,7 +94,7 @@ def train_serial(run: RunConfig, task, optimizer: AdamW, skipped: frozenset[int]
     ``skipped`` (the steps the parallel run skipped: a fault injected there, or float16's loss-scale overflow).
     """
     config, sch = run.model, run.schedule
-    serial = architecture_of(config).serial(config, seed=sch.seed, dtype=run.precision.numpy)
+    serial = run.serial_model()
     if run.files.init_from:
         load_into(serial, load_init(run.files.init_from, config, note=None))
     names = [name for name, _ in serial.named_parameters()]
