@@ -40,7 +40,7 @@ from tpsim.models.build import parallel_gpt, serial_gpt
 from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn import MLP, DropoutPlan, LayerNorm, layernorm_backward
 from tpsim.teach.runtime import Lesson, shard_error, table
-from tpsim.tp import ExactDropoutRNG, ParallelMLP, SequenceParallelLayerNorm
+from tpsim.tp import SP_REGION, ExactDropoutRNG, ParallelMLP, SequenceParallelLayerNorm
 from tpsim.tp import GatherFromSequenceParallelRegion as f_bar
 from tpsim.tp import ReduceScatterToSequenceParallelRegion as g_bar
 from tpsim.tp.sequence_parallel import split_sequence
@@ -150,7 +150,7 @@ lesson.equal("conjugate: backward(f̄) = forward(ḡ) and backward(ḡ) = forwar
 # ## An MLP block with SP equals serial
 #
 # The block `y = x + MLP(LayerNorm(x))` with SP: the input and output are sequence shards `[b, s/p, h]`;
-# `SequenceParallelLayerNorm` normalises the shard; `ParallelMLP(sequence_parallel=True)` opens with f̄ in
+# `SequenceParallelLayerNorm` normalises the shard; `ParallelMLP(region=SP_REGION)` opens with f̄ in
 # `c_fc` and ends with ḡ in `c_proj`; the residual add works on the shard. Beside it, the same block with
 # plain TP (f and g, replicated LayerNorm), both built from the serial block's master weights.
 
@@ -168,7 +168,7 @@ serial_ln.zero_grad(), serial_mlp.zero_grad()
 y_serial, dx_serial = run_block(serial_ln, serial_mlp, x, dy)
 ln_tp.set_path("tp.ln_2")
 mlp_tp = ParallelMLP.from_serial(serial_mlp, group).set_path("tp.mlp")
-mlp_sp = ParallelMLP.from_serial(serial_mlp, group, sequence_parallel=True).set_path("sp.mlp")
+mlp_sp = ParallelMLP.from_serial(serial_mlp, group, region=SP_REGION).set_path("sp.mlp")
 ln_sp.zero_grad()
 
 tracer.reset()

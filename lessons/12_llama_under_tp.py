@@ -37,6 +37,7 @@ from tpsim.nn.swiglu import SwiGLU
 from tpsim.teach.runtime import Lesson, shard_error
 from tpsim.tp.column_parallel import ColumnParallelLinear
 from tpsim.tp.gqa_attention import ParallelGQAttention, kv_group, kv_head_layout
+from tpsim.tp.multi_output_column_parallel import MultiOutputColumnParallelLinear
 from tpsim.tp.swiglu import ParallelSwiGLU, gate_up_columns
 
 lesson = Lesson("12", RANKS)
@@ -123,10 +124,10 @@ lesson.close("parallel GQA output = serial", y, y_ref)
 lesson.section("The gradient of a replicated KV head")
 par.zero_grad()
 with tracer.paused():  # the same backward without the kv all-reduce, to see the partial sum
-    saved, par.kv_sync = par.kv_sync, None
+    saved, par.qkv.replica_group = par.qkv.replica_group, None  # q/k/v's layer sums the replicas' dW_k, dW_v
     par.backward(dy, cache)
     partial = par.k_proj.grads["weight"].copy()
-    par.kv_sync = saved
+    par.qkv.replica_group = saved
 serial_dwk = attn.k_proj.grads["weight"][:, my_kv * hd:(my_kv + 1) * hd]
 lesson.expect("alone, a rank's dW_k is only part of the serial gradient; summed over the two sharing ranks, all")
 lesson.apart("one rank's own dW_k differs from the serial dW_k of its head", partial, serial_dwk, 1e-3)
@@ -168,7 +169,8 @@ def from_fused(columns):
     gate, up = (ColumnParallelLinear(h, 2 * ffn, group, gather_output=False, bias=False, weight=fused, columns=c)
                 for c in (columns[:half], columns[half:]))
     gate.columns = up.columns = np.arange(me * ffn // p, (me + 1) * ffn // p)  # what a loader would claim
-    return ParallelSwiGLU(gate, up, ParallelSwiGLU.from_serial(mlp, group).down_proj)
+    gate_up = MultiOutputColumnParallelLinear({"gate_proj": gate, "up_proj": up})
+    return ParallelSwiGLU(gate_up, ParallelSwiGLU.from_serial(mlp, group).down_proj)
 
 
 contiguous = np.arange(me * 2 * ffn // p, (me + 1) * 2 * ffn // p)

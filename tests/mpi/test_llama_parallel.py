@@ -17,6 +17,7 @@ from tpsim.arch.llama import LlamaConfig
 from tpsim.nn.swiglu import SwiGLU
 from tpsim.tp.column_parallel import ColumnParallelLinear
 from tpsim.tp.gqa_attention import kv_head_layout
+from tpsim.tp.multi_output_column_parallel import MultiOutputColumnParallelLinear
 from tpsim.tp.swiglu import ParallelSwiGLU, gate_up_columns
 from tpsim.train import AdamW, GradSync, check_replicas, dp_slice, train_step
 
@@ -121,7 +122,7 @@ def test_fused_gate_up_split_contiguously_is_wrong(grid):
         # label them as this rank's master columns of gate and up, as a loader cutting the fused weight would
         gate.columns = up.columns = np.arange(ffn_local) + group.rank * ffn_local
         down = ParallelSwiGLU.from_serial(serial, group).down_proj
-        return ParallelSwiGLU(gate, up, down)
+        return ParallelSwiGLU(MultiOutputColumnParallelLinear({"gate_proj": gate, "up_proj": up}), down)
 
     right = from_fused(gate_up_columns(4 * tp, tp, group.rank)).forward(x)[0]
     contiguous = np.arange(group.rank * 2 * ffn_local, (group.rank + 1) * 2 * ffn_local)  # 2·ffn / p columns

@@ -19,7 +19,6 @@ from tpsim.comm.launch import run_main, world_rank
 def bias_before_all_reduce():
     """RowParallelLinear adds its bias to each rank's partial sum, so the all-reduce adds it tp times."""
     from tpsim.nn.linear import linear_forward
-    from tpsim.tp.regions import leave_tp_region
     from tpsim.tp.row_parallel import RowParallelLinear
 
     original = RowParallelLinear.forward
@@ -29,7 +28,7 @@ def bias_before_all_reduce():
             return original(self, y)
         with self.group.tracer.region(scope=self.path):
             partial, cache = linear_forward(y, self.params["weight"], self.params["bias"])  # the bug
-            return leave_tp_region(partial, self.group, self.sequence_parallel), cache
+            return self.region.leave(partial, self.group), cache
 
     return mock.patch.object(RowParallelLinear, "forward", forward)
 

@@ -29,6 +29,7 @@ from tpsim.nn.linear import LinearCache, linear_backward
 from tpsim.nn.precision import dtype_of, wgrad
 from tpsim.tp import column_parallel, row_parallel
 from tpsim.tp.mappings import CopyToTPRegion, ReduceFromTPRegion
+from tpsim.tp.regions import TensorParallelRegion
 from tpsim.figures.style import SEED, TOY, save_figure, toy_config
 from tpsim.train import AdamW, apply_update, compute_grads, mixed_precision
 
@@ -53,19 +54,19 @@ def _backward_f32(dy, cache):
 @contextmanager
 def fp32_sums(site: str | None, dtype):
     """Inside: the chosen TP sums add float32 partials and round once (a study switch; restored on exit)."""
-    saved = (row_parallel.linear_forward, row_parallel.leave_tp_region, column_parallel.linear_backward,
-             column_parallel.enter_tp_region_backward)
+    saved = (row_parallel.linear_forward, TensorParallelRegion.leave, column_parallel.linear_backward,
+             TensorParallelRegion.enter_backward)
     if site in ("row-parallel g (fwd)", "both"):
         row_parallel.linear_forward = _forward_f32
-        row_parallel.leave_tp_region = lambda x, g, sp, **kw: ReduceFromTPRegion.forward(x, g).astype(dtype)
+        TensorParallelRegion.leave = lambda self, x, g: ReduceFromTPRegion.forward(x, g).astype(dtype)
     if site in ("column-parallel f (bwd)", "both"):
         column_parallel.linear_backward = _backward_f32
-        column_parallel.enter_tp_region_backward = lambda dx, g, sp, **kw: CopyToTPRegion.backward(dx, g).astype(dtype)
+        TensorParallelRegion.enter_backward = lambda self, dx, g: CopyToTPRegion.backward(dx, g).astype(dtype)
     try:
         yield
     finally:
-        (row_parallel.linear_forward, row_parallel.leave_tp_region, column_parallel.linear_backward,
-         column_parallel.enter_tp_region_backward) = saved
+        (row_parallel.linear_forward, TensorParallelRegion.leave, column_parallel.linear_backward,
+         TensorParallelRegion.enter_backward) = saved
 
 
 def step0_gradient_difference(model, cfg, dtype, ids, labels, scale: float, group) -> float:

@@ -6,8 +6,9 @@ ones/zeros, zero biases), then keeps its shards. The draw order is fixed, so ``s
 the same model on every rank, at every TP size, in every run.
 
 ``sequence_parallel=True`` (Megatron-SP) builds the same shards; only the kind of the LayerNorms (gradients
-all-reduced over TP), the LM head (f̄: gathers the sequence) and the linears' f/g (f̄/ḡ) change, so an SP model
-and a TP model from one seed hold identical parameters and export identical checkpoints.
+all-reduced over TP) and the region the linears and the LM head are built with change (``SP_REGION``: f̄/ḡ
+instead of f/g, ``tpsim.tp.regions``; the flag is read here, once), so an SP model and a TP model from one
+seed hold identical parameters and export identical checkpoints.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tpsim.tp.attention import ParallelSelfAttention
 from tpsim.tp.cross_entropy import VocabParallelCrossEntropy
 from tpsim.tp.lm_head import ParallelLMHead
 from tpsim.tp.mlp import ParallelMLP
+from tpsim.tp.regions import region_for
 from tpsim.tp.sequence_parallel_layernorm import SequenceParallelLayerNorm
 from tpsim.tp.vocab_embedding import VocabParallelEmbedding
 
@@ -62,15 +64,15 @@ def parallel_gpt(serial: GPT, group: Group, *, sequence_parallel: bool = False) 
     config = serial.config
     config.check(group.size)
     tr = serial.transformer
-    sp = sequence_parallel
+    sp, region = sequence_parallel, region_for(sequence_parallel)
     ln = (lambda m: SequenceParallelLayerNorm.from_serial(m, group)) if sp else copy.deepcopy
     wte = VocabParallelEmbedding.from_serial(tr.wte, group)
-    blocks = [Block(ln(b.ln_1), ParallelSelfAttention.from_serial(b.attn, group, sequence_parallel=sp),
-                    ln(b.ln_2), ParallelMLP.from_serial(b.mlp, group, sequence_parallel=sp), b.dropout)
+    blocks = [Block(ln(b.ln_1), ParallelSelfAttention.from_serial(b.attn, group, region=region),
+                    ln(b.ln_2), ParallelMLP.from_serial(b.mlp, group, region=region), b.dropout)
               for b in tr.h]
     transformer = Transformer(wte, copy.deepcopy(tr.wpe), blocks, ln(tr.ln_f), tr.dropout,
                               sp_group=group if sp else None)
-    head = ParallelLMHead(wte, sequence_parallel=sp)
+    head = ParallelLMHead(wte, region=region)
     loss = VocabParallelCrossEntropy(group, vocab_size=wte.vocab_size, vocab_start=wte.vocab_start,
                                      ignore_index=serial.loss.ignore_index)
     # the grid's tracer times every sub-layer call (compute spans beside the collectives on the timeline)

@@ -94,14 +94,17 @@ def attach_tracer(model: Module, tracer) -> Module:
 class Block(_Wiring):
     """Pre-LN transformer block: ``x + drop(attn(ln_1(x)))``, then ``x + drop(mlp(ln_2(x)))``."""
 
+    NAMES = ("ln_1", "attn", "ln_2", "mlp")  # the attributes (and module paths) of the parts; a subclass renames
+
     def __init__(self, ln_1: Module, attn: Module, ln_2: Module, mlp: Module, dropout: float = 0.0) -> None:
         super().__init__()
-        self.ln_1, self.attn, self.ln_2, self.mlp = ln_1, attn, ln_2, mlp
+        for name, part in zip(self.NAMES, (ln_1, attn, ln_2, mlp)):
+            setattr(self, name, part)
         self.dropout = dropout
 
     def parts(self) -> tuple[Module, Module, Module, Module]:
-        """(norm before attention, attention, norm before the MLP, MLP): a subclass may name them otherwise."""
-        return self.ln_1, self.attn, self.ln_2, self.mlp
+        """(norm before attention, attention, norm before the MLP, MLP), under whatever names ``NAMES`` gives."""
+        return tuple(getattr(self, name) for name in self.NAMES)
 
     def forward(self, x: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, BlockCache]:
         """``x: [b, s, h]`` (SP: ``[b, s/p, h]``) -> ``(y, BlockCache)``, ``y`` shaped as ``x``."""
@@ -127,10 +130,14 @@ class Block(_Wiring):
 class Transformer(_Wiring):
     """``transformer.{wte, wpe, h.i, ln_f}``: embeddings, blocks and the final LayerNorm."""
 
-    def __init__(self, wte: Module, wpe: Module, h: list[Block], ln_f: Module, dropout: float = 0.0, *,
+    NAMES = ("wte", "wpe", "h", "ln_f")  # a subclass renames them; "" for a part it does not have
+
+    def __init__(self, wte: Module, wpe: Module | None, h: list[Block], ln_f: Module, dropout: float = 0.0, *,
                  sp_group=None) -> None:
         super().__init__()
-        self.wte, self.wpe, self.h, self.ln_f = wte, wpe, list(h), ln_f
+        for name, part in zip(self.NAMES, (wte, wpe, list(h), ln_f)):
+            if name:
+                setattr(self, name, part)
         self.dropout = dropout
         self.sp_group = sp_group  # the TP Group under sequence parallelism (x: [b, s/p, h]); None = off
 
@@ -173,17 +180,20 @@ class Transformer(_Wiring):
         self._timed(wte, "backward", dx, cache.wte)
 
     def parts(self) -> tuple[Module, Module | None, list, Module]:
-        """(token embedding, position embedding or None, blocks, final norm): a subclass may rename them."""
-        return self.wte, self.wpe, self.h, self.ln_f
+        """(token embedding, position embedding or None, blocks, final norm), under the names of ``NAMES``."""
+        return tuple(getattr(self, name) if name else None for name in self.NAMES)
 
 
 class GPT(_Wiring):
     """``transformer`` + tied ``lm_head`` + ``loss``; ``forward(ids, labels) -> (mean loss, cache)``."""
 
+    BODY = "transformer"  # the attribute (and module path) of the body; a Llama's is "model"
+
     def __init__(self, config, transformer: Transformer, lm_head: Module, loss: Module) -> None:
         super().__init__()
         self.config = config
-        self.transformer, self.lm_head, self.loss = transformer, lm_head, loss
+        setattr(self, self.BODY, transformer)
+        self.lm_head, self.loss = lm_head, loss
         self.set_path("")
 
     def forward(self, ids: np.ndarray, labels: np.ndarray, plan: DropoutPlan = DropoutPlan()):
@@ -205,7 +215,7 @@ class GPT(_Wiring):
 
     def body(self) -> Module:
         """The embeddings, blocks and final norm (``transformer``; a Llama's ``model``)."""
-        return self.transformer
+        return getattr(self, self.BODY)
 
     def loss_and_grads(self, ids: np.ndarray, labels: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> float:
         """Zero the gradients, run forward and backward, return the loss."""

@@ -7,7 +7,8 @@
     loss = mean cross-entropy(logits, labels)
 
 ``LlamaDecoderLayer``, ``LlamaModel`` and ``LlamaForCausalLM`` *are* the GPT's ``Block``, ``Transformer``
-and ``GPT`` (``tpsim.models.gpt``) with Llama's attribute names and no learned positions: one wiring for both
+and ``GPT`` (``tpsim.models.gpt``), initialised through them with Llama's attribute names (their ``NAMES``,
+``BODY``) and no learned positions: one wiring for both
 architectures, so forward/backward/loss_and_grads, named_grads, the tracer's spans, DP sync, clipping, the
 optimizer and checkpoints work on either. Module paths: ``model.embed_tokens``, ``model.layers.{i}.
 {input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}``,
@@ -40,6 +41,7 @@ from tpsim.nn.swiglu import SwiGLU
 from tpsim.tp.cross_entropy import VocabParallelCrossEntropy
 from tpsim.tp.gqa_attention import ParallelGQAttention, kv_group
 from tpsim.tp.lm_head import ParallelLMHead
+from tpsim.tp.regions import region_for
 from tpsim.tp.rmsnorm import SequenceParallelRMSNorm
 from tpsim.tp.swiglu import ParallelSwiGLU
 from tpsim.tp.vocab_embedding import VocabParallelEmbedding
@@ -48,42 +50,30 @@ from tpsim.tp.vocab_embedding import VocabParallelEmbedding
 class LlamaDecoderLayer(Block):
     """Pre-norm block: ``x + self_attn(input_layernorm(x))``, then ``x + mlp(post_attention_layernorm(x))``."""
 
+    NAMES = ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")
+
     def __init__(self, input_layernorm: Module, self_attn: Module, post_attention_layernorm: Module,
                  mlp: Module) -> None:
-        Module.__init__(self)
-        self.input_layernorm, self.self_attn = input_layernorm, self_attn
-        self.post_attention_layernorm, self.mlp = post_attention_layernorm, mlp
-        self.dropout = 0.0  # Llama has no residual dropout
-
-    def parts(self) -> tuple[Module, Module, Module, Module]:
-        return self.input_layernorm, self.self_attn, self.post_attention_layernorm, self.mlp
+        super().__init__(input_layernorm, self_attn, post_attention_layernorm, mlp, dropout=0.0)  # no dropout
 
 
 class LlamaModel(Transformer):
     """``model.{embed_tokens, layers.i, norm}``; no position embedding (RoPE acts inside attention)."""
 
+    NAMES = ("embed_tokens", "", "layers", "norm")
+
     def __init__(self, embed_tokens: Module, layers: list[LlamaDecoderLayer], norm: Module, *,
                  sp_group=None) -> None:
-        Module.__init__(self)
-        self.embed_tokens, self.layers, self.norm = embed_tokens, list(layers), norm
-        self.dropout = 0.0
-        self.sp_group = sp_group  # the TP Group under sequence parallelism (x: [b, s/p, h]); None = off
-
-    def parts(self) -> tuple[Module, None, list, Module]:
-        return self.embed_tokens, None, self.layers, self.norm
+        super().__init__(embed_tokens, None, layers, norm, dropout=0.0, sp_group=sp_group)
 
 
 class LlamaForCausalLM(GPT):
     """``model`` + untied ``lm_head`` + ``loss``; the GPT's forward/backward/loss_and_grads."""
 
-    def __init__(self, config: LlamaConfig, model: LlamaModel, lm_head: Module, loss: Module) -> None:
-        Module.__init__(self)
-        self.config = config
-        self.model, self.lm_head, self.loss = model, lm_head, loss
-        self.set_path("")
+    BODY = "model"
 
-    def body(self) -> Module:
-        return self.model
+    def __init__(self, config: LlamaConfig, model: LlamaModel, lm_head: Module, loss: Module) -> None:
+        super().__init__(config, model, lm_head, loss)
 
 
 def serial_llama(config: LlamaConfig, seed: int = 0, dtype=np.float64) -> LlamaForCausalLM:
@@ -108,20 +98,20 @@ def parallel_llama(serial: LlamaForCausalLM, group: Group, *, sequence_parallel:
     """Shard a serial Llama over the TP ``group`` (collective over it: the ``kv`` sub-group is created here)."""
     config = serial.config
     config.check(group.size)
-    sp = sequence_parallel
+    sp, region = sequence_parallel, region_for(sequence_parallel)
     norm = (lambda m: SequenceParallelRMSNorm.from_serial(m, group)) if sp else copy.deepcopy
     kv_sync = kv_group(group, config.num_attention_heads, config.num_key_value_heads)  # one for all layers
     embed = VocabParallelEmbedding.from_serial(serial.model.embed_tokens, group)
     layers = [LlamaDecoderLayer(norm(layer.input_layernorm),
-                                ParallelGQAttention.from_serial(layer.self_attn, group, sequence_parallel=sp,
+                                ParallelGQAttention.from_serial(layer.self_attn, group, region=region,
                                                                 kv_sync=kv_sync),
                                 norm(layer.post_attention_layernorm),
-                                ParallelSwiGLU.from_serial(layer.mlp, group, sequence_parallel=sp))
+                                ParallelSwiGLU.from_serial(layer.mlp, group, region=region))
               for layer in serial.model.layers]
     model = LlamaModel(embed, layers, norm(serial.model.norm), sp_group=group if sp else None)
     w = serial.lm_head.params["weight"]  # [V, h]: sharded by vocabulary rows exactly like an embedding table
     head = ParallelLMHead(VocabParallelEmbedding(w.shape[0], w.shape[1], group, dtype=w.dtype, weight=w),
-                          tied=False, sequence_parallel=sp)
+                          tied=False, region=region)
     loss = VocabParallelCrossEntropy(group, vocab_size=embed.vocab_size, vocab_start=embed.vocab_start,
                                      ignore_index=serial.loss.ignore_index)
     return attach_tracer(LlamaForCausalLM(config, model, head, loss), group.tracer)

@@ -5,8 +5,9 @@ Every layer follows the one contract stated in ``tpsim.nn.module``: ``forward ->
 """
 
 from tpsim.nn.activations import GeLU, GeluCache, erf, erfc, gelu_backward, gelu_forward
-from tpsim.nn.attention import (AttentionCache, AttentionCoreCache, CausalSelfAttention, attention_core_backward,
-                                attention_core_forward, qkv_attention_backward, qkv_attention_forward)
+from tpsim.nn.attention import (AttentionCache, AttentionCoreCache, CausalSelfAttention, MultiHeadAttention,
+                                attention_core_backward, attention_core_forward, qkv_attention_backward,
+                                qkv_attention_forward)
 from tpsim.nn.cross_entropy import (
     CrossEntropyCache,
     CrossEntropyLoss,
@@ -19,7 +20,8 @@ from tpsim.nn.embedding import Embedding
 from tpsim.nn.gradcheck import check_module_grads, numerical_grad, relative_error
 from tpsim.nn.layernorm import LayerNorm, LayerNormCache, layernorm_backward, layernorm_forward
 from tpsim.nn.linear import Linear, LinearCache, linear_backward, linear_forward
-from tpsim.nn.mlp import MLP, MLPCache
+from tpsim.nn.mlp import MLP, GeluMLP, MLPCache
+from tpsim.nn.multi_output_linear import MultiOutputLinear
 from tpsim.nn.module import Entry, Module, Partition
 from tpsim.nn.softmax import Softmax, SoftmaxCache, softmax_backward, softmax_forward
 
@@ -28,7 +30,10 @@ __all__ = [
     "Entry",
     "Partition",
     "MLP",
+    "GeluMLP",
     "MLPCache",
+    "MultiOutputLinear",
+    "MultiHeadAttention",
     "CausalSelfAttention",
     "AttentionCache",
     "AttentionCoreCache",

@@ -1,4 +1,4 @@
-"""Causal multi-head self-attention, serial, GPT-2 layout — and the per-head core the parallel twin reuses.
+"""Causal multi-head self-attention, GPT-2 layout — the per-head core, and the layer written once for serial and TP.
 
     x [b, s, h] --c_attn--> qkv [b, s, 3h] = q | k | v        (head j of q = columns j·hd:(j+1)·hd, as HF GPT-2)
       q, k, v -> [b, nh, s, hd]
@@ -8,7 +8,9 @@
 
 Every head is independent of the others from q·kᵀ to probs·v. That is why Megatron's ParallelAttention
 splits attention *by heads*: a rank holding the q, k and v columns of whole heads runs this same core on them
-with no communication (``tpsim.tp.attention``). The core functions below therefore take any number of heads.
+with no communication (``tpsim.tp.attention``). The core functions below therefore take any number of heads,
+and ``MultiHeadAttention`` runs them on the heads its ``c_attn`` holds: all of them (``CausalSelfAttention``)
+or a rank's share (``ParallelSelfAttention``), the same forward and backward.
 
 Backward of the core, with P the (dropped) probabilities and D = dropout's scaled mask:
 
@@ -125,48 +127,69 @@ def qkv_attention_backward(dctx: np.ndarray, cache: AttentionCoreCache) -> np.nd
 
 
 class AttentionCache(NamedTuple):
-    """The cache of ``CausalSelfAttention`` and of its parallel twin."""
+    """The cache of ``MultiHeadAttention`` (serial or parallel)."""
 
     c_attn: LinearCache
     core: AttentionCoreCache
     c_proj: LinearCache
 
 
-# --- the serial layer -------------------------------------------------------------------------------------------
-class CausalSelfAttention(Module):
-    """GPT-2 attention: ``c_attn: Linear(h, 3h)`` (q | k | v), ``c_proj: Linear(h, h)``; ``attn_dropout`` = p."""
+# --- the layer, written once -------------------------------------------------------------------------------------
+class MultiHeadAttention(Module):
+    """GPT-2 attention from its two linears: ``c_attn`` (q | k | v of the heads held here), the core over those
+    heads, ``c_proj``. ``CausalSelfAttention`` holds every head; the TP twin (``tpsim.tp.attention``) a few.
 
-    def __init__(self, hidden: int, heads: int, *, rng: np.random.Generator | None = None, dtype=np.float64,
-                 std: float = 0.02, proj_std: float | None = None, attn_dropout: float = 0.0) -> None:
+    ``head_index``: the global numbers of the heads held here (None: all of them), so a head-sharded layer
+    draws the serial model's dropout bits for its heads.
+    """
+
+    def __init__(self, c_attn: Module, c_proj: Module, heads: int, *, attn_dropout: float = 0.0,
+                 head_index: np.ndarray | None = None) -> None:
         super().__init__()
-        if heads < 1 or hidden % heads:
-            raise ValueError(f"hidden = {hidden} must be divisible by heads = {heads} (head_dim = hidden / heads)")
         if not 0.0 <= attn_dropout < 1.0:
             raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
-        rng = np.random.default_rng(0) if rng is None else rng
-        self.hidden, self.heads, self.head_dim = hidden, heads, hidden // heads
+        self.c_attn, self.c_proj = c_attn, c_proj
+        self.hidden, self.heads = c_attn.in_features, heads
+        self.head_dim = self.hidden // heads
         self.attn_dropout = float(attn_dropout)
-        self.c_attn = Linear(hidden, 3 * hidden, rng=rng, dtype=dtype, std=std)
-        self.c_proj = Linear(hidden, hidden, rng=rng, dtype=dtype, std=std if proj_std is None else proj_std)
+        self.head_index = head_index
+        self.heads_per_partition = heads if head_index is None else len(head_index)
+
+    def sequence_length(self, x: np.ndarray) -> int:
+        """The whole sequence the core attends over, from ``x: [b, s, h]`` (a sequence-parallel layer's is longer)."""
+        return x.shape[1]
 
     def forward(self, x: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, AttentionCache]:
-        """``x: [b, s, h]`` -> ``(y [b, s, h], cache)``. Dropout on the probabilities needs ``plan.rng``.
-
-        ``plan.batch_index``: global batch positions of the local rows (default all), as for the parallel twin.
-        """
-        b, s, _ = x.shape
-        keep = attention_keep_mask(plan, self.attn_dropout, self.path + ".attn_dropout", b, self.heads,
-                                   s)  # every head: the serial reference
-        qkv, c_attn = self.c_attn.forward(x)
-        ctx, core = qkv_attention_forward(qkv, self.heads, keep, self.attn_dropout)
-        y, c_proj = self.c_proj.forward(ctx)
+        """``x: [b, s, h]`` (SP: ``[b, s/p, h]``) -> ``(y shaped as x, cache)``. Dropout on the probabilities needs
+        ``plan.rng``; ``plan.batch_index``: the global batch positions of the local rows (default all)."""
+        b, s = x.shape[0], self.sequence_length(x)
+        keep = attention_keep_mask(plan, self.attn_dropout, self.path + ".attn_dropout", b, self.heads, s,
+                                   head_index=self.head_index)
+        qkv, c_attn = self.c_attn.forward(x)  # TP: [b, s, 3h/p], f: identity forward (SP: f̄ all-gathers s)
+        ctx, core = qkv_attention_forward(qkv, self.heads_per_partition, keep, self.attn_dropout)
+        y, c_proj = self.c_proj.forward(ctx)  # TP: g, the one all-reduce of the forward (SP: ḡ reduce-scatter)
         return y, AttentionCache(c_attn, core, c_proj)
 
     def backward(self, dy: np.ndarray, cache: AttentionCache) -> np.ndarray:
-        """``dy: [b, s, h]`` -> ``dx: [b, s, h]``; adds into the grads of ``c_attn`` and ``c_proj``."""
-        dctx = self.c_proj.backward(dy, cache.c_proj)
-        dqkv = qkv_attention_backward(dctx, cache.core)
-        return self.c_attn.backward(dqkv, cache.c_attn)
+        """``dy`` shaped as the output -> ``dx`` shaped as the input; adds into the grads of c_attn and c_proj."""
+        dctx = self.c_proj.backward(dy, cache.c_proj)  # TP: g backward, the identity
+        dqkv = qkv_attention_backward(dctx, cache.core)  # local: the heads held here only
+        return self.c_attn.backward(dqkv, cache.c_attn)  # TP: f backward, the one all-reduce of the backward
+
+
+class CausalSelfAttention(MultiHeadAttention):
+    """Serial GPT-2 attention: ``c_attn: Linear(h, 3h)`` (q | k | v), ``c_proj: Linear(h, h)``; ``attn_dropout`` = p."""
+
+    def __init__(self, hidden: int, heads: int, *, rng: np.random.Generator | None = None, dtype=np.float64,
+                 std: float = 0.02, proj_std: float | None = None, attn_dropout: float = 0.0) -> None:
+        if heads < 1 or hidden % heads:
+            raise ValueError(f"hidden = {hidden} must be divisible by heads = {heads} (head_dim = hidden / heads)")
+        if not 0.0 <= attn_dropout < 1.0:  # before drawing anything
+            raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
+        rng = np.random.default_rng(0) if rng is None else rng
+        c_attn = Linear(hidden, 3 * hidden, rng=rng, dtype=dtype, std=std)
+        c_proj = Linear(hidden, hidden, rng=rng, dtype=dtype, std=std if proj_std is None else proj_std)
+        super().__init__(c_attn, c_proj, heads, attn_dropout=attn_dropout)
 
     def __repr__(self) -> str:
         return f"CausalSelfAttention(hidden={self.hidden}, heads={self.heads}, attn_dropout={self.attn_dropout})"

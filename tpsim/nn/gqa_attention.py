@@ -13,8 +13,10 @@ Hugging Face's ``repeat_kv``). kv_heads = heads is multi-head attention, kv_head
 
 Backward: the core gives dq and the gradients of the *repeated* k and v; each KV head's gradient is the sum
 over the n_rep query heads that read it (the backward of a repeat is a sum), then RoPE's inverse rotation on
-dq and dk, then the four linears. The pure functions take any numbers of heads, so the tensor-parallel twin
-(``tpsim.tp.gqa_attention``) runs them on its own heads. No attention dropout (Llama's is 0).
+dq and dk, then the four linears. The pure functions take any numbers of heads, so ``GroupedQueryAttention``
+runs them on the heads its parts hold: all (``GQAttention``) or a rank's share (the tensor-parallel twin,
+``tpsim.tp.gqa_attention``), the same forward and backward. q_proj, k_proj and v_proj read one input and run
+as one multi-output linear (``tpsim.nn.multi_output_linear``). No attention dropout (Llama's is 0).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tpsim.nn.attention import AttentionCoreCache, attention_core_backward, atte
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.linear import Linear, LinearCache
 from tpsim.nn.module import Module
+from tpsim.nn.multi_output_linear import MultiOutputLinear
 from tpsim.nn.rope import RopeCache, rope_backward, rope_cos_sin, rope_forward
 
 
@@ -58,11 +61,9 @@ def gqa_core_backward(dctx: np.ndarray, cache: GQACoreCache) -> tuple[np.ndarray
 
 
 class GQAttentionCache(NamedTuple):
-    """The cache of ``GQAttention`` and of its parallel twin."""
+    """The cache of ``GroupedQueryAttention`` (serial or parallel)."""
 
-    q_proj: LinearCache
-    k_proj: LinearCache
-    v_proj: LinearCache
+    qkv: tuple  # the caches of q_proj, k_proj, v_proj (one multi-output linear)
     core: GQACoreCache
     o_proj: LinearCache
 
@@ -77,43 +78,62 @@ def check_gqa_sizes(hidden: int, heads: int, kv_heads: int) -> None:
         raise ValueError(f"head_dim = {hidden // heads} must be even for RoPE")
 
 
-class GQAttention(Module):
-    """``q_proj: Linear(h, heads·hd)``, ``k_proj, v_proj: Linear(h, kv·hd)``, ``o_proj: Linear(heads·hd, h)``."""
+class GroupedQueryAttention(Module):
+    """Llama attention from its parts: ``qkv`` (a multi-output linear of q_proj, k_proj, v_proj) and ``o_proj``.
 
-    def __init__(self, hidden: int, heads: int, kv_heads: int, *, rope_theta: float = 10000.0,
-                 rng: np.random.Generator | None = None, dtype=np.float64, std: float = 0.02) -> None:
+    ``heads_per_partition``/``kv_heads_per_partition``: the query and KV heads ``qkv`` holds here (default all
+    of them: the serial layer ``GQAttention``; the TP twin ``tpsim.tp.gqa_attention`` holds a rank's share).
+    """
+
+    def __init__(self, qkv: Module, o_proj: Module, heads: int, kv_heads: int, *, rope_theta: float = 10000.0,
+                 heads_per_partition: int | None = None, kv_heads_per_partition: int | None = None) -> None:
         super().__init__()
-        check_gqa_sizes(hidden, heads, kv_heads)
-        rng = np.random.default_rng(0) if rng is None else rng
-        self.hidden, self.heads, self.kv_heads = hidden, heads, kv_heads
-        self.head_dim, self.rope_theta = hidden // heads, float(rope_theta)
-        hd = self.head_dim
-        self.q_proj = Linear(hidden, heads * hd, bias=False, rng=rng, dtype=dtype, std=std)
-        self.k_proj = Linear(hidden, kv_heads * hd, bias=False, rng=rng, dtype=dtype, std=std)
-        self.v_proj = Linear(hidden, kv_heads * hd, bias=False, rng=rng, dtype=dtype, std=std)
-        self.o_proj = Linear(heads * hd, hidden, bias=False, rng=rng, dtype=dtype, std=std)
+        self.qkv, self.o_proj = qkv, o_proj  # qkv is inline: its parts are named self_attn.q_proj, ...
+        self.hidden, self.heads, self.kv_heads = qkv.in_features, heads, kv_heads
+        self.head_dim, self.rope_theta = self.hidden // heads, float(rope_theta)
+        self.heads_per_partition = heads if heads_per_partition is None else heads_per_partition
+        self.kv_heads_per_partition = kv_heads if kv_heads_per_partition is None else kv_heads_per_partition
+
+    # the three projections under their Hugging Face names (they live in qkv)
+    q_proj = property(lambda self: self.qkv.q_proj)
+    k_proj = property(lambda self: self.qkv.k_proj)
+    v_proj = property(lambda self: self.qkv.v_proj)
+
+    def sequence_length(self, x: np.ndarray) -> int:
+        """The whole sequence the core attends over, from ``x: [b, s, h]`` (a sequence-parallel layer's is longer)."""
+        return x.shape[1]
 
     def forward(self, x: np.ndarray, plan: DropoutPlan = DropoutPlan(),
                 positions: np.ndarray | None = None) -> tuple[np.ndarray, GQAttentionCache]:
-        """``x: [b, s, h]`` -> ``(y [b, s, h], cache)``; ``positions`` default ``arange(s)``; ``plan`` unused."""
-        positions = np.arange(x.shape[1]) if positions is None else positions
-        cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_theta, x.dtype)
-        q, c_q = self.q_proj.forward(x)
-        k, c_k = self.k_proj.forward(x)
-        v, c_v = self.v_proj.forward(x)
-        ctx, core = gqa_core_forward(split_heads(q, self.heads), split_heads(k, self.kv_heads),
-                                     split_heads(v, self.kv_heads), cos, sin)
-        y, c_o = self.o_proj.forward(merge_heads(ctx))
-        return y, GQAttentionCache(c_q, c_k, c_v, core, c_o)
+        """``x: [b, s, h]`` (SP: ``[b, s/p, h]``) -> ``(y shaped as x, cache)``; ``positions`` default
+        ``arange(s)`` over the whole sequence; ``plan`` unused (no attention dropout)."""
+        positions = np.arange(self.sequence_length(x)) if positions is None else positions
+        cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_theta, x.dtype)  # no communication
+        (q, k, v), c_qkv = self.qkv.forward(x)  # TP: f once for the three (SP: f̄ all-gathers s once)
+        nq, nkv = self.heads_per_partition, self.kv_heads_per_partition
+        ctx, core = gqa_core_forward(split_heads(q, nq), split_heads(k, nkv), split_heads(v, nkv), cos, sin)
+        y, c_o = self.o_proj.forward(merge_heads(ctx))  # TP: g, the one all-reduce of the forward
+        return y, GQAttentionCache(c_qkv, core, c_o)
 
     def backward(self, dy: np.ndarray, cache: GQAttentionCache) -> np.ndarray:
-        """``dy: [b, s, h]`` -> ``dx: [b, s, h]``; adds into the four projections' grads."""
+        """``dy`` shaped as the output -> ``dx`` shaped as the input; adds into the four projections' grads."""
         dctx = self.o_proj.backward(dy, cache.o_proj)
-        dq, dk, dv = gqa_core_backward(split_heads(dctx, self.heads), cache.core)
-        dx = self.q_proj.backward(merge_heads(dq), cache.q_proj)
-        dx += self.k_proj.backward(merge_heads(dk), cache.k_proj)
-        dx += self.v_proj.backward(merge_heads(dv), cache.v_proj)
-        return dx
+        dq, dk, dv = gqa_core_backward(split_heads(dctx, self.heads_per_partition), cache.core)
+        return self.qkv.backward((merge_heads(dq), merge_heads(dk), merge_heads(dv)), cache.qkv)
+
+
+class GQAttention(GroupedQueryAttention):
+    """Serial: ``q_proj: Linear(h, heads·hd)``, ``k_proj, v_proj: Linear(h, kv·hd)``, ``o_proj: Linear(heads·hd, h)``."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, *, rope_theta: float = 10000.0,
+                 rng: np.random.Generator | None = None, dtype=np.float64, std: float = 0.02) -> None:
+        check_gqa_sizes(hidden, heads, kv_heads)
+        rng = np.random.default_rng(0) if rng is None else rng
+        hd = hidden // heads
+        q, k, v, o = (Linear(n_in, n_out, bias=False, rng=rng, dtype=dtype, std=std) for n_in, n_out in
+                      ((hidden, heads * hd), (hidden, kv_heads * hd), (hidden, kv_heads * hd), (heads * hd, hidden)))
+        super().__init__(MultiOutputLinear({"q_proj": q, "k_proj": k, "v_proj": v}), o, heads, kv_heads,
+                         rope_theta=rope_theta)
 
     def __repr__(self) -> str:
         return f"GQAttention(hidden={self.hidden}, heads={self.heads}, kv_heads={self.kv_heads})"

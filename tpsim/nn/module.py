@@ -30,6 +30,11 @@ cache type's ``PARAMETERS``, so memory accounting (``tpsim.predict.memory``) nev
 
 ``path`` is the layer's dotted module path (``transformer.h.0.mlp``). Parallel layers use it as the *scope* of
 every collective they issue, so a trace says which layer moved which bytes. ``set_path`` names a whole tree.
+
+An ``inline`` layer names its children as its parent's own and shares its parent's path: the multi-output
+linear that runs Llama's q_proj, k_proj and v_proj as one layer sits inside ``self_attn`` without adding a
+level, so the parameters keep Hugging Face's names (``self_attn.q_proj.weight``) and its collectives the
+attention's scope.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ class Entry(NamedTuple):
 
 class Module:
     """Base class: parameters, gradients and child modules by name (Hugging Face-style dotted names)."""
+
+    inline = False  # True: this layer's children are named as its parent's, and its path is the parent's
 
     def __init__(self) -> None:
         self.params: dict[str, np.ndarray] = {}
@@ -88,7 +95,7 @@ class Module:
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, "Module"]]:
         yield prefix, self
         for name, child in self.children().items():
-            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+            yield from child.named_modules(prefix if child.inline else f"{prefix}.{name}" if prefix else name)
 
     def _unique(self, prefix: str = "") -> Iterator[tuple[str, "Module", str]]:
         """(dotted name, owning module, key) of every parameter, each array once: a tied weight shared by two

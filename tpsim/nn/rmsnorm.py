@@ -11,7 +11,7 @@ rstd only (there is no μ), so LayerNorm's formula loses its ``mean(dx̂)`` term
 
 The cache needs x̂ and rstd (plus a reference to w). Under tensor parallelism RMSNorm is replicated, like
 LayerNorm; with sequence parallelism each rank normalises its own rows and the weight's gradient is a partial
-sum over the sequence (``tpsim.tp.llama_layers.SequenceParallelRMSNorm`` all-reduces it).
+sum over the sequence (``tpsim.tp.rmsnorm.SequenceParallelRMSNorm`` all-reduces it).
 Hugging Face computes the norm in float32 whatever the input dtype; tpsim computes it in the input's dtype.
 """
 

@@ -8,9 +8,9 @@ from tpsim.tp.cross_entropy import (VocabParallelCrossEntropy, VocabParallelCros
 from tpsim.tp.lm_head import ParallelLMHead
 from tpsim.tp.mappings import CopyToTPRegion, GatherFromTPRegion, ReduceFromTPRegion, ScatterToTPRegion
 from tpsim.tp.mlp import ParallelMLP
+from tpsim.tp.multi_output_column_parallel import MultiOutputColumnParallelLinear
 from tpsim.tp.random import DropoutRNG, ExactDropoutRNG, MegatronDropoutRNG, make_dropout_rng
-from tpsim.tp.regions import (enter_tp_region, enter_tp_region_backward, leave_tp_region, leave_tp_region_backward,
-                              regather_input)
+from tpsim.tp.regions import SP_REGION, TP_REGION, SequenceParallelRegion, TensorParallelRegion, region_for
 from tpsim.tp.row_parallel import RowParallelLinear
 from tpsim.tp.sequence_parallel import (GatherFromSequenceParallelRegion, ReduceScatterToSequenceParallelRegion,
                                         ScatterToSequenceParallelRegion, gather_sequence)
@@ -23,10 +23,11 @@ __all__ = [
     # sequence parallelism: f̄ and ḡ along the sequence
     "GatherFromSequenceParallelRegion", "ReduceScatterToSequenceParallelRegion", "ScatterToSequenceParallelRegion",
     "gather_sequence", "SequenceParallelLayerNorm",
-    # entering and leaving the TP region: (f, g), or (f̄, ḡ) under sequence parallelism
-    "enter_tp_region", "enter_tp_region_backward", "regather_input", "leave_tp_region", "leave_tp_region_backward",
+    # entering and leaving the TP region: (f, g), or (f̄, ḡ) under sequence parallelism, chosen when a layer is built
+    "TensorParallelRegion", "SequenceParallelRegion", "TP_REGION", "SP_REGION", "region_for",
     # layers
     "ColumnParallelLinear", "column_parallel_forward", "column_parallel_backward", "RowParallelLinear",
+    "MultiOutputColumnParallelLinear",
     "ParallelMLP", "ParallelSelfAttention", "head_columns",
     "VocabParallelEmbedding", "VocabEmbeddingCache", "ParallelLMHead", "VocabParallelCrossEntropy", "VocabParallelCrossEntropyCache",
     "vocab_parallel_cross_entropy_forward", "vocab_parallel_cross_entropy_backward",

@@ -7,8 +7,9 @@ serial core on them alone. The two linears around the core are the MLP's pair ag
                        attention over this rank's heads_per_partition heads  -> ctx_i [b, s, h/p]
                        c_proj_i (row-parallel) -> partial [b, s, h] --g--> y [b, s, h]
 
-Exactly one all-reduce of the [b, s, h] activation forward (g in c_proj) and one backward (f in c_attn).
-With ``sequence_parallel=True`` the input and output are sequence shards [b, s/p, h]: c_attn all-gathers the
+Exactly one all-reduce of the [b, s, h] activation forward (g in c_proj) and one backward (f in c_attn). The
+forward and backward are the serial layer's (``tpsim.nn.attention.MultiHeadAttention``) on this rank's heads.
+Built with ``region=SP_REGION`` the input and output are sequence shards [b, s/p, h]: c_attn all-gathers the
 sequence (f̄) and c_proj reduce-scatters it (ḡ); the core in between sees the whole sequence, as it must.
 
 The *qkv layout trap*: c_attn's master weight is [h, 3h] with columns q | k | v. A naive contiguous split of
@@ -26,11 +27,9 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.errors import ConfigError
-from tpsim.nn.attention import (AttentionCache, CausalSelfAttention, attention_keep_mask, qkv_attention_backward,
-                                qkv_attention_forward)
-from tpsim.nn.dropout import DropoutPlan
-from tpsim.nn.module import Module
+from tpsim.nn.attention import CausalSelfAttention, MultiHeadAttention
 from tpsim.tp.column_parallel import ColumnParallelLinear
+from tpsim.tp.regions import TP_REGION, Region
 from tpsim.tp.row_parallel import RowParallelLinear
 
 
@@ -51,69 +50,46 @@ def head_columns(hidden: int, heads: int, tp: int, tp_rank: int) -> np.ndarray:
     return np.concatenate([mine, hidden + mine, 2 * hidden + mine])
 
 
-class ParallelSelfAttention(Module):
-    """Causal self-attention over ``heads / tp`` whole heads per rank; the TP twin of ``CausalSelfAttention``."""
+class ParallelSelfAttention(MultiHeadAttention):
+    """Causal self-attention over ``heads / tp`` whole heads per rank: ``MultiHeadAttention``'s forward and
+    backward on a column-parallel c_attn (whole heads) and a row-parallel c_proj, one region."""
 
     def __init__(self, c_attn: ColumnParallelLinear, c_proj: RowParallelLinear, heads: int, *,
                  attn_dropout: float = 0.0) -> None:
-        super().__init__()
         group = c_attn.group
         hidden = c_attn.in_features
         check_attention_sizes(hidden, heads, group.size)
         if c_attn.gather_output or not c_proj.input_is_parallel:
             raise ValueError("ParallelSelfAttention needs c_attn(gather_output=False) and "
                              "c_proj(input_is_parallel=True)")
-        if c_attn.sequence_parallel != c_proj.sequence_parallel:
-            raise ValueError("ParallelSelfAttention needs c_attn and c_proj both sequence-parallel or both not")
+        if c_attn.region is not c_proj.region:
+            raise ValueError("ParallelSelfAttention needs c_attn and c_proj built with the same region")
         expected = head_columns(hidden, heads, group.size, group.rank)
         if not np.array_equal(c_attn.columns, expected):  # the layout trap, caught at construction
             raise ValueError("c_attn must hold the q, k and v columns of whole heads (columns=head_columns(...)), "
                              "not a contiguous block of the 3h columns")
-        if not 0.0 <= attn_dropout < 1.0:
-            raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
-        self.group, self.c_attn, self.c_proj = group, c_attn, c_proj
-        self.sequence_parallel = c_attn.sequence_parallel
-        self.hidden, self.heads, self.head_dim = hidden, heads, hidden // heads
-        self.heads_per_partition = heads // group.size
-        self.attn_dropout = float(attn_dropout)
-        first = group.rank * self.heads_per_partition
-        self.head_index = np.arange(first, first + self.heads_per_partition)  # this rank's global head numbers
+        local = heads // group.size
+        super().__init__(c_attn, c_proj, heads, attn_dropout=attn_dropout,
+                         head_index=np.arange(group.rank * local, (group.rank + 1) * local))  # global numbers
+        self.group, self.region = group, c_attn.region
 
     @classmethod
     def from_serial(cls, attn: CausalSelfAttention, group: Group, *,
-                    sequence_parallel: bool = False) -> "ParallelSelfAttention":
+                    region: Region = TP_REGION) -> "ParallelSelfAttention":
         """Shard a serial layer's master weights: whole heads of c_attn, the matching rows of c_proj.
 
         A fresh model: shard a fresh ``CausalSelfAttention(...)`` (same on every rank for the same ``rng`` seed).
         """
         check_attention_sizes(attn.hidden, attn.heads, group.size)
         columns = head_columns(attn.hidden, attn.heads, group.size, group.rank)
-        sp = sequence_parallel
         return cls(ColumnParallelLinear.from_serial(attn.c_attn, group, gather_output=False, columns=columns,
-                                                    sequence_parallel=sp),
-                   RowParallelLinear.from_serial(attn.c_proj, group, input_is_parallel=True, sequence_parallel=sp),
+                                                    region=region),
+                   RowParallelLinear.from_serial(attn.c_proj, group, input_is_parallel=True, region=region),
                    attn.heads, attn_dropout=attn.attn_dropout)
 
-    def forward(self, x: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, AttentionCache]:
-        """``x: [b, s, h]`` replicated -> ``(y [b, s, h] replicated, cache)``.
-
-        Sequence-parallel: ``x: [b, s/p, h]`` this rank's positions -> ``y: [b, s/p, h]`` the same positions.
-        ``plan.batch_index``: global batch positions of the local rows (default all), so a data-parallel rank
-        draws the same dropout bits as the serial model does for those rows.
-        """
-        b, s = x.shape[0], x.shape[1] * (self.group.size if self.sequence_parallel else 1)  # s: whole sequence
-        keep = attention_keep_mask(plan, self.attn_dropout, self.path + ".attn_dropout", b, self.heads, s,
-                                   head_index=self.head_index)
-        qkv, c_attn = self.c_attn.forward(x)  # f: identity forward (SP: f̄ all-gathers s); [b, s, 3h/p]
-        ctx, core = qkv_attention_forward(qkv, self.heads_per_partition, keep, self.attn_dropout)
-        y, c_proj = self.c_proj.forward(ctx)  # g: the one all-reduce of the forward (SP: ḡ reduce-scatter)
-        return y, AttentionCache(c_attn, core, c_proj)
-
-    def backward(self, dy: np.ndarray, cache: AttentionCache) -> np.ndarray:
-        """``dy: [b, s, h]`` -> ``dx: [b, s, h]`` (all-reduced by f in c_attn); adds into the shards' grads."""
-        dctx = self.c_proj.backward(dy, cache.c_proj)  # g backward: identity
-        dqkv = qkv_attention_backward(dctx, cache.core)  # local: this rank's heads only
-        return self.c_attn.backward(dqkv, cache.c_attn)  # f backward: the one all-reduce of the backward
+    def sequence_length(self, x: np.ndarray) -> int:
+        """The whole sequence: ``x``'s under f, p times the shard's under f̄ (the core sees all of it)."""
+        return self.region.sequence_length(x.shape[1], self.group)
 
     def __repr__(self) -> str:
         return (f"ParallelSelfAttention(hidden={self.hidden}, heads={self.heads}, "

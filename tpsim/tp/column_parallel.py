@@ -8,8 +8,8 @@ computes its own slice of the output with no communication at all:
     backward  dA_i = xᵀ·dy_i,  db_i = Σ dy_i,  dx_i = dy_i·A_iᵀ (a partial sum)
               f backward: dx = all_reduce(dx_i)               (x fed every shard, so its grads add up)
 
-Sequence parallelism (``sequence_parallel=True``, Korthikanti et al. 2022): the input arrives split along the
-sequence and f̄ replaces f — all-gather in, reduce-scatter out (``tpsim.tp.regions``):
+Sequence parallelism (built with ``region=SP_REGION``, Korthikanti et al. 2022): the input arrives split along
+the sequence and f̄ replaces f — all-gather in, reduce-scatter out (``tpsim.tp.regions``):
 
     forward   x_r [b, s/p, in] --f̄ all-gather--> x [b, s, in] --> y_i = x·A_i + b_i      (cache: x_r, not x)
     backward  x = all_gather(x_r) again; dA_i = xᵀ·dy_i;  dx_r = reduce_scatter(dy_i·A_iᵀ)   [b, s/p, in]
@@ -20,7 +20,8 @@ sequence and f̄ replaces f — all-gather in, reduce-scatter out (``tpsim.tp.re
 Built from the serial layer's master weights (``from_serial``, or a fresh draw by the serial ``Linear`` with
 the same keywords) the TP result equals the serial one at any TP size. ``columns`` lets a caller choose
 *which* master columns a rank holds — attention uses it so each rank's qkv shard holds the q, k and v of
-whole heads; the InsightFace classifier uses it for uneven class slices.
+whole heads; the InsightFace classifier uses it for uneven class slices. ``replica`` numbers a shard that
+several ranks hold alike (a grouped-query KV head replicated over TP ranks): only copy 0 counts in a norm.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from tpsim.nn.linear import Linear, LinearCache, linear_backward, linear_forward
 from tpsim.nn.module import Module
 from tpsim.partition import Partition, shard_range, take_shard
 from tpsim.tp.mappings import GatherFromTPRegion
-from tpsim.tp.regions import enter_tp_region, enter_tp_region_backward, regather_input
+from tpsim.tp.regions import TP_REGION, Region
 
 
 def shard_index(n: int, group: Group, index, what: str) -> np.ndarray:
@@ -47,20 +48,20 @@ def serial_keywords(linear: Linear) -> dict:
 
 
 def column_parallel_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: Group,
-                            sequence_parallel: bool) -> tuple[np.ndarray, LinearCache]:
+                            region: Region) -> tuple[np.ndarray, LinearCache]:
     """f (or f̄), then ``y_i = x·w + b``: ``x [..., in]`` (SP: ``[b, s/p, in]``), ``w [in, out/p]`` -> ``[..., out/p]``.
 
     The cache keeps ``x`` as it arrived: under SP the shard, not f̄'s gathered output.
     """
-    y, cache = linear_forward(enter_tp_region(x, group, sequence_parallel), w, b)
+    y, cache = linear_forward(region.enter(x, group), w, b)
     return y, cache._replace(x=x)
 
 
 def column_parallel_backward(dy: np.ndarray, cache: LinearCache, group: Group,
-                             sequence_parallel: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+                             region: Region) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``dy [..., out/p]`` -> ``(dx [..., in] summed over ranks (SP: [b, s/p, in]), dw [in, out/p], db)``."""
-    dx, dw, db = linear_backward(dy, cache._replace(x=regather_input(cache.x, group, sequence_parallel)))
-    return enter_tp_region_backward(dx, group, sequence_parallel, inplace=True), dw, db  # dx: a fresh GEMM output
+    dx, dw, db = linear_backward(dy, cache._replace(x=region.regather(cache.x, group)))
+    return region.enter_backward(dx, group), dw, db  # dx: a fresh GEMM output, summed in place
 
 
 class ColumnParallelLinear(Module):
@@ -71,8 +72,8 @@ class ColumnParallelLinear(Module):
     """
 
     def __init__(self, in_features: int, out_features: int, group: Group, *, gather_output: bool = True,
-                 columns: np.ndarray | None = None, sequence_parallel: bool = False, bias: bool = True,
-                 rng: np.random.Generator | None = None, dtype=np.float64, std: float = 0.02,
+                 columns: np.ndarray | None = None, region: Region = TP_REGION, replica: int = 0,
+                 bias: bool = True, rng: np.random.Generator | None = None, dtype=np.float64, std: float = 0.02,
                  weight: np.ndarray | None = None, bias_value: np.ndarray | None = None) -> None:
         super().__init__()
         if columns is not None and gather_output:
@@ -80,26 +81,27 @@ class ColumnParallelLinear(Module):
         master = Linear(in_features, out_features, bias=bias, rng=rng, dtype=dtype, std=std, weight=weight,
                         bias_value=bias_value)
         self.group, self.gather_output = group, gather_output
-        self.sequence_parallel = sequence_parallel  # input [b, s/p, in] (f̄) instead of replicated [..., in] (f)
+        self.region = region  # input replicated [..., in] (f) or [b, s/p, in] (f̄)
         self.in_features, self.out_features = in_features, out_features
         self.columns = shard_index(out_features, group, columns, "out_features")
         for name, dim in (("weight", 1), ("bias", 0)):
             if name in master.params:
-                part = Partition(dim, self.columns, out_features)
+                part = Partition(dim, self.columns, out_features, replica=replica)
                 self.add_param(name, take_shard(master.params[name], part), part)  # [in, out/p], [out/p]
 
     @classmethod
     def from_serial(cls, linear: Linear, group: Group, *, gather_output: bool = True,
-                    columns: np.ndarray | None = None, sequence_parallel: bool = False) -> "ColumnParallelLinear":
+                    columns: np.ndarray | None = None, region: Region = TP_REGION,
+                    replica: int = 0) -> "ColumnParallelLinear":
         """This rank's columns of the serial layer's master weights."""
         return cls(linear.in_features, linear.out_features, group, gather_output=gather_output, columns=columns,
-                   sequence_parallel=sequence_parallel, **serial_keywords(linear))
+                   region=region, replica=replica, **serial_keywords(linear))
 
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, LinearCache]:
         """``x: [..., in]`` replicated (SP: ``[b, s/p, in]``) -> ``(y [..., out/p] or gathered [..., out], cache)``."""
         with self.group.tracer.region(scope=self.path):
             y, cache = column_parallel_forward(x, self.params["weight"], self.params.get("bias"), self.group,
-                                               self.sequence_parallel)
+                                               self.region)
             if self.gather_output:
                 y = GatherFromTPRegion.forward(y, self.group)
         return y, cache
@@ -109,8 +111,12 @@ class ColumnParallelLinear(Module):
         with self.group.tracer.region(scope=self.path):
             if self.gather_output:
                 dy = GatherFromTPRegion.backward(dy, self.group)
-            dx, dw, db = column_parallel_backward(dy, cache, self.group, self.sequence_parallel)
-            self.grads["weight"] += dw
-            if db is not None:
-                self.grads["bias"] += db
+            dx, dw, db = column_parallel_backward(dy, cache, self.group, self.region)
+            self.add_grads(dw, db)
             return dx
+
+    def add_grads(self, dw: np.ndarray, db: np.ndarray | None) -> None:
+        """Add a backward's ``dw [in, out/p]`` (and ``db [out/p]``) into this shard's gradients."""
+        self.grads["weight"] += dw
+        if db is not None:
+            self.grads["bias"] += db

@@ -19,9 +19,11 @@ scope = the attention's path and phase ``backward``, like f's all-reduce. Afterw
 same gradient, so an optimizer step keeps them identical; their ``Partition.replica`` numbers the copies so
 a gradient norm counts each KV head once. Only the new contribution is reduced, before it is added to grads.
 
-q_proj, k_proj, v_proj read one input, so they enter the TP region together (``tpsim.tp.shared_input``):
+q_proj, k_proj, v_proj read one input, so they are one layer that enters the TP region once
+(``tpsim.tp.multi_output_column_parallel``, which also does the ``kv`` sum above for its replicated parts):
 one all-reduce of [b, s, h] in the backward (f), one in the forward (g, in the row-parallel o_proj).
-RoPE rotates each head at each position on its own: no communication.
+RoPE rotates each head at each position on its own: no communication. The forward and backward are the
+serial layer's (``tpsim.nn.gqa_attention.GroupedQueryAttention``) on this rank's heads.
 """
 
 from __future__ import annotations
@@ -30,15 +32,10 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.errors import ConfigError
-from tpsim.nn.attention import merge_heads, split_heads
-from tpsim.nn.dropout import DropoutPlan
-from tpsim.nn.gqa_attention import GQAttention, GQAttentionCache, gqa_core_backward, gqa_core_forward
-from tpsim.nn.module import Module
-from tpsim.nn.rope import rope_cos_sin
-from tpsim.phases import BACKWARD
-from tpsim.tp.column_parallel import ColumnParallelLinear
+from tpsim.nn.gqa_attention import GQAttention, GroupedQueryAttention
+from tpsim.tp.multi_output_column_parallel import MultiOutputColumnParallelLinear
+from tpsim.tp.regions import TP_REGION, Region
 from tpsim.tp.row_parallel import RowParallelLinear
-from tpsim.tp.shared_input import shared_input_backward, shared_input_forward
 
 
 def check_gqa_layout(hidden: int, heads: int, kv_heads: int, tp: int) -> None:
@@ -77,71 +74,42 @@ def kv_group(tp_group: Group, heads: int, kv_heads: int) -> Group | None:
     return None if rep == 1 else tp_group.split(tp_group.rank // rep, "kv")
 
 
-class ParallelGQAttention(Module):
-    """Grouped-query attention over ``heads / tp`` q heads per rank; the TP twin of ``GQAttention``."""
+class ParallelGQAttention(GroupedQueryAttention):
+    """Grouped-query attention over ``heads / tp`` q heads per rank: ``GroupedQueryAttention``'s forward and
+    backward on column-parallel q/k/v (one ``MultiOutputColumnParallelLinear``) and a row-parallel o_proj."""
 
-    def __init__(self, q_proj: ColumnParallelLinear, k_proj: ColumnParallelLinear, v_proj: ColumnParallelLinear,
-                 o_proj: RowParallelLinear, heads: int, kv_heads: int, *, rope_theta: float = 10000.0,
-                 kv_sync: Group | None = None) -> None:
-        super().__init__()
-        group = q_proj.group
-        self.group, self.sequence_parallel = group, q_proj.sequence_parallel
-        self.hidden, self.heads, self.kv_heads = q_proj.in_features, heads, kv_heads
-        self.head_dim, self.rope_theta = self.hidden // heads, float(rope_theta)
-        self.heads_per_partition = heads // group.size
-        self.kv_index, self.kv_replicas = kv_head_layout(heads, kv_heads, group.size, group.rank)
-        if (self.kv_replicas > 1) != (kv_sync is not None) or (kv_sync and kv_sync.size != self.kv_replicas):
-            raise ValueError(f"KV heads replicated on {self.kv_replicas} ranks need kv_sync = kv_group(...) "
-                             f"of that size, got {kv_sync}")
-        self.kv_sync = kv_sync
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
+    def __init__(self, qkv: MultiOutputColumnParallelLinear, o_proj: RowParallelLinear, heads: int, kv_heads: int,
+                 *, rope_theta: float = 10000.0) -> None:
+        group = qkv.group
+        kv_index, kv_replicas = kv_head_layout(heads, kv_heads, group.size, group.rank)
+        kv_sync = qkv.replica_group
+        if (kv_replicas > 1) != (kv_sync is not None) or (kv_sync and kv_sync.size != kv_replicas):
+            raise ValueError(f"KV heads replicated on {kv_replicas} ranks need kv_sync = kv_group(...) of that "
+                             f"size as qkv's replica_group, got {kv_sync}")
+        if qkv.region is not o_proj.region or not o_proj.input_is_parallel:
+            raise ValueError("ParallelGQAttention needs o_proj(input_is_parallel=True) built with qkv's region")
+        super().__init__(qkv, o_proj, heads, kv_heads, rope_theta=rope_theta,
+                         heads_per_partition=heads // group.size, kv_heads_per_partition=len(kv_index))
+        self.group, self.region = group, qkv.region
+        self.kv_index, self.kv_replicas = kv_index, kv_replicas  # global KV heads held here; ranks holding each
 
     @classmethod
-    def from_serial(cls, attn: GQAttention, group: Group, *, sequence_parallel: bool = False,
+    def from_serial(cls, attn: GQAttention, group: Group, *, region: Region = TP_REGION,
                     kv_sync: Group | None = None) -> "ParallelGQAttention":
-        """Shard a serial layer: whole q heads, this rank's KV heads (a replica if shared), o_proj's rows."""
+        """Shard a serial layer: whole q heads, this rank's KV heads (copy ``kv_sync.rank`` of a shared one),
+        o_proj's rows. ``kv_sync``: ``kv_group(...)`` when KV heads are replicated, else None."""
         check_gqa_layout(attn.hidden, attn.heads, attn.kv_heads, group.size)
         kv_index, rep = kv_head_layout(attn.heads, attn.kv_heads, group.size, group.rank)
-        sp, cols = sequence_parallel, kv_columns(kv_index, attn.head_dim)
-        q = ColumnParallelLinear.from_serial(attn.q_proj, group, gather_output=False, sequence_parallel=sp)
-        k, v = (ColumnParallelLinear.from_serial(lin, group, gather_output=False, columns=cols, sequence_parallel=sp)
-                for lin in (attn.k_proj, attn.v_proj))
-        for lin in (k, v):  # copy number group.rank % rep of a replicated KV head: only copy 0 counts in norms
-            part = lin.partition["weight"]
-            lin.partition["weight"] = type(part)(part.dim, part.index, part.full, replica=group.rank % rep)
-        o = RowParallelLinear.from_serial(attn.o_proj, group, input_is_parallel=True, sequence_parallel=sp)
-        return cls(q, k, v, o, attn.heads, attn.kv_heads, rope_theta=attn.rope_theta, kv_sync=kv_sync)
+        kv = kv_columns(kv_index, attn.head_dim)
+        qkv = MultiOutputColumnParallelLinear.from_serial(
+            attn.qkv, group, region=region, columns={"k_proj": kv, "v_proj": kv}, replica_group=kv_sync,
+            replicated=("k_proj", "v_proj") if kv_sync is not None else ())
+        o = RowParallelLinear.from_serial(attn.o_proj, group, input_is_parallel=True, region=region)
+        return cls(qkv, o, attn.heads, attn.kv_heads, rope_theta=attn.rope_theta)
 
-    def forward(self, x: np.ndarray, plan: DropoutPlan = DropoutPlan(),
-                positions: np.ndarray | None = None) -> tuple[np.ndarray, GQAttentionCache]:
-        """``x: [b, s, h]`` replicated (SP: ``[b, s/p, h]``) -> ``(y shaped as x, cache)``; ``plan`` unused."""
-        s = x.shape[1] * (self.group.size if self.sequence_parallel else 1)  # the whole sequence after f̄
-        positions = np.arange(s) if positions is None else positions
-        cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_theta, x.dtype)  # no communication
-        weights = [m.params["weight"] for m in (self.q_proj, self.k_proj, self.v_proj)]
-        with self.group.tracer.region(scope=self.path):
-            (q, k, v), (c_q, c_k, c_v) = shared_input_forward(x, weights, self.group, self.sequence_parallel)
-        nkv = len(self.kv_index)
-        ctx, core = gqa_core_forward(split_heads(q, self.heads_per_partition), split_heads(k, nkv),
-                                     split_heads(v, nkv), cos, sin)
-        y, c_o = self.o_proj.forward(merge_heads(ctx))  # g: the one all-reduce of the forward
-        return y, GQAttentionCache(c_q, c_k, c_v, core, c_o)
-
-    def backward(self, dy: np.ndarray, cache: GQAttentionCache) -> np.ndarray:
-        """``dy`` shaped as the output -> ``dx`` shaped as the input; adds into the shards' grads."""
-        dctx = self.o_proj.backward(dy, cache.o_proj)
-        dq, dk, dv = gqa_core_backward(split_heads(dctx, self.heads_per_partition), cache.core)
-        with self.group.tracer.region(scope=self.path):
-            dx, (dwq, dwk, dwv) = shared_input_backward([merge_heads(dq), merge_heads(dk), merge_heads(dv)],
-                                                        [cache.q_proj, cache.k_proj, cache.v_proj],
-                                                        self.group, self.sequence_parallel)
-            if self.kv_sync is not None:  # partial sums over this rank's q heads -> the KV head's whole gradient
-                with self.group.tracer.region(phase=BACKWARD):
-                    dwk, dwv = self.kv_sync.all_reduce(np.stack([dwk, dwv]))
-        self.q_proj.grads["weight"] += dwq
-        self.k_proj.grads["weight"] += dwk
-        self.v_proj.grads["weight"] += dwv
-        return dx
+    def sequence_length(self, x: np.ndarray) -> int:
+        """The whole sequence: ``x``'s under f, p times the shard's under f̄ (RoPE's positions run over all of it)."""
+        return self.region.sequence_length(x.shape[1], self.group)
 
     def __repr__(self) -> str:
         return (f"ParallelGQAttention(heads={self.heads}, kv_heads={self.kv_heads}, tp={self.group.size}, "

@@ -8,7 +8,7 @@ a column-parallel linear whose weight is E_rᵀ:
     backward  dE_r += dlogits_rᵀ·h,  dh_r = dlogits_r·E_r      (dh_r is a partial sum over the vocabulary)
               f backward: dh = all_reduce(dh_r)                (h fed every shard, so its grads add up)
 
-With ``sequence_parallel=True`` (Megatron's output layer under SP) ln_f's output is a shard [b, s/p, dim] and
+Built with ``region=SP_REGION`` (Megatron's output layer under SP) ln_f's output is a shard [b, s/p, dim] and
 f̄ replaces f, exactly as in a column-parallel linear — it *is* one (``column_parallel_forward``/``_backward``):
 
     forward   h = all_gather(h_r)  [b, s/p, dim] -> [b, s, dim];   logits_r = h·E_rᵀ  [b, s, Vp/p]
@@ -29,6 +29,7 @@ import numpy as np
 from tpsim.nn.linear import LinearCache
 from tpsim.nn.module import Module
 from tpsim.tp.column_parallel import column_parallel_backward, column_parallel_forward
+from tpsim.tp.regions import TP_REGION, Region
 from tpsim.tp.vocab_embedding import VocabParallelEmbedding
 
 
@@ -39,10 +40,9 @@ class ParallelLMHead(Module):
     separately drawn ``VocabParallelEmbedding`` for an untied model.
     """
 
-    def __init__(self, embedding: VocabParallelEmbedding, *, tied: bool = True,
-                 sequence_parallel: bool = False) -> None:
+    def __init__(self, embedding: VocabParallelEmbedding, *, tied: bool = True, region: Region = TP_REGION) -> None:
         super().__init__()
-        self.sequence_parallel = sequence_parallel  # input [b, s/p, dim] (f̄) instead of replicated (f)
+        self.region = region  # input replicated [..., dim] (f) or [b, s/p, dim] (f̄)
         # Not stored as an attribute: a Module attribute would become a child, and set_path would rename the
         # embedding to "<head>.embedding". Only its numbers and the group are kept.
         self.group, self.tied = embedding.group, tied
@@ -58,16 +58,16 @@ class ParallelLMHead(Module):
     def forward(self, h: np.ndarray) -> tuple[np.ndarray, LinearCache]:
         """``h: [..., dim]`` replicated (SP: ``[b, s/p, dim]``) -> ``(logits_local [..., Vp/p], cache)``."""
         with self.group.tracer.region(scope=self.path):
-            return column_parallel_forward(h, self.params["weight"].T, None, self.group, self.sequence_parallel)
+            return column_parallel_forward(h, self.params["weight"].T, None, self.group, self.region)
 
     def backward(self, dlogits: np.ndarray, cache: LinearCache) -> np.ndarray:
         """``dlogits: [..., Vp/p]`` (this rank's columns) -> ``dh`` shaped as ``h``, summed over the shards."""
         with self.group.tracer.region(scope=self.path):
-            dh, dw_t, _ = column_parallel_backward(dlogits, cache, self.group, self.sequence_parallel)
+            dh, dw_t, _ = column_parallel_backward(dlogits, cache, self.group, self.region)
             self.grads["weight"] += dw_t.T  # [dim, Vp/p]ᵀ; += so a tied embedding's lookup grads are kept
             return dh
 
     def __repr__(self) -> str:
-        sp = ", sequence_parallel=True" if self.sequence_parallel else ""
+        sp = ", sequence_parallel=True" if self.region.splits_sequence else ""
         return (f"ParallelLMHead(vocab {self.vocab_size}, columns [{self.vocab_start}, {self.vocab_end}), "
                 f"tied={self.tied}{sp})")

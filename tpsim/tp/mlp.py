@@ -7,49 +7,33 @@ synchronisation before the GeLU. Splitting A by *columns* instead lets each rank
 and B split by rows consumes that slice directly — the gather "waits" until g at the very end. Result: exactly
 one all-reduce of the [tokens, hidden] activation forward (g in c_proj) and one backward (f in c_fc).
 
-With ``sequence_parallel=True`` the block's input and output are sequence shards [b, s/p, h]: f̄ (all-gather)
-in c_fc and ḡ (reduce-scatter) in c_proj replace f and g — see ``tpsim.tp.sequence_parallel``.
+The forward and backward are the serial MLP's (``tpsim.nn.mlp.GeluMLP``): only the two linears differ. Built
+with ``region=SP_REGION`` the block's input and output are sequence shards [b, s/p, h]: f̄ (all-gather) in c_fc
+and ḡ (reduce-scatter) in c_proj replace f and g — see ``tpsim.tp.regions``.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from tpsim.comm import Group
-from tpsim.nn.activations import gelu_backward, gelu_forward
-from tpsim.nn.mlp import MLP, MLPCache
-from tpsim.nn.module import Module
+from tpsim.nn.mlp import MLP, GeluMLP
 from tpsim.tp.column_parallel import ColumnParallelLinear
+from tpsim.tp.regions import TP_REGION, Region
 from tpsim.tp.row_parallel import RowParallelLinear
 
 
-class ParallelMLP(Module):
+class ParallelMLP(GeluMLP):
+    """``c_fc: [h, ffn/p]`` column-parallel (not gathered), ``c_proj: [ffn/p, h]`` row-parallel, one region."""
+
     def __init__(self, c_fc: ColumnParallelLinear, c_proj: RowParallelLinear, approximate: str = "tanh") -> None:
-        super().__init__()
         if c_fc.gather_output or not c_proj.input_is_parallel:
             raise ValueError("ParallelMLP needs c_fc(gather_output=False) and c_proj(input_is_parallel=True)")
-        if c_fc.sequence_parallel != c_proj.sequence_parallel:
-            raise ValueError("ParallelMLP needs c_fc and c_proj both sequence-parallel or both not")
-        self.sequence_parallel = c_fc.sequence_parallel
-        self.c_fc, self.c_proj, self.approximate = c_fc, c_proj, approximate
+        if c_fc.region is not c_proj.region:
+            raise ValueError("ParallelMLP needs c_fc and c_proj built with the same region")
+        super().__init__(c_fc, c_proj, approximate)
 
     @classmethod
-    def from_serial(cls, mlp: MLP, group: Group, *, sequence_parallel: bool = False) -> "ParallelMLP":
+    def from_serial(cls, mlp: MLP, group: Group, *, region: Region = TP_REGION) -> "ParallelMLP":
         """Shard a serial MLP's master weights: c_fc by columns, c_proj by rows (a fresh model: shard ``MLP(...)``)."""
-        sp = sequence_parallel
-        return cls(ColumnParallelLinear.from_serial(mlp.c_fc, group, gather_output=False, sequence_parallel=sp),
-                   RowParallelLinear.from_serial(mlp.c_proj, group, input_is_parallel=True, sequence_parallel=sp),
+        return cls(ColumnParallelLinear.from_serial(mlp.c_fc, group, gather_output=False, region=region),
+                   RowParallelLinear.from_serial(mlp.c_proj, group, input_is_parallel=True, region=region),
                    mlp.approximate)
-
-    def forward(self, x: np.ndarray) -> tuple[np.ndarray, MLPCache]:
-        """``x: [..., h]`` replicated (SP: ``[b, s/p, h]``) -> ``(z, cache)``, ``z`` shaped as ``x``."""
-        h, c_fc = self.c_fc.forward(x)  # [..., ffn/p], no communication
-        a, gelu = gelu_forward(h, self.approximate)  # element-wise: fine on a column slice
-        z, c_proj = self.c_proj.forward(a)  # partial sums, all-reduced by g
-        return z, MLPCache(c_fc, gelu, c_proj)
-
-    def backward(self, dz: np.ndarray, cache: MLPCache) -> np.ndarray:
-        """``dz`` shaped as the output -> ``dx`` shaped as the input (f's all-reduce happens in c_fc)."""
-        da = self.c_proj.backward(dz, cache.c_proj)
-        dh = gelu_backward(da, cache.gelu)
-        return self.c_fc.backward(dh, cache.c_fc)

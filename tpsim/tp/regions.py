@@ -1,4 +1,4 @@
-"""Entering and leaving the tensor-parallel region: f or f̄ in, g or ḡ out, chosen by one flag.
+"""Entering and leaving the tensor-parallel region: the pair (f, g) or (f̄, ḡ), chosen once when a layer is built.
 
 A column-parallel layer (the LM head included) is where an activation *enters* a partitioned computation; a
 row-parallel layer is where partial results *leave* it. Plain TP joins them to the replicated regions with
@@ -6,13 +6,17 @@ the conjugate pair of Shoeybi et al. 2019 (Megatron-LM, §3 and Fig. 3); sequenc
 al. 2022, §4.2.2) keeps the replicated regions split along the sequence and swaps in their sequence twins:
 
                         enter (column-parallel input)           leave (row-parallel output)
-    plain TP            f  = identity  | all-reduce               g  = all-reduce      | identity
-    sequence-parallel   f̄  = all-gather s | reduce-scatter s       ḡ  = reduce-scatter s | all-gather s
+    ``TP_REGION``       f  = identity  | all-reduce               g  = all-reduce      | identity
+    ``SP_REGION``       f̄  = all-gather s | reduce-scatter s       ḡ  = reduce-scatter s | all-gather s
                         (forward | backward)
 
-A layer that enters the region needs its whole input again in the backward (for ``dW = xᵀ·dy``). Under f it
-kept that input; under f̄ it keeps only the [b, s/p, h] shard it was given — keeping f̄'s gathered output would
-undo the memory SP saves — and ``regather_input`` all-gathers it once more, as Megatron does.
+A layer is given one of the two regions at construction and calls it without asking which it is. A layer
+that enters the region needs its whole input again in the backward (for ``dW = xᵀ·dy``): under f it kept that
+input; under f̄ it keeps only the [b, s/p, h] shard it was given — keeping f̄'s gathered output would undo the
+memory SP saves — and ``regather`` all-gathers it once more, as Megatron does.
+
+``enter_backward`` and ``leave`` are handed a fresh partial sum (a GEMM's output) that the caller never reads
+again, so g's and f's all-reduce sum into it in place (no second buffer).
 """
 
 from __future__ import annotations
@@ -26,44 +30,78 @@ from tpsim.tp.sequence_parallel import (GatherFromSequenceParallelRegion, Reduce
                                         gather_sequence)
 
 
-def _enter(sequence_parallel: bool):
-    return GatherFromSequenceParallelRegion if sequence_parallel else CopyToTPRegion
+class TensorParallelRegion:
+    """(f, g): the regions around the partitioned layers hold whole ``[..., h]`` activations on every rank."""
+
+    name = "tp"
+    splits_sequence = False  # what a constructor checks its layout against; never read in a forward
+
+    def enter(self, x: np.ndarray, group: Group) -> np.ndarray:
+        """f: ``x [..., h]`` replicated, returned as is."""
+        return CopyToTPRegion.forward(x, group)
+
+    def enter_backward(self, dx: np.ndarray, group: Group) -> np.ndarray:
+        """f backward: all-reduce the partial input gradient ``[..., h]`` (in place: see the module docstring)."""
+        return CopyToTPRegion.backward(dx, group, inplace=True)
+
+    def regather(self, saved: np.ndarray, group: Group) -> np.ndarray:
+        """The layer's whole input again, in the backward: f's layer kept it whole."""
+        return saved
+
+    def leave(self, partial: np.ndarray, group: Group) -> np.ndarray:
+        """g: all-reduce the partial sums ``[..., h]`` (in place)."""
+        return ReduceFromTPRegion.forward(partial, group, inplace=True)
+
+    def leave_backward(self, dz: np.ndarray, group: Group) -> np.ndarray:
+        """g backward: ``dz [..., h]`` as is (every term of a sum gets the same gradient)."""
+        return ReduceFromTPRegion.backward(dz, group)
+
+    def sequence_length(self, local: int, group: Group) -> int:
+        """The whole sequence the partitioned layers see, from the length a rank holds: the same."""
+        return local
+
+    def __repr__(self) -> str:
+        return "TP_REGION"
 
 
-def _leave(sequence_parallel: bool):
-    return ReduceScatterToSequenceParallelRegion if sequence_parallel else ReduceFromTPRegion
+class SequenceParallelRegion:
+    """(f̄, ḡ): the regions around the partitioned layers hold this rank's positions ``[b, s/p, h]``."""
 
+    name = "sp"
+    splits_sequence = True
 
-def enter_tp_region(x: np.ndarray, group: Group, sequence_parallel: bool) -> np.ndarray:
-    """f: ``x [..., h]`` replicated, returned as is; f̄: ``x_r [b, s/p, h]`` all-gathered to ``[b, s, h]``."""
-    return _enter(sequence_parallel).forward(x, group)
+    def enter(self, x: np.ndarray, group: Group) -> np.ndarray:
+        """f̄: all-gather ``x_r [b, s/p, h]`` to ``[b, s, h]``."""
+        return GatherFromSequenceParallelRegion.forward(x, group)
 
-
-def enter_tp_region_backward(dx: np.ndarray, group: Group, sequence_parallel: bool, *,
-                             inplace: bool = False) -> np.ndarray:
-    """f: all-reduce the partial input gradient ``[..., h]``; f̄: reduce-scatter it to ``[b, s/p, h]``.
-
-    ``inplace``: ``dx`` is the caller's own fresh buffer, and f's all-reduce may sum into it (no second buffer)."""
-    if sequence_parallel:
+    def enter_backward(self, dx: np.ndarray, group: Group) -> np.ndarray:
+        """f̄ backward: reduce-scatter the partial input gradient ``[b, s, h]`` to ``[b, s/p, h]``."""
         return GatherFromSequenceParallelRegion.backward(dx, group)
-    return CopyToTPRegion.backward(dx, group, inplace=inplace)
 
+    def regather(self, saved: np.ndarray, group: Group) -> np.ndarray:
+        """The layer's whole input again, in the backward: all-gather the shard its cache kept."""
+        return gather_sequence(saved, group, BACKWARD)
 
-def regather_input(saved: np.ndarray, group: Group, sequence_parallel: bool) -> np.ndarray:
-    """The layer's whole input again, in the backward, from what its cache kept (the input itself under f)."""
-    return gather_sequence(saved, group, BACKWARD) if sequence_parallel else saved
-
-
-def leave_tp_region(partial: np.ndarray, group: Group, sequence_parallel: bool, *,
-                    inplace: bool = False) -> np.ndarray:
-    """g: all-reduce the partial sums ``[..., h]``; ḡ: reduce-scatter them to this rank's ``[b, s/p, h]``.
-
-    ``inplace``: ``partial`` is the caller's own fresh buffer, and g's all-reduce may sum into it."""
-    if sequence_parallel:
+    def leave(self, partial: np.ndarray, group: Group) -> np.ndarray:
+        """ḡ: reduce-scatter the partial sums ``[b, s, h]`` to this rank's ``[b, s/p, h]``."""
         return ReduceScatterToSequenceParallelRegion.forward(partial, group)
-    return ReduceFromTPRegion.forward(partial, group, inplace=inplace)
+
+    def leave_backward(self, dz: np.ndarray, group: Group) -> np.ndarray:
+        """ḡ backward: all-gather ``dz_r [b, s/p, h]`` to ``[b, s, h]``."""
+        return ReduceScatterToSequenceParallelRegion.backward(dz, group)
+
+    def sequence_length(self, local: int, group: Group) -> int:
+        """The whole sequence the partitioned layers see (after f̄), from the s/p positions a rank holds."""
+        return local * group.size
+
+    def __repr__(self) -> str:
+        return "SP_REGION"
 
 
-def leave_tp_region_backward(dz: np.ndarray, group: Group, sequence_parallel: bool) -> np.ndarray:
-    """g: ``dz [..., h]`` as is (every term of a sum gets the same gradient); ḡ: all-gather ``[b, s/p, h]``."""
-    return _leave(sequence_parallel).backward(dz, group)
+Region = TensorParallelRegion | SequenceParallelRegion
+TP_REGION, SP_REGION = TensorParallelRegion(), SequenceParallelRegion()
+
+
+def region_for(sequence_parallel: bool) -> Region:
+    """The region a model's layers are built with: the one place the sequence-parallel switch is read."""
+    return SP_REGION if sequence_parallel else TP_REGION

@@ -13,14 +13,14 @@ The bias is added once, *after* the reduction — adding it inside each rank's p
 times. After a ColumnParallelLinear(gather_output=False) the input is already split the right way
 (input_is_parallel=True), which is what saves the gather + split between the two layers.
 
-Sequence parallelism (``sequence_parallel=True``, Korthikanti et al. 2022): ḡ replaces g — the partial sums
-are reduce-scattered along the sequence instead of all-reduced, and the bias is added to the shard:
+Sequence parallelism (built with ``region=SP_REGION``, Korthikanti et al. 2022): ḡ replaces g — the partial
+sums are reduce-scattered along the sequence instead of all-reduced, and the bias is added to the shard:
 
     forward   z_r = reduce_scatter(y_i·B_i) + b                [b, s, in/p] -> [b, s/p, out]
     backward  dz = all_gather(dz_r)                            [b, s/p, out] -> [b, s, out]
               db = Σ dz over *all* rows (complete on every rank: no extra all-reduce for the bias)
 
-g and ḡ are chosen by ``tpsim.tp.regions``; the constructor mirrors ``ColumnParallelLinear``'s (``rows=`` for
+g and ḡ are the region's (``tpsim.tp.regions``), chosen at construction; the constructor mirrors ``ColumnParallelLinear``'s (``rows=`` for
 ``columns=``, the serial ``Linear``'s keywords for the master weights).
 """
 
@@ -35,25 +35,25 @@ from tpsim.nn.precision import row_sum
 from tpsim.partition import Partition, take_shard
 from tpsim.tp.column_parallel import serial_keywords, shard_index
 from tpsim.tp.mappings import ScatterToTPRegion
-from tpsim.tp.regions import leave_tp_region, leave_tp_region_backward
+from tpsim.tp.regions import TP_REGION, Region
 
 
 class RowParallelLinear(Module):
     """z = y·B + b with B split by input rows over the TP group; bias replicated. Built as ``ColumnParallelLinear``."""
 
     def __init__(self, in_features: int, out_features: int, group: Group, *, input_is_parallel: bool = False,
-                 rows: np.ndarray | None = None, sequence_parallel: bool = False, bias: bool = True,
+                 rows: np.ndarray | None = None, region: Region = TP_REGION, bias: bool = True,
                  rng: np.random.Generator | None = None, dtype=np.float64, std: float = 0.02,
                  weight: np.ndarray | None = None, bias_value: np.ndarray | None = None) -> None:
         super().__init__()
-        if sequence_parallel and not input_is_parallel:  # Megatron asserts the same
-            raise ValueError("RowParallelLinear(sequence_parallel=True) needs input_is_parallel=True")
+        if region.splits_sequence and not input_is_parallel:  # Megatron asserts the same
+            raise ValueError("RowParallelLinear(region=SP_REGION) needs input_is_parallel=True")
         if rows is not None and not input_is_parallel:
             raise ValueError("input_is_parallel=False needs the default contiguous row split")
         master = Linear(in_features, out_features, bias=bias, rng=rng, dtype=dtype, std=std, weight=weight,
                         bias_value=bias_value)
         self.group, self.input_is_parallel = group, input_is_parallel
-        self.sequence_parallel = sequence_parallel  # output [b, s/p, out] (ḡ) instead of replicated (g)
+        self.region = region  # output replicated [..., out] (g) or [b, s/p, out] (ḡ)
         self.in_features, self.out_features = in_features, out_features
         self.rows = shard_index(in_features, group, rows, "in_features")
         part = Partition(0, self.rows, in_features)
@@ -63,10 +63,10 @@ class RowParallelLinear(Module):
 
     @classmethod
     def from_serial(cls, linear: Linear, group: Group, *, input_is_parallel: bool = False,
-                    rows: np.ndarray | None = None, sequence_parallel: bool = False) -> "RowParallelLinear":
+                    rows: np.ndarray | None = None, region: Region = TP_REGION) -> "RowParallelLinear":
         """This rank's rows of the serial layer's master weight (and the whole bias)."""
         return cls(linear.in_features, linear.out_features, group, input_is_parallel=input_is_parallel, rows=rows,
-                   sequence_parallel=sequence_parallel, **serial_keywords(linear))
+                   region=region, **serial_keywords(linear))
 
     def forward(self, y: np.ndarray) -> tuple[np.ndarray, LinearCache]:
         """``y: [..., in/p]`` (or ``[..., in]`` to be split here) -> ``(z [..., out] (SP: [b, s/p, out]), cache)``."""
@@ -74,7 +74,7 @@ class RowParallelLinear(Module):
             if not self.input_is_parallel:
                 y = ScatterToTPRegion.forward(y, self.group)
             partial, cache = linear_forward(y, self.params["weight"], None)
-            z = leave_tp_region(partial, self.group, self.sequence_parallel, inplace=True)  # g: all-reduce; ḡ: reduce-scatter
+            z = self.region.leave(partial, self.group)  # g: all-reduce; ḡ: reduce-scatter
             if "bias" in self.params:
                 z += self.params["bias"]  # once, after the reduction
         return z, cache
@@ -82,7 +82,7 @@ class RowParallelLinear(Module):
     def backward(self, dz: np.ndarray, cache: LinearCache) -> np.ndarray:
         """``dz`` shaped as the output -> ``dy`` shaped as the input; adds into the weight shard and the bias."""
         with self.group.tracer.region(scope=self.path):
-            dz = leave_tp_region_backward(dz, self.group, self.sequence_parallel)  # ḡ: the whole sequence's dz
+            dz = self.region.leave_backward(dz, self.group)  # ḡ: the whole sequence's dz
             dy, dw, _ = linear_backward(dz, cache)
             self.grads["weight"] += dw
             if "bias" in self.params:

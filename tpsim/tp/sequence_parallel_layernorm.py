@@ -19,7 +19,7 @@ gradient from the all-gathered dz (``row_parallel.py``) and the position embeddi
 sequence is scattered (``tpsim.models.gpt``), so their gradients are already complete on every rank.
 
 The other layer that changes under SP, the tied LM head, is the column-parallel layer with f̄ in front: it
-takes ``sequence_parallel=True`` (``tpsim.tp.lm_head``).
+is built with ``region=SP_REGION`` (``tpsim.tp.lm_head``).
 """
 
 from __future__ import annotations
