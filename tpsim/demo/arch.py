@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 
-from tpsim.arch import ARCH_NAMES, architecture, architecture_of
+from tpsim.arch import ARCH_NAMES, ARCH_SPELLINGS, architecture, architecture_of
 
 
 def arch_name(name: str) -> str:
-    """``--arch``'s value under the registry's spelling (``gpt`` -> ``gpt2``)."""
-    return architecture(name).name
+    """``--arch``'s value under the registry's spelling (``gpt`` -> ``gpt2``); an unknown one is left for
+    argparse's choices to refuse, naming them."""
+    return architecture(name).name if name in ARCH_SPELLINGS else name
 
 
 def add_arguments(group) -> None:
