@@ -45,7 +45,7 @@ from tpsim.tp import GatherFromSequenceParallelRegion as f_bar
 from tpsim.tp import ReduceScatterToSequenceParallelRegion as g_bar
 from tpsim.tp.sequence_parallel import split_sequence
 from tpsim.table import human_bytes
-from tpsim.predict.memory import korthikanti_layer_bytes
+from tpsim.predict.gpt_memory import korthikanti_layer_bytes
 from tpsim.trace.measure import measure_activations
 
 lesson = Lesson("10", RANKS)

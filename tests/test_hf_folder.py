@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tpsim.errors import ConfigError
-from tpsim.hf.config import HFConfigError, llama_fields, model_config, rope_theta
+from tpsim.arch.llama_hf import llama_fields, rope_theta
+from tpsim.hf.config import HFConfigError, model_config
 from tpsim.hf.folder import load_init, read_folder, read_hf_tensors
 from tpsim.hf.weights import read_raw, read_safetensors
 from tpsim.hf.write import as_storage, write_hf_folder

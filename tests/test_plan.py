@@ -21,7 +21,7 @@ from tpsim.plan.planner import plan
 from tpsim.plan.published import NARAYANAN_TABLE_1, format_narayanan, zero_paper_example
 from tpsim.plan.search import search
 from tpsim.plan.timing import flops_per_step, narayanan_flops
-from tpsim.predict.memory import korthikanti_layer_bytes
+from tpsim.predict.gpt_memory import korthikanti_layer_bytes
 
 GPT3 = PRESETS["gpt3-175b"]
 

@@ -5,7 +5,7 @@ the parameter names (``np.load``, PyTorch and JAX code that walks ``.files`` see
 
     {"format": "tpsim-checkpoint", "version": 1,
      "model": {"arch": "gpt2", "vocab_size": 32, "n_positions": 16, "n_embd": 64, "n_layer": 2, "n_head": 4}
-              | {"arch": "llama", "vocab_size": ..., "hidden_size": ..., ... (LLAMA_KEYS)} | null,
+              | {"arch": "llama", "vocab_size": ..., "hidden_size": ..., ...} | null,   # config.manifest_keys
      "tp": 4, "dp": 2,               # the grid it was written at (null when unknown); it loads at any other
      "dtype": "float64",             # of the first array (all parameters share it)
      "arrays": {"transformer.wte.weight": {"dtype": "float64", "shape": [32, 64], "crc32": 123456789}, ...}}
@@ -32,9 +32,6 @@ from tpsim.atomic import atomic_write
 from tpsim.errors import ConfigError
 
 FORMAT, VERSION = "tpsim-checkpoint", 1
-MODEL_KEYS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")  # a GPT-2's sizes
-LLAMA_KEYS = ("vocab_size", "max_position_embeddings", "hidden_size", "intermediate_size", "num_hidden_layers",
-              "num_attention_heads", "num_key_value_heads")
 MAX_COMMENT = 65535  # the zip format's limit on the archive comment
 
 
@@ -47,10 +44,8 @@ def crc32(a: np.ndarray) -> int:
 
 
 def model_sizes(config) -> dict:
-    """The architecture and sizes a manifest records for ``config`` (a GPTConfig or a LlamaConfig)."""
-    llama = hasattr(config, "num_key_value_heads")
-    return {"arch": "llama" if llama else "gpt2",
-            **{k: int(getattr(config, k)) for k in (LLAMA_KEYS if llama else MODEL_KEYS)}}
+    """The architecture and sizes a manifest records for ``config`` (its ``manifest_keys``, ``tpsim.arch``)."""
+    return {"arch": config.arch, **{k: int(getattr(config, k)) for k in config.manifest_keys}}
 
 
 def manifest(arrays: dict[str, np.ndarray], *, config=None, tp: int | None = None, dp: int | None = None) -> dict:

@@ -22,8 +22,8 @@ from tpsim.tp.random import ExactDropoutRNG
 from tpsim.config import RunConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.trace.formula_check import compare, format_comparison
-from tpsim.predict.memory import (block_activation_elements, block_activation_regions, param_elements,
-                                  predict_memory)
+from tpsim.predict.gpt_memory import block_activation_elements, block_activation_regions
+from tpsim.predict.memory import param_elements, predict_memory
 from tpsim.trace.measure import format_memory, measure_activations, measure_memory
 from tpsim.train import AdamW, GradSync, apply_update, broadcast_batch, compute_grads, dp_slice
 

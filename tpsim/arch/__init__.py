@@ -1,47 +1,62 @@
 """Architectures as data: one registry from a name to everything tpsim needs to know about a model family.
 
-    name     config class              serial / tensor-parallel builders            Hugging Face
-    gpt2     ``tpsim.arch.gpt2.GPTConfig``   ``tpsim.models.build``: serial_gpt, parallel_gpt   GPT2LMHeadModel
-    llama    ``tpsim.arch.llama.LlamaConfig`` ``tpsim.models.llama``: serial_llama, parallel_llama LlamaForCausalLM
+    name   config class (shape, check)   HF config.json and names   memory terms               builders
+    gpt2   tpsim.arch.gpt2.GPTConfig     tpsim.arch.gpt2_hf         tpsim.predict.gpt_memory   tpsim.models.build
+    llama  tpsim.arch.llama.LlamaConfig  tpsim.arch.llama_hf        tpsim.predict.llama_memory tpsim.models.llama
 
-Every config exposes one shape (``hidden, heads, kv_heads, head_dim, ffn, layers, vocab, max_positions`` and
-the class constants ``arch, norm, activation, positions, tied, biases``), one constructor from the sizes all
-architectures share (``from_sizes``) and one check of what TP needs (``check(tp)``). Code that serves every
-architecture asks the config or its ``Architecture`` entry; it never branches on a name.
+Every config exposes one shape (``tpsim.arch.shape``: ``hidden, heads, kv_heads, head_dim, ffn, layers, vocab,
+max_positions`` and the class constants ``arch, norm, activation, positions, tied, biases, norm_params,
+layer_names``), one constructor from the sizes all architectures share (``from_sizes``) and one check of what TP
+needs (``check(tp)``). Code that serves every architecture asks the config or its ``Architecture`` entry; it
+never branches on a name (``tests/test_structure.py`` pins it).
 
-This package is pure arithmetic (no MPI): the planner and the formulas import it on a laptop. The builders
-live in ``tpsim.models`` (they need the parallel layers, hence MPI), so an entry *names* them and
-``Architecture.serial`` / ``.parallel`` import them on first use.
+This package is pure arithmetic (no MPI): the planner and the formulas import it on a laptop. What builds on
+it is *named* by an entry and imported on first use, so no arrow points up: the builders live in
+``tpsim.models`` (they need the parallel layers, hence MPI), the memory formulas in ``tpsim.predict`` beside the
+derivations and papers they are checked against.
 
-Adding an architecture: a module here (its config class with the shape above, its pure terms) and a module in
-``tpsim.models`` (its layers wired into blocks), then one entry in ``ARCHITECTURES`` below.
+Adding an architecture: a module here (its config class with the shape above) and one for its Hugging Face
+keys and names (like ``gpt2_hf``), a module of memory terms in ``tpsim.predict`` (like ``llama_memory``), a
+module in ``tpsim.models`` (its layers wired into blocks), then one entry in ``ARCHITECTURES`` below.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from importlib import import_module
+from types import ModuleType
 from typing import Callable
 
+from tpsim.arch import gpt2_hf, llama_hf
 from tpsim.arch.gpt2 import GPTConfig
+from tpsim.arch.hf_keys import HFConfigError
 from tpsim.arch.llama import LlamaConfig
 from tpsim.errors import ConfigError
 
 
 @dataclass(frozen=True)
 class Architecture:
-    """One model family: its name (and other accepted spellings), config class and builders."""
+    """One model family: its name (and other accepted spellings), config class, Hugging Face terms, memory
+    terms and builders."""
 
     name: str
     aliases: tuple[str, ...]
     config: type
     summary: str  # one line for ``--help``
+    hf: ModuleType  # MODEL_TYPE, read_config(cfg, where), transposed(name), canonical_names(tensors)
+    memory_terms: str  # module: layer_param_elements, layer_vector_elements, activation_elements, paper_layer_elements
     serial_builder: str  # "module:function"; function(config, seed=, dtype=) -> the serial model
     parallel_builder: str  # "module:function"; function(serial, group, *, sequence_parallel=) -> this rank's TP model
 
     def _resolve(self, where: str) -> Callable:
         module, function = where.split(":")
         return getattr(import_module(module), function)
+
+    @property
+    def memory(self) -> ModuleType:
+        """The memory formulas of this architecture (``tpsim.predict``), in the terms every one provides."""
+        return import_module(self.memory_terms)
 
     @property
     def serial(self) -> Callable:
@@ -64,9 +79,11 @@ class Architecture:
 ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
     Architecture("gpt2", ("gpt",), GPTConfig,
                  "GPT-2 blocks: LayerNorm, GeLU MLP, learned positions, tied LM head",
+                 gpt2_hf, "tpsim.predict.gpt_memory",
                  "tpsim.models.build:serial_gpt", "tpsim.models.build:parallel_gpt"),
     Architecture("llama", (), LlamaConfig,
                  "Llama blocks: RMSNorm, SwiGLU, RoPE, grouped-query attention, untied LM head",
+                 llama_hf, "tpsim.predict.llama_memory",
                  "tpsim.models.llama:serial_llama", "tpsim.models.llama:parallel_llama"),
 )}
 ARCH_NAMES = tuple(ARCHITECTURES)  # the names printed: the canonical spelling of each
@@ -90,5 +107,14 @@ def architecture_of(config) -> Architecture:
     raise TypeError(f"{type(config).__name__} is not the config of a registered architecture ({', '.join(ARCH_NAMES)})")
 
 
+def hf_architecture(model_type, where: str = "config.json") -> Architecture:
+    """The entry that reads a Hugging Face ``config.json`` of this ``model_type``; HFConfigError otherwise."""
+    for arch in ARCHITECTURES.values():
+        if arch.hf.MODEL_TYPE == model_type:
+            return arch
+    raise HFConfigError(f"{where}: model_type = {json.dumps(model_type)} is not supported: tpsim reads "
+                        + " and ".join(a.hf.MODEL_TYPE for a in ARCHITECTURES.values()))
+
+
 __all__ = ["ARCHITECTURES", "ARCH_NAMES", "ARCH_SPELLINGS", "Architecture", "GPTConfig", "LlamaConfig",
-           "architecture", "architecture_of"]
+           "architecture", "architecture_of", "hf_architecture"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
+from tpsim.arch.shape import LayerNames
 from tpsim.errors import ConfigError
 
 
@@ -32,6 +33,12 @@ class GPTConfig:
     tied: ClassVar[bool] = True  # the LM head is the token embedding
     biases: ClassVar[bool] = True
     has_dropout: ClassVar[bool] = True  # embedding, residual and attention-probability dropout, one p
+    norm_params: ClassVar[int] = 2  # vectors of [h] per LayerNorm: weight and bias (its SP gradient sync: [2, h])
+    layer_names: ClassVar[LayerNames] = LayerNames("transformer.wte", "transformer.ln_f", "transformer.h", "attn",
+                                                   "mlp", "ln_1", "ln_2")
+    position_table: ClassVar[str | None] = "transformer.wpe.weight"  # the learned [n_positions, h] table
+    size_choices: ClassVar[tuple[str, ...]] = ()  # sizes beyond the shared ones: none (kv = heads, ffn = 4h)
+    manifest_keys: ClassVar[tuple[str, ...]] = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
 
     @property
     def hidden(self) -> int:
@@ -65,6 +72,10 @@ class GPTConfig:
     def max_positions(self) -> int:
         return self.n_positions
 
+    @property
+    def norm_eps(self) -> float:
+        return self.layer_norm_epsilon
+
     @classmethod
     def from_sizes(cls, *, vocab: int, hidden: int, layers: int, heads: int, max_positions: int,
                    dropout: float = 0.0, kv_heads: int | None = None, ffn: int | None = None) -> "GPTConfig":
@@ -88,6 +99,11 @@ class GPTConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         return self
+
+    def describe(self, tp: int) -> str:
+        """The model in one line, as the demo's header shows it at tensor-parallel size ``tp``."""
+        return (f"GPT: {self.n_layer} layers, hidden {self.n_embd}, {self.n_head} heads "
+                f"({self.n_head // tp} per TP rank)")
 
     def hf_config(self) -> dict:
         """The keys of Hugging Face's GPT2Config that describe this model."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
+from tpsim.arch.shape import LayerNames, kv_heads_per_rank, kv_replicas
 from tpsim.errors import ConfigError
 
 
@@ -37,6 +38,15 @@ class LlamaConfig:
     tied: ClassVar[bool] = False  # lm_head is its own [V, h] matrix
     biases: ClassVar[bool] = False
     has_dropout: ClassVar[bool] = False  # Llama trains without dropout
+    dropout: ClassVar[float] = 0.0  # Llama's attention and residual dropouts are 0 (GPTConfig's is a field)
+    norm_params: ClassVar[int] = 1  # vectors of [h] per RMSNorm: its weight (its SP gradient sync: [h])
+    layer_names: ClassVar[LayerNames] = LayerNames("model.embed_tokens", "model.norm", "model.layers", "self_attn",
+                                                   "mlp", "input_layernorm", "post_attention_layernorm")
+    position_table: ClassVar[str | None] = None  # RoPE: no position parameters
+    size_choices: ClassVar[tuple[str, ...]] = ("kv_heads", "ffn")  # from_sizes's choices beyond the shared sizes
+    manifest_keys: ClassVar[tuple[str, ...]] = ("vocab_size", "max_position_embeddings", "hidden_size",
+                                                "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                                "num_key_value_heads")
 
     @property
     def head_dim(self) -> int:
@@ -69,6 +79,10 @@ class LlamaConfig:
     @property
     def max_positions(self) -> int:
         return self.max_position_embeddings
+
+    @property
+    def norm_eps(self) -> float:
+        return self.rms_norm_eps
 
     @classmethod
     def from_sizes(cls, *, vocab: int, hidden: int, layers: int, heads: int, max_positions: int,
@@ -110,6 +124,15 @@ class LlamaConfig:
             raise ConfigError(f"intermediate_size {self.intermediate_size} is not divisible by tp {tp} "
                               f"(gate/up are split by columns)")
         return self
+
+    def describe(self, tp: int) -> str:
+        """The model in one line, as the demo's header shows it at tensor-parallel size ``tp``."""
+        kv, rep = self.num_key_value_heads, kv_replicas(self, tp)
+        kv_text = f"{kv_heads_per_rank(self, tp)} per TP rank" + (f", each replicated on {rep} ranks" if rep > 1
+                                                                   else "")
+        return (f"Llama: {self.num_hidden_layers} layers, hidden {self.hidden_size}, "
+                f"{self.num_attention_heads} heads ({self.num_attention_heads // tp} per TP rank), "
+                f"{kv} KV heads ({kv_text}), ffn {self.intermediate_size}")
 
     def hf_config(self) -> dict:
         """The keys of Hugging Face's LlamaConfig that describe this model (``LlamaConfig(**this)`` loads it)."""

@@ -31,7 +31,8 @@ from tpsim.figures.style import COLORS, TOY, TP_SIZES, save_figure, tp_axes, toy
 def plot_memory(measured: dict[int, dict], path: Path) -> Path:
     import numpy as np
 
-    from tpsim.predict.memory import block_activation_elements, korthikanti_layer_bytes, predict_memory
+    from tpsim.predict.gpt_memory import block_activation_elements, korthikanti_layer_bytes
+    from tpsim.predict.memory import predict_memory
 
     plt = pyplot()
     cfg, b, s = toy_config(), TOY["batch_size"], TOY["seq_len"]
@@ -80,7 +81,8 @@ def plot_sp_memory(measured: dict[int, dict], path: Path) -> Path:
     import numpy as np
     from matplotlib.ticker import FormatStrFormatter
 
-    from tpsim.predict.memory import block_activation_elements, korthikanti_layer_elements, predict_memory
+    from tpsim.predict.gpt_memory import block_activation_elements, korthikanti_layer_elements
+    from tpsim.predict.memory import predict_memory
 
     plt = pyplot()
     cfg, b, s = toy_config(), TOY["batch_size"], TOY["seq_len"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpsim.arch import architecture_of
 from tpsim.errors import ConfigError
 from tpsim.generate.argmax import check_tie_rules
 from tpsim.generate.check import against_serial
@@ -15,37 +16,19 @@ from tpsim.generate.decode import DECODE, PREFILL, greedy, max_positions
 from tpsim.generate.report import (collective_counts, describe_counts, kv_cache_bytes, kv_table, latency_table,
                                    predicted_decode, step_events)
 from tpsim.hf.folder import read_folder
-from tpsim.hf.names import is_llama
 from tpsim.hf.checkpoint import load_into
 
 
 def serial_model(config, tensors: dict, dtype):
     """The serial model holding ``tensors``."""
-    if is_llama(config):
-        from tpsim.models.llama import serial_llama as serial
-    else:
-        from tpsim.models.build import serial_gpt as serial
-    model = serial(config, 0, dtype)
+    model = architecture_of(config).serial(config, 0, dtype)
     load_into(model, tensors)
     return model
 
 
 def parallel_model(config, tensors: dict, group, dtype):
     """This rank's TP shard of the model holding ``tensors`` (built from the serial master, then sharded)."""
-    if is_llama(config):
-        from tpsim.models.llama import parallel_llama as parallel
-    else:
-        from tpsim.models.build import parallel_gpt as parallel
-    return parallel(serial_model(config, tensors, dtype), group)
-
-
-def sizes(config) -> dict:
-    """The sizes the report needs, under one spelling for both architectures."""
-    if is_llama(config):
-        return {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "heads": config.num_attention_heads,
-                "kv_heads": config.num_key_value_heads, "vocab": config.vocab_size}
-    return {"layers": config.n_layer, "hidden": config.n_embd, "heads": config.n_head, "kv_heads": config.n_head,
-            "vocab": config.vocab_size}
+    return architecture_of(config).parallel(serial_model(config, tensors, dtype), group)
 
 
 def check_inputs(config, args) -> None:
@@ -98,32 +81,30 @@ def check_serial(grid, config, tensors, dtype, args, tokens, logits) -> tuple[bo
 
 
 def report(args, config, grid, tokens, caches, dtype, check_lines, ok):
-    s, b, k = sizes(config), args.prompt_ids.shape[0], args.max_new_tokens
+    c, b, k = config, args.prompt_ids.shape[0], args.max_new_tokens
     events = grid.tracer.events
     prefill, decode = step_events(events, 0), step_events(events, 1)
     live = sum(c.nbytes for c in caches)
     positions = caches[0].k.shape[2]
-    formula = kv_cache_bytes(s["layers"], b, positions, s["kv_heads"], s["hidden"] // s["heads"], dtype.itemsize,
-                             grid.tp)
-    decode_ok = k < 2 or collective_counts(decode) == predicted_decode(s["layers"], b, s["hidden"], str(dtype))
-    lines = [f"{'llama' if is_llama(config) else 'gpt2'}: {s['layers']} layers, hidden {s['hidden']}, "
-             f"{s['heads']} heads, {s['kv_heads']} kv heads, vocab {s['vocab']}; TP {grid.tp}, {dtype}",
+    formula = kv_cache_bytes(c.layers, b, positions, c.kv_heads, c.head_dim, dtype.itemsize, grid.tp)
+    decode_ok = k < 2 or collective_counts(decode) == predicted_decode(c.layers, b, c.hidden, str(dtype))
+    lines = [f"{c.arch}: {c.layers} layers, hidden {c.hidden}, {c.heads} heads, {c.kv_heads} kv heads, "
+             f"vocab {c.vocab}; TP {grid.tp}, {dtype}",
              f"prompt {args.prompt_ids.tolist()}", f"generated {tokens.tolist()}", ""]
     lines += [f"prefill ({args.prompt_ids.shape[1]} positions, one forward): {len(prefill)} collectives, "
               f"{human(prefill)}: {describe_counts(collective_counts(prefill))}"]
     if k > 1:
         lines += [f"decode (per generated token): {len(decode)} collectives, {human(decode)}: "
                   f"{describe_counts(collective_counts(decode))}",
-                  f"FORMULA CHECK: {'OK' if decode_ok else 'MISMATCH'} — 2·n_layer + 1 = {2 * s['layers'] + 1} "
+                  f"FORMULA CHECK: {'OK' if decode_ok else 'MISMATCH'} — 2·n_layer + 1 = {2 * c.layers + 1} "
                   f"all-reduces of [b, 1, h] (embedding, attention, MLP) + 2 of [b] (the argmax) per token", "",
                   latency_table(decode, grid.tp), ""]
     lines += [wall_clock(grid.tracer.spans), ""]
-    lines += [kv_table(s["layers"], b, positions, s["heads"], s["kv_heads"], s["hidden"] // s["heads"],
-                       dtype.itemsize),
+    lines += [kv_table(c.layers, b, positions, c.heads, c.kv_heads, c.head_dim, dtype.itemsize),
               f"this rank's KV cache: {live} bytes (formula {formula}): {'OK' if live == formula else 'MISMATCH'}"]
     lines += check_lines
     result = {"tokens": tokens.tolist(), "prompt": args.prompt_ids.tolist(), "tp": grid.tp,
-              "arch": "llama" if is_llama(config) else "gpt2", "prefill_collectives": len(prefill),
+              "arch": c.arch, "prefill_collectives": len(prefill),
               "decode_collectives_per_token": len(decode), "kv_cache_bytes_per_rank": live,
               "formula_ok": bool(decode_ok and live == formula), "serial_match": ok if args.check_serial else None}
     return result, lines, ok and decode_ok and live == formula

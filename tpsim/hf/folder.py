@@ -12,7 +12,8 @@ import os
 import numpy as np
 
 from tpsim.hf.config import model_config, read_config_json
-from tpsim.hf.names import hf_shapes, is_llama, to_internal
+from tpsim.hf.layout import hf_shapes
+from tpsim.hf.names import to_internal
 from tpsim.hf.weights import INDEX, SINGLE, HFWeightsError, read_safetensors, read_sharded, to_float
 from tpsim.hf.checkpoint import CheckpointError, load_tensors
 
@@ -40,44 +41,36 @@ def read_folder(folder, dtype=np.float64):
 
 
 def _fit_positions(config, folder_config, tensors: dict) -> dict:
-    """The demo's GPT-2 has n_positions = --seq-len: keep the first rows of a longer checkpoint's wpe."""
-    name = "transformer.wpe.weight"
-    if is_llama(config) or name not in tensors or folder_config.n_positions <= config.n_positions:
+    """A learned position table has the run's length (the demo's GPT-2: n_positions = --seq-len): keep the first
+    rows of a longer checkpoint's."""
+    name = config.position_table
+    if name is None or name not in tensors or folder_config.max_positions <= config.max_positions:
         return tensors
-    return {**tensors, name: tensors[name][:config.n_positions]}
+    return {**tensors, name: tensors[name][:config.max_positions]}
 
 
 def load_init(path, config, dtype=np.float64, **load_kwargs) -> dict[str, np.ndarray]:
     """Full tensors for ``config`` from a tpsim ``.npz`` or a model folder (``--init-from``).
 
     A folder's model must have the sizes ``config`` has (the error names the flags that would match); only a
-    GPT-2's position table may be longer than the run's sequence (its first rows are used). ``load_kwargs``
-    go to ``load_tensors`` for a ``.npz`` (e.g. ``note=None``: no note about a missing manifest).
+    learned position table (GPT-2's wpe) may be longer than the run's sequence (its first rows are used).
+    ``load_kwargs`` go to ``load_tensors`` for a ``.npz`` (e.g. ``note=None``: no note about a missing manifest).
     """
     path = os.fspath(path)
-    if not os.path.isdir(path):
-        if not is_llama(config):
-            return load_tensors(path, config.param_shapes(), config=config, **load_kwargs)
+    if not os.path.isdir(path):  # a tpsim .npz holds HF's names and layouts, as an export folder does
         return to_internal(load_tensors(path, hf_shapes(config), config=config, **load_kwargs), config, label=path)
     folder_config, tensors = read_folder(path, dtype)
-    if describe(folder_config) != describe(config) or _eps(folder_config) != _eps(config):
-        raise CheckpointError(f"{path} holds {describe(folder_config)} (norm eps {_eps(folder_config):g}), but the "
-                              f"run asks for {describe(config)} (norm eps {_eps(config):g})")
-    if not is_llama(config) and folder_config.n_positions < config.n_positions:
-        raise CheckpointError(f"{path} has n_positions {folder_config.n_positions}, fewer than the run's "
-                              f"sequence length {config.n_positions}")
+    if describe(folder_config) != describe(config) or folder_config.norm_eps != config.norm_eps:
+        raise CheckpointError(f"{path} holds {describe(folder_config)} (norm eps {folder_config.norm_eps:g}), but "
+                              f"the run asks for {describe(config)} (norm eps {config.norm_eps:g})")
+    if config.position_table and folder_config.max_positions < config.max_positions:
+        raise CheckpointError(f"{path} has n_positions {folder_config.max_positions}, fewer than the run's "
+                              f"sequence length {config.max_positions}")
     return _fit_positions(config, folder_config, tensors)
 
 
 def describe(config) -> str:
-    """The model's sizes as the demo's flags spell them."""
-    if is_llama(config):
-        return (f"llama --layers {config.num_hidden_layers} --hidden {config.hidden_size} "
-                f"--heads {config.num_attention_heads} --kv-heads {config.num_key_value_heads} "
-                f"--ffn {config.intermediate_size} --vocab {config.vocab_size}")
-    return (f"gpt2 --layers {config.n_layer} --hidden {config.n_embd} --heads {config.n_head} "
-            f"--vocab {config.vocab_size}")
-
-
-def _eps(config) -> float:
-    return config.rms_norm_eps if is_llama(config) else config.layer_norm_epsilon
+    """The model's sizes as the demo's flags spell them: the shared ones and the architecture's own choices."""
+    own = [f"--{size.replace('_', '-')} {getattr(config, size)}" for size in config.size_choices]
+    return " ".join([config.arch, f"--layers {config.layers}", f"--hidden {config.hidden}",
+                     f"--heads {config.heads}", *own, f"--vocab {config.vocab}"])

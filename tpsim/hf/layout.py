@@ -1,19 +1,17 @@
-"""Which parameters Hugging Face stores transposed (Llama's ``nn.Linear`` [out, in]), written once and MPI-free:
-the export (``tpsim.hf.checkpoint``) and the reader (``tpsim.hf.names``) both use it.
+"""Which parameters Hugging Face stores transposed (Llama's ``nn.Linear`` [out, in]), asked of the architecture
+once and MPI-free: the export (``tpsim.hf.checkpoint``) and the reader (``tpsim.hf.names``) both use it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-
-def is_llama(config) -> bool:
-    return hasattr(config, "num_key_value_heads")
+from tpsim.arch import architecture_of
 
 
 def transposed(name: str, config) -> bool:
-    """Whether HF stores this 2-D parameter as the transpose of tpsim's layout."""
-    return is_llama(config) and name.endswith("_proj.weight")
+    """Whether HF stores this 2-D parameter as the transpose of tpsim's layout (``tpsim.arch.*_hf.transposed``)."""
+    return architecture_of(config).hf.transposed(name)
 
 
 def hf_shapes(config) -> dict[str, tuple[int, ...]]:

@@ -1,13 +1,15 @@
 """Wire bytes per step by group, and their α-β time, on the busiest GPU.
 
 **TP** comes from ``tpsim.predict.formulas.predict_step`` — the function every live run's FORMULA CHECK compares
-its trace with — called for one micro-batch of a one-layer stand-in of the model: the rows of
-``transformer.h.0`` are one layer (plain TP 8·b·s·h·(t−1)/t elements, Narayanan et al. 2021; SP the same bytes
-as all-gathers and reduce-scatters plus tpsim's re-gathers and LayerNorm-gradient syncs), the other rows the
-embedding, the loss and the LM head. Llama's layer has the same f/g pattern (Megatron-LM splits its attention
-and SwiGLU MLP as it does GPT's); its RMSNorm has a weight and no bias, so its SP gradient sync is [h], not [2, h];
-when tp exceeds the KV heads, each replicated KV head's weight gradients [2, h, d] are all-reduced over its tp/kv
-copies (group "kv", on the TP link), as tpsim.tp.gqa_attention does.
+its trace with — called for one micro-batch of a one-layer model of the architecture (``ModelSpec.config``):
+the rows of block 0 (``transformer.h.0``, ``model.layers.0``) are one layer (plain TP 8·b·s·h·(t−1)/t elements,
+Narayanan et al. 2021; SP the same bytes as all-gathers and reduce-scatters plus tpsim's re-gathers and
+norm-gradient syncs: [2, h] for a LayerNorm, [h] for Llama's RMSNorm), the other rows the embedding, the loss
+and the LM head. Llama's layer has the same f/g pattern (Megatron-LM splits its attention and SwiGLU MLP as it
+does GPT's); when tp exceeds the KV heads, each replicated KV head's weight gradients [2, h, d] are all-reduced
+over its tp/kv copies (group "kv", on the TP link), as tpsim.tp.gqa_attention does — gradients, so the planner
+prices them at the layout's gradient bytes (fp32 main gradients under bf16), where ``predict_step`` given an
+itemsize prices every tensor at that size.
 Full recompute repeats each layer's forward collectives in the backward (Korthikanti et al. 2022, §5, "from the
 paper": tpsim does not recompute); selective recompute adds none.
 
@@ -23,9 +25,10 @@ unless the whole job fits in one node.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tpsim.cost import alpha_beta_time, ring_steps, wire_bytes
-from tpsim.arch.gpt2 import GPTConfig
-from tpsim.phases import BACKWARD, FORWARD, SP_GRAD_SYNC
+from tpsim.phases import FORWARD
 from tpsim.plan.gpus import GPU
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import ACT_BYTES, STATE_BYTES
@@ -37,33 +40,27 @@ PER_STEP = ("clip_grad_norm",)  # once per step, not per micro-batch
 
 
 def tp_rows(model: ModelSpec, lay: Layout, dtype: str | None = None) -> list[Prediction]:
-    """``predict_step``'s rows for one micro-batch of a one-layer stand-in (Llama's norm sync corrected)."""
-    stand_in = GPTConfig(vocab_size=model.vocab, n_positions=lay.seq_len, n_embd=model.hidden, n_layer=1,
-                         n_head=model.heads)
-    e = ACT_BYTES[dtype or lay.dtype]
-    run = RunConfig.of(stand_in, tp=lay.tp, sp=lay.sp, batch_size=lay.micro_batch, seq_len=lay.seq_len)
+    """``predict_step``'s TP rows (groups tp and kv) for one micro-batch of a one-layer model of ``model``."""
+    e, grad = ACT_BYTES[dtype or lay.dtype], STATE_BYTES[dtype or lay.dtype][1]
+    one_layer = model.config(layers=1, max_positions=lay.seq_len)
+    run = RunConfig.of(one_layer, tp=lay.tp, sp=lay.sp, batch_size=lay.micro_batch, seq_len=lay.seq_len)
     rows = predict_step(run, clip=True, itemsize=e)
-    rows = [r for r in rows if r.group == "tp"]
-    if model.arch == "llama":  # RMSNorm: a weight only, so its SP gradient sync is [h], not [2, h]
-        for r in rows:
-            if r.phase == SP_GRAD_SYNC:
-                r.bytes = r.calls * model.hidden * e
-                r.wire_bytes = r.calls * wire_bytes(r.op, model.hidden * e, r.group_size)
-        if lay.tp > model.kv_heads:  # a replicated KV head's (dW_k, dW_v), all-reduced over its tp/kv copies
-            rep, grad = lay.tp // model.kv_heads, STATE_BYTES[dtype or lay.dtype][1]
-            n = 2 * model.hidden * model.head_dim * grad
-            rows.append(Prediction("transformer.h.0.attn", BACKWARD, "all_reduce", "kv", rep, 1, n,
-                                   wire_bytes("all_reduce", n, rep)))
-    return rows
+    return [_as_grads(r, e, grad) if r.group == "kv" else r for r in rows if r.group in ("tp", "kv")]
 
 
-def _is_layer(r: Prediction) -> bool:
-    return r.layer.startswith("transformer.h.0")
+def _as_grads(r: Prediction, itemsize: int, grad: int) -> Prediction:
+    """A row of gradients (the replicated KV heads'), priced at ``grad`` bytes an element, not ``itemsize``."""
+    n = r.bytes // itemsize * grad
+    return replace(r, bytes=n, wire_bytes=wire_bytes(r.op, n // (r.calls or 1), r.group_size) * (r.calls or 1))
+
+
+def _is_layer(model: ModelSpec, r: Prediction) -> bool:
+    return r.layer.startswith(f"{model.architecture.config.layer_names.block}.0.")
 
 
 def tp_layer_rows(model: ModelSpec, lay: Layout, dtype: str | None = None) -> list[Prediction]:
     """One layer's TP collectives for one micro-batch, with full recompute's repeated forward ones."""
-    rows = [r for r in tp_rows(model, lay, dtype) if _is_layer(r)]
+    rows = [r for r in tp_rows(model, lay, dtype) if _is_layer(model, r)]
     if lay.recompute == "full":
         rows += [r for r in rows if r.phase == FORWARD]
     return rows
@@ -106,7 +103,7 @@ def step_comm(model: ModelSpec, lay: Layout, gpu: GPU, stage_params: int) -> dic
     m, per_stage, link = lay.microbatches, model.layers // lay.pp, links(lay, gpu)
     rows = tp_rows(model, lay)
     layer = tp_layer_rows(model, lay)
-    outside = [r for r in rows if not _is_layer(r) and r.layer not in PER_STEP]
+    outside = [r for r in rows if not _is_layer(model, r) and r.layer not in PER_STEP]
     once = [r for r in rows if r.layer in PER_STEP]
     tp_wire = m * (per_stage * sum(r.wire_bytes for r in layer) + sum(r.wire_bytes for r in outside))
     tp_wire += sum(r.wire_bytes for r in once)

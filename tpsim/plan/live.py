@@ -1,6 +1,6 @@
 """The live side of ``tpsim plan --validate``: one rank of a small real run (run under ``mpiexec``).
 
-    mpiexec -n N python -m tpsim.plan.live --tp T --dp D [--sp] [--arch gpt|llama] [--zero] [--dtype D] --json PATH
+    mpiexec -n N python -m tpsim.plan.live --tp T --dp D [--sp] [--arch gpt2|llama] [--zero] [--dtype D] --json PATH
 
 Builds the toy GPT (float64, dropout 0.1 so the paper's masks exist) or the toy Llama (GQA, 2 KV heads), runs
 one traced training step of a global batch split over the DP replicas (DDP, or ZeRO-1 with ``--zero``), and
@@ -15,31 +15,29 @@ import argparse
 import json
 from pathlib import Path
 
-TOY = dict(vocab_size=37, n_positions=16, n_embd=24, n_layer=2, n_head=4, dropout=0.1)
-TOY_LLAMA = dict(vocab_size=37, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, max_position_embeddings=16)  # KV heads split at tp 2, replicated at tp 4
+from tpsim.arch import ARCH_SPELLINGS, GPTConfig, LlamaConfig, architecture
+
+TOYS = {"gpt2": GPTConfig(vocab_size=37, n_positions=16, n_embd=24, n_layer=2, n_head=4, dropout=0.1),
+        "llama": LlamaConfig(vocab_size=37, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2,  # split at tp 2, replicated at tp 4
+                             max_position_embeddings=16)}  # the toy model of each architecture, by registry name
 ROWS_PER_REPLICA, SEED = 2, 16
-FIRST_LAYER = {"gpt": "transformer.h.0.", "llama": "model.layers.0."}
+
+
+def toy_config(arch: str):
+    """The toy model's config of ``arch`` (any spelling the registry accepts)."""
+    return TOYS[architecture(arch).name]
 
 
 def build(arch: str, grid, sp: bool, dtype=None):
-    """``(model, sequence length, dropout plan)``: the toy GPT (dropout 0.1) or the toy Llama (no dropout)."""
+    """``(model, sequence length, dropout plan)``: the toy GPT (dropout 0.1) or the toy Llama (no dropout), in
+    ``dtype`` (float64 when None)."""
     from tpsim.nn.dropout import DropoutPlan
-
-    if arch == "llama":  # tpsim.models.llama: the Llama blocks (branch i14-layers)
-        from tpsim.models.llama import build_llama
-        from tpsim.arch.llama import LlamaConfig
-
-        cfg = LlamaConfig(**TOY_LLAMA)
-        return build_llama(cfg, grid.tp_group, seed=SEED, sequence_parallel=sp), cfg.max_position_embeddings, \
-            DropoutPlan()
-    from tpsim.models.build import build_gpt
-    from tpsim.arch.gpt2 import GPTConfig
     from tpsim.tp.random import ExactDropoutRNG
 
-    cfg = GPTConfig(**TOY)
-    return build_gpt(cfg, grid.tp_group, seed=SEED, dtype=dtype, sequence_parallel=sp), cfg.n_positions, \
-        DropoutPlan(ExactDropoutRNG(SEED), 0)
+    cfg = toy_config(arch)
+    model = architecture(arch).build(cfg, grid.tp_group, seed=SEED, dtype=dtype, sequence_parallel=sp)
+    return model, cfg.max_positions, DropoutPlan(ExactDropoutRNG(SEED), 0) if cfg.dropout else DropoutPlan()
 
 
 def optimizer_and_sync(model, grid, zero: bool, mixed: bool = False):
@@ -56,7 +54,7 @@ def optimizer_and_sync(model, grid, zero: bool, mixed: bool = False):
     return opt, GradSync(model, grid.dp_group) if grid.dp > 1 else None
 
 
-def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt", zero: bool = False,
+def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt2", zero: bool = False,
            dtype: str = "float64") -> int:
     import numpy as np
 
@@ -70,7 +68,7 @@ def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt", zero: bool 
     model, seq, plan = build(arch, grid, sp, dtype_of(dtype))
     optimizer, sync = optimizer_and_sync(model, grid, zero, mixed=dtype in ("bfloat16", "float16"))
     rows = slice(grid.dp_rank * ROWS_PER_REPLICA, (grid.dp_rank + 1) * ROWS_PER_REPLICA)
-    ids = np.random.default_rng(SEED).integers(0, TOY["vocab_size"], (ROWS_PER_REPLICA * dp, seq))[rows]
+    ids = np.random.default_rng(SEED).integers(0, model.config.vocab, (ROWS_PER_REPLICA * dp, seq))[rows]
     labels = np.roll(ids, -1, axis=1)
     with grid.tracer.paused():
         _, cache = model.forward(ids, labels, plan)
@@ -82,7 +80,7 @@ def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt", zero: bool 
         optimizer.step()  # ZeRO-1's all-gather of the updated slices belongs to the step
     events = list(grid.tracer.events)
     mine["tp_layer_wire"] = sum(e.wire_bytes for e in events if e.group in ("tp", "kv")
-                                and e.scope.startswith(FIRST_LAYER[arch]))
+                                and e.scope.startswith(f"{model.config.layer_names.block}.0."))
     mine["dp_grad_wire"] = sum(e.wire_bytes for e in events if e.group == "dp" and e.scope.startswith(("ddp", "zero")))
     everyone = grid.world.gather_objects(mine)
     if grid.rank == 0:
@@ -95,7 +93,7 @@ if __name__ == "__main__":
     parser.add_argument("--tp", type=int, required=True)
     parser.add_argument("--dp", type=int, default=1)
     parser.add_argument("--sp", action="store_true")
-    parser.add_argument("--arch", default="gpt", choices=("gpt", "llama"))
+    parser.add_argument("--arch", default="gpt2", choices=ARCH_SPELLINGS)
     parser.add_argument("--zero", action="store_true", help="ZeRO-1 (tpsim.train.zero) instead of DDP")
     parser.add_argument("--dtype", default="float64", choices=("float64", "float32", "bfloat16", "float16"))
     parser.add_argument("--json", required=True)

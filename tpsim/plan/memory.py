@@ -18,7 +18,7 @@ fp16 row keeps a 4-byte fp32 main-gradient buffer — hence 16 vs 20, and 4 + 12
 - GPT: exactly Korthikanti et al. 2022 (arXiv:2205.05198), Table 2 — 16-bit activations, 1-byte dropout masks:
   TP sbh(10 + 24/t + 5as/(ht)); TP + SP sbh/t(34 + 5as/h); selective recompute drops the 5as/h attention
   term (sbh(10 + 24/t), sbh·34/t); full recompute keeps only the layer's input, 2sbh. Priced at the run's dtype
-  through ``tpsim.predict.memory.korthikanti_layer_elements`` (itemsize per float, 1 per mask).
+  through ``tpsim.predict.gpt_memory.korthikanti_layer_elements`` (itemsize per float, 1 per mask).
   tpsim's own extra term, shown apart: LayerNorm's saved rstd, 2bs/r floats (r = t under SP, else 1).
 - Llama (RMSNorm, RoPE, grouped-query attention with g KV heads, SwiGLU of f columns, no dropout), derived from
   the architecture in Megatron's way of counting — in elements, 4sbh/r (both norms' inputs and outputs) + 2sbh/t
@@ -28,6 +28,11 @@ fp16 row keeps a 4-byte fp32 main-gradient buffer — hence 16 vs 20, and 4 + 12
   RMSNorm's rstd 2bs/r, k and v repeated to every local q head (2sbh/t − 2·s·b·d·g_t), SiLU's output kept beside
   the product (sbf/t) and RoPE's cos/sin tables (2·s·d). Paper + extra is exactly what tpsim's Llama layers cache
   (``--validate``'s Llama cases, with ``tpsim.models.llama``).
+
+Each architecture's count of a layer (its parameters, the paper's activations, tpsim's own extra terms) is its
+memory module's (``tpsim.predict.gpt_memory``, ``tpsim.predict.llama_memory``), reached through the registry;
+what is built around the layers (embedding, a learned position table, the final norm, the head) is the same
+arithmetic for every architecture, from the entry's config class (``positions``, ``norm_params``).
 
 **Pipeline** (Narayanan et al. 2021, arXiv:2104.04473, §2.2, 1F1B): stage i holds the activations of
 min(p − i, m) micro-batches, so the first stage is the busiest: L/p layers × min(p, m) micro-batches. The last
@@ -40,8 +45,8 @@ from __future__ import annotations
 from tpsim.partition import padded_vocab_size
 from tpsim.plan.layout import Layout
 from tpsim.plan.models import ModelSpec
-from tpsim.predict.memory import block_param_elements, korthikanti_layer_elements
 from tpsim.predict.model_state import MEGATRON_LAYOUTS, TPSIM_FLOAT64
+
 
 def _state(layout) -> tuple[int, int, int]:
     """(param, grad, sharded) bytes per parameter of one ``tpsim.predict.model_state`` layout."""
@@ -64,60 +69,38 @@ def state_bytes_per_param(dtype: str, zero: int = 0, dp: int = 1, table=None) ->
 
 def layer_param_elements(model: ModelSpec, tp: int) -> int:
     """Parameters of one transformer layer on one TP rank (sharded matrices ÷ t, norms and row biases whole)."""
-    h = model.hidden
-    if model.arch == "gpt":
-        return block_param_elements(h, tp)
-    d, a, f = model.head_dim, model.heads, model.ffn
-    return (2 * h * a * d + 3 * h * f) // tp + 2 * h * d * kv_heads_per_rank(model, tp) + 2 * h
-
-
-def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
-    """KV heads one TP rank holds: kv/t when t divides them, else 1 (replicated on t/kv ranks, as Megatron-LM)."""
-    return max(model.kv_heads // tp, 1)
+    return model.architecture.memory.layer_param_elements(model, tp)
 
 
 def stage_param_elements(model: ModelSpec, tp: int, pp: int, stage: int) -> int:
     """Parameters one GPU of pipeline stage ``stage`` holds: L/p layers, the embedding(s) on the first stage, the
     final norm and the LM head on the last (a tied head is a second copy there when p > 1, as in Megatron-LM)."""
     h, vocab = model.hidden, padded_vocab_size(model.vocab, tp) // tp * model.hidden
+    config = model.architecture.config
     n = model.layers // pp * layer_param_elements(model, tp)
     if stage == 0:
-        n += vocab + (model.positions * h if model.arch == "gpt" else 0)
+        n += vocab + (model.positions * h if config.position_table else 0)
     if stage == pp - 1:
-        n += (2 * h if model.arch == "gpt" else h) + (0 if model.tied and pp == 1 else vocab)
+        n += config.norm_params * h + (0 if model.tied and pp == 1 else vocab)
     return n
 
 
 def total_params(model: ModelSpec) -> int:
     """Every parameter of the model, unsharded and unpadded, a tied head once."""
-    h, V = model.hidden, model.vocab
-    if model.arch == "gpt":
-        return V * h + model.positions * h + model.layers * (12 * h * h + 13 * h) + 2 * h
-    return V * h * (1 if model.tied else 2) + model.layers * layer_param_elements(model, 1) + h
+    h, V, config = model.hidden, model.vocab, model.architecture.config
+    table = model.positions * h if config.position_table else 0
+    layers = model.layers * layer_param_elements(model, 1)
+    return V * h * (1 if model.tied else 2) + table + layers + config.norm_params * h
 
 
 def layer_activation_elements(model: ModelSpec, b: int, s: int, t: int, sp: bool, recompute: str
                               ) -> tuple[float, float, float]:
-    """``(floats, masks, tpsim_extra_floats)`` one layer keeps per micro-batch on one GPU (module docstring)."""
-    h, a = model.hidden, model.heads
-    r = t if sp else 1
+    """``(floats, masks, tpsim_extra_floats)`` one layer keeps per micro-batch on one GPU (module docstring):
+    the architecture's count, tpsim's norms' rstd (2bs/r) added to its own terms."""
     if recompute == "full":
-        return float(s * b * h), 0.0, 0.0
-    extra = 2 * b * s / r
-    if model.arch == "gpt":
-        floats, masks = korthikanti_layer_elements(s, b, h, a, t, sp)
-        if recompute == "selective":  # the softmax output, its dropout and its mask are recomputed
-            floats, masks = floats - 2 * a * s * s * b / t, masks - a * s * s * b / t
-        return floats, masks, extra
-    sbh, sbf, hd = s * b * h, s * b * model.ffn, model.head_dim
-    kv = 2 * s * b * hd * kv_heads_per_rank(model, t)  # k and v after RoPE, this rank's KV heads
-    floats = 4 * sbh / r + 2 * sbh / t + kv + 3 * sbf / t
-    if recompute != "selective":
-        floats += a * s * s * b / t
-    # tpsim's Llama layers also keep: k and v repeated to every local q head, SiLU's output beside the product,
-    # RoPE's cos and sin tables [s, hd] (and RMSNorm's rstd, as above)
-    extra += 2 * sbh / t - kv + sbf / t + 2 * s * hd
-    return floats, 0.0, extra
+        return float(s * b * model.hidden), 0.0, 0.0
+    floats, masks, own = model.architecture.memory.paper_layer_elements(model, b, s, t, sp, recompute == "selective")
+    return floats, masks, 2 * b * s / (t if sp else 1) + own
 
 
 def activation_bytes_per_layer(model: ModelSpec, lay: Layout, dtype: str | None = None) -> dict[str, float]:

@@ -1,10 +1,14 @@
 """The models the planner knows: published presets, and any Hugging Face GPT-2 or Llama ``config.json``.
 
-A ``ModelSpec`` holds only what the formulas need, in one vocabulary for both architectures:
+A ``ModelSpec`` holds only what the formulas need, in one vocabulary for every architecture:
 
-    arch        "gpt" (GPT-2/GPT-3: learned positions, LayerNorm, GeLU MLP of 4h, tied head)
-                or "llama" (RoPE, RMSNorm, SwiGLU MLP of ``ffn`` columns, grouped-query attention, untied head)
+    arch        a name of the registry (``tpsim.arch``; other spellings such as "gpt" are accepted and stored
+                as the registry's): "gpt2" (GPT-2/GPT-3: learned positions, LayerNorm, GeLU MLP of 4h, tied
+                head) or "llama" (RoPE, RMSNorm, SwiGLU MLP of ``ffn`` columns, grouped-query attention, untied)
     vocab, hidden, layers, heads, kv_heads, ffn, positions (max sequence), tied (LM head = embedding)
+
+The architecture's own terms (what a layer holds and caches, how its config.json spells the sizes) are reached
+through ``ModelSpec.architecture``, the registry's entry.
 
 Presets (published configurations):
 
@@ -22,9 +26,11 @@ the exact count of Meta's released safetensors (8,030,261,248; 70,553,706,496; 4
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tpsim.arch import ARCHITECTURES, Architecture, architecture, hf_architecture
+from tpsim.arch.hf_keys import HFConfigError
 from tpsim.errors import ConfigError
 
 
@@ -42,16 +48,31 @@ class ModelSpec:
     tied: bool
     published_params: int | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "arch", architecture(self.arch).name)  # "gpt" -> "gpt2": one spelling printed
+
+    @property
+    def architecture(self) -> Architecture:
+        return architecture(self.arch)
+
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
+
+    def config(self, **sizes):
+        """This model as its architecture's config (``from_sizes``), ``sizes`` overriding its own — e.g.
+        ``layers=1, max_positions=seq`` for the one-layer model the planner's TP rows come from."""
+        config = self.architecture.config
+        own = {"vocab": self.vocab, "hidden": self.hidden, "layers": self.layers, "heads": self.heads,
+               "max_positions": self.positions, **{k: getattr(self, k) for k in config.size_choices}}
+        return config.from_sizes(**{**own, **sizes})
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def gpt(name: str, vocab: int, hidden: int, layers: int, heads: int, positions: int, published=None) -> ModelSpec:
-    return ModelSpec(name, "gpt", vocab, hidden, layers, heads, heads, 4 * hidden, positions, True, published)
+    return ModelSpec(name, "gpt2", vocab, hidden, layers, heads, heads, 4 * hidden, positions, True, published)
 
 
 def llama(name: str, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, published: int,
@@ -70,37 +91,23 @@ PRESETS = {m.name: m for m in [
 ]}
 
 
-def _field(cfg: dict, *names, default=None):
-    for n in names:
-        if n in cfg:
-            return cfg[n]
-    if default is None:
-        raise ConfigError(f"config.json has none of {', '.join(names)}")
-    return default
-
-
 def from_hf_config(path: str | Path) -> ModelSpec:
-    """A ``ModelSpec`` from a Hugging Face ``config.json`` (``model_type`` "gpt2" or "llama").
+    """A ``ModelSpec`` from a Hugging Face ``config.json`` (a ``model_type`` of the registry: gpt2, llama).
 
     Not ``tpsim.hf.config``: that one refuses every feature tpsim cannot *run* (rope_scaling, as in Llama-3.1's
-    config, biases, ...); the planner only needs the sizes, which such features do not change."""
+    config, biases, ...); the planner only needs the sizes (``planner_sizes`` of ``tpsim.arch.*_hf``), which
+    such features do not change."""
     try:
         cfg = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot read {path}: {e}") from None
     kind, name = cfg.get("model_type"), Path(path).parent.name or Path(path).stem
-    if kind == "gpt2":
-        h = _field(cfg, "n_embd", "hidden_size")
-        spec = gpt(name, _field(cfg, "vocab_size"), h, _field(cfg, "n_layer", "num_hidden_layers"),
-                   _field(cfg, "n_head", "num_attention_heads"), _field(cfg, "n_positions", "n_ctx", default=1024))
-        return replace(spec, ffn=cfg.get("n_inner") or 4 * h)
-    if kind == "llama":
-        heads = _field(cfg, "num_attention_heads")
-        return ModelSpec(name, "llama", _field(cfg, "vocab_size"), _field(cfg, "hidden_size"),
-                         _field(cfg, "num_hidden_layers"), heads, _field(cfg, "num_key_value_heads", default=heads),
-                         _field(cfg, "intermediate_size"), _field(cfg, "max_position_embeddings", default=4096),
-                         bool(cfg.get("tie_word_embeddings", False)))
-    raise ConfigError(f"{path}: model_type {kind!r} is not one the planner reads (gpt2, llama)")
+    try:
+        arch = hf_architecture(kind)
+    except HFConfigError:
+        readable = ", ".join(a.hf.MODEL_TYPE for a in ARCHITECTURES.values())
+        raise ConfigError(f"{path}: model_type {kind!r} is not one the planner reads ({readable})") from None
+    return ModelSpec(name, arch.name, **arch.hf.planner_sizes(cfg))
 
 
 def resolve(name: str | None = None, config: str | None = None) -> ModelSpec:

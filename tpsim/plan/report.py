@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tpsim.arch import architecture
 from tpsim.table import RULE, format_table
 
 GB = 1e9
@@ -40,8 +41,7 @@ def format_plan(p: dict) -> str:
             ["total", gb(mem["total"]), f"of {gb(lay['gpu_memory_bytes'])}: " + ("fits" if p["fits"] else
                                                                                   "DOES NOT FIT")],
             RULE,
-            ["activations per layer", gb(act["paper"]), "Korthikanti Table 2" if m["arch"] == "gpt" else
-             "derived (Megatron's counting)"],
+            ["activations per layer", gb(act["paper"]), architecture(m["arch"]).memory.ACTIVATION_SOURCE],
             ["  + tpsim's own terms", f"{act['tpsim_extra']:,.0f} B", "apart (not in the total)"],
             ["TP wire per layer per micro-batch", gb(g["tp_wire_bytes_per_layer_per_microbatch"]), "predict_step"],
             ["wire per step: TP / DP / PP", " / ".join(gb(wire[k]) for k in ("tp", "dp", "pp")),

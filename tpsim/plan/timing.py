@@ -28,7 +28,7 @@ def flops_per_step(model: ModelSpec, lay: Layout, recompute: str | None = None) 
     """Training FLOPs of one step of ``lay.global_batch`` sequences (the module docstring's formula)."""
     recompute = lay.recompute if recompute is None else recompute
     tokens, s, h, L = lay.global_batch * lay.seq_len, lay.seq_len, model.hidden, model.layers
-    weights = layer_param_elements(model, 1) - (13 * h if model.arch == "gpt" else 2 * h)  # matmul weights only
+    weights = layer_param_elements(model, 1) - model.architecture.memory.layer_vector_elements(model)  # matmuls only
     layer_fwd = 2 * weights + 4 * s * h  # per token
     total = tokens * L * 3 * layer_fwd + 6 * tokens * h * model.vocab
     if recompute == "full":

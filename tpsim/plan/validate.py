@@ -30,7 +30,7 @@ from tpsim.launcher import launch
 from tpsim.plan.comm import dp_wire_bytes, tp_wire_bytes_per_layer
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import activation_bytes_per_layer, stage_param_elements, state_bytes_per_param
-from tpsim.plan.models import gpt, llama
+from tpsim.plan.models import ModelSpec
 from tpsim.table import RULE, format_table
 
 LIVE_DTYPE = "fp64"  # tpsim's live runs: float64 arrays, bool dropout masks
@@ -43,7 +43,7 @@ class Case:
     tp: int
     dp: int = 1
     sp: bool = False
-    arch: str = "gpt"
+    arch: str = "gpt2"
     zero: int = 0
     dtype: str = LIVE_DTYPE  # the planner's name: fp64, or bf16 for a mixed-precision run
     not_compared: tuple[tuple[str, str], ...] = ()  # (term, why): printed, not counted
@@ -66,17 +66,13 @@ CASES += [Case("ZeRO-1 bfloat16 TP 2 x DP 2", 2, 2, zero=1, dtype="bf16",
                not_compared=(("activation bytes per layer", BF16_CACHES),))]
 
 
-def toy(arch: str = "gpt"):
+def toy(arch: str = "gpt2"):
     """``(ModelSpec, rows per replica)`` of the live worker's toy model."""
-    from tpsim.plan.live import ROWS_PER_REPLICA, TOY, TOY_LLAMA
+    from tpsim.plan.live import ROWS_PER_REPLICA, toy_config
 
-    if arch == "llama":
-        t = TOY_LLAMA
-        return llama("toy-llama", t["hidden_size"], t["num_hidden_layers"], t["num_attention_heads"],
-                     t["num_key_value_heads"], t["intermediate_size"], None, vocab=t["vocab_size"],
-                     positions=t["max_position_embeddings"]), ROWS_PER_REPLICA
-    t = TOY
-    return gpt("toy", t["vocab_size"], t["n_embd"], t["n_layer"], t["n_head"], t["n_positions"]), ROWS_PER_REPLICA
+    c = toy_config(arch)
+    return ModelSpec(f"toy {c.arch}", c.arch, c.vocab, c.hidden, c.layers, c.heads, c.kv_heads, c.ffn,
+                     c.max_positions, c.tied), ROWS_PER_REPLICA
 
 
 def predicted_terms(case: Case) -> dict[str, int]:

@@ -3,7 +3,9 @@ laptop with nothing but NumPy. Every number here is checked against live runs by
 
     formulas.py      the collectives of one training step (Megatron-LM's volumes), row by row: ``predict_step``
     memory.py        parameters, gradients, optimizer state and cached activations per rank: ``predict_memory``
-    llama_memory.py  the same for the Llama blocks (RMSNorm, SwiGLU, grouped-query attention)
+    gpt_memory.py    what one GPT block holds and caches (LayerNorm, GeLU, dropout; Korthikanti et al.'s Table 2)
+    llama_memory.py  the same for the Llama blocks (RMSNorm, SwiGLU, grouped-query attention), both reached
+                     through the architecture registry (``tpsim.arch``)
     model_state.py   bytes per parameter under ZeRO-1 (Megatron's distributed-optimizer table)
     hardware.py      alpha-beta link presets for what-if estimates of communication time
 """

@@ -52,7 +52,7 @@ nothing. This branch is written from Korthikanti et al. and aligned with ``tpsim
 tests/mpi/test_sequence_parallel.py and tests/mpi/test_formulas.py pin it against real traces.
 
 A Llama (``LlamaConfig``, ``tpsim.models.llama``) issues the same collectives under its own names
-(``LLAMA_NAMES``: model.embed_tokens, model.layers.i.self_attn / .mlp, model.norm; q/k/v and gate/up each
+(``config.layer_names``: model.embed_tokens, model.layers.i.self_attn / .mlp, model.norm; q/k/v and gate/up each
 enter the TP region with one shared f), the untied LM head's f, an SP norm gradient of [h] (RMSNorm has no
 bias), and one more: when tp > kv_heads each KV head is replicated on tp / kv_heads ranks and its
 (dW_k, dW_v) = [2, h, head_dim] is all-reduced in the ``kv`` sub-group, once per layer, phase backward.
@@ -67,7 +67,7 @@ import numpy as np
 from tpsim.cost import wire_bytes
 from tpsim.nn.precision import accum_itemsize
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER, SP_GRAD_SYNC
-from tpsim.predict.llama_memory import is_llama
+from tpsim.arch.shape import LayerNames, kv_replicas
 from tpsim.predict.memory import param_elements
 from tpsim.partition import padded_length
 
@@ -92,24 +92,6 @@ class Prediction:
     @property
     def key(self) -> tuple[str, str, str, str]:
         return self.layer, self.phase, self.op, self.group
-
-
-@dataclass(frozen=True)
-class LayerNames:
-    """Where a model's collectives are traced: the GPT-2 names, or Llama's (the same collectives otherwise)."""
-
-    embed: str
-    final_norm: str
-    block: str  # prefix of block i: f"{block}.{i}"
-    attn: str
-    mlp: str
-    norm_1: str  # before attention
-    norm_2: str  # before the MLP
-
-
-GPT_NAMES = LayerNames("transformer.wte", "transformer.ln_f", "transformer.h", "attn", "mlp", "ln_1", "ln_2")
-LLAMA_NAMES = LayerNames("model.embed_tokens", "model.norm", "model.layers", "self_attn", "mlp", "input_layernorm",
-                         "post_attention_layernorm")
 
 
 def _itemsize(dtype) -> int:
@@ -202,21 +184,19 @@ def predict_step(run, *, clip: bool, update: bool = True, grad_bytes_local: int 
     batch_size, seq_len = sch.batch_size, sch.seq_len
     dtype = run.precision.numpy if itemsize is None else itemsize
     loss_scaling = update and run.precision.loss_scaling
-    llama = is_llama(config)
-    n = LLAMA_NAMES if llama else GPT_NAMES
-    h = config.hidden_size if llama else config.n_embd
+    n, h = config.layer_names, config.hidden
     e, b, s = _itemsize(dtype), batch_size // dp, seq_len
     acc = e if isinstance(dtype, int) else accum_itemsize(dtype)  # float32 accumulations under 16-bit dtypes
     act = b * s * h * e  # one [b, s, h] activation
-    blocks = [f"{n.block}.{i}" for i in range((config.num_hidden_layers if llama else config.n_layer))]
-    kv_rep = tp // config.num_key_value_heads if llama and tp > config.num_key_value_heads else 1
+    blocks = [f"{n.block}.{i}" for i in range(config.layers)]
+    kv_rep = kv_replicas(config, tp)  # 1 unless KV heads are replicated (grouped-query attention, tp > kv_heads)
     rows = _Rows(tp, dp, kv_rep)
     if tp > 1:
         rows.add("batch", DATA, "broadcast", "tp", 2 * b * s * 8)  # int64 [2, b, s]: ids and labels
     _forward(rows, blocks, act, sequence_parallel, n)
     _loss(rows, b * s * acc, dp, label_smoothing)
     if sequence_parallel:  # a LayerNorm's (dw, db) is [2, h]; an RMSNorm has dw alone
-        _sp_backward(rows, blocks, act, ln_grads=(1 if llama else 2) * h * acc,
+        _sp_backward(rows, blocks, act, ln_grads=config.norm_params * h * acc,
                      regather=1 if sp_regather_in_backward else 0, n=n)
     else:
         _tp_backward(rows, blocks, act, n)

@@ -1,6 +1,7 @@
 """Memory per rank of the Llama (``tpsim.models.llama``): parameters and cached activations, as formulas.
 
-Pure arithmetic (no MPI); ``tpsim.predict.memory`` dispatches here for a ``LlamaConfig``. With b the local
+The terms ``tpsim.arch`` reaches for the ``llama`` entry (the four every architecture's module has), pure
+arithmetic (no MPI). With b the local
 batch, s the sequence, h hidden, a query heads, k KV heads, d = h / a, F the intermediate size, t the TP size,
 k_t = max(k / t, 1) the KV heads a rank holds (1 when a KV head is replicated on t / k ranks) and r the split
 of the norm regions (1 under TP, t under SP), elements per rank:
@@ -17,29 +18,31 @@ of the norm regions (1 under TP, t under SP), elements per rank:
                  masks  2bs (owned ids, valid targets); Llama has no dropout
 
 tests/mpi/test_llama_formulas.py measures them on live caches at TP 1, 2, 4, 8, with and without SP.
+
+The planner (``paper_layer_elements``) counts a layer in Megatron's way (``tpsim.plan.memory``'s docstring):
+4sbh/r (both norms' inputs and outputs) + 2sbh/t (q after RoPE, the context) + 2·s·b·d·k_t (k and v after RoPE)
++ 3sbF/t (gate, up, their product) + a·s²·b/t (softmax output; removed by selective recompute), and apart,
+tpsim's own: k and v repeated to every local q head (2sbh/t − 2·s·b·d·k_t), SiLU's output beside the product
+(sbF/t) and RoPE's cos/sin tables (2·s·d) — besides the norms' rstd, which the planner adds for every model.
 """
 
 from __future__ import annotations
 
-from tpsim.partition import padded_vocab_size
+from tpsim.arch.shape import kv_heads_per_rank
+
+ACTIVATION_SOURCE = "derived (Megatron's counting)"  # where the planner's activation count per layer comes from
 
 
-def is_llama(config) -> bool:
-    """A ``LlamaConfig`` (Hugging Face field names) rather than a ``GPTConfig``."""
-    return hasattr(config, "num_key_value_heads")
+def layer_param_elements(shape, tp: int) -> int:
+    """Parameter elements of one decoder layer on one TP rank: q and o_proj (2·h·a·d/t), gate/up/down (3hF/t),
+    k and v_proj of this rank's KV heads (2·h·d·k_t, replicated ones whole) and the two RMSNorm weights (2h)."""
+    h, d, a, f = shape.hidden, shape.head_dim, shape.heads, shape.ffn
+    return (2 * h * a * d + 3 * h * f) // tp + 2 * h * d * kv_heads_per_rank(shape, tp) + 2 * h
 
 
-def local_kv_heads(config, tp: int) -> int:
-    """KV heads one TP rank holds: kv / tp when they split, 1 when each is replicated on tp / kv ranks."""
-    return max(config.num_key_value_heads // tp, 1)
-
-
-def llama_param_elements(config, tp: int) -> int:
-    """Parameter elements one TP rank holds (its shards, replicated KV heads and the RMSNorm weights)."""
-    h, d, ffn = config.hidden_size, config.head_dim, config.intermediate_size
-    block = 2 * h * h // tp + 2 * h * d * local_kv_heads(config, tp) + 3 * h * ffn // tp + 2 * h
-    vocab = padded_vocab_size(config.vocab_size, tp) // tp * h
-    return 2 * vocab + config.num_hidden_layers * block + h
+def layer_vector_elements(shape) -> int:
+    """Parameters of one layer outside its matmuls: the two RMSNorm weights (no biases)."""
+    return 2 * shape.hidden
 
 
 def llama_block_activation_elements(config, tp: int, b: int, s: int, sequence_parallel: bool = False) -> int:
@@ -52,11 +55,26 @@ def llama_block_activation_elements(config, tp: int, b: int, s: int, sequence_pa
             + 4 * b * s * config.intermediate_size // tp + 2 * s * config.head_dim)
 
 
-def llama_activation_elements(config, tp: int, batch: int, seq: int, n_real: int,
-                              sequence_parallel: bool = False) -> dict[str, int]:
-    """``{"floats", "masks"}`` the Llama's forward caches on one rank; ``n_real``: its real vocabulary columns."""
+def activation_elements(config, tp: int, batch: int, seq: int, n_real: int, dropout: bool | None = None,
+                        sequence_parallel: bool = False) -> dict[str, int]:
+    """``{"floats", "masks"}`` the Llama's forward caches on one rank; ``n_real``: its real vocabulary columns;
+    ``dropout`` is not used (Llama has none)."""
     b, s, h = batch, seq, config.hidden_size
     r = tp if sequence_parallel else 1
     block = llama_block_activation_elements(config, tp, b, s, sequence_parallel)
     floats = config.num_hidden_layers * block + (2 * b * s * h + b * s) // r + b * s * n_real
     return {"floats": floats, "masks": 2 * b * s}
+
+
+def paper_layer_elements(shape, b: int, s: int, t: int, sp: bool, selective: bool) -> tuple[float, float, float]:
+    """``(floats, masks, tpsim's own floats)`` of one layer in Megatron's counting (the module docstring);
+    ``selective`` recompute drops the softmax output. No dropout, so no masks."""
+    h, a, r = shape.hidden, shape.heads, t if sp else 1
+    sbh, sbf, hd = s * b * h, s * b * shape.ffn, shape.head_dim
+    kv = 2 * s * b * hd * kv_heads_per_rank(shape, t)  # k and v after RoPE, this rank's KV heads
+    floats = 4 * sbh / r + 2 * sbh / t + kv + 3 * sbf / t
+    if not selective:
+        floats += a * s * s * b / t
+    # tpsim's Llama layers also keep: k and v repeated to every local q head, SiLU's output beside the product,
+    # RoPE's cos and sin tables [s, hd]
+    return floats, 0.0, 2 * sbh / t - kv + sbf / t + 2 * s * hd
