@@ -38,8 +38,8 @@ def clip_counts_replicated_twice():
     """Every TP rank adds the replicated gradients (LayerNorms, row-parallel biases) to the clipping norm."""
     from tpsim.train import clip
 
-    original = clip._local_contribution
-    return mock.patch.object(clip, "_local_contribution",
+    original = clip.local_contribution
+    return mock.patch.object(clip, "local_contribution",
                              lambda entries, p, count_replicated: original(entries, p, True))
 
 
@@ -47,12 +47,12 @@ def adamw_with_l2_decay():
     """AdamW folding the weight decay into the gradient (Adam + L2) instead of decaying the weight itself."""
     from tpsim.train.optim import AdamW
 
-    original = AdamW._update
+    original = AdamW.update
 
     def update(self, p, g, state, weight_decay):
         original(self, p, g + weight_decay * p if weight_decay else g, state, 0.0)
 
-    return mock.patch.object(AdamW, "_update", update)
+    return mock.patch.object(AdamW, "update", update)
 
 
 def wrong_wire_bytes():

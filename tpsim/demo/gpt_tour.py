@@ -24,7 +24,8 @@ from tpsim.data import ReverseTask
 from tpsim.demo.arch import build_model, describe, llama_config, serial_model
 from tpsim.demo.report import say, step_table, write_outputs
 from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
-from tpsim.demo.zero_demo import demo_adamw, formula_args, make_sync, state_table
+from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
+from tpsim.demo.zero_demo import formula_args, state_table
 from tpsim.hf.folder import load_init
 from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.dropout import DropoutPlan
@@ -35,8 +36,7 @@ from tpsim.table import human_bytes
 from tpsim.trace.records import gather_records, gather_spans
 from tpsim.train import apply_update, broadcast_batch, broadcast_params, check_replicas, compute_grads, dp_slice
 from tpsim.hf.checkpoint import export_step0, load_into
-from tpsim.train.mixed_precision import demo_optimizer, scaler_metrics
-from tpsim.train.nonfinite import StepGuard, report_skip
+from tpsim.train.nonfinite import report_skip
 
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4,  # of relative_difference, purely relative (floor 1e-30)
              "bfloat16": 5e-2, "float16": 1e-2}  # 16-bit: see tpsim.train.mixed_precision.TOLERANCE_NOTE
@@ -152,11 +152,11 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
     """``--steps`` steps of AdamW (step 0 checked against serial); each step's metrics, step 0's verdict, the
     optimizer (its state is checked after the last step)."""
     tracer = grid.tracer
-    optimizer = grad_sync if args.zero else demo_optimizer(model, grid, args, lambda m: demo_adamw(m, args))
-    scale = getattr(optimizer, "loss_scale", 1.0)  # float16: the dynamic loss scale; 1 otherwise
+    optimizer = demo_optimizer(model, grid, args, grad_sync)  # ZeRO-1: grad_sync itself
+    scale = optimizer.loss_scale  # float16: the dynamic loss scale; 1 otherwise
     rng = make_dropout_rng(args.dropout_rng, args.seed, grid.tp_rank)
     clip = args.clip if args.clip > 0 else None
-    metrics, ok, guard = [], True, StepGuard(args.max_skipped_steps)
+    metrics, ok, guard = [], True, demo_guard(args)
     for step in range(max(args.steps, 1)):
         tracer.step = step
         t0 = time.perf_counter()
@@ -165,15 +165,14 @@ def train(grid, model, grad_sync, args, config, task, dtype) -> tuple[list[dict]
             loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows),
                                          loss_scale=scale)
         if step == 0:
-            if args.zero:  # the owned slices are reduced; gather them (phase verify) to check every gradient
-                grad_sync.gather_grads()
+            grad_sync.gather_grads()  # ZeRO-1 reduced owned slices only: gather them (phase verify) to check all
             ok = first_step(grid, model, args, config, task, loss, dtype, scale)
             if args.steps == 0:
                 break
         with tracer.span("optimizer", "optimizer"):
             norm = apply_update(model, optimizer, grid, clip, guard=guard, loss=loss)
         report_skip(guard, model, step, loss, norm, lambda line: say(grid, line))  # stops after too many
-        scale = getattr(optimizer, "loss_scale", 1.0)
+        scale = optimizer.loss_scale
         dt = time.perf_counter() - t0
         moved = sum(e.bytes for e in tracer.events if e.step == step)
         metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens,
