@@ -64,8 +64,44 @@ def wrong_wire_bytes():
         (p - 1) * nbytes // p if op == "all_reduce" else wire_bytes(op, nbytes, p)))
 
 
+def clip_before_unscale():
+    """float16: the loss scaler only agrees on found-inf and the gradients are unscaled in ``step``, after they
+    were measured and clipped — the same way in both optimizers (plain mixed precision and ZeRO-1)."""
+    from importlib import import_module  # tpsim.train's mixed_precision is also a function's name
+
+    from tpsim.train.loss_scale import found_inf_anywhere
+
+    mixed_precision, zero = (import_module(f"tpsim.train.{m}") for m in ("mixed_precision", "zero"))
+
+    late = []  # this step's (gradients, 1/S), unscaled only when the step runs
+
+    def agree_only(grads, scaler, world):
+        late[:] = [(list(grads), 1.0 / scaler.scale)]
+        found = found_inf_anywhere(late[0][0], world)
+        scaler.update(found)
+        return found
+
+    def unscaling_step(original):
+        def step(self):
+            for grads, inv in late:
+                for g in grads:
+                    g *= inv
+            late.clear()
+            original(self)
+
+        return step
+
+    stack = ExitStack()
+    for module, cls in ((mixed_precision, mixed_precision.MixedPrecisionOptimizer),
+                        (zero, zero.DistributedOptimizer)):
+        stack.enter_context(mock.patch.object(module, "unscale_and_agree", agree_only))
+        stack.enter_context(mock.patch.object(cls, "step", unscaling_step(cls.step)))
+    return stack
+
+
 BUGS = {"row-bias": bias_before_all_reduce, "clip-replicated": clip_counts_replicated_twice,
-        "adamw-l2": adamw_with_l2_decay, "wire-bytes": wrong_wire_bytes, "none": ExitStack}
+        "adamw-l2": adamw_with_l2_decay, "wire-bytes": wrong_wire_bytes, "clip-before-unscale": clip_before_unscale,
+        "none": ExitStack}
 
 
 def main() -> int:
