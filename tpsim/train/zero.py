@@ -109,7 +109,8 @@ class DistributedOptimizer:
         # flat optimizer state for the owned slice of each bucket, padding included (Megatron's shard)
         self.slot_buffers = [{s: np.zeros(len(mine), buf.dtype) for s in slots}
                              for mine, buf in zip(self.owned, self.buffers)]
-        self.main = MainParams(len(mine) for mine in self.owned) if self.half else MainParams([])
+        # 16 bits only: the float32 main parameters of the owned ranges (fp32/fp64 pieces are their own main)
+        self.main = MainParams([len(mine) for mine in self.owned] if self.half else [])
         self.pieces: list[list[Piece]] = [self._pieces(b) for b in range(len(self.buckets))]
         optimizer.release_state()  # the full-size state is never used: the owned slices' state replaces it
 
