@@ -1,10 +1,12 @@
-"""Mutation check: the demo's own verdicts catch the bugs issue 13 found them blind to.
+"""Mutation check: the demo's own verdicts catch the bugs issues 13 and 21 found them blind to.
 
 tests/programs/demo_with_bug.py runs the demo's main on 4 ranks (TP 2 x DP 2, 3 steps, a small GPT) once
-clean and once per planted bug, in one mpiexec job, every run with ``--export``. Step 0's verdict passes every
-bug here (they act only once the weights move, only on the wire column, or only in the exported files); the
-final-state verdict, the export's read-back or the FORMULA CHECK must fail, and the run must end with status 1.
-One bug (``STEP0``) is visible at step 0: that verdict must fail and say "differs", never "equals". The clean run must pass everything, status 0.
+clean and once per planted bug, in one mpiexec job per dtype (float64; float16 for the loss scaler's bug), every
+run with ``--export``. Step 0's verdict passes every bug here (they act only once the weights move, only on the
+wire column, only in the exported files, or hide under float16's loss scale); the final-state verdict, the
+export's read-back, the 16-bit norm check or the FORMULA CHECK must fail, and the run must end with status 1.
+One bug (``STEP0``) is visible at step 0: that verdict must fail and say "differs", never "equals". The clean
+run must pass everything, status 0. ZeRO-1's padding has its own run: only its verify pass can see it.
 """
 
 from __future__ import annotations
@@ -17,28 +19,33 @@ from launch_program import run_mpi
 CAUGHT_BY = {"row-bias": "VERDICT: MISMATCH", "clip-replicated": "VERDICT: MISMATCH",
              "adamw-l2": "VERDICT: MISMATCH", "wire-bytes": "FORMULA CHECK FAILED",
              "export-transposed": "VERDICT: MISMATCH — the export does not reload"}
+# float16's loss scale hides a step that clips before it unscales from step 0's check (it compares the scaled
+# gradients) and from AdamW (nearly blind to the gradients' scale): step 0's |grad| is S times the serial norm
+CAUGHT_IN_FLOAT16 = {"clip-before-unscale": "VERDICT: MISMATCH — step 0's |grad|"}
 STEP0 = {"dloss-scaled": "VERDICT: MISMATCH — TP(2) x DP(2) step 0 differs from the serial model by more than"}
 
 
 @pytest.mark.slow
-def test_planted_bugs_fail_the_demo_and_the_clean_run_passes(tmp_path):
-    bugs = ["none", *CAUGHT_BY, *STEP0]
+@pytest.mark.parametrize("dtype, caught_by, step0", [("float64", CAUGHT_BY, STEP0), ("float16", CAUGHT_IN_FLOAT16, {})],
+                         ids=["float64", "float16"])
+def test_planted_bugs_fail_the_demo_and_the_clean_run_passes(tmp_path, dtype, caught_by, step0):
+    bugs = ["none", *caught_by, *step0]
     r = run_mpi(4, ["tests/programs/demo_with_bug.py", ",".join(bugs), "--tp", "2", "--dp", "2", "--steps", "3",
-                    "--layers", "1", "--hidden", "32", "--out", str(tmp_path), "--export", str(tmp_path / "export")],
-                timeout=180)
+                    "--layers", "1", "--hidden", "32", "--dtype", dtype, "--out", str(tmp_path),
+                    "--export", str(tmp_path / "export")], timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     runs = re.split(r"^BUG (\S+): exit status (\d+)$", r.stdout, flags=re.M)  # [out, name, status, out, ...]
     assert runs[1::3] == bugs, r.stdout
     for out, name, status in zip(runs[0::3], runs[1::3], runs[2::3]):
-        if name in STEP0:  # caught at step 0, and the verdict says so without claiming equality
-            assert status == "1" and STEP0[name] in out and "step 0 equals" not in out, f"{name}:\n{out}"
+        if name in step0:  # caught at step 0, and the verdict says so without claiming equality
+            assert status == "1" and step0[name] in out and "step 0 equals" not in out, f"{name}:\n{out}"
             continue
         assert "VERDICT: MATCH" in out and "step 0 equals the serial model" in out, f"{name}: step 0\n{out}"
         if name == "none":
             assert status == "0" and "MISMATCH" not in out and "FORMULA CHECK: all" in out, out
             assert "VERDICT: MATCH — the export reloads to the model that was trained" in out, out
         else:
-            assert status == "1" and CAUGHT_BY[name] in out, f"{name} was not caught:\n{out}"
+            assert status == "1" and caught_by[name] in out, f"{name} was not caught:\n{out}"
 
 
 @pytest.mark.slow

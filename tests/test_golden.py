@@ -7,8 +7,8 @@ so e.g. GPT-2's GeLU constant 0.044715 changed to 0.04471 (which moves gelu_new(
 Tolerances are a few float64 ulps (relative 1e-15, 1e-14 after an exp/log): a correct float64 evaluation is
 within them, any change of a formula or constant lands far outside.
 
-The demo's serial twin (tpsim.demo.serial_twin) writes its own clipping and AdamW update as references for its
-final-state verdict; they get the same golden numbers as the training code's.
+The independent references (tpsim.train.reference: the demo's serial twin and the optimizer-protocol tests use
+them) write their own clipping and AdamW update; they get the same golden numbers as the training code's.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from mpi4py import MPI
 
 from tpsim.comm.group import Group
 from tpsim.comm.tracer import Tracer
-from tpsim.demo.serial_twin import reference_adamw, reference_clip
+from tpsim.train.reference import reference_adamw, reference_clip
 from tpsim.nn.activations import gelu_forward
 from tpsim.nn.cross_entropy import softmax_cross_entropy_forward
 from tpsim.nn.layernorm import layernorm_forward
@@ -102,7 +102,7 @@ def test_adamw_two_steps_by_the_published_update():
         close(opt.state["weight"]["exp_avg_sq"], [v], ADAMW_REL)
 
 
-def test_the_serial_twins_adamw_by_the_published_update():
+def test_the_reference_adamw_by_the_published_update():
     p, m, v = np.ones(1), np.zeros(1), np.zeros(1)
     for t, (g, golden) in enumerate(zip(ADAMW_GRADS, ADAMW_GOLDEN), start=1):
         reference_adamw(p, np.array([g]), m, v, t, lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
@@ -128,7 +128,7 @@ def test_clip_grad_norm_of_a_fixed_set():
     close(module.grads["b"], [12.0 * CLIP_COEF])
 
 
-def test_the_serial_twins_clip_of_a_fixed_set():
+def test_the_reference_clip_of_a_fixed_set():
     grads = [np.array([3.0, 4.0]), np.array([12.0])]
     assert reference_clip(grads, 1.0) == pytest.approx(CLIP_NORM, rel=REL)
     close(np.concatenate(grads), np.array([3.0, 4.0, 12.0]) * CLIP_COEF)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.arch.gpt2 import GPTConfig
+from tpsim.config import RunConfig  # noqa: F401  (what predict_step takes)
 from tpsim.predict.formulas import predict_step  # noqa: F401  (the formulas you need)
 from tpsim.predict.memory import predict_memory  # noqa: F401
 

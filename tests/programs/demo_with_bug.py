@@ -37,8 +37,8 @@ def clip_counts_replicated_twice():
     """Every TP rank adds the replicated gradients (LayerNorms, row-parallel biases) to the clipping norm."""
     from tpsim.train import clip
 
-    original = clip._local_contribution
-    return mock.patch.object(clip, "_local_contribution",
+    original = clip.local_contribution
+    return mock.patch.object(clip, "local_contribution",
                              lambda entries, p, count_replicated: original(entries, p, True))
 
 
@@ -46,12 +46,12 @@ def adamw_with_l2_decay():
     """AdamW folding the weight decay into the gradient (Adam + L2) instead of decaying the weight itself."""
     from tpsim.train.optim import AdamW
 
-    original = AdamW._update
+    original = AdamW.update
 
     def update(self, p, g, state, weight_decay):
         original(self, p, g + weight_decay * p if weight_decay else g, state, 0.0)
 
-    return mock.patch.object(AdamW, "_update", update)
+    return mock.patch.object(AdamW, "update", update)
 
 
 def wrong_wire_bytes():
@@ -107,8 +107,45 @@ def zero_drops_last_owned_element():
     return mock.patch.object(zero, "owned_segments", owned_segments)
 
 
-BUGS = {"row-bias": bias_before_all_reduce, "zero-padding": zero_drops_last_owned_element, "dloss-scaled": dloss_off_by_a_percent, "export-transposed": export_transposes_c_proj, "clip-replicated": clip_counts_replicated_twice,
-        "adamw-l2": adamw_with_l2_decay, "wire-bytes": wrong_wire_bytes, "none": ExitStack}
+def clip_before_unscale():
+    """float16: the loss scaler only agrees on found-inf and the gradients are unscaled in ``step``, after they
+    were measured and clipped — the same way in both optimizers (plain mixed precision and ZeRO-1)."""
+    from importlib import import_module  # tpsim.train's mixed_precision is also a function's name
+
+    from tpsim.train.loss_scale import found_inf_anywhere
+
+    mixed_precision, zero = (import_module(f"tpsim.train.{m}") for m in ("mixed_precision", "zero"))
+
+    late = []  # this step's (gradients, 1/S), unscaled only when the step runs
+
+    def agree_only(grads, scaler, world):
+        late[:] = [(list(grads), 1.0 / scaler.scale)]
+        found = found_inf_anywhere(late[0][0], world)
+        scaler.update(found)
+        return found
+
+    def unscaling_step(original):
+        def step(self):
+            for grads, inv in late:
+                for g in grads:
+                    g *= inv
+            late.clear()
+            original(self)
+
+        return step
+
+    stack = ExitStack()
+    for module, cls in ((mixed_precision, mixed_precision.MixedPrecisionOptimizer),
+                        (zero, zero.DistributedOptimizer)):
+        stack.enter_context(mock.patch.object(module, "unscale_and_agree", agree_only))
+        stack.enter_context(mock.patch.object(cls, "step", unscaling_step(cls.step)))
+    return stack
+
+
+BUGS = {"row-bias": bias_before_all_reduce, "clip-replicated": clip_counts_replicated_twice,
+        "adamw-l2": adamw_with_l2_decay, "wire-bytes": wrong_wire_bytes, "clip-before-unscale": clip_before_unscale,
+        "export-transposed": export_transposes_c_proj, "dloss-scaled": dloss_off_by_a_percent,
+        "zero-padding": zero_drops_last_owned_element, "none": ExitStack}
 
 
 def main() -> int:

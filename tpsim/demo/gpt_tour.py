@@ -21,12 +21,12 @@ from tpsim.comm.agree import Agreement
 from tpsim.compare import relative_difference, shard_differences
 from tpsim.data import ReverseTask
 from tpsim.config import RunConfig
-from tpsim.demo.arch import describe
 from tpsim.demo.export_check import check_export
 from tpsim.demo.report import say, step_table, write_outputs
 from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
+from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
 from tpsim.demo.verify_pass import check_zero_padding
-from tpsim.demo.zero_demo import demo_adamw, grad_bytes_of, make_sync, state_table
+from tpsim.demo.zero_demo import grad_bytes_of, state_table
 from tpsim.hf.folder import load_init
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.precision import grad_dtype
@@ -35,8 +35,7 @@ from tpsim.table import human_bytes
 from tpsim.trace.records import gather_records, gather_spans
 from tpsim.train import apply_update, broadcast_batch, broadcast_params, check_replicas, compute_grads, dp_slice
 from tpsim.hf.checkpoint import export_step0, load_into
-from tpsim.train.mixed_precision import demo_optimizer, scaler_metrics
-from tpsim.train.nonfinite import StepGuard, report_skip
+from tpsim.train.nonfinite import report_skip
 
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4,  # of relative_difference, purely relative (floor 1e-30)
              "bfloat16": 5e-2, "float16": 1e-2}  # 16-bit: see tpsim.train.mixed_precision.TOLERANCE_NOTE
@@ -106,7 +105,7 @@ def header(grid: ProcessGrid, run: RunConfig) -> list[str]:
     """The grid, the model's sizes and the sequence-parallel line: what rank 0 prints first."""
     sch = run.schedule
     return [grid.table(), "",
-            f"{describe(run.model, grid.tp)}, vocab {run.model.vocab}, seq {sch.seq_len}, "
+            f"{run.model.describe(grid.tp)}, vocab {run.model.vocab}, seq {sch.seq_len}, "
             f"global batch {sch.batch_size} ({run.local_batch} per DP rank), {run.precision.dtype}, "
             f"dropout {run.dropout} ({sch.dropout_rng} RNG)",
             *(["sequence parallel: on (LayerNorm/dropout regions split along the sequence, "
@@ -155,12 +154,11 @@ def train(grid, model, grad_sync, run: RunConfig) -> tuple[list[dict], bool, obj
     """``--steps`` steps of AdamW (step 0 checked against serial); each step's metrics, step 0's verdict, the
     optimizer (its state is checked after the last step)."""
     tracer, sch, task = grid.tracer, run.schedule, task_of(run)
-    zero = run.parallel.zero
-    optimizer = grad_sync if zero else demo_optimizer(model, grid, run.precision, lambda m: demo_adamw(m, run))
-    scale = getattr(optimizer, "loss_scale", 1.0)  # float16: the dynamic loss scale; 1 otherwise
+    optimizer = demo_optimizer(model, grid, run, grad_sync)  # ZeRO-1: grad_sync itself
+    scale = optimizer.loss_scale  # float16: the dynamic loss scale; 1 otherwise
     rng = make_dropout_rng(sch.dropout_rng, sch.seed, grid.tp_rank)
     clip = run.optimizer.max_norm
-    metrics, ok, guard = [], True, StepGuard(run.optimizer.max_skipped_steps)
+    metrics, ok, guard = [], True, demo_guard(run)
     for step in range(max(sch.steps, 1)):
         tracer.step = step
         t0 = time.perf_counter()
@@ -169,15 +167,14 @@ def train(grid, model, grad_sync, run: RunConfig) -> tuple[list[dict], bool, obj
             loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows),
                                          loss_scale=scale)
         if step == 0:
-            if zero:  # the owned slices are reduced; gather them (phase verify) to check every gradient
-                grad_sync.gather_grads()
+            grad_sync.gather_grads()  # ZeRO-1 reduced owned slices only: gather them (phase verify) to check all
             ok = first_step(grid, model, run, loss, scale)
             if sch.steps == 0:
                 break
         with tracer.span("optimizer", "optimizer"):
             norm = apply_update(model, optimizer, grid, clip, guard=guard, loss=loss)
         report_skip(guard, model, step, loss, norm, lambda line: say(grid, line))  # stops after too many
-        scale = getattr(optimizer, "loss_scale", 1.0)
+        scale = optimizer.loss_scale
         dt = time.perf_counter() - t0
         moved = sum(e.bytes for e in tracer.events if e.step == step)
         metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens,

@@ -7,9 +7,10 @@ the *serial* model through the same steps — the same global batches, the same 
 keys them by global position), the same clipping threshold and AdamW settings — and every rank compares its
 state with it: the last loss, every parameter shard and AdamW's ``exp_avg`` and ``exp_avg_sq`` per shard.
 
-The twin's clipping and AdamW update are written here from their published definitions (PyTorch's
-``clip_grad_norm_`` rule; Loshchilov & Hutter 2019, decoupled weight decay, in ``torch.optim.AdamW``'s form)
-on purpose: a reference that called the training code's optimizer would share its bugs. Only one rank trains
+The twin's clipping and AdamW update are written from their published definitions (PyTorch's
+``clip_grad_norm_`` rule; Loshchilov & Hutter 2019, decoupled weight decay, in ``torch.optim.AdamW``'s form) in
+``tpsim.train.reference``, on purpose apart from the training code: a reference that called the training
+code's optimizer would share its bugs. Only one rank trains
 it — a world of 64 ranks on a few cores must not train 64 serial copies — and its state reaches the others in
 one flat float64 broadcast, with the tracer paused: verification is not model traffic. That rank is the last
 one (``twin_rank``), so that rank 0 can write the run's files and figures meanwhile on another core
@@ -35,8 +36,9 @@ from tpsim.partition import take_shard
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.hf.folder import load_init
 from tpsim.hf.checkpoint import load_into
-from tpsim.train.clip import CLIP_EPS
 from tpsim.train.optim import AdamW
+from tpsim.train.protocol import OptimizerProtocol
+from tpsim.train.reference import reference_adamw, reference_clip
 
 # The largest difference of a shard from its serial slice, relative to the largest serial value of its kind
 # (parameters, exp_avg, exp_avg_sq; see _differences), and of the last loss. Measured on the demo's defaults at
@@ -45,6 +47,10 @@ from tpsim.train.optim import AdamW
 # ≤ 3e-3 (the same growth from ~1e-7 per step, lifted by Adam's m/√v where a gradient is rounding noise), so
 # 1e-2: a check of the same training, coarser — float64 is the exact one.
 FINAL_TOLERANCE = {"float64": 1e-8, "float32": 1e-2}
+# 16 bits, step 0's gradient norm vs the serial model's (``_check_first_norm``): measured ≤ 1.2e-5 relative on the
+# demo's defaults (GPT-2 and Llama, TP 4 x DP 2, with and without ZeRO-1), so 1e-3 leaves ~100× room, while an
+# unscaled norm is off by the loss scale itself (2^16).
+FIRST_NORM_TOLERANCE = {"bfloat16": 1e-3, "float16": 1e-3}
 STATE = ("param", "exp_avg", "exp_avg_sq")  # what is compared per parameter, in the broadcast's order
 
 
@@ -64,26 +70,6 @@ def broadcast_arrays(grid: ProcessGrid, shapes: Sequence[tuple[int, ...]],
             np.concatenate([np.ravel(a) for a in make()], out=flat, casting="same_kind")
         grid.world.broadcast(flat, root=root, patient=True)  # the others sleep while the root trains, not spin
     return [part.reshape(s) for part, s in zip(np.split(flat, np.cumsum(sizes)[:-1]), shapes)]
-
-
-def reference_clip(grads: Sequence[np.ndarray], max_norm: float) -> float:
-    """PyTorch's ``clip_grad_norm_``: ‖g‖₂ over every gradient; scale all by max_norm / (‖g‖ + 1e-6) if below 1."""
-    norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads))
-    coef = max_norm / (norm + CLIP_EPS)
-    if coef < 1.0:
-        for g in grads:
-            g *= coef
-    return norm
-
-
-def reference_adamw(p, g, m, v, t: int, lr: float, betas, eps: float, weight_decay: float) -> None:
-    """One AdamW step in place, as published (decoupled decay: it acts on the weight, never through m and v)."""
-    beta1, beta2 = betas
-    p *= 1.0 - lr * weight_decay
-    m[...] = beta1 * m + (1.0 - beta1) * g
-    v[...] = beta2 * v + (1.0 - beta2) * g * g
-    m_hat, v_hat = m / (1.0 - beta1 ** t), v / (1.0 - beta2 ** t)
-    p -= lr * m_hat / (np.sqrt(v_hat) + eps)
 
 
 def train_serial(run: RunConfig, task, optimizer: AdamW, skipped: frozenset[int] = frozenset()) -> list:
@@ -114,16 +100,14 @@ def train_serial(run: RunConfig, task, optimizer: AdamW, skipped: frozenset[int]
     return [loss, *params, *m, *v]
 
 
-def _optimizer_state(model, optimizer):
+def _optimizer_state(optimizer: OptimizerProtocol):
     """``(name, start, (exp_avg, exp_avg_sq))`` for the AdamW state this rank holds: whole shards, or under
-    ZeRO-1 (``DistributedOptimizer``) the owned pieces, ``start`` their offset in the flattened shard."""
-    if hasattr(optimizer, "pieces"):
-        return [(p.name, p.start, (p.state["exp_avg"], p.state["exp_avg_sq"]))
-                for pieces in optimizer.pieces for p in pieces]
-    return [(name, 0, (st["exp_avg"], st["exp_avg_sq"])) for name, st in optimizer.state.items()]
+    ZeRO-1 the owned pieces, ``start`` their offset in the flattened shard (``state_pieces``)."""
+    return [(p.name, p.start, (p.slots["exp_avg"], p.slots["exp_avg_sq"])) for p in optimizer.state_pieces()]
 
 
-def _differences(model, optimizer: AdamW, serial: dict[str, list[np.ndarray]]) -> dict[tuple[str, str], float]:
+def _differences(model, optimizer: OptimizerProtocol,
+                 serial: dict[str, list[np.ndarray]]) -> dict[tuple[str, str], float]:
     """``{(what, name): difference}`` of this rank's shards vs their slices of the serial tensors, each relative
     to the largest serial value of its kind in the whole model (``relative_difference`` with that floor).
 
@@ -137,7 +121,7 @@ def _differences(model, optimizer: AdamW, serial: dict[str, list[np.ndarray]]) -
         expected = take_shard(serial[e.name][0], e.partition)
         out[STATE[0], e.name] = relative_difference(e.param, expected, floor=scale[STATE[0]] or 1e-30)
     partitions = dict(model.named_partitions())
-    for name, start, local in _optimizer_state(model, optimizer):
+    for name, start, local in _optimizer_state(optimizer):
         partition = partitions[name]
         for what, mine, full in zip(STATE[1:], local, serial[name][1:]):
             expected = take_shard(full, partition).reshape(-1)[start:start + mine.size]
@@ -147,13 +131,43 @@ def _differences(model, optimizer: AdamW, serial: dict[str, list[np.ndarray]]) -
     return out
 
 
-def final_verdict(grid: ProcessGrid, model, optimizer: AdamW, run: RunConfig, metrics: list[dict]) -> bool:
+def final_verdict(grid: ProcessGrid, model, optimizer: OptimizerProtocol, run: RunConfig, metrics: list[dict]) -> bool:
     """Print the state after the last step vs the serial twin (see the module docstring), then how to check
     sequence parallelism where it was off; True iff the state matches on every rank (or cannot be checked)."""
     ok = _check_final_state(grid, model, optimizer, run, metrics)
     if not run.parallel.sp:
         say(grid, f"(sequence parallelism was off; check it too: mpirun -n {grid.world_size} python -m tpsim.demo "
                   "--sequence-parallel)")
+    return ok
+
+
+def _check_first_norm(grid: ProcessGrid, run: RunConfig, first: dict) -> bool:
+    """16 bits: step 0's ``|grad|`` (measured after unscaling) against the serial model's gradient norm on the
+    same batch — one forward and backward on the twin rank from the loss scale S, the norm ÷ S — within step 0's
+    tolerance. Steps that clip before they unscale report S·‖g‖ (1.49e+05 instead of 2.278 at S = 2^16), which
+    step 0's gradient check cannot see (it compares the scaled gradients). Prints only on a mismatch: the line
+    above already says what the 16-bit checks are."""
+    if first["skipped"] or first["grad_norm"] is None:
+        return True  # an overflow at step 0: nothing was measured
+    scale, sch, dtype = first.get("loss_scale", 1.0), run.schedule, run.precision.dtype
+
+    def serial_norm():
+        serial = run.serial_model()
+        if run.files.init_from:
+            load_into(serial, load_init(run.files.init_from, run.model, note=None))
+        ids, labels = ReverseTask(run.model.vocab, sch.seq_len).batch(sch.seed, 0, sch.batch_size)
+        serial.zero_grad()
+        _, cache = serial.forward(ids, labels, DropoutPlan(ExactDropoutRNG(sch.seed), 0))
+        serial.backward(scale, cache)
+        return [reference_clip([g for _, g in serial.named_grads()], math.inf) / scale]
+
+    expected = float(broadcast_arrays(grid, [()], serial_norm, twin_rank(grid))[0])
+    diff = relative_difference(first["grad_norm"], expected, floor=0.0)
+    ok = bool(diff <= FIRST_NORM_TOLERANCE[dtype])
+    if not ok:
+        say(grid, f"VERDICT: MISMATCH — step 0's |grad| {first['grad_norm']:.4g} differs from the serial model's "
+                  f"{expected:.4g} by {diff:.2e} (tolerance {FIRST_NORM_TOLERANCE[dtype]:g}, {dtype}): are "
+                  "the gradients unscaled before they are measured and clipped?")
     return ok
 
 
@@ -169,9 +183,9 @@ def _check_final_state(grid, model, optimizer, run: RunConfig, metrics) -> bool:
         say(grid, "", f"Final state vs the serial model: not checked in {dtype} — TP rounds its partial sums in "
                       "another order than serial, and training amplifies the difference (README: \"Why the loss "
                       "changes with TP\"); step 0 above is the check, within the dtype's tolerance")
-        return True
+        return _check_first_norm(grid, run, metrics[0])
     shapes = list(run.model.param_shapes().items())
-    settings = getattr(optimizer, "optimizer", optimizer)  # ZeRO-1 wraps the AdamW whose settings are read
+    settings = optimizer.rule  # the AdamW whose settings the twin reads
     skipped = frozenset(m["step"] for m in metrics if m.get("skipped"))
     root = twin_rank(grid)
 

@@ -90,7 +90,7 @@ def train(grid: ProcessGrid, dtype_name: str, steps: int, *, serial: bool = Fals
     with fp32_sums(site, dtype):
         for step in range(steps):
             ids, labels = task.batch(SEED, step, TOY["batch_size"])
-            scale = getattr(opt, "loss_scale", 1.0)
+            scale = opt.loss_scale
             loss, _ = compute_grads(model, grid, None, ids, labels, loss_scale=scale)
             if step == 0 and not serial:
                 step0 = step0_gradient_difference(model, cfg, dtype, ids, labels, scale, grid.tp_group)

@@ -49,15 +49,20 @@ def _entries(module: Module | None, params: Iterable[GradEntry] | None) -> list[
     return grad_entries(module)
 
 
-def _check_norm_type(norm_type: float) -> float:
+def check_norm_type(norm_type: float) -> float:
+    """``norm_type`` as a float p, checked: p > 0 (``math.inf`` for the max-norm)."""
     p = float(norm_type)
     if not (p > 0):  # also rejects NaN; p <= 0 is not a norm
         raise ValueError(f"norm_type must be > 0 or inf, got {norm_type}")
     return p
 
 
-def _local_contribution(entries: Iterable[GradEntry], p: float, count_replicated: bool) -> float:
-    """This rank's share: Σ|g|^p (or max|g| for p = ∞) over its shards, plus replicated grads if asked."""
+def local_contribution(entries: Iterable[GradEntry], p: float, count_replicated: bool) -> float:
+    """This rank's share: Σ|g|^p (or max|g| for p = ∞) over its shards, plus replicated grads if asked.
+
+    ``entries``: (name, grad, Partition or None) — whole shards (``grad_norm``) or ZeRO-1's owned pieces of them
+    (``DistributedOptimizer.grad_norm``); ``count_replicated``: true on the one rank that counts replicated
+    gradients for its group (tp_rank 0)."""
     out = 0.0
     for _, g, part in entries:
         if part is None and not count_replicated:
@@ -83,9 +88,9 @@ def grad_norm(module: Module | None, tp_group: Group, norm_type: float = 2.0, *,
     ``params`` (optional) replaces ``grad_entries(module)`` with an explicit list of (name, grad, Partition or
     None), e.g. the grads of several modules at once. Returns a Python float, the same on every TP rank.
     """
-    p = _check_norm_type(norm_type)
+    p = check_norm_type(norm_type)
     entries = _entries(module, params)
-    local = _local_contribution(entries, p, count_replicated=tp_group.rank == 0)
+    local = local_contribution(entries, p, count_replicated=tp_group.rank == 0)
     op = "max" if math.isinf(p) else "sum"
     with tp_group.tracer.region(scope="clip_grad_norm", phase=OPTIMIZER):
         total = float(tp_group.all_reduce(np.array([local], dtype=np.float64), op=op)[0])
@@ -100,12 +105,24 @@ def clip_grad_norm(module: Module | None, tp_group: Group, max_norm: float, norm
     scaled on every rank by the same coefficient, so the replicas stay identical. ``norm``: the ``grad_norm``
     already measured this step (Megatron measures it every step, clipping or not), so no second all-reduce.
     """
-    if not max_norm >= 0:
-        raise ValueError(f"max_norm must be >= 0, got {max_norm}")
+    _check_max_norm(max_norm)
     entries = _entries(module, params)
     total = grad_norm(None, tp_group, norm_type, params=entries) if norm is None else float(norm)
-    coef = max_norm / (total + CLIP_EPS)
-    if coef < 1.0:  # False for a NaN norm too: a broken step is left for the caller to see, not hidden
-        for _, g, _ in entries:
-            g *= coef
+    scale_grads([g for _, g, _ in entries], max_norm, total)
     return total
+
+
+def _check_max_norm(max_norm: float) -> None:
+    if not max_norm >= 0:
+        raise ValueError(f"max_norm must be >= 0, got {max_norm}")
+
+
+def scale_grads(grads: Iterable[np.ndarray], max_norm: float, norm: float) -> None:
+    """PyTorch's rule, given the norm: coef = max_norm / (norm + 1e-6), applied in place only when below 1 —
+    never for a NaN norm: a broken step is left for the caller to see, not hidden. Every rank scales its
+    arrays (shards, replicated copies, owned pieces) by the same coefficient, so replicas stay identical."""
+    _check_max_norm(max_norm)
+    coef = max_norm / (float(norm) + CLIP_EPS)
+    if coef < 1.0:
+        for g in grads:
+            g *= coef

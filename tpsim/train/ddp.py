@@ -116,8 +116,9 @@ class GradSync:
         """Gradient bytes this rank holds (its local shards) = bytes all-reduced per sync."""
         return sum(b.nbytes for b in self.buckets)
 
-    def _check_views(self) -> None:
-        """Raise if a gradient array was replaced after construction (its bucket would be stale)."""
+    def check_views(self) -> None:
+        """Raise if a gradient array was replaced after construction (its bucket would be stale); a sync that
+        reads the buckets (this one's, ZeRO-1's reduce-scatter) calls it first."""
         names = {name: id(g) for name, g in self.module.named_grads()}
         for name, view in self._views:
             if names.get(name) != id(view):
@@ -131,12 +132,16 @@ class GradSync:
         """
         if self.dp == 1:
             return
-        self._check_views()
+        self.check_views()
         tracer = self.dp_group.tracer
         for i, buf in enumerate(self.buffers):
             with tracer.region(scope=f"ddp.bucket{i}", phase=DP_SYNC):
                 self.dp_group.all_reduce(buf, op="sum", inplace=True)
             buf /= self.dp  # sum then divide (DDP divides first; for dp a power of two both are exact)
+
+    def gather_grads(self) -> None:
+        """Nothing to gather: after ``sync()`` every rank holds the whole DP-mean gradients. (ZeRO-1's
+        ``DistributedOptimizer``, the other gradient sync, reduces only owned slices and gathers them here.)"""
 
     def describe(self) -> str:
         """The buckets as text, one line each: index, bytes, parameter count, first and last parameter."""

@@ -4,11 +4,12 @@ arXiv:1710.03740), by hand, around any tpsim optimizer:
     model (16-bit)         parameters bfloat16/float16 — what the forward and backward compute with
     main gradients (fp32)  the model's own ``grads``: float32 for 16-bit parameters (``tpsim.nn.precision``),
                            accumulated in float32 by the backward and averaged over DP in float32 (GradSync)
-    main parameters (fp32) ``main_params``: float32 copies, made once from the 16-bit weights
+    main parameters (fp32) ``main_params``: float32 copies, made once from the 16-bit weights (``MainParams``,
+                           which ZeRO-1 reuses for the slices it owns: one implementation of the copies)
     inner optimizer        AdamW/SGD stepping the main parameters with the main gradients (its state float32)
 
     step:  [float16: unscale the main grads by 1/S, agree on found-inf, maybe skip]  → clip →
-           inner.step() on the float32 main parameters → round them into the 16-bit parameters (nearest-even)
+           the inner rule on the float32 main parameters → round them into the 16-bit parameters (nearest-even)
 
 So a weight update smaller than half a 16-bit ulp is not lost: it accumulates in the float32 main parameter
 until it shows in the 16-bit copy. ``state_bytes()`` counts the float32 main parameters with the inner state
@@ -21,7 +22,7 @@ live arrays, by parameter name, for memory accounting.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
@@ -30,53 +31,72 @@ from tpsim.nn.module import Module
 from tpsim.nn.precision import FP32, is_half
 from tpsim.train.loss_scale import DynamicLossScaler, unscale_and_agree
 from tpsim.train.optim import Optimizer
+from tpsim.train.protocol import Overflow, StatePiece
+
+if TYPE_CHECKING:  # type-only
+    from tpsim.comm import ProcessGrid
 
 
 class MainParams:
-    """What an ``Optimizer`` needs of a module, over float32 copies of a 16-bit model's parameters: one flat
-    "module" whose params are the main parameters and whose grads are the model's (float32) gradients, read
-    afresh each time (GradSync replaces them with bucket views)."""
+    """Float32 main copies of 16-bit model elements (Micikevicius et al. 2017, §3.1): made once from the 16-bit
+    values, stepped in place by an optimizer, rounded (nearest-even) into the model after every step.
 
-    def __init__(self, model: Module) -> None:
-        self.model = model
-        self.params = {name: p.astype(FP32) for name, p in model.named_parameters()}
+    One implementation for both 16-bit optimizers: the copies live in flat float32 ``buffers`` of the given
+    lengths, and ``add(b, at, model)`` registers the 16-bit array ``model`` at ``[at, at + model.size)`` of buffer
+    ``b`` and returns its main copy, shaped like it. ``MixedPrecisionOptimizer`` gives each parameter a buffer of
+    its own; ZeRO-1 gives each bucket's owned range one and registers the flat views of its owned pieces. Elements
+    nobody registers (ZeRO-1's padding) stay zero and count in ``nbytes``, as the state of the same range does.
+    """
+
+    def __init__(self, lengths: Iterable[int]) -> None:
+        self.buffers = [np.zeros(n, FP32) for n in lengths]
+        self.pairs: list[tuple[np.ndarray, np.ndarray]] = []  # (16-bit model elements, their float32 main copy)
+
+    def add(self, b: int, at: int, model: np.ndarray) -> np.ndarray:
+        main = self.buffers[b][at:at + model.size].reshape(model.shape)  # a contiguous slice: a view
+        main[...] = model  # exact: every 16-bit value is a float32 value
+        self.pairs.append((model, main))
+        return main
+
+    def round_into_model(self) -> None:
+        for model, main in self.pairs:
+            np.copyto(model, main, casting="unsafe")  # round-to-nearest-even into bfloat16/float16
 
     @property
-    def grads(self) -> dict[str, np.ndarray]:
-        return dict(self.model.named_grads())
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self.buffers)
 
-    def named_modules(self) -> Iterator[tuple[str, "MainParams"]]:
-        yield "", self
+    def state_dict(self) -> list[np.ndarray]:
+        return [b.copy() for b in self.buffers]
 
-    def named_parameters(self) -> Iterator[tuple[str, np.ndarray]]:
-        return iter(self.params.items())
-
-    def named_grads(self) -> Iterator[tuple[str, np.ndarray]]:
-        return self.model.named_grads()
-
-    def zero_grad(self) -> None:
-        self.model.zero_grad()
+    def load_state_dict(self, saved: list[np.ndarray]) -> None:
+        for mine, src in zip(self.buffers, saved, strict=True):
+            np.copyto(mine, src)  # into the live buffers: the registered copies are views of them
 
 
 class MixedPrecisionOptimizer:
-    """16-bit model, float32 main parameters and gradients, optional dynamic loss scaling (see the module doc)."""
+    """16-bit model, float32 main parameters and gradients, optional dynamic loss scaling (see the module doc).
+    Implements the optimizer protocol (``tpsim.train.protocol``) with ``zero_stage`` 0."""
+
+    zero_stage = 0
 
     def __init__(self, model: Module, make_inner: Callable[[Module], Optimizer], world: Group, *,
                  loss_scaler: DynamicLossScaler | None = None) -> None:
         self.model, self.world, self.loss_scaler = model, world, loss_scaler
-        self.main = MainParams(model)
-        self.inner = make_inner(self.main)
+        self.inner = make_inner(model)  # its state has the gradients' dtype: float32
+        params = list(model.named_parameters())
+        self.main = MainParams(p.size for _, p in params)
+        self.main_params = {name: self.main.add(b, 0, p) for b, (name, p) in enumerate(params)}
         self.skipped = False  # whether the last step was skipped for an overflow
 
     @property
-    def main_params(self) -> dict[str, np.ndarray]:
-        """Float32 main parameters by name (this rank's shards)."""
-        return self.main.params
+    def rule(self) -> Optimizer:
+        return self.inner
 
     @property
     def main_grads(self) -> dict[str, np.ndarray]:
         """Float32 main gradients by name: the model's gradient arrays themselves."""
-        return self.main.grads
+        return dict(self.model.named_grads())
 
     @property
     def loss_scale(self) -> float:
@@ -95,39 +115,46 @@ class MixedPrecisionOptimizer:
     def step_count(self) -> int:
         return self.inner.step_count
 
-    def prepare_grads(self) -> bool:
-        """Before clipping: unscale the main gradients and agree on overflow; False = skip this step."""
-        if self.loss_scaler is None:
-            self.skipped = False
-            return True
-        found = unscale_and_agree([g for _, g in self.model.named_grads()], self.loss_scaler, self.world)
-        self.skipped = found
-        return not found
+    def unscale_grads(self) -> Overflow:
+        """Before clipping: divide the main gradients by S and agree on overflow over the world."""
+        self.skipped = False
+        if self.loss_scaler is not None:
+            self.skipped = unscale_and_agree([g for _, g in self.model.named_grads()], self.loss_scaler, self.world)
+        return Overflow(self.skipped, self.skipped and self.loss_scaler.at_minimum)
+
+    def grad_norm(self, grid: ProcessGrid, norm_type: float = 2.0) -> float:
+        return self.inner.grad_norm(grid, norm_type)  # the main gradients are the model's
+
+    def clip_grads(self, max_norm: float, norm: float) -> None:
+        self.inner.clip_grads(max_norm, norm)
 
     def step(self) -> None:
-        """The inner optimizer on the float32 main parameters, then the 16-bit copies refreshed from them."""
-        self.inner.step()
-        for (name, p), main in zip(self.model.named_parameters(), self.main.params.values()):
-            np.copyto(p, main, casting="unsafe")  # round-to-nearest-even into bfloat16/float16
+        """The inner rule on the float32 main parameters, then the 16-bit copies refreshed from them."""
+        inner = self.inner
+        inner.step_pieces((self.main_params[name], g, inner.state[name], inner.decay_for(name))
+                          for name, _, g in inner.entries())
+        self.main.round_into_model()
 
     def zero_grad(self) -> None:
         self.model.zero_grad()
 
+    def state_pieces(self) -> list[StatePiece]:
+        return self.inner.state_pieces()
+
     def state_bytes(self) -> int:
         """Optimizer state held by this rank: the inner state (float32) plus the float32 main parameters."""
-        return self.inner.state_bytes() + sum(p.nbytes for p in self.main.params.values())
+        return self.inner.state_bytes() + self.main.nbytes
 
     def state_dict(self) -> dict:
         sd = self.inner.state_dict()
-        sd["main_params"] = {n: p.copy() for n, p in self.main.params.items()}
+        sd["main_params"] = self.main.state_dict()
         if self.loss_scaler is not None:
             sd["loss_scaler"] = self.loss_scaler.state_dict()
         return sd
 
     def load_state_dict(self, sd: dict) -> None:
         self.inner.load_state_dict(sd)
-        for name, p in self.main.params.items():
-            np.copyto(p, sd["main_params"][name])
+        self.main.load_state_dict(sd["main_params"])
         if self.loss_scaler is not None and "loss_scaler" in sd:
             self.loss_scaler.load_state_dict(sd["loss_scaler"])
 
@@ -151,20 +178,3 @@ shard), so the two roundings differ by up to one unit roundoff per rounded value
 (8 significand bits), 2^-11 for float16. Through two blocks, backward included, these relative errors of
 single roundings add up to a few u in the gradients: the check allows 5e-2 ≈ 13·u for bfloat16 and 1e-2 ≈
 20·u for float16 (max |Δ| relative to each gradient's largest element); float32 keeps 1e-4, float64 1e-10."""
-
-
-def demo_optimizer(model: Module, grid, args, make_inner: Callable[[Module], Optimizer]):
-    """The demo's optimizer for ``args.dtype``: ``make_inner(model)`` in float32/float64, else the
-    mixed-precision wrapper (float16: dynamic loss scaling, growth interval ``args.loss_scale_interval``)."""
-    scaler = None
-    if args.dtype == "float16":
-        scaler = DynamicLossScaler(growth_interval=getattr(args, "loss_scale_interval", 1000))
-    return mixed_precision(model, make_inner, grid.world, loss_scaler=scaler)
-
-
-def scaler_metrics(optimizer) -> dict:
-    """``{"loss_scale", "skipped"}`` for a loss-scaled optimizer (metrics.jsonl), ``{}`` otherwise."""
-    scaler = getattr(optimizer, "loss_scaler", None)
-    if scaler is None:
-        return {}
-    return {"loss_scale": scaler.scale, "skipped": bool(optimizer.skipped)}

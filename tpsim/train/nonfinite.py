@@ -35,6 +35,7 @@ import numpy as np
 from tpsim.errors import TrainingStopped
 
 FOUND_INF = "loss scaler found inf/nan gradients"
+ADVICE = "lower the learning rate or clip the gradients, or allow more skipped steps in a row (max_skipped)"
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,11 @@ def _not_finite(what: str, value: float | None) -> str | None:
 class StepGuard:
     """Skip the update of a step whose loss or gradient norm is not finite; stop after ``max_skipped`` in a row."""
 
-    def __init__(self, max_skipped: int = 3) -> None:
+    def __init__(self, max_skipped: int = 3, *, advice: str = ADVICE) -> None:
         if max_skipped < 0:
             raise ValueError(f"max_skipped must be >= 0, got {max_skipped}")
         self.max_skipped = max_skipped
+        self.advice = advice  # the end of the stop message: what to change (a program names its own flags)
         self.consecutive = 0  # counted skips in a row, up to the last step
         self.skipped_total = 0
         self.last = StepVerdict()
@@ -91,8 +93,7 @@ class StepGuard:
         if self.consecutive >= self.max_skipped:
             at = "" if step is None else f" (last at step {step})"
             raise TrainingStopped(f"stopped: {self.consecutive} consecutive steps skipped{at}: {verdict.reason}"
-                                  f"{detail}; lower --lr or turn clipping on (--clip), or raise "
-                                  f"--max-skipped-steps")
+                                  f"{detail}; {self.advice}")
 
 
 def first_nonfinite(named_grads, agree=None) -> str | None:

@@ -19,11 +19,17 @@ ignored. The formulas follow PyTorch's ``torch.optim.SGD`` (dampening 0) and ``t
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 
 from tpsim.nn.module import Module
+from tpsim.nn.precision import grad_dtype
+from tpsim.train.clip import grad_entries, grad_norm, scale_grads
+from tpsim.train.protocol import Overflow, StatePiece
+
+if TYPE_CHECKING:  # type-only
+    from tpsim.comm import ProcessGrid
 
 State = dict[str, np.ndarray]  # one parameter's optimizer state, e.g. {"exp_avg": ..., "exp_avg_sq": ...}
 
@@ -41,14 +47,21 @@ def _check_tied_grads(module: Module) -> None:
 
 
 class Optimizer:
-    """What SGD and AdamW share: the parameter walk, weight-decay exclusion, state and checkpoints.
+    """What SGD and AdamW share: the parameter walk, weight-decay exclusion, state and checkpoints; and the whole
+    optimizer protocol (``tpsim.train.protocol``) for a model stepped in its own dtype: no loss scaler, every DP
+    rank holding the whole state (``zero_stage`` 0), the norm and clip of ``tpsim.train.clip`` over the TP group.
 
-    A subclass supplies ``_slots`` (names of its per-parameter state arrays) and ``_update(p, g, state, wd)``,
-    which changes ``p`` (and ``state``) in place and must never write into ``g``: the gradient belongs to the
-    module (clipping, logging or a DP sync may read it after the step).
+    A subclass supplies ``slots`` (names of its per-parameter state arrays) and ``update(p, g, state, wd)``:
+    the rule on one array (a whole shard, or a flat piece of one: ZeRO-1 and the mixed-precision wrapper call it
+    on their own arrays through ``step_pieces``). It changes ``p`` (and ``state``) in place and must never write
+    into ``g``: the gradient belongs to the module (clipping, logging or a DP sync may read it after the step).
     """
 
-    _slots: tuple[str, ...] = ()
+    slots: tuple[str, ...] = ()
+    zero_stage = 0
+    loss_scaler = None  # no loss scaling: the model's gradients are the loss's
+    skipped = False  # nothing to skip for: without a scaler no overflow is ever found
+    loss_scale = 1.0
 
     def __init__(self, module: Module, lr: float, weight_decay: float,
                  no_decay: Callable[[str], bool] | None) -> None:
@@ -62,9 +75,15 @@ class Optimizer:
         self.param_names: list[str] = [name for name, _ in module.named_parameters()]
         self.step_count = 0
         # State arrays exist from the start (zeros), so memory accounting is right before the first step.
-        # For SGD/AdamW, a zero buffer gives bit-for-bit PyTorch's first step (m·0 + g == g exactly).
-        self.state: dict[str, State] = {name: {slot: np.zeros_like(p) for slot in self._slots}
+        # For SGD/AdamW, a zero buffer gives bit-for-bit PyTorch's first step (m·0 + g == g exactly). They have
+        # the gradients' dtype: float32 for a 16-bit model, whose float32 main parameters they step.
+        self.state: dict[str, State] = {name: {slot: np.zeros(p.shape, grad_dtype(p.dtype)) for slot in self.slots}
                                         for name, p in module.named_parameters()}
+
+    @property
+    def rule(self) -> "Optimizer":
+        """Itself: the update rule and the hyper-parameters are this optimizer's."""
+        return self
 
     @property
     def lr(self) -> float:
@@ -76,7 +95,7 @@ class Optimizer:
             raise ValueError(f"lr must be >= 0, got {value}")
         self._lr = float(value)
 
-    def _entries(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+    def entries(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
         """(name, param, grad) for each parameter, read afresh so a replaced array is still the one updated."""
         pairs = list(zip(self.module.named_parameters(), self.module.named_grads()))
         names = [name for (name, _), _ in pairs]
@@ -92,15 +111,39 @@ class Optimizer:
 
     def step(self) -> None:
         """Update every parameter in place from its current gradient."""
-        self.step_count += 1
-        for name, p, g in self._entries():
-            self._update(p, g, self.state[name], self.decay_for(name))
+        self.step_pieces((p, g, self.state[name], self.decay_for(name)) for name, p, g in self.entries())
 
-    def _update(self, p: np.ndarray, g: np.ndarray, state: State, weight_decay: float) -> None:
+    def step_pieces(self, pieces: Iterable[tuple[np.ndarray, np.ndarray, State, float]]) -> None:
+        """One step of this rule: ``step_count`` + 1, then ``update(p, g, state, weight_decay)`` for each piece."""
+        self.step_count += 1
+        for p, g, state, weight_decay in pieces:
+            self.update(p, g, state, weight_decay)
+
+    def update(self, p: np.ndarray, g: np.ndarray, state: State, weight_decay: float) -> None:
+        """The rule on one array, in place: ``p`` and ``state`` change, ``g`` is only read."""
         raise NotImplementedError  # pragma: no cover - interface
+
+    def release_state(self) -> None:
+        """Drop the per-parameter state: for a wrapper that keeps the state itself and uses only this rule
+        (ZeRO-1 keeps the slots of its owned slices)."""
+        self.state = {}
+
+    # --- the rest of the optimizer protocol (tpsim.train.protocol) ---------------------------------------------
+    def unscale_grads(self) -> Overflow:
+        return Overflow()  # nothing to unscale: no loss scaler
+
+    def grad_norm(self, grid: ProcessGrid, norm_type: float = 2.0) -> float:
+        """The serial model's gradient norm over ``grid``'s TP group (``tpsim.train.clip.grad_norm``)."""
+        return grad_norm(self.module, grid.tp_group, norm_type)
+
+    def clip_grads(self, max_norm: float, norm: float) -> None:
+        scale_grads([g for _, g, _ in grad_entries(self.module)], max_norm, norm)
 
     def zero_grad(self) -> None:
         self.module.zero_grad()
+
+    def state_pieces(self) -> list[StatePiece]:
+        return [StatePiece(name, 0, slots) for name, slots in self.state.items()]
 
     # --- checkpoints and accounting ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -144,10 +187,10 @@ class SGD(Optimizer):
         if nesterov and momentum <= 0:
             raise ValueError("nesterov momentum needs momentum > 0")
         self.momentum, self.nesterov = float(momentum), bool(nesterov)
-        self._slots = ("momentum_buffer",) if momentum > 0 else ()
+        self.slots = ("momentum_buffer",) if momentum > 0 else ()
         super().__init__(module, lr, weight_decay, no_decay)
 
-    def _update(self, p: np.ndarray, g: np.ndarray, state: State, weight_decay: float) -> None:
+    def update(self, p: np.ndarray, g: np.ndarray, state: State, weight_decay: float) -> None:
         d = g + weight_decay * p if weight_decay else g  # a new array: the module's grad stays untouched
         if self.momentum:
             buf = state["momentum_buffer"]
@@ -165,7 +208,7 @@ class AdamW(Optimizer):
         p -= lr/(1-β1^t) · m / (√v/√(1-β2^t) + eps)      i.e. lr · m̂ / (√v̂ + eps)
     """
 
-    _slots = ("exp_avg", "exp_avg_sq")
+    slots = ("exp_avg", "exp_avg_sq")
 
     def __init__(self, module: Module, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01, *,
@@ -179,7 +222,7 @@ class AdamW(Optimizer):
         self.betas, self.eps = (float(beta1), float(beta2)), float(eps)
         super().__init__(module, lr, weight_decay, no_decay)
 
-    def _update(self, p: np.ndarray, g: np.ndarray, state: State, weight_decay: float) -> None:
+    def update(self, p: np.ndarray, g: np.ndarray, state: State, weight_decay: float) -> None:
         beta1, beta2 = self.betas
         t = self.step_count
         if weight_decay:

@@ -23,6 +23,7 @@ rank together (``tpsim.train.nonfinite``).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,10 +32,9 @@ from tpsim.comm import ProcessGrid
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.module import Module
 from tpsim.phases import DP_SYNC
-from tpsim.train.clip import clip_grad_norm, grad_norm
 from tpsim.train.ddp import GradSync
 from tpsim.train.nonfinite import StepGuard
-from tpsim.train.optim import Optimizer
+from tpsim.train.protocol import OptimizerProtocol
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def compute_grads(model: Module, grid: ProcessGrid, grad_sync: GradSync | None, 
     """The first half of a step: gradients of the global-batch mean loss, DP-synced; ``(loss, valid tokens)``.
 
     ``loss_scale``: float16's dynamic loss scale S (``optimizer.loss_scale``): the backward starts from S·dloss
-    and the gradients stay scaled until the optimizer's ``prepare_grads`` (``apply_update``) divides them.
+    and the gradients stay scaled until the optimizer's ``unscale_grads`` (``apply_update``) divides them.
 
     Split from ``train_step`` so a caller can look at (check, export) the gradients before the update.
     """
@@ -84,46 +84,35 @@ def compute_grads(model: Module, grid: ProcessGrid, grad_sync: GradSync | None, 
     return loss, n_global
 
 
-def apply_update(model: Module, optimizer: Optimizer, grid: ProcessGrid, clip: float | None = None, *,
+def apply_update(model: Module, optimizer: OptimizerProtocol, grid: ProcessGrid, clip: float | None = None, *,
                  guard: StepGuard | None = None, loss: float | None = None, found_inf: bool = False) -> float | None:
-    """The second half: optional TP-aware clipping, then the optimizer step; returns the norm (or None).
+    """The second half, straight through the optimizer protocol (``tpsim.train.protocol``): unscale, measure,
+    clip, step; returns the global gradient norm before clipping (or None when nothing measured it).
 
-    A mixed-precision optimizer first unscales the gradients (``prepare_grads``); when its loss scaler found an
-    overflow on any rank the step is skipped — no clipping, no update. With a ``guard``
-    (``tpsim.train.nonfinite``) the global gradient norm is measured every step, clipping or not, and
-    ``guard.decide(loss, norm, found_inf=...)`` may skip clipping and the optimizer step on every rank together;
-    its verdict is ``guard.last``. ``found_inf`` (or the scaler's overflow) is "skip, don't count" — until the
-    scale sits at its minimum, where an overflow is a real non-finite step and counts. An optimizer that owns
-    only slices of the gradients (ZeRO-1's ``DistributedOptimizer``) measures and clips them itself.
+    ``model`` is the model ``optimizer`` steps (the protocol reaches its gradients itself). float16's loss scaler
+    unscales first; an overflow found on any rank skips the step — no clipping, no update. Without a ``guard`` the
+    norm is measured only to clip (``clip`` None: neither). With a ``guard`` (``tpsim.train.nonfinite``) it is
+    measured every step, clipping or not, and ``guard.decide(loss, norm, found_inf=...)`` may skip clipping and
+    the update on every rank together; its verdict is ``guard.last``. ``found_inf`` (or the scaler's overflow) is
+    "skip, don't count" — until the scale sits at its minimum, where an overflow is a real non-finite step and
+    counts (``Overflow.counts``).
     """
-    prepare = getattr(optimizer, "prepare_grads", None)
-    if prepare is not None and not prepare():  # the loss scaler's overflow: skip, the scale has backed off
-        scaler = getattr(optimizer, "loss_scaler", None)
-        found_inf = found_inf or not (scaler is not None and scaler.at_minimum)
-        if guard is None:
-            return None
-    sliced = hasattr(optimizer, "clip_grad_norm")
-    if guard is None:
-        if clip is None:
-            norm = None
-        else:
-            norm = optimizer.clip_grad_norm(clip) if sliced else clip_grad_norm(model, grid.tp_group, clip)
+    overflow = optimizer.unscale_grads()
+    if guard is None and overflow.found:
+        return None
+    with guard.quiet() if guard is not None else nullcontext():
+        norm = optimizer.grad_norm(grid) if guard is not None or clip is not None else None
+        uncounted = found_inf or (overflow.found and not overflow.counts)  # skip, but not a divergence
+        verdict = guard.decide(loss, norm, found_inf=uncounted) if guard is not None else None
+        if overflow.found or (verdict is not None and verdict.skipped):
+            return norm
+        if clip is not None:
+            optimizer.clip_grads(clip, norm)
         optimizer.step()
-        return norm
-    with guard.quiet():
-        norm = optimizer.grad_norm() if sliced else grad_norm(model, grid.tp_group)
-        skip = guard.decide(loss, norm, found_inf=found_inf).skipped or getattr(optimizer, "skipped", False)
-        if not skip:
-            if clip is not None:
-                if sliced:
-                    optimizer.clip_grad_norm(clip, norm=norm)
-                else:
-                    clip_grad_norm(model, grid.tp_group, clip, norm=norm)
-            optimizer.step()
     return norm
 
 
-def train_step(model: Module, optimizer: Optimizer, grid: ProcessGrid, grad_sync: GradSync | None,
+def train_step(model: Module, optimizer: OptimizerProtocol, grid: ProcessGrid, grad_sync: GradSync | None,
                ids_local: np.ndarray, labels_local: np.ndarray, *, plan: DropoutPlan = DropoutPlan(),
                clip: float | None = None, guard: StepGuard | None = None) -> StepResult:
     """One optimizer step on this DP replica's rows ``ids_local, labels_local: int [b/dp, s]``.

@@ -22,11 +22,12 @@ through flat views of the owned pieces: in fp32/fp64 the parameter is the main p
 
 Mixed precision (a bfloat16/float16 model, ``tpsim.train.mixed_precision``), as Megatron's distributed optimizer
 does it: the gradients are already float32 (the main gradients), so the buckets are float32 and reduce-scattered
-in float32; ``main_buffers`` hold float32 main parameters for the owned range of each bucket *only* (4 bytes,
-plus AdamW's float32 m and v: 12 bytes per parameter ÷ d); AdamW steps them, each piece is rounded
-(nearest-even) into the model's 16-bit parameter, and the all-gather moves the 16-bit parameters — 2 bytes per
-element, half the reduce-scatter's bytes. float16 adds the loss scaler: ``prepare_grads`` unscales the owned
-pieces and agrees found-inf once over the world (a skipped step updates nothing and gathers nothing).
+in float32; ``main`` (the mixed-precision optimizer's ``MainParams``, one buffer per bucket) holds float32 main
+parameters for the owned range of each bucket *only* (4 bytes, plus AdamW's float32 m and v: 12 bytes per
+parameter ÷ d); AdamW steps them, they are rounded (nearest-even) into the model's 16-bit parameters, and the
+all-gather moves the 16-bit parameters — 2 bytes per element, half the reduce-scatter's bytes. float16 adds the
+loss scaler: ``unscale_grads`` unscales the owned pieces and agrees found-inf once over the world (a skipped
+step updates nothing and gathers nothing).
 
 Traced: reduce-scatter scope ``zero.bucket{i}`` phase ``dp_sync``; all-gather scope ``zero.bucket{i}`` phase
 ``optimizer`` (it belongs to the update; Megatron may overlap it with the next forward); the clip norm scope
@@ -46,14 +47,16 @@ import numpy as np
 
 from tpsim.comm import ProcessGrid
 from tpsim.nn.module import Partition
-from tpsim.nn.precision import FP32, is_half
+from tpsim.nn.precision import is_half
 from tpsim.phases import DP_SYNC, OPTIMIZER, VERIFY
 from tpsim.table import human_bytes
 from tpsim.partition import owned_range, owned_segments
-from tpsim.train.clip import CLIP_EPS, _check_norm_type, _local_contribution
+from tpsim.train.clip import check_norm_type, local_contribution, scale_grads
 from tpsim.train.ddp import DEFAULT_BUCKET_CAP_BYTES, GradSync
 from tpsim.train.loss_scale import DynamicLossScaler, unscale_and_agree
+from tpsim.train.mixed_precision import MainParams
 from tpsim.train.optim import Optimizer
+from tpsim.train.protocol import Overflow, StatePiece
 
 
 class Piece(NamedTuple):
@@ -80,11 +83,14 @@ def _flat(a: np.ndarray) -> np.ndarray:
 class DistributedOptimizer:
     """ZeRO-1 around a tpsim ``Optimizer`` (its update rule and hyper-parameters; its full state is dropped).
 
-    Also the gradient sync of the step (``sync()``: the reduce-scatter), so it goes where a ``GradSync`` goes.
-    Attributes: ``buckets``/``buffers`` (padded), ``owned`` (this rank's range of each bucket), ``pieces``,
-    ``main_buffers`` (16-bit models: the float32 main parameters of the owned ranges; empty otherwise).
-    ``loss_scaler``: float16's ``DynamicLossScaler`` (only for a 16-bit model).
+    Implements the optimizer protocol (``tpsim.train.protocol``) with ``zero_stage`` 1, and is also the gradient
+    sync of the step (``sync()``: the reduce-scatter), so it goes where a ``GradSync`` goes. Attributes:
+    ``buckets``/``buffers`` (padded), ``owned`` (this rank's range of each bucket), ``pieces``, ``main`` (the
+    ``MainParams`` of the owned ranges: 16-bit models only, no buffers otherwise), ``loss_scaler``: float16's
+    ``DynamicLossScaler`` (only for a 16-bit model).
     """
+
+    zero_stage = 1
 
     def __init__(self, optimizer: Optimizer, grid: ProcessGrid,
                  bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *,
@@ -98,14 +104,15 @@ class DistributedOptimizer:
         self.loss_scaler, self.skipped = loss_scaler, False  # skipped: the last step, for an overflow
         self.grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes, pad_to=grid.dp)
         self.buckets, self.buffers = self.grad_sync.buckets, self.grad_sync.buffers
-        slots = optimizer._slots
+        slots = optimizer.slots
         self.owned = [owned_range(len(buf), self.dp, self.dp_group.rank) for buf in self.buffers]
         # flat optimizer state for the owned slice of each bucket, padding included (Megatron's shard)
         self.slot_buffers = [{s: np.zeros(len(mine), buf.dtype) for s in slots}
                              for mine, buf in zip(self.owned, self.buffers)]
-        self.main_buffers = [np.zeros(len(mine), FP32) for mine in self.owned] if self.half else []
+        # 16 bits only: the float32 main parameters of the owned ranges (fp32/fp64 pieces are their own main)
+        self.main = MainParams([len(mine) for mine in self.owned] if self.half else [])
         self.pieces: list[list[Piece]] = [self._pieces(b) for b in range(len(self.buckets))]
-        optimizer.state = {}  # the full-size state is never used: the owned slices' state replaces it
+        optimizer.release_state()  # the full-size state is never used: the owned slices' state replaces it
 
     def _pieces(self, b: int) -> list[Piece]:
         """The pieces of bucket ``b``'s parameters that fall into this rank's owned range, in packing order."""
@@ -117,15 +124,17 @@ class DistributedOptimizer:
             state = {s: arr[at:at + size] for s, arr in self.slot_buffers[b].items()}
             grad = buf[seg.buffer_start:seg.buffer_start + size]
             own = _flat(params[name])[seg.start:seg.stop]
-            param = own
-            if self.half:  # the float32 main parameter of this piece, made once from the 16-bit weights
-                param = self.main_buffers[b][at:at + size]
-                param[...] = own
+            # 16 bits: the float32 main parameter of this piece, made once from the 16-bit weights
+            param = self.main.add(b, at, own) if self.half else own
             pieces.append(Piece(name, param, grad, state, partitions[name], self.optimizer.decay_for(name), at,
                                 seg.start, own))
         return pieces
 
-    # --- the optimizer interface -------------------------------------------------------------------------------
+    # --- the optimizer protocol (tpsim.train.protocol) ----------------------------------------------------------
+    @property
+    def rule(self) -> Optimizer:
+        return self.optimizer
+
     @property
     def lr(self) -> float:
         return self.optimizer.lr
@@ -151,8 +160,7 @@ class DistributedOptimizer:
     def state_bytes(self) -> int:
         """Optimizer-state bytes on this rank: the slots over its owned slices (1/d of the buckets), and under
         mixed precision the float32 main parameters of the same slices."""
-        return (sum(a.nbytes for slots in self.slot_buffers for a in slots.values())
-                + sum(a.nbytes for a in self.main_buffers))
+        return sum(a.nbytes for slots in self.slot_buffers for a in slots.values()) + self.main.nbytes
 
     def state_dict(self) -> dict:
         """``{"step", "dp", "slots"}``: this DP rank's shard of the state (one dict of slot arrays per bucket), as
@@ -160,7 +168,7 @@ class DistributedOptimizer:
         sd = {"step": self.step_count, "dp": self.dp,
               "slots": [{k: v.copy() for k, v in slots.items()} for slots in self.slot_buffers]}
         if self.half:  # mixed precision: the float32 main parameters of the owned ranges (and the loss scale)
-            sd["main"] = [a.copy() for a in self.main_buffers]
+            sd["main"] = self.main.state_dict()
         if self.loss_scaler is not None:
             sd["loss_scaler"] = self.loss_scaler.state_dict()
         return sd
@@ -174,8 +182,7 @@ class DistributedOptimizer:
                 if saved[k].shape != v.shape:
                     raise ValueError(f"slot {k}: shape {saved[k].shape} != {v.shape} (another bucket layout?)")
                 np.copyto(v, saved[k])  # into the existing arrays: the pieces hold views of them
-        for mine, saved in zip(self.main_buffers, sd.get("main", [])):
-            np.copyto(mine, saved)
+        self.main.load_state_dict(sd.get("main", []))
         if self.loss_scaler is not None and "loss_scaler" in sd:
             self.loss_scaler.load_state_dict(sd["loss_scaler"])
         self.optimizer.step_count = int(sd["step"])
@@ -188,7 +195,7 @@ class DistributedOptimizer:
         """Reduce-scatter each bucket over DP: this rank's owned range becomes the DP mean of the gradients."""
         if self.dp == 1:
             return
-        self.grad_sync._check_views()
+        self.grad_sync.check_views()
         tracer = self.dp_group.tracer
         for i, (buf, mine) in enumerate(zip(self.buffers, self.owned)):
             with tracer.region(scope=f"zero.bucket{i}", phase=DP_SYNC):
@@ -198,49 +205,40 @@ class DistributedOptimizer:
     def _all_pieces(self):
         return (piece for pieces in self.pieces for piece in pieces)
 
-    def prepare_grads(self) -> bool:
+    def unscale_grads(self) -> Overflow:
         """After the reduce-scatter, float16 only: unscale the owned gradients and agree on overflow over the
-        world (one all-reduce, scope ``loss_scaler``); False = skip this step (``apply_update`` does)."""
+        world (one all-reduce, scope ``loss_scaler``)."""
         self.skipped = False
         if self.loss_scaler is not None:
             self.skipped = unscale_and_agree([p.grad for p in self._all_pieces()], self.loss_scaler, self.grid.world)
-        return not self.skipped
+        return Overflow(self.skipped, self.skipped and self.loss_scaler.at_minimum)
 
-    def grad_norm(self, norm_type: float = 2.0) -> float:
+    def grad_norm(self, grid: ProcessGrid, norm_type: float = 2.0) -> float:
         """The serial model's gradient norm from the owned slices: one all-reduce over the whole world.
 
         Each element of a TP shard is owned by exactly one DP rank, so summing the slices over DP and TP counts
         it once; a TP-replicated parameter is counted by ``tp_rank == 0`` only, as ``clip.grad_norm`` does.
         """
-        p = _check_norm_type(norm_type)
+        p = check_norm_type(norm_type)
         entries = [(piece.name, piece.grad, piece.partition) for piece in self._all_pieces()]
-        local = _local_contribution(entries, p, count_replicated=self.grid.tp_rank == 0)
-        with self.grid.tracer.region(scope="clip_grad_norm", phase=OPTIMIZER):
-            total = float(self.grid.world.all_reduce(np.array([local]), op="max" if math.isinf(p) else "sum")[0])
+        local = local_contribution(entries, p, count_replicated=grid.tp_rank == 0)
+        with grid.tracer.region(scope="clip_grad_norm", phase=OPTIMIZER):
+            total = float(grid.world.all_reduce(np.array([local]), op="max" if math.isinf(p) else "sum")[0])
         return total if math.isinf(p) else total ** (1.0 / p)
 
-    def clip_grad_norm(self, max_norm: float, norm_type: float = 2.0, *, norm: float | None = None) -> float:
-        """Scale the owned gradients so the global norm is at most ``max_norm`` (PyTorch's rule); the norm before.
-        ``norm``: the ``grad_norm`` already measured this step, so no second all-reduce."""
-        if not max_norm >= 0:
-            raise ValueError(f"max_norm must be >= 0, got {max_norm}")
-        total = self.grad_norm(norm_type) if norm is None else float(norm)
-        coef = max_norm / (total + CLIP_EPS)
-        if coef < 1.0:
-            for piece in self._all_pieces():
-                np.multiply(piece.grad, coef, out=piece.grad)  # in place: a view into the bucket
-        return total
+    def clip_grads(self, max_norm: float, norm: float) -> None:
+        """Scale the owned gradients (views into the buckets) so the global norm is at most ``max_norm``."""
+        scale_grads([piece.grad for piece in self._all_pieces()], max_norm, norm)
 
     def step(self) -> None:
         """Update the owned pieces with the wrapped optimizer's rule (16 bits: the float32 main pieces, then
         rounded into the model's), then all-gather the parameters."""
-        opt = self.optimizer
-        opt.step_count += 1
-        for piece in self._all_pieces():
-            opt._update(piece.param, piece.grad, piece.state, piece.decay)
-            if self.half:
-                np.copyto(piece.model, piece.param, casting="unsafe")  # round-to-nearest-even into 16 bits
+        self.optimizer.step_pieces((p.param, p.grad, p.state, p.decay) for p in self._all_pieces())
+        self.main.round_into_model()
         self.gather_params()
+
+    def state_pieces(self) -> list[StatePiece]:
+        return [StatePiece(p.name, p.start, p.state) for p in self._all_pieces()]
 
     def gather_params(self) -> None:
         """All-gather every bucket's owned ranges of the model's parameters into its arrays (phase

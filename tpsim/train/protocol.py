@@ -1,0 +1,102 @@
+"""The one contract every optimizer in tpsim follows: what a training step (``tpsim.train.step.apply_update``)
+calls, in Megatron's order (Megatron-LM's ``MixedPrecisionOptimizer.step``; PyTorch's ``GradScaler.unscale_``,
+then ``clip_grad_norm_``, then ``optimizer.step``):
+
+    overflow = opt.unscale_grads()       # float16: main grads ÷ S, found-inf agreed over the world; else nothing
+    norm = opt.grad_norm(grid)           # the serial model's ‖g‖₂ from this rank's gradients (one all-reduce)
+    if not overflow.found:               # (and the StepGuard agrees: tpsim.train.nonfinite)
+        opt.clip_grads(max_norm, norm)   # g ← g · max_norm / (norm + 1e-6) where that is below 1
+        opt.step()                       # the update rule on what this rank owns, 16-bit copies refreshed
+
+Three classes implement it, fully — nothing is optional, nothing is discovered with ``getattr``:
+
+- ``AdamW`` / ``SGD`` (``tpsim.train.optim``): the element-wise update rule on a module's own shards. No loss
+  scaler (``unscale_grads`` finds nothing), the norm and clip of ``tpsim.train.clip`` over the TP group.
+- ``MixedPrecisionOptimizer`` (``tpsim.train.mixed_precision``): a 16-bit model, float32 main parameters
+  (``MainParams``) stepped by an inner AdamW/SGD, float16's dynamic loss scaler.
+- ``DistributedOptimizer`` (``tpsim.train.zero``): ZeRO-1 — the same rule and the same ``MainParams`` on this
+  DP rank's 1/d slice of every bucket, the norm over the world from the owned slices.
+
+What an optimizer *is* is said by the object, once (``zero_stage``), never by sniffing its type: a caller that
+must know whether the state is sliced reads ``opt.zero_stage``; the state itself is ``opt.state_pieces()``
+(whole shards, or the owned pieces with their offsets) and the hyper-parameters are ``opt.rule``'s.
+
+The step reads nothing else; checkpoints read ``state_dict``/``load_state_dict``, memory accounting
+``state_bytes``, the training loop ``loss_scale`` (the backward starts from S·dloss), ``lr`` (a schedule may
+set it), ``step_count`` and ``skipped``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:  # type-only: the protocol names these, it runs none of them
+    from tpsim.comm import ProcessGrid
+    from tpsim.train.loss_scale import DynamicLossScaler
+
+
+class Overflow(NamedTuple):
+    """What ``unscale_grads`` found: ``found`` — some rank's unscaled gradients hold an inf/NaN, so this step
+    must not update (identical on every rank); ``counts`` — the scale already sits at its minimum, so backing off
+    cannot cure it: a real non-finite step that a ``StepGuard`` counts, not the scaler finding its scale."""
+
+    found: bool = False
+    counts: bool = False
+
+
+class StatePiece(NamedTuple):
+    """Optimizer state this rank holds for one parameter: its slots over the flattened local shard's elements
+    ``[start, start + size)`` — the whole shard (start 0) or, under ZeRO-1, the piece this DP rank owns."""
+
+    name: str
+    start: int
+    slots: dict[str, np.ndarray]  # e.g. {"exp_avg": ..., "exp_avg_sq": ...}, views of the live state
+
+
+@runtime_checkable
+class OptimizerProtocol(Protocol):
+    """The methods and attributes above; see the module docstring for the order a step calls them in."""
+
+    zero_stage: int  # 0: every DP rank holds the whole state; 1: ZeRO-1, this rank holds 1/d of it
+    loss_scaler: DynamicLossScaler | None  # float16's dynamic loss scaler; None without loss scaling
+    skipped: bool  # the last ``unscale_grads`` found an overflow (the step was skipped)
+
+    @property
+    def rule(self) -> "tpsim.train.optim.Optimizer":  # named, not imported: optim.py implements this protocol
+        """The element-wise update rule (AdamW, SGD) and its hyper-parameters: ``lr``, ``betas``, ``decay_for``."""
+
+    @property
+    def loss_scale(self) -> float:
+        """S: what the backward multiplies the loss gradient by (1.0 without a loss scaler)."""
+
+    lr: float
+    step_count: int
+
+    def unscale_grads(self) -> Overflow:
+        """Divide the (main) gradients by S and agree on found-inf over every rank; ``Overflow()`` without one."""
+
+    def grad_norm(self, grid: ProcessGrid, norm_type: float = 2.0) -> float:
+        """The serial model's gradient norm from this rank's gradients, the same number on every rank."""
+
+    def clip_grads(self, max_norm: float, norm: float) -> None:
+        """Scale the gradients the step reads by max_norm / (norm + 1e-6) where that is below 1 (PyTorch's rule)."""
+
+    def step(self) -> None:
+        """One update of everything this rank owns; afterwards the model's parameters hold the new values."""
+
+    def zero_grad(self) -> None:
+        """Zero the model's gradients in place (they may be views into buckets)."""
+
+    def state_pieces(self) -> list[StatePiece]:
+        """The optimizer state this rank holds, per parameter piece (to compare against a serial twin)."""
+
+    def state_dict(self) -> dict:
+        """This rank's state, copied: what a checkpoint saves."""
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restore ``state_dict()``'s state into the live arrays."""
+
+    def state_bytes(self) -> int:
+        """Bytes of optimizer state on this rank (float32 main parameters included)."""
