@@ -34,6 +34,12 @@ ZERO_STAGES = (0, 1)  # ZeRO stages that run live (and that the planner prices)
 DROPOUT_RNGS = ("exact", "megatron")
 
 
+def dtype_alias(name) -> str:
+    """``name`` in the one spelling when it is a known alias (``bf16`` → ``bfloat16``), else as it is — for a
+    caller that reports unknown names itself (``tpsim.plan.layout.problems``)."""
+    return DTYPE_ALIASES.get(name, name) if isinstance(name, str) else dtype_name(name)
+
+
 def dtype_name(name) -> str:
     """The one spelling of a dtype: ``bf16`` → ``bfloat16``, ``np.float32`` → ``float32``; ConfigError names the
     choices."""
@@ -70,12 +76,15 @@ class Parallelism:
     sp: bool = False
     zero: int = 0
 
-    def __post_init__(self) -> None:
+    def check(self) -> "Parallelism":
+        """Raise ``ConfigError`` naming the first size a run cannot have (a ``plan.Layout`` lists them all
+        instead: ``tpsim.plan.layout.problems``)."""
         for name in ("tp", "dp", "pp"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if self.zero not in ZERO_STAGES:
             raise ConfigError(f"--zero {self.zero}: the ZeRO stages here are {', '.join(map(str, ZERO_STAGES))}")
+        return self
 
     @property
     def world(self) -> int:
@@ -180,7 +189,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         architecture_of(self.model)  # TypeError for an unregistered config
-        par, sch = self.parallel, self.schedule
+        par, sch = self.parallel.check(), self.schedule
         if par.pp != 1:
             raise ConfigError(f"--pp {par.pp}: pipeline parallelism is planned (tpsim plan), not run live yet")
         if sch.batch_size % par.dp:

@@ -2,7 +2,7 @@
 
     tpsim plan --model NAME | --config config.json --tp T --pp P --dp D [--sp] [--zero 0|1]
                [--recompute none|selective|full] --seq-len S --micro-batch b --global-batch B
-               [--dtype bf16|fp16|fp32] [--gpu h100-80gb|...] [--gpus-per-node 8] [--mfu 0.5] [--json]
+               [--dtype bfloat16|float16|float32] [--gpu h100-80gb|...] [--gpus-per-node 8] [--mfu 0.5] [--json]
     tpsim plan --model NAME --gpus N --search [...] [--top 10] [--json]
     tpsim plan --validate          live runs check every per-layer term (``tpsim.plan.validate``)
     tpsim plan --published         Narayanan et al. 2021's runs beside the planner's predictions
@@ -19,7 +19,7 @@ import sys
 
 from tpsim.errors import ConfigError
 from tpsim.plan.gpus import GPUS
-from tpsim.plan.layout import DTYPES, RECOMPUTE, Layout
+from tpsim.plan.layout import DTYPE_CHOICES, DTYPES, RECOMPUTE, Layout
 from tpsim.plan.models import PRESETS, resolve
 
 
@@ -37,7 +37,8 @@ def parser() -> argparse.ArgumentParser:
                    help="tokens per sequence (default: the model's maximum, at most 8192)")
     p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
     p.add_argument("--global-batch", type=int, default=512, help="sequences per step (default 512)")
-    p.add_argument("--dtype", default="bf16", choices=DTYPES)
+    p.add_argument("--dtype", default="bfloat16", choices=DTYPE_CHOICES, metavar="{" + ",".join(DTYPES) + "}",
+                   help="bfloat16 (default; bf16), float16 (fp16) or float32 (fp32): Megatron's bytes per parameter")
     p.add_argument("--gpu", default="h100-80gb", choices=list(GPUS))
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--mfu", type=float, default=0.5, help="fraction of peak the matmuls reach (default 0.5)")

@@ -33,7 +33,7 @@ from tpsim.plan.gpus import GPU
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import ACT_BYTES, STATE_BYTES
 from tpsim.plan.models import ModelSpec
-from tpsim.config import RunConfig
+from tpsim.config import RunConfig, dtype_name
 from tpsim.predict.formulas import Prediction, predict_step
 
 PER_STEP = ("clip_grad_norm",)  # once per step, not per micro-batch
@@ -41,7 +41,8 @@ PER_STEP = ("clip_grad_norm",)  # once per step, not per micro-batch
 
 def tp_rows(model: ModelSpec, lay: Layout, dtype: str | None = None) -> list[Prediction]:
     """``predict_step``'s TP rows (groups tp and kv) for one micro-batch of a one-layer model of ``model``."""
-    e, grad = ACT_BYTES[dtype or lay.dtype], STATE_BYTES[dtype or lay.dtype][1]
+    name = dtype_name(dtype or lay.dtype)
+    e, grad = ACT_BYTES[name], STATE_BYTES[name][1]
     one_layer = model.config(layers=1, max_positions=lay.seq_len)
     run = RunConfig.of(one_layer, tp=lay.tp, sp=lay.sp, batch_size=lay.micro_batch, seq_len=lay.seq_len)
     rows = predict_step(run, clip=True, itemsize=e)

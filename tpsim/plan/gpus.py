@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpsim.config import dtype_name
 from tpsim.errors import ConfigError
 from tpsim.predict.hardware import IB_NDR, NVLINK4_H100, LinkPreset
 
@@ -42,7 +43,7 @@ class GPU:
     inter: LinkPreset
 
     def peak(self, dtype: str) -> float:
-        return self.peak_flops_tf32 if dtype == "fp32" else self.peak_flops_16bit
+        return self.peak_flops_tf32 if dtype_name(dtype) == "float32" else self.peak_flops_16bit
 
 
 GB = 10 ** 9

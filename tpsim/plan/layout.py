@@ -10,28 +10,31 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from tpsim.config import DTYPE_ALIASES, Parallelism, dtype_alias
 from tpsim.errors import ConfigError
 from tpsim.plan.models import ModelSpec
 
-DTYPES = ("bf16", "fp16", "fp32")
+DTYPES = ("bfloat16", "float16", "float32")  # the planner prices these (``bf16``, ``fp16``, ``fp32`` accepted)
+DTYPE_CHOICES = (*DTYPES, *(a for a, name in DTYPE_ALIASES.items() if name in DTYPES))
 RECOMPUTE = ("none", "selective", "full")
 
 
 @dataclass(frozen=True)
-class Layout:
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    sp: bool = False
-    zero: int = 0
+class Layout(Parallelism):
+    """A ``tpsim.config.Parallelism`` (tp, dp, pp, sp, zero: the same fields a live run has) with what the
+    planner adds: activation recomputation, the batch, the dtype, the GPU and how many share a node, the MFU."""
+
     recompute: str = "none"
     seq_len: int = 2048
     micro_batch: int = 1
     global_batch: int = 512
-    dtype: str = "bf16"
+    dtype: str = "bfloat16"
     gpu: str = "h100-80gb"
     gpus_per_node: int = 8
     mfu: float = 0.5
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", dtype_alias(self.dtype))  # one spelling; unknown names: problems()
 
     @property
     def gpus(self) -> int:
@@ -49,6 +52,11 @@ class Layout:
 
     def as_dict(self) -> dict:
         return dict(asdict(self), gpus=self.gpus, microbatches=self.microbatches, in_flight=self.in_flight)
+
+    @property
+    def parallel(self) -> Parallelism:
+        """The run's part of the layout: what ``tpsim.config.RunConfig`` holds as ``parallel``."""
+        return Parallelism(tp=self.tp, dp=self.dp, pp=self.pp, sp=self.sp, zero=self.zero)
 
 
 def problems(model: ModelSpec, lay: Layout) -> list[str]:

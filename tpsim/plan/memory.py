@@ -42,6 +42,7 @@ paper's layer (what a Megatron-style run keeps); tpsim's own extra terms are rep
 
 from __future__ import annotations
 
+from tpsim.config import dtype_name
 from tpsim.partition import padded_vocab_size
 from tpsim.plan.layout import Layout
 from tpsim.plan.models import ModelSpec
@@ -54,15 +55,16 @@ def _state(layout) -> tuple[int, int, int]:
 
 
 # Megatron's dist_optimizer.md rows (one table, defined in tpsim.predict.model_state), plus tpsim's float64
-STATE_BYTES = {"fp16": _state(MEGATRON_LAYOUTS[0]), "bf16": _state(MEGATRON_LAYOUTS[1]),
-               "fp32": _state(MEGATRON_LAYOUTS[2]), "fp64": _state(TPSIM_FLOAT64)}
+# (the keys are tpsim.config's dtype names; the functions below also take the fp16/bf16/fp32/fp64 aliases)
+STATE_BYTES = {"float16": _state(MEGATRON_LAYOUTS[0]), "bfloat16": _state(MEGATRON_LAYOUTS[1]),
+               "float32": _state(MEGATRON_LAYOUTS[2]), "float64": _state(TPSIM_FLOAT64)}
 ZERO_PAPER_STATE_BYTES = (2, 2, 12)  # Rajbhandari et al. 2019: fp16 params and grads, K = 12 optimizer bytes
-ACT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8}
+ACT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
 def state_bytes_per_param(dtype: str, zero: int = 0, dp: int = 1, table=None) -> dict[str, float]:
     """``{"params", "grads", "optimizer", "total"}`` bytes per parameter; ZeRO-1 divides the optimizer by dp."""
-    p, g, o = STATE_BYTES[dtype] if table is None else table
+    p, g, o = STATE_BYTES[dtype_name(dtype)] if table is None else table
     o = o / dp if zero >= 1 else o
     return {"params": p, "grads": g, "optimizer": o, "total": p + g + o}
 
@@ -106,7 +108,7 @@ def layer_activation_elements(model: ModelSpec, b: int, s: int, t: int, sp: bool
 def activation_bytes_per_layer(model: ModelSpec, lay: Layout, dtype: str | None = None) -> dict[str, float]:
     """``{"paper", "tpsim_extra", "total"}`` bytes of one layer, one micro-batch (paper: Korthikanti Table 2 for
     GPT, the derivation above for Llama)."""
-    e = ACT_BYTES[dtype or lay.dtype]
+    e = ACT_BYTES[dtype_name(dtype or lay.dtype)]
     floats, masks, extra = layer_activation_elements(model, lay.micro_batch, lay.seq_len, lay.tp, lay.sp,
                                                      lay.recompute)
     paper = e * floats + masks

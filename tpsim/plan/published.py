@@ -39,7 +39,7 @@ NARAYANAN_TABLE_1 = [
 
 def predict(run: PublishedRun, mfu: float = 0.5) -> dict:
     lay = Layout(tp=run.tp, pp=run.pp, dp=run.gpus // (run.tp * run.pp), recompute="full", seq_len=2048,
-                 micro_batch=1, global_batch=run.batch, dtype="fp16", gpu="a100-80gb", mfu=mfu)
+                 micro_batch=1, global_batch=run.batch, dtype="float16", gpu="a100-80gb", mfu=mfu)
     return plan(run.model, lay)
 
 
@@ -60,8 +60,8 @@ def format_narayanan(mfu: float = 0.5) -> str:
 def zero_paper_example(params: float = 7.5e9, dp: int = 64) -> dict[str, float]:
     """Rajbhandari et al. 2019 (arXiv:1910.02054), §1 / Figure 1: 7.5 B parameters, Nd = 64, mixed-precision
     Adam at 2 + 2 + 12 = 16 bytes a parameter: 120 GB per GPU, 31.4 GB with optimizer-state sharding (P_os)."""
-    plain = state_bytes_per_param("fp16", 0, dp, table=ZERO_PAPER_STATE_BYTES)["total"]
-    sharded = state_bytes_per_param("fp16", 1, dp, table=ZERO_PAPER_STATE_BYTES)["total"]
-    megatron = state_bytes_per_param("fp16", 1, dp)["total"]
+    plain = state_bytes_per_param("float16", 0, dp, table=ZERO_PAPER_STATE_BYTES)["total"]
+    sharded = state_bytes_per_param("float16", 1, dp, table=ZERO_PAPER_STATE_BYTES)["total"]
+    megatron = state_bytes_per_param("float16", 1, dp)["total"]
     return {"baseline_gb": params * plain / 1e9, "os_sharded_gb": params * sharded / 1e9,
             "megatron_fp16_sharded_gb": params * megatron / 1e9}

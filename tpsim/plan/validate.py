@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tpsim.config import Parallelism, arch_name, dtype_name
 from tpsim.launcher import launch
 from tpsim.plan.comm import dp_wire_bytes, tp_wire_bytes_per_layer
 from tpsim.plan.layout import Layout
@@ -33,37 +34,44 @@ from tpsim.plan.memory import activation_bytes_per_layer, stage_param_elements, 
 from tpsim.plan.models import ModelSpec
 from tpsim.table import RULE, format_table
 
-LIVE_DTYPE = "fp64"  # tpsim's live runs: float64 arrays, bool dropout masks
-LIVE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # the worker's --dtype for a case's dtype
+LIVE_DTYPE = "float64"  # tpsim's live runs: float64 arrays, bool dropout masks
 
 
 @dataclass(frozen=True)
 class Case:
+    """One live layout: a ``tpsim.config.Parallelism`` (the fields a run and a ``plan.Layout`` share), the
+    architecture and the dtype in ``tpsim.config``'s vocabulary (aliases accepted)."""
+
     name: str
-    tp: int
-    dp: int = 1
-    sp: bool = False
+    parallel: Parallelism
     arch: str = "gpt2"
-    zero: int = 0
-    dtype: str = LIVE_DTYPE  # the planner's name: fp64, or bf16 for a mixed-precision run
+    dtype: str = LIVE_DTYPE  # float64, or bfloat16 for a mixed-precision run
     not_compared: tuple[tuple[str, str], ...] = ()  # (term, why): printed, not counted
     live_args: tuple[str, ...] = field(default=())
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "arch", arch_name(self.arch))
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+
     @property
     def ranks(self) -> int:
-        return self.tp * self.dp
+        return self.parallel.world
 
 
-CASES = [Case("TP 2", 2), Case("TP 2 + SP", 2, sp=True), Case("DP 2", 1, dp=2), Case("TP 2 x DP 2 + SP", 2, 2, True),
-         Case("Llama TP 2", 2, arch="llama"), Case("Llama TP 4 + SP, KV replicated", 4, sp=True, arch="llama"),
-         Case("ZeRO-1 TP 2 x DP 2", 2, 2, zero=1)]
+def _case(name: str, tp: int, dp: int = 1, sp: bool = False, zero: int = 0, **rest) -> Case:
+    return Case(name, Parallelism(tp=tp, dp=dp, sp=sp, zero=zero).check(), **rest)
+
+
+CASES = [_case("TP 2", 2), _case("TP 2 + SP", 2, sp=True), _case("DP 2", 1, dp=2),
+         _case("TP 2 x DP 2 + SP", 2, 2, sp=True), _case("Llama TP 2", 2, arch="llama"),
+         _case("Llama TP 4 + SP, KV replicated", 4, sp=True, arch="llama"), _case("ZeRO-1 TP 2 x DP 2", 2, 2, zero=1)]
 BF16_CACHES = ("tpsim's 16-bit layers keep LayerNorm's x-hat, the GeLU input and the softmax probabilities in "
                "float32 (the fused-kernel inputs), where Korthikanti et al. count 2 bytes")
-CASES += [Case("bfloat16 TP 2 x DP 2", 2, 2, dtype="bf16",  # 16-bit mixed precision (tpsim.train.mixed_precision)
-               not_compared=(("activation bytes per layer", BF16_CACHES),))]
+CASES += [_case("bfloat16 TP 2 x DP 2", 2, 2, dtype="bfloat16",  # 16-bit mixed precision (tpsim.train.mixed_precision)
+                not_compared=(("activation bytes per layer", BF16_CACHES),))]
 # ZeRO-1 in 16 bits: float32 gradients reduce-scattered, bfloat16 parameters all-gathered
-CASES += [Case("ZeRO-1 bfloat16 TP 2 x DP 2", 2, 2, zero=1, dtype="bf16",
-               not_compared=(("activation bytes per layer", BF16_CACHES),))]
+CASES += [_case("ZeRO-1 bfloat16 TP 2 x DP 2", 2, 2, zero=1, dtype="bfloat16",
+                not_compared=(("activation bytes per layer", BF16_CACHES),))]
 
 
 def toy(arch: str = "gpt2"):
@@ -78,15 +86,16 @@ def toy(arch: str = "gpt2"):
 def predicted_terms(case: Case) -> dict[str, int]:
     """The planner's numbers for one case, keyed like the live worker's."""
     model, rows = toy(case.arch)
-    lay = Layout(tp=case.tp, dp=case.dp, sp=case.sp, zero=case.zero, seq_len=model.positions, micro_batch=rows,
-                 global_batch=rows * case.dp, dtype=case.dtype)
-    n = stage_param_elements(model, case.tp, 1, 0)
-    per = state_bytes_per_param(case.dtype, case.zero, case.dp)  # ZeRO-1: the optimizer ÷ dp
+    par = case.parallel
+    lay = Layout(**asdict(par), seq_len=model.positions, micro_batch=rows, global_batch=rows * par.dp,
+                 dtype=case.dtype)
+    n = stage_param_elements(model, par.tp, 1, 0)
+    per = state_bytes_per_param(case.dtype, par.zero, par.dp)  # ZeRO-1: the optimizer ÷ dp
     terms = {"activation bytes per layer": activation_bytes_per_layer(model, lay)["total"],
              "TP wire bytes per layer": tp_wire_bytes_per_layer(model, lay),
              "params bytes": n * per["params"], "grads bytes": n * per["grads"],
              "optimizer bytes": round(n * per["optimizer"])}
-    if case.dp > 1:
+    if par.dp > 1:
         terms["DP wire bytes per step"] = dp_wire_bytes(lay, n)
     return terms
 
@@ -100,9 +109,10 @@ def measured_terms(rank: dict) -> dict[str, int]:
 
 def run_case(case: Case, folder: Path, timeout: float = 120) -> list[dict]:
     path = folder / f"{case.name.replace(' ', '_').replace('+', 'sp')}.json"
-    args = ["-m", "tpsim.plan.live", "--tp", str(case.tp), "--dp", str(case.dp), "--json", str(path),
-            "--arch", case.arch, *(["--sp"] if case.sp else []), *(["--zero"] if case.zero else []),
-            *(["--dtype", LIVE_NAMES[case.dtype]] if case.dtype != LIVE_DTYPE else []), *case.live_args]
+    par = case.parallel
+    args = ["-m", "tpsim.plan.live", "--tp", str(par.tp), "--dp", str(par.dp), "--json", str(path),
+            "--arch", case.arch, *(["--sp"] if par.sp else []), *(["--zero"] if par.zero else []),
+            "--dtype", case.dtype, *case.live_args]
     run = launch(case.ranks, args, timeout=timeout)
     if run.returncode:
         raise RuntimeError(f"{case.name}: mpiexec exited with {run.returncode}\n"

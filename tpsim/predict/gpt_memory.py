@@ -16,8 +16,8 @@ what tpsim's layers cache, elements per rank:
           masks         2bs (owned ids, valid targets) + bsh/r embedding-dropout mask if p > 0
 
 Sequence parallelism (r = t), from what the SP layers keep. ``SequenceParallelLayerNorm`` normalises this
-rank's [b, s/t, h], so x̂ and rstd are [b, s/t, h] and [b, s/t, 1]. ``ColumnParallelLinear(sequence_parallel=
-True)`` caches only its [b, s/t, h] input shard: f̄'s gathered [b, s, h] lives for the forward call and is
+rank's [b, s/t, h], so x̂ and rstd are [b, s/t, h] and [b, s/t, 1]. ``ColumnParallelLinear(region=
+SP_REGION)`` caches only its [b, s/t, h] input shard: f̄'s gathered [b, s, h] lives for the forward call and is
 gathered again in backward, so c_attn's and c_fc's cached inputs are ÷ t too. The residual dropouts act on ḡ's
 [b, s/t, h] output and the embedding dropout comes after the scatter: their masks are ÷ t. ln_f normalises a
 shard and the LM head keeps that shard. Between f̄ and ḡ nothing changes: attention and the MLP see the whole

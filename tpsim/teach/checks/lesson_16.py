@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tpsim.config import dtype_name
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import activation_bytes_per_layer, state_bytes_per_param
 from tpsim.plan.models import gpt
@@ -15,7 +16,7 @@ def state_symptoms(params: int, dtype: str, zero: int, dp: int) -> dict:
     if zero and dp > 1:
         out["you divided the whole model state by dp: ZeRO-1 shards only the optimizer's"] = whole / dp
         out["ZeRO-1 was ignored: the optimizer state should be split over the dp replicas"] = whole
-    if dtype == "bf16":
+    if dtype_name(dtype) == "bfloat16":
         out["2-byte gradients: with bf16 weights Megatron keeps fp32 gradients (4 bytes)"] = \
             params * (state_bytes_per_param(dtype, zero, dp)["total"] - 2)
     return out
