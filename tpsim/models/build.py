@@ -70,8 +70,8 @@ def parallel_gpt(serial: GPT, group: Group, *, sequence_parallel: bool = False) 
     blocks = [Block(ln(b.ln_1), ParallelSelfAttention.from_serial(b.attn, group, region=region),
                     ln(b.ln_2), ParallelMLP.from_serial(b.mlp, group, region=region), b.dropout)
               for b in tr.h]
-    transformer = Transformer(wte, copy.deepcopy(tr.wpe), blocks, ln(tr.ln_f), tr.dropout,
-                              sp_group=group if sp else None)
+    transformer = Transformer(wte, copy.deepcopy(tr.wpe), blocks, ln(tr.ln_f), tr.dropout, region=region,
+                              group=group)
     head = ParallelLMHead(wte, region=region)
     loss = VocabParallelCrossEntropy(group, vocab_size=wte.vocab_size, vocab_start=wte.vocab_start,
                                      ignore_index=serial.loss.ignore_index)

@@ -14,7 +14,8 @@ Module paths are Hugging Face GPT-2's (``transformer.h.0.attn.c_attn``) and serv
 parameter names alike. Dropout masks come from a ``DropoutRNG`` keyed by site, step and global position;
 a forward carries it in a ``DropoutPlan`` (``tpsim.nn.dropout``) that every block and attention layer takes.
 
-Sequence parallelism (``Transformer(sp_group=tp_group)``, Korthikanti et al. 2022): after ``wte(ids) + wpe``
+Sequence parallelism (``Transformer(region=SP_REGION, group=tp_group)``, Korthikanti et al. 2022; the region is
+chosen once, at build time, ``tpsim.tp.regions``): after ``wte(ids) + wpe``
 the sequence is scattered, so LayerNorms, dropouts and residual adds run on [b, s/p, h]; the blocks' layers
 gather/scatter it themselves (f̄/ḡ) and the LM head gathers it after ln_f. The embedding is Megatron's for
 learned absolute positions: the vocab-parallel lookup all-reduces as before, wpe is added to the whole
@@ -29,7 +30,6 @@ span named by the sub-layer's path, so a timeline shows the per-layer forward an
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -37,7 +37,7 @@ import numpy as np
 from tpsim.kinds import ELEMENTWISE, marked
 from tpsim.nn.dropout import DropoutCache, DropoutPlan, dropout_backward, replicated_dropout
 from tpsim.nn.module import Module
-from tpsim.tp.sequence_parallel import ScatterToSequenceParallelRegion, check_sequence_length, sequence_partition
+from tpsim.tp.regions import TP_REGION, Region
 
 
 residual_add = marked(ELEMENTWISE)(np.add)  # x + a, timed as elementwise work when traced
@@ -133,13 +133,13 @@ class Transformer(_Wiring):
     NAMES = ("wte", "wpe", "h", "ln_f")  # a subclass renames them; "" for a part it does not have
 
     def __init__(self, wte: Module, wpe: Module | None, h: list[Block], ln_f: Module, dropout: float = 0.0, *,
-                 sp_group=None) -> None:
+                 region: Region = TP_REGION, group=None) -> None:
         super().__init__()
         for name, part in zip(self.NAMES, (wte, wpe, list(h), ln_f)):
             if name:
                 setattr(self, name, part)
         self.dropout = dropout
-        self.sp_group = sp_group  # the TP Group under sequence parallelism (x: [b, s/p, h]); None = off
+        self.region, self.group = region, group  # SP_REGION: the blocks see [b, s/p, h] of the TP group
 
     def forward(self, ids: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, TransformerCache]:
         """``ids: int [b, s]`` -> ``(ln_f's output [b, s, h] (SP: [b, s/p, h]), TransformerCache)``."""
@@ -147,16 +147,13 @@ class Transformer(_Wiring):
         b, s = ids.shape
         if wpe is not None and s > wpe.params["weight"].shape[0]:
             raise ValueError(f"sequence length {s} exceeds n_positions {wpe.params['weight'].shape[0]}")
-        if self.sp_group is not None:  # on every rank, before the first collective
-            check_sequence_length(s, self.sp_group.size)
+        self.region.check_sequence(s, self.group)  # on every rank, before the first collective
         x, c_wte = self._timed(wte, "forward", ids)
         c_wpe = None  # no learned positions (RoPE models rotate q and k inside attention instead)
         if wpe is not None:
             pos, c_wpe = self._timed(wpe, "forward", np.arange(s))
             x = residual_add(x, pos)  # [b,s,h] + [s,h]
-        if self.sp_group is not None:  # enter the sequence-parallel region: keep this rank's s/p positions
-            x = ScatterToSequenceParallelRegion.forward(x, self.sp_group)
-            plan = replace(plan, seq_partition=sequence_partition(s, self.sp_group))
+        x, plan = self.region.split_sequence(x, plan, self.group)  # SP: this rank's s/p positions
         x, drop = replicated_dropout(x, self.dropout, f"{self.path}.drop", plan)
         caches = []
         for block in blocks:
@@ -172,9 +169,7 @@ class Transformer(_Wiring):
         for block, c in zip(reversed(blocks), reversed(cache.h)):
             dx = self._timed(block, "backward", dx, c)
         dx = dropout_backward(dx, cache.drop)
-        if self.sp_group is not None:  # the scatter's backward: all-gather [b, s/p, h] -> [b, s, h]
-            with self.sp_group.tracer.region(scope=wte.path):
-                dx = ScatterToSequenceParallelRegion.backward(dx, self.sp_group)
+        dx = self.region.split_sequence_backward(dx, self.group, wte.path)  # SP: all-gather to [b, s, h]
         if wpe is not None:
             self._timed(wpe, "backward", dx.sum(axis=0), cache.wpe)  # positions are shared by every sequence
         self._timed(wte, "backward", dx, cache.wte)

@@ -41,7 +41,7 @@ from tpsim.nn.swiglu import SwiGLU
 from tpsim.tp.cross_entropy import VocabParallelCrossEntropy
 from tpsim.tp.gqa_attention import ParallelGQAttention, kv_group
 from tpsim.tp.lm_head import ParallelLMHead
-from tpsim.tp.regions import region_for
+from tpsim.tp.regions import TP_REGION, Region, region_for
 from tpsim.tp.rmsnorm import SequenceParallelRMSNorm
 from tpsim.tp.swiglu import ParallelSwiGLU
 from tpsim.tp.vocab_embedding import VocabParallelEmbedding
@@ -63,8 +63,8 @@ class LlamaModel(Transformer):
     NAMES = ("embed_tokens", "", "layers", "norm")
 
     def __init__(self, embed_tokens: Module, layers: list[LlamaDecoderLayer], norm: Module, *,
-                 sp_group=None) -> None:
-        super().__init__(embed_tokens, None, layers, norm, dropout=0.0, sp_group=sp_group)
+                 region: Region = TP_REGION, group=None) -> None:
+        super().__init__(embed_tokens, None, layers, norm, dropout=0.0, region=region, group=group)
 
 
 class LlamaForCausalLM(GPT):
@@ -108,7 +108,7 @@ def parallel_llama(serial: LlamaForCausalLM, group: Group, *, sequence_parallel:
                                 norm(layer.post_attention_layernorm),
                                 ParallelSwiGLU.from_serial(layer.mlp, group, region=region))
               for layer in serial.model.layers]
-    model = LlamaModel(embed, layers, norm(serial.model.norm), sp_group=group if sp else None)
+    model = LlamaModel(embed, layers, norm(serial.model.norm), region=region, group=group)
     w = serial.lm_head.params["weight"]  # [V, h]: sharded by vocabulary rows exactly like an embedding table
     head = ParallelLMHead(VocabParallelEmbedding(w.shape[0], w.shape[1], group, dtype=w.dtype, weight=w),
                           tied=False, region=region)

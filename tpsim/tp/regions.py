@@ -21,13 +21,17 @@ again, so g's and f's all-reduce sum into it in place (no second buffer).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from tpsim.comm import Group
 from tpsim.phases import BACKWARD
 from tpsim.tp.mappings import CopyToTPRegion, ReduceFromTPRegion
+from tpsim.nn.dropout import DropoutPlan
 from tpsim.tp.sequence_parallel import (GatherFromSequenceParallelRegion, ReduceScatterToSequenceParallelRegion,
-                                        gather_sequence)
+                                        ScatterToSequenceParallelRegion, check_sequence_length, gather_sequence,
+                                        sequence_partition)
 
 
 class TensorParallelRegion:
@@ -59,6 +63,18 @@ class TensorParallelRegion:
     def sequence_length(self, local: int, group: Group) -> int:
         """The whole sequence the partitioned layers see, from the length a rank holds: the same."""
         return local
+
+    # --- the model's edge: where the embedding's output enters the blocks (``tpsim.models.gpt.Transformer``) ---
+    def check_sequence(self, seq_len: int, group: Group | None) -> None:
+        """Any length will do: nothing is split."""
+
+    def split_sequence(self, x: np.ndarray, plan: DropoutPlan, group: Group | None) -> tuple[np.ndarray, DropoutPlan]:
+        """``x [b, s, h]`` and the dropout plan as they are (also the serial model's edge: no group)."""
+        return x, plan
+
+    def split_sequence_backward(self, dx: np.ndarray, group: Group | None, scope: str) -> np.ndarray:
+        """``dx [b, s, h]`` as is."""
+        return dx
 
     def __repr__(self) -> str:
         return "TP_REGION"
@@ -93,6 +109,22 @@ class SequenceParallelRegion:
     def sequence_length(self, local: int, group: Group) -> int:
         """The whole sequence the partitioned layers see (after f̄), from the s/p positions a rank holds."""
         return local * group.size
+
+    # --- the model's edge: where the embedding's output enters the blocks (``tpsim.models.gpt.Transformer``) ---
+    def check_sequence(self, seq_len: int, group: Group) -> None:
+        """``ConfigError`` unless the sequence splits evenly over the group (on every rank, before any collective)."""
+        check_sequence_length(seq_len, group.size)
+
+    def split_sequence(self, x: np.ndarray, plan: DropoutPlan, group: Group) -> tuple[np.ndarray, DropoutPlan]:
+        """Keep this rank's s/p positions, ``[b, s, h] -> [b, s/p, h]`` (no communication), and tell the dropout
+        plan which positions they are (masks are keyed by global position)."""
+        partition = sequence_partition(x.shape[1], group)
+        return ScatterToSequenceParallelRegion.forward(x, group), replace(plan, seq_partition=partition)
+
+    def split_sequence_backward(self, dx: np.ndarray, group: Group, scope: str) -> np.ndarray:
+        """The split's backward: all-gather ``[b, s/p, h] -> [b, s, h]``, traced under ``scope`` (the embedding)."""
+        with group.tracer.region(scope=scope):
+            return ScatterToSequenceParallelRegion.backward(dx, group)
 
     def __repr__(self) -> str:
         return "SP_REGION"
