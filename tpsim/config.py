@@ -221,7 +221,7 @@ class RunConfig:
 
     def build_model(self, tp_group):
         """This rank's shard of the run's model over ``tp_group`` (sequence-parallel layers when ``sp``): the
-        serial master drawn from the seed, sharded, dropped. Imports the builders (MPI) on first use."""
+        serial master drawn from ``schedule.seed``, sharded, dropped. Imports the builders (MPI) on first use."""
         return architecture_of(self.model).build(self.model, tp_group, self.schedule.seed, self.precision.numpy,
                                                  sequence_parallel=self.parallel.sp)
 
