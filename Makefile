@@ -14,7 +14,7 @@ export MPLCONFIGDIR ?= $(abspath $(VENV))/mplconfig
 # Backstop for a rank blocked inside MPI (pytest-timeout's thread method fires first).
 export MPIEXEC_TIMEOUT ?= 900
 
-.PHONY: demo test test-serial test-mpi bench bench-torch figures lessons notebooks book venv venv-notebooks clean
+.PHONY: demo test test-serial test-mpi bench bench-torch figures lessons notebooks book docs venv venv-notebooks venv-docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,12 +38,20 @@ $(VENV)/.notebooks: $(VENV)/.installed
 
 venv-notebooks: $(VENV)/.notebooks
 
+# the documentation site's toolchain (Sphinx, MyST, pydata-sphinx-theme, pinned in docs/requirements.txt): make docs,
+# and tests/test_docs.py (skipped without it)
+$(VENV)/.docs: docs/requirements.txt $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -r docs/requirements.txt
+	touch $@
+
+venv-docs: $(VENV)/.docs
+
 demo: venv
 	$(BIN)/mpirun -n $(NP) $(BIN)/python -m tpsim.demo $(ARGS)
 
 test: test-serial test-mpi
 
-test-serial: venv-notebooks
+test-serial: venv-notebooks venv-docs
 	$(BIN)/python -m pytest tests --ignore=tests/mpi -q --timeout=300 --timeout-method=thread
 
 test-mpi: venv
@@ -78,5 +86,9 @@ figures: venv
 	$(BIN)/python -m tpsim.figures --out figures
 	$(BIN)/mpiexec -n 4 $(BIN)/python -m tpsim.figures.drift --out figures --steps 200  # why the loss changes with TP
 
+# the site, warnings as errors, into docs/_build/html/ (open docs/_build/html/index.html)
+docs: venv-docs
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) tpsim-out .pytest_cache
+	rm -rf $(VENV) tpsim-out .pytest_cache docs/_build

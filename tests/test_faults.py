@@ -1,6 +1,6 @@
 """The fault suite: whole programs under mpiexec, each ending with its documented message and status, fast.
 
-Exit statuses (README, "Exit statuses"): 0 ok, 1 a check failed or training stopped, 2 bad configuration or
+Exit statuses (docs/guide/failing-well.md): 0 ok, 1 a check failed or training stopped, 2 bad configuration or
 input (one line on rank 0, nothing computed), anything else = aborted (a crashed rank, a signal: 128 + its
 number). Faults are planted by ``tests/programs/demo_with_fault.py`` in a tiny demo at 2 ranks; "within 10 s"
 is measured from the moment of the fault (the program prints it) or of the signal, not from the launch.

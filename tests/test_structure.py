@@ -172,7 +172,8 @@ ARTICLE_AS_SEED = re.compile(r"seed\s*§|seed['’]s\s+(eq|§|section)|(eq\.?|eq
 
 
 def test_the_article_is_cited_by_name():
-    paths = [*PACKAGE.rglob("*.py"), *(ROOT / "lessons").rglob("*.py"), ROOT / "README.md"]
+    docs = [p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts]
+    paths = [*PACKAGE.rglob("*.py"), *(ROOT / "lessons").rglob("*.py"), ROOT / "README.md", *docs]
     hits = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in paths
             for i, line in enumerate(p.read_text().splitlines(), 1) if ARTICLE_AS_SEED.search(line)]
     assert not hits, "cite the SenseParrots article (or the paper) by name:\n" + "\n".join(hits)
