@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from tpsim.mpi_library import exit_without_mpi
+
 COMMANDS = {
     "plot": ("tpsim.trace.cli", "plot_main", "regenerate the figures of a run folder"),
     "report": ("tpsim.trace.cli", "report_main", "print the per-module communication table of a run folder "
@@ -39,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tpsim: error: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module, func, _ = COMMANDS[name]
-    return int(getattr(importlib.import_module(module), func)(rest) or 0)
+    with exit_without_mpi("tpsim"):  # no MPI library or mpiexec: one line naming the extras, exit status 2
+        return int(getattr(importlib.import_module(module), func)(rest) or 0)
 
 
 if __name__ == "__main__":
