@@ -51,8 +51,9 @@ demo: venv
 
 test: test-serial test-mpi
 
+# pytest's default output (not -q): one line per test file, its dots filling in as its tests run
 test-serial: venv-notebooks venv-docs
-	$(BIN)/python -m pytest tests --ignore=tests/mpi -q --timeout=300 --timeout-method=thread
+	$(BIN)/python -m pytest tests --ignore=tests/mpi --timeout=300 --timeout-method=thread
 
 test-mpi: venv
 	@set -e; for n in $(MPIRANKS); do \

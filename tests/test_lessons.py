@@ -15,6 +15,7 @@ from launch_program import ROOT, run_mpi
 from tpsim.cli import main as tpsim_main
 from tpsim.teach.checks import CHECKS
 from tpsim.teach.lessons import CHECK_LINE, discover, exercise_files, lesson_of, read_checks
+from tpsim.teach.workspace import WORK_ENV, committed_stub
 
 pytestmark = pytest.mark.slow
 
@@ -90,8 +91,11 @@ def test_reference_solution_passes_tpsim_check(capfd, number):
 
 
 @pytest.mark.parametrize("number", sorted(STUBS))
-def test_stub_is_reported_not_done_yet(capfd, number):
-    code, out, err = tpsim(capfd, "check", number)  # FILE defaults to the stub
+def test_stub_is_reported_not_done_yet(capfd, monkeypatch, tmp_path, number):
+    """The stub as committed (not a learner's answer written into it, nor their copy in the work folder)."""
+    monkeypatch.setenv(WORK_ENV, str(tmp_path / "no-work-here"))
+    stub = committed_stub(STUBS[number], tmp_path)
+    code, out, err = tpsim(capfd, "check", number, str(stub))
     assert code == NOT_DONE, out + err
     assert f"exercise {number} is not done yet: implement " in out and "see the TODO" in out
 

@@ -33,6 +33,14 @@ def test_guided_demo_8_ranks(tmp_path):
     assert len(m) == default_steps and m[-1]["loss"] < 0.5 * m[0]["loss"], "the loss falls clearly"
     recs = [json.loads(line) for line in (tmp_path / "comm.jsonl").read_text().splitlines()]
     assert {x["rank"] for x in recs} == set(range(8))
+    # tokens: the target tokens the loss counts; tokens_per_s: every position processed (global batch x seq)
+    assert all(row["tokens_processed"] == 16 * 16 and row["tokens"] < row["tokens_processed"] for row in m)
+    assert all(abs(row["tokens_per_s"] * row["seconds"] - row["tokens_processed"]) < 1e-6 for row in m)
+    # the run's last lines: what it showed and what to try next
+    summary, next_line = out.rstrip().splitlines()[-2:]
+    assert summary.startswith("summary: TP(4) x DP(2), 100 steps, loss 3.4527 -> ") and "every check holds" in summary
+    assert next_line.startswith(f"next: tpsim report {tmp_path} --by kind")
+    assert "(rank 0's largest: " in out and "on this rank" not in out
 
 
 def test_same_seed_gives_bit_identical_losses(tmp_path):

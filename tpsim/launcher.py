@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tpsim.mpi_library import INSTALL, MpiLibraryMissing, exit_without_mpi
+
 TIMED_OUT = 124  # the status ``timeout(1)`` uses
 MPICH, OPEN_MPI, INTEL_MPI, UNKNOWN = "MPICH", "Open MPI", "Intel MPI", "unknown"
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -148,7 +150,13 @@ def launch(ranks: int, args: list[str], *, timeout: float | None, capture: bool 
     pipe = subprocess.PIPE if capture else None
     err_pipe = (subprocess.STDOUT if merge_stderr else subprocess.PIPE) if capture else None
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=pipe, stderr=err_pipe, text=True, start_new_session=True)
+    try:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=pipe, stderr=err_pipe, text=True,
+                                start_new_session=True)
+    except FileNotFoundError as err:
+        if shutil.which(cmd[0]) is not None:  # the program exists: something else is missing (e.g. cwd)
+            raise
+        raise MpiLibraryMissing(f"no mpiexec beside {sys.executable} or on PATH: {INSTALL}") from err
     try:
         out, err = proc.communicate(timeout=timeout)
         code = proc.returncode
@@ -194,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# {detect_mpi(cmd[0])}: {cmd[0]}")
         print(" ".join([*added, *map(shlex.quote, cmd)]))
         return 0
-    code = launch(ranks, argv, timeout=timeout, capture=False).returncode
+    with exit_without_mpi("tpsim.launcher"):
+        code = launch(ranks, argv, timeout=timeout, capture=False).returncode
     return 128 - code if code < 0 else code  # killed by signal N: the shell's 128 + N
 
 

@@ -1,4 +1,6 @@
-from tpsim.comm.launch import run_main
-from tpsim.demo.cli import main
+from tpsim.mpi_library import exit_without_mpi
 
+with exit_without_mpi("tpsim.demo"):  # no MPI library: one line naming the extras, not mpi4py's traceback
+    from tpsim.comm.launch import run_main
+    from tpsim.demo.cli import main
 run_main(main, prog="tpsim.demo")

@@ -22,7 +22,7 @@ from tpsim.compare import relative_difference, shard_differences
 from tpsim.data import ReverseTask
 from tpsim.config import RunConfig
 from tpsim.demo.export_check import check_export
-from tpsim.demo.report import say, step_table, write_outputs
+from tpsim.demo.report import closing_lines, say, step_table, write_outputs
 from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
 from tpsim.demo.verify_pass import check_zero_padding
@@ -94,7 +94,7 @@ def check_against_serial(grid, model, run: RunConfig, parallel_loss, loss_scale=
     ok = bool(np.all(both <= tol))
     lines = [f"  serial loss {loss:.12f}   max relative |Δloss| over ranks {both[0]:.2e}",
              f"  max relative |Δgrad| over every parameter shard on every rank {both[1]:.2e}"
-             + (f" (on this rank: {worst_name})" if worst > 0 else ""),
+             + (f" (rank {grid.rank}'s largest: {worst_name})" if worst > 0 else ""),
              f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — TP({grid.tp}) x DP({grid.dp}) step 0 "
              f"{'equals' if ok else 'differs from'} the serial model "
              f"{'within' if ok else 'by more than'} {tol:g} ({run.precision.dtype}, {len(diffs)} parameters)"]
@@ -177,8 +177,11 @@ def train(grid, model, grad_sync, run: RunConfig) -> tuple[list[dict], bool, obj
         scale = optimizer.loss_scale
         dt = time.perf_counter() - t0
         moved = sum(e.bytes for e in tracer.events if e.step == step)
-        metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens,
-                        "seconds": dt, "tokens_per_s": sch.batch_size * sch.seq_len / dt,
+        # tokens: the global batch's target tokens, the ones the loss counts; tokens_processed: every position
+        # the model ran forward and backward (global batch x seq), which is what tokens_per_s divides by dt
+        processed = sch.batch_size * sch.seq_len
+        metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens, "tokens_processed": processed,
+                        "seconds": dt, "tokens_per_s": processed / dt,
                         "collective_bytes_per_rank": moved, **scaler_metrics(optimizer),
                         "skipped": guard.last.skipped})
         if (step % max(1, sch.steps // 10) == 0 or step == sch.steps - 1) and not guard.last.skipped:
@@ -241,4 +244,7 @@ def run(demo) -> int:
         padding_ok, lines = check_zero_padding(grid, run)
         say(grid, *lines, "")
     formula_ok = final_report(grid, run, metrics, grad_sync, records, paths, t_start)
-    return 0 if (ok and final_ok and replicas.ok and padding_ok and formula_ok) else 1
+    checks = {"step 0 = serial": ok, "trained = serial": final_ok, "replicas agree": replicas.ok,
+              **({"ZeRO-1 padding": padding_ok} if run.parallel.zero else {}), "formulas": formula_ok}
+    say(grid, *closing_lines(grid, run.schedule.steps, metrics, run.files.out, checks))
+    return 0 if all(checks.values()) else 1

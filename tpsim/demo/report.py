@@ -52,3 +52,15 @@ def write_outputs(out: Path, records: list[dict], metrics: list[dict], ranks: in
         paths.append(write_chrome_trace(chrome_trace(spans, records), out / "timeline.json"))
     # the same function `tpsim plot` calls, so a regenerated figure is the one the run drew
     return paths + write_figures(out, records, metrics, spans, step, ranks, title)
+
+
+def closing_lines(grid: ProcessGrid, steps: int, metrics: list[dict], out: str, checks: dict[str, bool]) -> list[str]:
+    """The demo's last two lines: what the run showed (or which checks failed) and what to try next.
+
+    ``checks``: each check by a short name (``"step 0 = serial"``) and whether it held; each has its line above.
+    """
+    failed = [name for name, held in checks.items() if not held]
+    trained = f"{steps} steps, loss {metrics[0]['loss']:.4f} -> {metrics[-1]['loss']:.4f}" if metrics else "step 0"
+    verdict = f"FAILED: {', '.join(failed)} (see above)" if failed else f"every check holds: {', '.join(checks)}"
+    return [f"summary: TP({grid.tp}) x DP({grid.dp}), {trained}; {verdict}",
+            f"next: tpsim report {out} --by kind · {out}/timeline.json in ui.perfetto.dev · tpsim lesson list"]

@@ -154,7 +154,8 @@ def _fraction(x: Fraction) -> str:
 
 def format_model_state(measured: ModelState, layout: StateLayout, dp: int, distributed: bool,
                        optimizer_formula: int, title: str = "") -> str:
-    """Measured bytes ÷ parameters beside the layout's formula, then Megatron's three rows at this d.
+    """Measured bytes ÷ parameters beside the layout's formula; with a distributed optimizer, Megatron's three
+    rows at this d (without one every row is its plain count, so the table would say nothing: one line says so).
 
     ``optimizer_formula``: the predicted optimizer bytes of this rank (padding included), checked exactly.
     """
@@ -164,7 +165,7 @@ def format_model_state(measured: ModelState, layout: StateLayout, dp: int, distr
     d = dp if distributed else 1
     formula = {"params": Fraction(layout.param), "grads": Fraction(layout.grad),
                "optimizer": Fraction(layout.sharded, d), "total": layout.bytes_per_parameter(dp, distributed)}
-    rows = [["", "bytes", "per parameter", "formula", ""], RULE]
+    rows = [["", "bytes", "per parameter", "formula", "check"], RULE]
     for key in ("params", "grads", "optimizer", "total"):
         value = getattr(measured, key)
         check = ("ok" if value == optimizer_formula else "DIFFERS") if key == "optimizer" else ""
@@ -172,9 +173,17 @@ def format_model_state(measured: ModelState, layout: StateLayout, dp: int, distr
     lines = [format_table(rows, title=title),
              f"  formula: {layout.name}, {format_formula(layout) if distributed else layout.replicated + layout.sharded}"
              f"{' at d = ' + str(dp) if distributed else ' (plain optimizer)'}; the measured optimizer column "
-             "adds only the padding of the buckets, if any",
-             "  Megatron's table (dist_optimizer.md), plain -> distributed at this d:"]
-    for row in MEGATRON_LAYOUTS:
+             "adds only the padding of the buckets, if any"]
+    if not distributed:
+        return "\n".join(lines + ["  Megatron's table (dist_optimizer.md) shards the optimizer state over d DP ranks: "
+                                  "--zero 1 shows it at this d"])
+    lines.append(f"  Megatron's table (dist_optimizer.md), bytes per parameter, plain -> distributed at d = {dp}:")
+    values = [row.bytes_per_parameter(dp, distributed=True) for row in MEGATRON_LAYOUTS]
+    for row, value in zip(MEGATRON_LAYOUTS, values):
         lines.append(f"    {row.name:<24} {_fraction(row.bytes_per_parameter()):>3} -> {format_formula(row):<9} = "
-                     f"{_fraction(row.bytes_per_parameter(dp, distributed=True))}")
+                     f"{_fraction(value)}")
+    if len(set(values)) == 1:  # d = 2: each layout's replicated bytes make up for what it shards
+        apart = " / ".join(f"{float(row.bytes_per_parameter(8, distributed=True)):g}" for row in MEGATRON_LAYOUTS)
+        lines.append(f"    (all three come to {_fraction(values[0])} at d = {dp}: the layouts that keep more "
+                     f"replicated shard less; at d = 8 they part, {apart})")
     return "\n".join(lines)

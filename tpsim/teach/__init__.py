@@ -11,7 +11,9 @@
     tpsim.teach.diagnose    a wrong result described by its symptom (what a known mistake gives), never the answer
     tpsim.teach.hints       ``tpsim check NN FILE --hint``: hints one level at a time, remembered per exercise
     tpsim.teach.checks      one check per exercise (the registry ``CHECKS``), with symptoms and hint levels
-    tpsim.teach.cli         ``tpsim lesson list|run NN`` and ``tpsim check NN [FILE] [--hint [N]]``
+    tpsim.teach.cli         ``tpsim lesson list|start|run NN`` and ``tpsim check NN [FILE] [--hint [N]]``
+    tpsim.teach.workspace   the learner's folder (``$TPSIM_WORK``, ``./tpsim-work/``): ``tpsim lesson start NN``
+                            copies the stubs there, ``tpsim check NN`` looks there first
     tpsim.teach.cells       a lesson's ``# %%`` cells, and the notebook JSON they make
     tpsim.teach.notebook    ``tpsim lesson notebook NN``: the cells as ``%%px`` on ipyparallel MPI engines
     tpsim.teach.run_cells   a lesson run cell by cell under mpiexec, its output marked per cell

@@ -1,9 +1,11 @@
-"""``tpsim lesson list|run NN`` and ``tpsim check NN [FILE]`` — plain processes that launch ``mpiexec``.
+"""``tpsim lesson list|start|run NN`` and ``tpsim check NN [FILE]`` — plain processes that launch ``mpiexec``.
 
 The lessons and the checker run on real ranks, so these commands start ``mpiexec -n RANKS`` with the rank
 count the lesson declares, using the ``mpiexec`` beside this Python (the venv's MPICH wheel) before the first
 on PATH, and ``sys.executable`` for the ranks. Each launch runs in its own process group with a timeout; on
-timeout the whole group is killed, so a rank stuck in a collective cannot hang the command.
+timeout the whole group is killed, so a rank stuck in a collective cannot hang the command. ``tpsim lesson start
+NN`` copies the lesson's stubs into the learner's folder, where ``tpsim check NN`` looks first
+(``tpsim.teach.workspace``).
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from tpsim.launcher import launch as run_mpiexec
 from tpsim.paths import check_output_dir
 from tpsim.table import format_table
 from tpsim.teach.hints import HINT_STATE, NEXT
-from tpsim.teach.lessons import (DEFAULT_OUT, LessonsNotFound, discover, exercise_file, find_lesson, lesson_of,
+from tpsim.teach.lessons import (DEFAULT_OUT, LessonsNotFound, discover, find_lesson, lesson_of,
                                  normalize_exercise)
 from tpsim.teach.notebook_cli import NOTEBOOK_COMMANDS, add_notebook_commands
+from tpsim.teach.workspace import WORK_ENV, answer_file, start, work_dir
 
 LESSON_TIMEOUT, CHECK_TIMEOUT = 300.0, 120.0
 
@@ -46,10 +49,11 @@ def run_lesson(number: str | int, out: str | None = None, *, timeout: float = LE
 
 def run_check(number: str | int, file: str | Path | None = None, *, timeout: float = CHECK_TIMEOUT,
               capture: bool = False, hint: int = 0, hint_state: Path = HINT_STATE) -> Launch:
-    """Check ``file`` (default: the exercise stub) for exercise ``number`` at its lesson's rank count; ``hint``:
-    0 none, ``NEXT`` one level more than last time, N levels 1..N (``tpsim.teach.hints``)."""
+    """Check ``file`` (default: the learner's copy, else the exercise stub) for exercise ``number`` at its
+    lesson's rank count; ``hint``: 0 none, ``NEXT`` one level more than last time, N levels 1..N
+    (``tpsim.teach.hints``)."""
     number = normalize_exercise(number)
-    path = Path(file) if file is not None else _shorter(exercise_file(number))
+    path = Path(file) if file is not None else _shorter(answer_file(number)[0])
     ranks = find_lesson(lesson_of(number)).ranks
     hints = ["--hint", str(hint), "--hint-state", str(Path(hint_state).resolve())] if hint else []
     return launch(ranks, ["-m", "tpsim.teach.run_check", number, str(path), *hints], timeout=timeout,
@@ -64,6 +68,27 @@ def _shorter(path: Path) -> Path:
         return path
 
 
+def start_main(number: str) -> int:
+    """``tpsim lesson start NN``: the stubs of lesson NN (or of one exercise, 04b) copied into the work folder."""
+    for n, stub, copy, copied in start(number):
+        if copied:
+            print(f"copied {_shorter(stub)} to {_shorter(copy)}: write your answer there, then tpsim check {n}")
+        else:
+            print(f"{_shorter(copy)} is already there (your answer is kept): tpsim check {n} checks it; delete it "
+                  f"to start over")
+    return 0
+
+
+def _say_which(number: str) -> None:
+    """The line before a check without FILE: which file it checks, and why that one."""
+    path, mine = answer_file(number)
+    if mine:
+        print(f"checking your copy {_shorter(path)}", flush=True)
+    else:
+        print(f"checking the stub {_shorter(path)} (no copy in {work_dir()}/: tpsim lesson start "
+              f"{lesson_of(number)} makes one to write your answer in)", flush=True)
+
+
 def _level(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"a hint level counts from 1, got {text!r}")
@@ -74,6 +99,9 @@ def lesson_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="tpsim lesson", description="The guided lessons, on real MPI ranks.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="number, title and rank count of every lesson")
+    begin = sub.add_parser("start", help=f"copy the lesson's exercise stubs into your work folder ({WORK_ENV}, "
+                                         f"default ./tpsim-work/), where tpsim check looks first")
+    begin.add_argument("number", help="lesson number, e.g. 03 (all its exercises), or one exercise, e.g. 04b")
     run = sub.add_parser("run", help="run one lesson at its rank count")
     run.add_argument("number", help="lesson number, e.g. 03")
     run.add_argument("--out", default=None, help=f"folder for the lesson's figures (default {DEFAULT_OUT}/)")
@@ -86,6 +114,8 @@ def lesson_main(argv: list[str]) -> int:
             rows += [[info.number, str(info.ranks), info.title, info.command] for info in discover()]
             print(format_table(rows, right=(1,)) if len(rows) > 1 else "no lessons found")
             return 0
+        if args.command == "start":
+            return start_main(args.number)
         if args.command in NOTEBOOK_COMMANDS:
             check_output_dir(args.out, "--out")  # before minutes of lesson runs
             return NOTEBOOK_COMMANDS[args.command](args)
@@ -103,7 +133,8 @@ def check_main(argv: list[str]) -> int:
                                             f"remembered per exercise in {HINT_STATE} (delete it to start over).")
     parser.add_argument("number", help="exercise number, e.g. 02, or 04b for the harder one of lesson 04")
     parser.add_argument("file", nargs="?", default=None,
-                        help="the file with your functions (default lessons/exercises/exNN_*.py)")
+                        help=f"the file with your functions (default: your copy in ${WORK_ENV} or ./tpsim-work/ "
+                             f"made by tpsim lesson start NN, else the stub lessons/exercises/exNN_*.py)")
     parser.add_argument("--timeout", type=float, default=CHECK_TIMEOUT, help="seconds before the check is stopped")
     parser.add_argument("--hint", nargs="?", type=_level, const=NEXT, default=0, metavar="N",
                         help="after the verdict, the next hint for the function that went wrong (one level more "
@@ -112,6 +143,8 @@ def check_main(argv: list[str]) -> int:
     try:
         if args.file is not None and not Path(args.file).is_file():
             raise LessonsNotFound(f"no such file: {args.file}")
+        if args.file is None:
+            _say_which(normalize_exercise(args.number))
         return run_check(args.number, args.file, timeout=args.timeout, hint=args.hint).returncode
     except LessonsNotFound as err:
         print(f"tpsim check: error: {err}", file=sys.stderr)

@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tpsim.errors import ConfigError
-from tpsim.comm.launch import run_main, world_size
-from tpsim.teach.checks import CHECKS
-from tpsim.teach.hints import HINT_STATE
-from tpsim.teach.lessons import LessonsNotFound, find_lesson, lesson_of, normalize_exercise
-from tpsim.teach.verdict import run
+from tpsim.mpi_library import exit_without_mpi
+
+with exit_without_mpi("tpsim check"):  # no MPI library: one line naming the extras, not mpi4py's traceback
+    from tpsim.comm.launch import run_main, world_size
+    from tpsim.errors import ConfigError
+    from tpsim.teach.checks import CHECKS
+    from tpsim.teach.hints import HINT_STATE
+    from tpsim.teach.lessons import LessonsNotFound, find_lesson, lesson_of, normalize_exercise
+    from tpsim.teach.verdict import run
 
 
 class _Parser(argparse.ArgumentParser):
