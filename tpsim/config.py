@@ -208,7 +208,7 @@ class RunConfig:
     @property
     def dropout(self) -> float:
         """The model's dropout p (0 for an architecture without dropout)."""
-        return float(getattr(self.model, "dropout", 0.0))
+        return float(self.model.dropout)
 
     @property
     def local_batch(self) -> int:

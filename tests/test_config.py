@@ -1,0 +1,78 @@
+"""The run configuration (``tpsim.config``): one object, validated when it is made, one vocabulary per kind.
+
+Each rule a run breaks is named in one ``ConfigError`` before anything is built; the other spellings of a dtype or
+an architecture are accepted and printed in the one form; a ``plan.Layout`` is a ``Parallelism``, so the planner
+and a run read tp, sp and zero from the same fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tpsim.arch import GPTConfig, LlamaConfig
+from tpsim.config import (DTYPE_NAMES, OptimizerSettings, Parallelism, Precision, RunConfig, Schedule, arch_name,
+                          dtype_name)
+from tpsim.errors import ConfigError
+from tpsim.plan.layout import Layout
+from tpsim.plan.validate import CASES
+
+GPT = GPTConfig(vocab_size=13, n_positions=8, n_embd=16, n_layer=1, n_head=4)
+
+
+@pytest.mark.parametrize("given, name", [("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32"),
+                                         ("fp64", "float64"), (np.float32, "float32"), ("bfloat16", "bfloat16")])
+def test_dtype_spellings_come_out_in_one_form(given, name):
+    assert dtype_name(given) == name and Precision(given).dtype == name and name in DTYPE_NAMES
+
+
+def test_an_unknown_dtype_or_architecture_names_the_choices():
+    with pytest.raises(ConfigError, match="unknown dtype 'int8': choose from float64, float32, bfloat16, float16"):
+        Precision("int8")
+    with pytest.raises(ConfigError, match="unknown architecture 'bert': choose from gpt2, llama"):
+        arch_name("bert")
+    assert arch_name("gpt") == "gpt2" and arch_name("llama") == "llama"
+
+
+def test_precision_says_what_mixed_precision_needs():
+    assert not Precision("float64").half and not Precision("float32").loss_scaling
+    assert Precision("bf16").half and not Precision("bf16").loss_scaling  # float32's range: no loss scale
+    assert Precision("fp16").half and Precision("fp16").loss_scaling
+    assert Precision("bfloat16").numpy.itemsize == 2
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: RunConfig.of(GPT, tp=3), "heads 4 is not divisible by tp 3"),
+    (lambda: RunConfig.of(GPT, dp=3, batch_size=16), "--batch-size 16 is not divisible by dp 3"),
+    (lambda: RunConfig.of(GPT, tp=4, sp=True, seq_len=6), "--seq-len 6 is not divisible by tp 4"),
+    (lambda: RunConfig.of(GPT, zero=2), "--zero 2: the ZeRO stages here are 0, 1"),
+    (lambda: RunConfig.of(GPT, tp=0), "--tp must be >= 1, got 0"),
+    (lambda: RunConfig(GPT, Parallelism(pp=2)), "--pp 2: pipeline parallelism is planned"),
+    (lambda: OptimizerSettings(lr=float("nan")), "--lr must be >= 0, got nan"),
+    (lambda: Schedule(steps=-1), "--steps must be >= 0, got -1"),
+    (lambda: Schedule(dropout_rng="numpy"), "--dropout-rng 'numpy'"),
+])
+def test_every_broken_rule_is_one_named_error(make, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make()
+
+
+def test_a_run_is_frozen_and_replace_checks_again():
+    run = RunConfig.of(GPT, tp=2, dp=2, batch_size=8)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.parallel.tp = 4  # type: ignore[misc]
+    assert run.local_batch == 4 and run.arch == "gpt2" and run.dropout == 0.0
+    with pytest.raises(ConfigError, match="heads 4 is not divisible by tp 3"):
+        run.replace(parallel=Parallelism(tp=3))
+    llama = RunConfig.of(LlamaConfig(vocab_size=13, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8))
+    assert llama.arch == "llama" and llama.dropout == 0.0 and llama.schedule.seq_len == 8
+
+
+def test_a_plan_layout_and_a_validation_case_say_tp_sp_zero_as_a_run_does():
+    lay = Layout(tp=8, pp=4, dp=2, sp=True, zero=1, dtype="bf16")
+    assert isinstance(lay, Parallelism) and lay.dtype == "bfloat16"
+    assert lay.parallel == Parallelism(tp=8, dp=2, pp=4, sp=True, zero=1) and lay.gpus == lay.parallel.world == 64
+    assert all(isinstance(case.parallel, Parallelism) and case.dtype in DTYPE_NAMES for case in CASES)
