@@ -168,7 +168,7 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
                         dropout_rng=args.dropout_rng)
     files = Files(out=args.out, export=args.export, init_from=args.init_from, timeline_steps=args.timeline_steps,
                   save=args.save)
-    if args.save and args.scenario != "gpt":
+    if args.save and args.scenario in ("mlp", "partial-fc"):  # only the gpt scenario trains a model
         raise ConfigError(f"--save writes the trained GPT: it needs --scenario gpt, not {args.scenario}")
     optimizer = OptimizerSettings(lr=args.lr, clip=args.clip, bucket_mb=args.bucket_mb,
                                   max_skipped_steps=args.max_skipped_steps)
