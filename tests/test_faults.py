@@ -130,6 +130,7 @@ def test_bad_checkpoint_is_one_line_and_status_2(tmp_path, case):
     ("--out", "/proc/tpsim-out", "--out /proc/tpsim-out: cannot be created in /proc"),
     ("--out", "FILE", "exists and is a file, not a folder"),
     ("--export", "FILE/sub", "is a file, not a folder"),
+    ("--save", "FILE", "exists and is a file, not a folder"),
 ])
 def test_unwritable_output_is_one_line_and_status_2(tmp_path, flag, path, message):
     (tmp_path / "FILE").write_text("a file")

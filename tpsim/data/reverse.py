@@ -5,6 +5,10 @@
     labels  tokens[1:], with the first k−1 set to ignore_index: the random digits cannot be predicted,
             everything from SEP on can
 
+Prompting a trained model (``prompts``; ``python -m tpsim.generate --prompt``): the k digits then SEP, e.g.
+``3,7,1,5,9,2,4,8,0`` at the demo's seq_len 16 (k = 8); the answer is the next k tokens, ``8 4 2 9 5 1 7 3``
+(an odd seq_len trains k + 1 answer tokens, the last of them SEP: ask for k).
+
 A model that has learnt nothing pays log(V−1) per digit; one that has learnt "the answer is one of the
 digits I saw" pays about log(k); one that has learnt to reverse pays ~0. The loss curve shows all three.
 Batches are a pure function of (seed, step): every run, every rank, every TP/DP layout sees the same data.
@@ -49,3 +53,10 @@ class ReverseTask:
         ids, labels = tokens[:, :-1].copy(), tokens[:, 1:].copy()
         labels[:, : k - 1] = IGNORE
         return ids, labels
+
+    def prompts(self, seed: int, step: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(prompts [count, k+1], answers [count, k])`` from ``step``'s batch: the digits then SEP, and the
+        digits reversed — what a trained model should generate greedily after the prompt."""
+        ids, _ = self.batch(seed, step, count)
+        k = self.digits
+        return ids[:, :k + 1].copy(), ids[:, :k][:, ::-1].copy()

@@ -99,6 +99,9 @@ def build_parser() -> RankZeroParser:
                         "Hugging Face folder (config.json + model.safetensors, or an --export folder)")
     o.add_argument("--export", metavar="DIR", default=None,
                    help="write config.json, params.npz, grads.npz, batch.npz, step0.json for step 0")
+    o.add_argument("--save", metavar="DIR", default=None,
+                   help="after the last step, write the trained model as a Hugging Face folder (config.json + "
+                        "model.safetensors), for --init-from, tpsim.generate and from_pretrained")
     return p
 
 
@@ -163,7 +166,10 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
     precision = Precision(args.dtype, loss_scale_interval=args.loss_scale_interval)
     schedule = Schedule(batch_size=batch_size, seq_len=args.seq_len, steps=args.steps, seed=args.seed,
                         dropout_rng=args.dropout_rng)
-    files = Files(out=args.out, export=args.export, init_from=args.init_from, timeline_steps=args.timeline_steps)
+    files = Files(out=args.out, export=args.export, init_from=args.init_from, timeline_steps=args.timeline_steps,
+                  save=args.save)
+    if args.save and args.scenario in ("mlp", "partial-fc"):  # only the gpt scenario trains a model
+        raise ConfigError(f"--save writes the trained GPT: it needs --scenario gpt, not {args.scenario}")
     optimizer = OptimizerSettings(lr=args.lr, clip=args.clip, bucket_mb=args.bucket_mb,
                                   max_skipped_steps=args.max_skipped_steps)
     model = _model(args)
@@ -182,6 +188,8 @@ def check_paths(files: Files) -> None:
     check_output_dir(files.out, "--out")
     if files.export:
         check_output_dir(files.export, "--export")
+    if files.save:
+        check_output_dir(files.save, "--save")
     if files.init_from:
         check_input_file(files.init_from, "--init-from", folder_with="config.json")
 

@@ -24,6 +24,7 @@ from tpsim.config import RunConfig
 from tpsim.demo.export_check import check_export
 from tpsim.demo.report import closing_lines, say, step_table, write_outputs
 from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
+from tpsim.demo.trained_model import gather_trained, reverse_lines
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
 from tpsim.demo.verify_pass import check_zero_padding
 from tpsim.demo.zero_demo import grad_bytes_of, state_table
@@ -243,7 +244,10 @@ def run(demo) -> int:
     if run.parallel.zero:  # the run's buckets never pad at the demo's sizes: check the padding on a model that does
         padding_ok, lines = check_zero_padding(grid, run)
         say(grid, *lines, "")
+    trained = gather_trained(grid, model, run)  # untraced; --save writes it (rank 0)
     formula_ok = final_report(grid, run, metrics, grad_sync, records, paths, t_start)
+    if grid.rank == 0:
+        say(grid, *reverse_lines(run, trained), "")
     checks = {"step 0 = serial": ok, "trained = serial": final_ok, "replicas agree": replicas.ok,
               **({"ZeRO-1 padding": padding_ok} if run.parallel.zero else {}), "formulas": formula_ok}
     say(grid, *closing_lines(grid, run.schedule.steps, metrics, run.files.out, checks))

@@ -193,6 +193,30 @@ def load_into(model: Module, tensors: dict[str, np.ndarray]) -> None:
         e.param[...] = take_shard(np.asarray(tensors[e.name]), e.partition)
 
 
+# --- model folders ---------------------------------------------------------------------------------------------
+def write_model_folder(out_dir, config, hf_params: dict[str, np.ndarray]) -> dict[str, str]:
+    """``config.json`` + ``model.safetensors`` of ``hf_params`` (HF names and layouts, ``to_hf``) in ``out_dir``,
+    each file written atomically: what ``from_pretrained``, ``--init-from DIR`` and ``tpsim.generate`` read.
+    The step-0 export folder and the demo's ``--save`` both write it; returns the two paths by role."""
+    out_dir = os.fspath(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {"config": os.path.join(out_dir, "config.json"), "safetensors": os.path.join(out_dir, "model.safetensors")}
+    _save_json(paths["config"], config.hf_config())
+    atomic_write(paths["safetensors"], lambda f: f.write(safetensors_bytes(hf_params)))
+    return paths
+
+
+def save_trained(out_dir, model: Module, tp_group: Group, *, config, write: bool) -> dict[str, np.ndarray]:
+    """The demo's ``--save``: the model's full parameters gathered over ``tp_group`` (collective, tracer paused:
+    saving is not training traffic), written as a model folder when ``write``; returns the full tensors in tpsim's
+    layout (every TP rank has them)."""
+    with tp_group.tracer.paused():
+        params = full_tensors(model, tp_group, "params", config.param_shapes())
+    if write and out_dir:
+        write_model_folder(out_dir, config, to_hf(params, config))
+    return params
+
+
 # --- the step-0 export folder ---------------------------------------------------------------------------------------
 def export_step0(out_dir, model: Module, tp_group: Group, *, config, input_ids: np.ndarray, labels: np.ndarray,
                  loss: float, write: bool, dp: int = 1, extra: dict | None = None) -> dict[str, str]:
@@ -216,12 +240,10 @@ def export_step0(out_dir, model: Module, tp_group: Group, *, config, input_ids: 
               ("batch", "batch.npz"), ("step0", "step0.json"), ("safetensors", "model.safetensors"))}
     if not write:
         return paths
-    os.makedirs(out_dir, exist_ok=True)
-    _save_json(paths["config"], config.hf_config())
+    write_model_folder(out_dir, config, params)  # config.json + model.safetensors, for from_pretrained
     info = dict(config=config, tp=tp_group.size, dp=dp)
     save_tensors(paths["params"], params, **info)
     save_tensors(paths["grads"], grads, **info)
-    atomic_write(paths["safetensors"], lambda f: f.write(safetensors_bytes(params)))  # for from_pretrained
     save_tensors(paths["batch"], {"input_ids": input_ids.astype(np.int64), "labels": labels.astype(np.int64)}, **info)
     dtype = str(next(iter(params.values())).dtype)
     _save_json(paths["step0"], {"loss": float(loss), "tp": tp_group.size, "dp": dp, "dtype": dtype,
