@@ -146,6 +146,7 @@ def test_lesson_list_and_run_from_the_cli(capfd, tmp_path):
     assert code == 0
     for info in LESSONS:
         assert info.title in out and info.command in out
+    assert max(map(len, out.splitlines())) <= 100, "tpsim lesson list fits a 100-column terminal"
     code, out, err = tpsim(capfd, "lesson", "run", "1", "--out", str(tmp_path))
     assert code == 0, out + err
     assert "lesson 01: " in out and (tmp_path / "01_block_splits.png").exists()

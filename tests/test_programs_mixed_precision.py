@@ -37,3 +37,8 @@ def test_drift_study_on_a_tiny_setting(tmp_path):
     assert summary["tp2 bfloat16"]["step0_grad_difference"] > 1e-4, "bfloat16: the summation order shows"
     both = summary["tp2 bfloat16 fp32 at both"]["step0_grad_difference"]
     assert both < 0.01 * summary["tp2 bfloat16"]["step0_grad_difference"], "float32 TP sums remove it"
+    again = run_mpi(2, ["-m", "tpsim.figures.drift", "--steps", "2", "--tp", "1", "2", "--out", str(tmp_path / "b")],
+                    timeout=240)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (tmp_path / "b" / "drift.json").read_bytes() == (tmp_path / "drift.json").read_bytes(), \
+        "the drift study is deterministic on one machine (figures/drift.json is rewritten byte for byte)"

@@ -205,6 +205,8 @@ def test_report_prints_the_module_tree_and_adds_up_to_the_records(run_dir):
     for by in ("layer", "op"):
         other = tpsim("report", run_dir, "--by", by, "--step", step)
         assert other.returncode == 0 and total[0] in other.stdout, "every view adds up to the same totals"
+        assert max(map(len, other.stdout.splitlines()[1:])) <= 100, f"--by {by} fits 100 columns"
+    assert max(map(len, lines[1:])) <= 100, "the module tree fits 100 columns (the title holds the run's path)"
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 from tpsim.errors import ConfigError
@@ -26,6 +27,7 @@ from tpsim.teach.notebook_cli import NOTEBOOK_COMMANDS, add_notebook_commands
 from tpsim.teach.workspace import WORK_ENV, answer_file, start, work_dir
 
 LESSON_TIMEOUT, CHECK_TIMEOUT = 300.0, 120.0
+LIST_WIDTH = 100  # `tpsim lesson list` fits a 100-column terminal
 
 
 def launch(ranks: int, args: list[str], *, timeout: float, capture: bool = False) -> Launch:
@@ -95,6 +97,20 @@ def _level(text: str) -> int:
     return int(text)
 
 
+def lesson_table(lessons, width: int = LIST_WIDTH) -> str:
+    """Number, ranks and title of every lesson, its command on the line below (fits ``width`` columns)."""
+    lessons = list(lessons)
+    if not lessons:
+        return "no lessons found"
+    indent = len("lesson  ranks  ")
+    rows = [["lesson", "ranks", "title / the command it runs"]]
+    for info in lessons:
+        title = textwrap.wrap(info.title, width - indent) or [""]
+        rows += [[info.number, str(info.ranks), title[0]], *([["", "", more] for more in title[1:]])]
+        rows.append(["", "", "  " + info.command])
+    return format_table(rows, right=(1,)) + "\n(or: tpsim lesson run NN, the same command with a timeout)"
+
+
 def lesson_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="tpsim lesson", description="The guided lessons, on real MPI ranks.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -110,9 +126,7 @@ def lesson_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "list":
-            rows = [["lesson", "ranks", "title", "run it with"]]
-            rows += [[info.number, str(info.ranks), info.title, info.command] for info in discover()]
-            print(format_table(rows, right=(1,)) if len(rows) > 1 else "no lessons found")
+            print(lesson_table(discover()))
             return 0
         if args.command == "start":
             return start_main(args.number)

@@ -94,7 +94,6 @@ def module_table(records: Iterable[dict], by: str = "module", rank: int | None =
     ranks = max(1, len({r["rank"] for r in records}))
     rows = _rows_of(records, by)
     groups = [*COLUMN_PHASES, "other phases"]
-    sub = ["calls", "bytes", "wire", "ms"]
     labels, cells = [], []
     for depth, node in rows[1:] + rows[:1]:  # the root is the total, printed last
         if depth < 0:
@@ -115,18 +114,29 @@ def module_table(records: Iterable[dict], by: str = "module", rank: int | None =
         cells.append(line)
 
     head = {"module": "module", "layer": "layer", "op": "op (group)"}[by]
-    text = [[head, *sub * len(groups)], *([label, *line] for label, line in zip(labels, cells))]
+    out = [title] if title else []
+    # forward and backward side by side, the other phases in a table of their own below: ~100 columns
+    out += _phase_block(head, labels, cells, groups[:2], 0)
+    if any(line[8:] != ["", "", "", ""] for line in cells[:-1]):
+        out += [""] + _phase_block(head, labels, cells, groups[2:], 2)
+    who = f"on rank {rank}" if rank is not None else f"per rank (average over {ranks} ranks)"
+    calls, nbytes, wire = (sum(t[i] for t in rows[0][1].totals) for i in range(3))
+    out.append(f"all phases: {calls / ranks:g} calls, {nbytes / ranks:,.0f} bytes, {wire / ranks:,.0f} wire bytes "
+               f"{who};\nbytes = logical tensor size, wire = ring algorithm")
+    return "\n".join(out)
+
+
+def _phase_block(head: str, labels: list[str], cells: list[list[str]], groups: list[str], first: int) -> list[str]:
+    """The lines of one table: ``groups`` (4 columns each, from group index ``first``), the rows that have any."""
+    sub = ["calls", "bytes", "wire", "ms"]
+    keep = [(label, line[4 * first:4 * (first + len(groups))]) for label, line in zip(labels, cells)]
+    keep = [(label, line) for i, (label, line) in enumerate(keep) if any(line) or i == len(keep) - 1]
+    text = [[head, *sub * len(groups)], *([label, *line] for label, line in keep)]
     # two spaces inside a phase's four columns, three between phases
     gaps = ["  "] + ["   " if i % 4 == 3 else "  " for i in range(len(sub) * len(groups) - 1)]
     lines = format_table(text, sep=gaps).split("\n")
     widths = column_widths(text)
     top = " " * widths[0] + "  " + "   ".join(f" {g} ".center(sum(widths[1 + 4 * i:5 + 4 * i]) + 6, "-")
                                              for i, g in enumerate(groups))
-    rule = "-" * len(lines[0])
-    who = f"on rank {rank}" if rank is not None else f"per rank (average over {ranks} ranks)"
-    out = [title] if title else []
-    out += [top.rstrip(), lines[0], rule, *lines[1:-1], rule, lines[-1]]
-    calls, nbytes, wire = (sum(t[i] for t in rows[0][1].totals) for i in range(3))
-    out.append(f"all phases: {calls / ranks:g} calls, {nbytes / ranks:,.0f} bytes, {wire / ranks:,.0f} wire bytes "
-               f"{who}; bytes = logical tensor size, wire = ring algorithm")
-    return "\n".join(out)
+    rule = "-" * max(map(len, lines))
+    return [top.rstrip(), lines[0], rule, *lines[1:-1], rule, lines[-1]]
