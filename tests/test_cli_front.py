@@ -36,3 +36,12 @@ def test_version_from_a_shell():
     r = subprocess.run([sys.executable, "-m", "tpsim.cli", "--version"], capture_output=True, text=True, timeout=60,
                        cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})
     assert r.returncode == 0 and r.stdout.startswith("tpsim ") and r.stdout.split()[1][0].isdigit(), r.stderr
+
+
+def test_a_closed_pipe_ends_a_command_quietly():
+    """`tpsim lesson list | head -1`: a reader that stops early. `true` reads nothing and is gone long before
+    tpsim has imported itself, so every write meets a closed pipe: status 0 and no traceback all the same."""
+    done = subprocess.run(f"{sys.executable} -m tpsim.cli lesson list | true; echo status ${{PIPESTATUS[0]}}",
+                          shell=True, executable="/bin/bash", cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "status 0", done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

@@ -14,6 +14,7 @@ The programs that run on ranks are started with mpirun, not through this command
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from importlib import metadata
 
@@ -64,8 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tpsim: error: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module, func, _ = COMMANDS[name]
-    with exit_without_mpi("tpsim"):  # no MPI library or mpiexec: one line naming the extras, exit status 2
-        return int(getattr(importlib.import_module(module), func)(rest) or 0)
+    try:
+        with exit_without_mpi("tpsim"):  # no MPI library or mpiexec: one line naming the extras, exit status 2
+            return int(getattr(importlib.import_module(module), func)(rest) or 0)
+    except BrokenPipeError:  # `tpsim lesson list | head`: the reader has what it wanted, no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's advice for SIGPIPE
+        return 0
 
 
 if __name__ == "__main__":
