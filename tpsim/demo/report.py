@@ -60,7 +60,8 @@ def closing_lines(grid: ProcessGrid, steps: int, metrics: list[dict], out: str, 
     ``checks``: each check by a short name (``"step 0 = serial"``) and whether it held; each has its line above.
     """
     failed = [name for name, held in checks.items() if not held]
-    trained = f"{steps} steps, loss {metrics[0]['loss']:.4f} -> {metrics[-1]['loss']:.4f}" if metrics else "step 0"
+    trained = (f"{steps} step{'' if steps == 1 else 's'}, loss {metrics[0]['loss']:.4f} -> {metrics[-1]['loss']:.4f}"
+               if metrics else "step 0")
     verdict = f"FAILED: {', '.join(failed)} (see above)" if failed else f"every check holds: {', '.join(checks)}"
     return [f"summary: TP({grid.tp}) x DP({grid.dp}), {trained}; {verdict}",
             f"next: tpsim report {out} --by kind · {out}/timeline.json in ui.perfetto.dev · tpsim lesson list"]
