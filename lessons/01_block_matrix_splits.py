@@ -182,7 +182,8 @@ if lesson.rank == 0:
 # * Column then row: the split output of (1) is the split input of (2), so the pair needs one sum at the end.
 # * Element-wise functions commute with a column split, not with a sum.
 #
-# Exercise: `lessons/exercises/ex01_block_matrix_splits.py`, then `tpsim check 01`.
+# Exercise: `ex01_block_matrix_splits.py`: `tpsim lesson start 01` copies it into your work folder (`tpsim-work/`),
+# then `tpsim check 01`.
 
 # %%
 lesson.takeaways()

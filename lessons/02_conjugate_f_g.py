@@ -184,8 +184,8 @@ if lesson.rank == 0:
 # * They are conjugate because copying and summing are transposes of each other, and a backward is a transpose.
 # * Lesson 03 wraps them into the column- and row-parallel layers.
 #
-# Exercise: write `f_backward` and `g_backward` in `lessons/exercises/ex02_conjugate_f_g.py`, then
-# `tpsim check 02`.
+# Exercise: write `f_backward` and `g_backward` in `ex02_conjugate_f_g.py`: `tpsim lesson start 02` copies it into
+# your work folder (`tpsim-work/`), then `tpsim check 02`.
 
 # %%
 lesson.takeaways()

@@ -265,7 +265,8 @@ if lesson.rank == 0:
 # * Chain them with `gather_output=False` → `input_is_parallel=True`: one all-reduce forward and one
 #   backward for the pair, instead of an extra all-gather in each direction.
 #
-# Exercise: `row_parallel_forward` in `lessons/exercises/ex03_column_row_parallel.py`, then `tpsim check 03`.
+# Exercise: `row_parallel_forward` in `ex03_column_row_parallel.py`: `tpsim lesson start 03` copies it into your
+# work folder (`tpsim-work/`), then `tpsim check 03`.
 
 # %%
 lesson.takeaways()

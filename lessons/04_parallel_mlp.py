@@ -199,7 +199,8 @@ if lesson.rank == 0:
 # * The parallel MLP then communicates once forward (g) and once backward (f), each a `[tokens, h]`
 #   all-reduce — and each rank stores only `1/p` of the weights and of the `[tokens, 4h]` activation.
 #
-# Exercise: wire `parallel_mlp_forward` in `lessons/exercises/ex04_parallel_mlp.py`, then `tpsim check 04`.
+# Exercise: wire `parallel_mlp_forward` in `ex04_parallel_mlp.py`: `tpsim lesson start 04` copies it into your work
+# folder (`tpsim-work/`), then `tpsim check 04`.
 
 # %%
 lesson.takeaways()

@@ -226,7 +226,8 @@ if lesson.rank == 0:
 #   `head_columns` for GPT-2's `[q | k | v]`; converters permute between the two.
 # * One all-reduce forward and one backward per attention layer; scores and probabilities stay local.
 #
-# Exercise: `qkv_columns` in `lessons/exercises/ex05_parallel_attention.py`, then `tpsim check 05`.
+# Exercise: `qkv_columns` in `ex05_parallel_attention.py`: `tpsim lesson start 05` copies it into your work folder
+# (`tpsim-work/`), then `tpsim check 05`.
 
 # %%
 lesson.takeaways()

@@ -194,8 +194,8 @@ if lesson.rank == 0:
 #   The `[tokens, V]` logits — the largest activation — never cross the network: `Vp/3` fewer logical bytes
 #   than gathering them, `Vp/6` fewer on the wire.
 #
-# Exercise: the three reductions in `lessons/exercises/ex06_vocab_parallel_cross_entropy.py`, then
-# `tpsim check 06`.
+# Exercise: the three reductions in `ex06_vocab_parallel_cross_entropy.py`: `tpsim lesson start 06` copies it into
+# your work folder (`tpsim-work/`), then `tpsim check 06`.
 
 # %%
 lesson.takeaways()

@@ -199,7 +199,8 @@ lesson.check("the naive norm would clip harder", f"coefficient {max_norm / (naiv
 #   Keying bits by global position (the exact scheme) gives both, and keeps TP equal to serial.
 # * The global gradient norm is one all-reduce of one number — with replicated gradients counted by one rank.
 #
-# Exercise: combine the norm in `lessons/exercises/ex07_dropout_rng_and_clipping.py`, then `tpsim check 07`.
+# Exercise: combine the norm in `ex07_dropout_rng_and_clipping.py`: `tpsim lesson start 07` copies it into your work
+# folder (`tpsim-work/`), then `tpsim check 07`.
 
 # %%
 lesson.takeaways()

@@ -199,7 +199,8 @@ if lesson.rank == 0:
 # * Broadcast parameters once (replicated ones in TP, all in DP) and the batch every step (in TP).
 # * Average each shard's gradient over its DP group — in buckets — and the replicas never drift.
 #
-# Exercise: `average_gradients` in `lessons/exercises/ex08_data_times_tensor_parallel.py`, then `tpsim check 08`.
+# Exercise: `average_gradients` in `ex08_data_times_tensor_parallel.py`: `tpsim lesson start 08` copies it into your
+# work folder (`tpsim-work/`), then `tpsim check 08`.
 
 # %%
 lesson.takeaways()

@@ -177,7 +177,8 @@ if lesson.rank == 0:
 #   backbone data-parallel, all-gathers the embeddings, and reduce-scatters their gradient back.
 # * All-gather forward, reduce-scatter backward: another conjugate pair, like f and g.
 #
-# Exercise: the reduce-scatter in `lessons/exercises/ex09_insightface_vs_megatron.py`, then `tpsim check 09`.
+# Exercise: the reduce-scatter in `ex09_insightface_vs_megatron.py`: `tpsim lesson start 09` copies it into your
+# work folder (`tpsim-work/`), then `tpsim check 09`.
 
 # %%
 lesson.takeaways()

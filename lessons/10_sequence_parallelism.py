@@ -413,7 +413,8 @@ if lesson.rank == 0:
 # * Replicated parameters fed sequence shards (the LayerNorms) all-reduce their gradients.
 # * The LayerNorm/dropout activations shrink by p; the model still equals serial, dropout included.
 #
-# Exercise: ḡ's forward and backward in `lessons/exercises/ex10_sequence_parallelism.py`, then `tpsim check 10`.
+# Exercise: ḡ's forward and backward in `ex10_sequence_parallelism.py`: `tpsim lesson start 10` copies it into your
+# work folder (`tpsim-work/`), then `tpsim check 10`.
 
 # %%
 lesson.takeaways()

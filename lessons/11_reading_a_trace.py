@@ -315,8 +315,8 @@ lesson.check("GPT-2 medium: TP in the node is cheaper than TP across nodes",
 # * `timeline.json` opens in ui.perfetto.dev: a process per rank, compute and communication tracks, nested.
 # * The α-β model prices a trace or a prediction on any link; for TP the fast link matters most.
 #
-# Exercise: `ring_wire_bytes` and `block_forward_wire_bytes` in `lessons/exercises/ex11_reading_a_trace.py`,
-# then `tpsim check 11`.
+# Exercise: `ring_wire_bytes` and `block_forward_wire_bytes` in `ex11_reading_a_trace.py`: `tpsim lesson start 11`
+# copies it into your work folder (`tpsim-work/`), then `tpsim check 11`.
 
 # %%
 lesson.takeaways()

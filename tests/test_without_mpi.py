@@ -53,6 +53,15 @@ def test_python_dash_m_entry_points_say_which_extra_to_install(env_without_mpi, 
     assert r.stdout == ""
 
 
+@pytest.mark.parametrize("lesson", ["01_block_matrix_splits.py", "03_column_row_parallel.py"])
+def test_a_lesson_run_as_a_script_says_which_extra_to_install(env_without_mpi, lesson):
+    """``python lessons/NN_....py`` imports tpsim.comm (or the lesson runtime) at its top: one line, exit 2."""
+    r = subprocess.run([sys.executable, f"lessons/{lesson}"], env=env_without_mpi, capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
+    assert_one_line_naming_the_extras(r.returncode, r.stderr, lesson)
+    assert "Traceback" not in r.stderr
+
+
 def test_the_checker_on_ranks_says_it_once(env_without_mpi):
     """Under a system mpiexec with no library for mpi4py: one line for the job, not one per rank."""
     cmd = [str(launcher.mpiexec()), "-n", "2", sys.executable, "-m", "tpsim.teach.run_check", "02", "x.py"]

@@ -8,6 +8,8 @@ that do not say what to install. So:
 
 - ``tpsim.comm`` imports MPI through ``load_mpi``, which raises ``MpiLibraryMissing`` (an ``ImportError``) saying
   what to install; the launcher raises it too when it finds no ``mpiexec``;
+- a script that lets it escape (a lesson run as ``python lessons/03_....py``) prints the same line and exits 2,
+  not a traceback: ``load_mpi`` installs that ``sys.excepthook`` as it raises;
 - the entry points (``python -m tpsim.demo``, ``python -m tpsim.generate``, the ``tpsim`` command, the checker)
   run their imports and work inside ``exit_without_mpi(prog)``: that line on stderr, once per job (rank 0, read
   from the launcher's environment, since there is no MPI to ask), and exit status 2, like any bad set-up.
@@ -39,8 +41,27 @@ def load_mpi():
     except (ImportError, RuntimeError) as err:  # mpi4py 4 raises RuntimeError("cannot load MPI library\n...")
         first = (str(err).strip() or type(err).__name__).splitlines()[0]
         why = "" if first == "cannot load MPI library" else f" ({first})"  # mpi4py's own words add nothing
+        _report_uncaught_in_one_line()
         raise MpiLibraryMissing(f"mpi4py cannot load an MPI library{why}: {INSTALL}") from err
     return MPI
+
+
+def _report_uncaught_in_one_line() -> None:
+    """A script (a lesson run as ``python lessons/03_....py``) that lets ``MpiLibraryMissing`` escape prints its
+    one line and exits 2, not a traceback. Only where Python's default hook is in place (an IPython kernel or a
+    program's own hook is left alone), and only on this failure path: the process is about to end anyway."""
+    if sys.excepthook is not sys.__excepthook__:
+        return
+
+    def hook(kind, value, tb):
+        if not issubclass(kind, MpiLibraryMissing):
+            return sys.__excepthook__(kind, value, tb)
+        if first_rank():
+            print(f"{os.path.basename(sys.argv[0]) or 'python'}: error: {value}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(EXIT_STATUS)  # the interpreter would exit 1 after a hook; this set-up error is a 2 everywhere
+
+    sys.excepthook = hook
 
 
 def first_rank() -> bool:

@@ -1,7 +1,7 @@
 """Exercise 01 — assemble a product from its blocks (lesson 01_block_matrix_splits.py).
 
 Plain NumPy, one process. Check it with:   tpsim check 01
-The reference answer is in lessons/solutions/ex01_block_matrix_splits.py — try first.
+The reference answer: tpsim lesson solution 01 (prints where it is) — try first.
 """
 
 from __future__ import annotations

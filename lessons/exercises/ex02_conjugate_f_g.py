@@ -4,7 +4,7 @@ The forwards are given. Write the two backwards with the traced collectives of `
 ``group.all_reduce(x)`` sums ``x`` over the ranks and returns the sum on every rank).
 Check it on real ranks:   tpsim check 02           (2 ranks, random gradients, collectives counted)
 Stuck?                    tpsim check 02 --hint    (one hint more each time)
-The reference answer is in lessons/solutions/ex02_conjugate_f_g.py — try first.
+The reference answer: tpsim lesson solution 02 (prints where it is) — try first.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Exercise 03 — the forward of a row-parallel linear layer, given its shard (lesson 03_column_row_parallel.py).
 
 Check it on real ranks:   tpsim check 03           (4 ranks; compared with tpsim's RowParallelLinear)
-The reference answer is in lessons/solutions/ex03_column_row_parallel.py — try first.
+The reference answer: tpsim lesson solution 03 (prints where it is) — try first.
 """
 
 from __future__ import annotations

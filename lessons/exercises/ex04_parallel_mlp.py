@@ -1,7 +1,7 @@
 """Exercise 04 — wire the forward of the parallel MLP (lesson 04_parallel_mlp.py).
 
 Check it on real ranks:   tpsim check 04           (2 ranks; compared with the serial MLP)
-The reference answer is in lessons/solutions/ex04_parallel_mlp.py — try first.
+The reference answer: tpsim lesson solution 04 (prints where it is) — try first.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ rank. Only x's gradient is a sum of shares, one per rank's column slice of A.
 
 Check it on real ranks:   tpsim check 04b          (2 ranks; compared with tpsim's ParallelMLP)
 Stuck?                    tpsim check 04b --hint   (one hint more each time)
-The reference answer is in lessons/solutions/ex04b_parallel_mlp_backward.py — try first.
+The reference answer: tpsim lesson solution 04b (prints where it is) — try first.
 """
 
 from __future__ import annotations

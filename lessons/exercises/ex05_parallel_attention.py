@@ -2,7 +2,7 @@
 
 Check it on real ranks:   tpsim check 05           (4 ranks, several sizes)
 Stuck?                    tpsim check 05 --hint    (one hint more each time)
-The reference answer is in lessons/solutions/ex05_parallel_attention.py — try first.
+The reference answer: tpsim lesson solution 05 (prints where it is) — try first.
 """
 
 from __future__ import annotations

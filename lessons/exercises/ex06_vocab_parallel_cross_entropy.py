@@ -1,7 +1,7 @@
 """Exercise 06 — the parallel softmax's three reductions (lesson 06_vocab_parallel_cross_entropy.py).
 
 Check it on real ranks:   tpsim check 06           (4 ranks, logits up to ×1000, collectives counted)
-The reference answer is in lessons/solutions/ex06_vocab_parallel_cross_entropy.py — try first.
+The reference answer: tpsim lesson solution 06 (prints where it is) — try first.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ log Z and z_t), so the loss does not depend on m, and its gradient through m is 
 
 Check it on real ranks:   tpsim check 06b          (4 ranks, logits up to ×1000, collectives counted)
 Stuck?                    tpsim check 06b --hint   (one hint more each time)
-The reference answer is in lessons/solutions/ex06b_vocab_parallel_ce_backward.py — try first.
+The reference answer: tpsim lesson solution 06b (prints where it is) — try first.
 """
 
 from __future__ import annotations

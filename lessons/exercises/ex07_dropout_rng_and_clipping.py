@@ -1,7 +1,7 @@
 """Exercise 07 — combine the gradient norm over the TP group (lesson 07_dropout_rng_and_clipping.py).
 
 Check it on real ranks:   tpsim check 07           (4 ranks; compared with the serial model's norm)
-The reference answer is in lessons/solutions/ex07_dropout_rng_and_clipping.py — try first.
+The reference answer: tpsim lesson solution 07 (prints where it is) — try first.
 """
 
 from __future__ import annotations

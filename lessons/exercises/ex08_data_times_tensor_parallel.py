@@ -1,7 +1,7 @@
 """Exercise 08 — average the gradients over the data-parallel group (lesson 08_data_times_tensor_parallel.py).
 
 Check it on real ranks:   tpsim check 08           (8 ranks = TP 4 × DP 2)
-The reference answer is in lessons/solutions/ex08_data_times_tensor_parallel.py — try first.
+The reference answer: tpsim lesson solution 08 (prints where it is) — try first.
 """
 
 from __future__ import annotations

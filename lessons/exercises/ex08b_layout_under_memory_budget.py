@@ -16,7 +16,7 @@ Both sides are tpsim's own formulas (pure arithmetic, no MPI):
 
 Check it:   tpsim check 08b          (8 ranks like lesson 08; compared with a brute-force search)
 Stuck?      tpsim check 08b --hint   (one hint more each time)
-The reference answer is in lessons/solutions/ex08b_layout_under_memory_budget.py — try first.
+The reference answer: tpsim lesson solution 08b (prints where it is) — try first.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Exercise 09 — hand every rank the gradient of its own embeddings (lesson 09_insightface_vs_megatron.py).
 
 Check it on real ranks:   tpsim check 09           (4 ranks; values and bytes on the wire)
-The reference answer is in lessons/solutions/ex09_insightface_vs_megatron.py — try first.
+The reference answer: tpsim lesson solution 09 (prints where it is) — try first.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Activations are ``[batch, seq, hidden]``: the sequence is **axis 1**. Use the tr
 ``tpsim.comm.Group``): ``group.reduce_scatter(x, axis)`` sums ``x`` over the ranks and hands rank r chunk r of
 ``axis``; ``group.all_gather(x, axis)`` lays every rank's ``x`` side by side along ``axis``, in rank order.
 Check it on real ranks:   tpsim check 10           (4 ranks; values, collectives and bytes on the wire)
-The reference answer is in lessons/solutions/ex10_sequence_parallelism.py — try first.
+The reference answer: tpsim lesson solution 10 (prints where it is) — try first.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Both functions are arithmetic: no collective, no group. The check compares them with the records of real
 traced training steps on 8 ranks (plain TP and TP + SP, float64 and float32).
 Check it:   tpsim check 11           (8 ranks)
-The reference answer is in lessons/solutions/ex11_reading_a_trace.py — try first.
+The reference answer: tpsim lesson solution 11 (prints where it is) — try first.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ those of the trace's per-layer table (``tpsim.trace.aggregate.layer_of``): ``tra
 
 Check it:   tpsim check 11b          (8 ranks, as lesson 11: real traced steps at tp 4, 2 and 1)
 Stuck?      tpsim check 11b --hint   (one hint more each time)
-The reference answer is in lessons/solutions/ex11b_predict_the_bytes.py — try first.
+The reference answer: tpsim lesson solution 11b (prints where it is) — try first.
 """
 
 from __future__ import annotations

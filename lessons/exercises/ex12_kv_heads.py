@@ -5,7 +5,7 @@
 Tensor parallelism gives rank r the query heads r·(heads/tp) … (r+1)·(heads/tp) − 1. Either kv_heads is a
 multiple of tp (KV heads are split) or tp is a multiple of kv_heads (each KV head is replicated).
 Check it on real ranks:   tpsim check 12           (4 ranks)
-The reference answer is in lessons/solutions/ex12_kv_heads.py — try first.
+The reference answer: tpsim lesson solution 12 (prints where it is) — try first.
 """
 
 from __future__ import annotations

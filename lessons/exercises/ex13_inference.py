@@ -6,7 +6,7 @@ Return the id of the largest logit of each row over the *whole* vocabulary, the 
 ``np.argmax`` of the full row would (ties: the first id) — without gathering the logits: use ``group``'s
 traced ``all_reduce(x, op="sum" | "max" | "min")``.
 Check it:   tpsim check 13           (4 ranks)
-The reference answer is in lessons/solutions/ex13_inference.py — try first.
+The reference answer: tpsim lesson solution 13 (prints where it is) — try first.
 """
 
 from __future__ import annotations

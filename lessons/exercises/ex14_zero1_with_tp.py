@@ -3,7 +3,7 @@
 Both functions are arithmetic: no collective, no group. The check compares them with awkward sizes and with
 the slices a real ``DistributedOptimizer`` owns on 8 ranks (TP 2 × DP 4).
 Check it:   tpsim check 14           (8 ranks)
-The reference answer is in lessons/solutions/ex14_zero1_with_tp.py — try first.
+The reference answer: tpsim lesson solution 14 (prints where it is) — try first.
 """
 
 from __future__ import annotations

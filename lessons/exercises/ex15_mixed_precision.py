@@ -1,7 +1,7 @@
 """Exercise 15 — round to bfloat16 by hand, and the loss scaler's rule (lesson 15_mixed_precision.py).
 
 Plain NumPy on every rank. Check it with:   tpsim check 15
-The reference answer is in lessons/solutions/ex15_mixed_precision.py — try first.
+The reference answer: tpsim lesson solution 15 (prints where it is) — try first.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Plain arithmetic, one process. The check compares your numbers with ``tpsim plan``'s own functions over many
 layouts. Check it with:   tpsim check 16
-The reference answer is in lessons/solutions/ex16_planning_a_real_run.py — try first.
+The reference answer: tpsim lesson solution 16 (prints where it is) — try first.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``tpsim lesson list|start|run NN`` and ``tpsim check NN [FILE]`` — plain processes that launch ``mpiexec``.
+"""``tpsim lesson list|start|solution|run NN`` and ``tpsim check NN [FILE]`` — plain processes that launch ``mpiexec``.
 
 The lessons and the checker run on real ranks, so these commands start ``mpiexec -n RANKS`` with the rank
 count the lesson declares, using the ``mpiexec`` beside this Python (the venv's MPICH wheel) before the first
@@ -21,8 +21,9 @@ from tpsim.launcher import launch as run_mpiexec
 from tpsim.paths import check_output_dir
 from tpsim.table import format_table
 from tpsim.teach.hints import HINT_STATE, NEXT
-from tpsim.teach.lessons import (DEFAULT_OUT, LessonsNotFound, discover, find_lesson, lesson_of,
-                                 normalize_exercise)
+from tpsim.teach.lessons import (DEFAULT_OUT, LessonsNotFound, discover, exercise_file, find_lesson, lesson_of,
+                                 normalize_exercise, shown_path)
+from tpsim.teach.workspace import exercises_of
 from tpsim.teach.notebook_cli import NOTEBOOK_COMMANDS, add_notebook_commands
 from tpsim.teach.workspace import WORK_ENV, answer_file, start, work_dir
 
@@ -55,29 +56,31 @@ def run_check(number: str | int, file: str | Path | None = None, *, timeout: flo
     lesson's rank count; ``hint``: 0 none, ``NEXT`` one level more than last time, N levels 1..N
     (``tpsim.teach.hints``)."""
     number = normalize_exercise(number)
-    path = Path(file) if file is not None else _shorter(answer_file(number)[0])
+    path = Path(file) if file is not None else shown_path(answer_file(number)[0])
     ranks = find_lesson(lesson_of(number)).ranks
     hints = ["--hint", str(hint), "--hint-state", str(Path(hint_state).resolve())] if hint else []
     return launch(ranks, ["-m", "tpsim.teach.run_check", number, str(path), *hints], timeout=timeout,
                   capture=capture)
 
 
-def _shorter(path: Path) -> Path:
-    """``path`` relative to the working directory when it lies below it (messages read better)."""
-    try:
-        return path.relative_to(Path.cwd())
-    except ValueError:
-        return path
-
-
 def start_main(number: str) -> int:
     """``tpsim lesson start NN``: the stubs of lesson NN (or of one exercise, 04b) copied into the work folder."""
     for n, stub, copy, copied in start(number):
         if copied:
-            print(f"copied {_shorter(stub)} to {_shorter(copy)}: write your answer there, then tpsim check {n}")
+            print(f"copied {shown_path(stub)} to {shown_path(copy)}: write your answer there, then tpsim check {n}")
         else:
-            print(f"{_shorter(copy)} is already there (your answer is kept): tpsim check {n} checks it; delete it "
+            print(f"{shown_path(copy)} is already there (your answer is kept): tpsim check {n} checks it; delete it "
                   f"to start over")
+    return 0
+
+
+def solution_main(number: str) -> int:
+    """``tpsim lesson solution NN``: where the reference answers of lesson NN (or of one exercise) are."""
+    numbers = exercises_of(number)
+    if not numbers:
+        raise LessonsNotFound(f"there is no exercise {normalize_exercise(number)} (see tpsim lesson list)")
+    for n in numbers:
+        print(f"exercise {n}: {shown_path(exercise_file(n, 'solutions'))}")
     return 0
 
 
@@ -85,9 +88,9 @@ def _say_which(number: str) -> None:
     """The line before a check without FILE: which file it checks, and why that one."""
     path, mine = answer_file(number)
     if mine:
-        print(f"checking your copy {_shorter(path)}", flush=True)
+        print(f"checking your copy {shown_path(path)}", flush=True)
     else:
-        print(f"checking the stub {_shorter(path)} (no copy in {work_dir()}/: tpsim lesson start "
+        print(f"checking the stub {shown_path(path)} (no copy in {work_dir()}/: tpsim lesson start "
               f"{lesson_of(number)} makes one to write your answer in)", flush=True)
 
 
@@ -108,7 +111,10 @@ def lesson_table(lessons, width: int = LIST_WIDTH) -> str:
         title = textwrap.wrap(info.title, width - indent) or [""]
         rows += [[info.number, str(info.ranks), title[0]], *([["", "", more] for more in title[1:]])]
         rows.append(["", "", "  " + info.command])
-    return format_table(rows, right=(1,)) + "\n(or: tpsim lesson run NN, the same command with a timeout)"
+    table = format_table(rows, right=(1,))
+    if all(info.command.startswith("tpsim ") for info in lessons):
+        return table  # an installed package: the commands are already tpsim lesson run NN
+    return table + "\n(or: tpsim lesson run NN, the same command with a timeout)"
 
 
 def lesson_main(argv: list[str]) -> int:
@@ -118,6 +124,8 @@ def lesson_main(argv: list[str]) -> int:
     begin = sub.add_parser("start", help=f"copy the lesson's exercise stubs into your work folder ({WORK_ENV}, "
                                          f"default ./tpsim-work/), where tpsim check looks first")
     begin.add_argument("number", help="lesson number, e.g. 03 (all its exercises), or one exercise, e.g. 04b")
+    answer = sub.add_parser("solution", help="where the reference answers of a lesson's exercises are (try first)")
+    answer.add_argument("number", help="lesson number, e.g. 03 (all its exercises), or one exercise, e.g. 04b")
     run = sub.add_parser("run", help="run one lesson at its rank count")
     run.add_argument("number", help="lesson number, e.g. 03")
     run.add_argument("--out", default=None, help=f"folder for the lesson's figures (default {DEFAULT_OUT}/)")
@@ -130,6 +138,8 @@ def lesson_main(argv: list[str]) -> int:
             return 0
         if args.command == "start":
             return start_main(args.number)
+        if args.command == "solution":
+            return solution_main(args.number)
         if args.command in NOTEBOOK_COMMANDS:
             check_output_dir(args.out, "--out")  # before minutes of lesson runs
             return NOTEBOOK_COMMANDS[args.command](args)
@@ -148,7 +158,8 @@ def check_main(argv: list[str]) -> int:
     parser.add_argument("number", help="exercise number, e.g. 02, or 04b for the harder one of lesson 04")
     parser.add_argument("file", nargs="?", default=None,
                         help=f"the file with your functions (default: your copy in ${WORK_ENV} or ./tpsim-work/ "
-                             f"made by tpsim lesson start NN, else the stub lessons/exercises/exNN_*.py)")
+                             f"made by tpsim lesson start NN, else the committed stub; tpsim lesson solution NN: the "
+                             f"reference answer)")
     parser.add_argument("--timeout", type=float, default=CHECK_TIMEOUT, help="seconds before the check is stopped")
     parser.add_argument("--hint", nargs="?", type=_level, const=NEXT, default=0, metavar="N",
                         help="after the verdict, the next hint for the function that went wrong (one level more "

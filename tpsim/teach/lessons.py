@@ -28,12 +28,25 @@ class LessonsNotFound(LookupError):
 
 
 def lessons_dir() -> Path:
-    """The repository's ``lessons/`` folder, next to the ``tpsim`` package of a source checkout."""
-    root = Path(tpsim.__file__).resolve().parent.parent / "lessons"
-    if not root.is_dir():
-        raise LessonsNotFound(f"no lessons/ folder at {root}: the lessons ship with the source repository, not "
-                              f"the package; clone it and install it there with pip install -e .")
-    return root
+    """The lessons: ``tpsim/lessons/`` of an installed wheel, else ``lessons/`` beside ``tpsim/`` in a checkout.
+
+    setup.py installs the repository's ``lessons/`` folder as ``tpsim/lessons/``; an editable install (``pip
+    install -e .``) and a plain clone read the repository's folder itself."""
+    package = Path(tpsim.__file__).resolve().parent
+    for root in (package / "lessons", package.parent / "lessons"):
+        if root.is_dir():
+            return root
+    raise LessonsNotFound(f"no lessons at {package / 'lessons'} or {package.parent / 'lessons'}: this tpsim was "
+                          f"installed without them (reinstall it from a wheel or sdist built by setup.py, or "
+                          f"from a clone with pip install -e .)")
+
+
+def shown_path(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it, else as it is (messages read better)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def normalize(number: str | int) -> str:
@@ -70,7 +83,12 @@ class LessonInfo:
 
     @property
     def command(self) -> str:
-        return f"mpirun -n {self.ranks} python lessons/{self.path.name}"
+        """How to run it by hand: ``mpirun -n 4 python lessons/03_....py`` from a checkout; where the lessons are
+        not below the working directory (an installed wheel), ``tpsim lesson run 03``, which finds the file."""
+        shown = shown_path(self.path)
+        if Path(shown).is_absolute():
+            return f"tpsim lesson run {self.number}"
+        return f"mpirun -n {self.ranks} python {shown}"
 
 
 def read_lesson(path: Path) -> LessonInfo:

@@ -1,0 +1,16 @@
+"""What pyproject.toml cannot say: the course installed with the package.
+
+The lessons live at the top of the repository (``lessons/``, next to ``tpsim/``), where a reader of a clone finds
+them; a wheel installs the same files as ``tpsim/lessons/`` (lessons, exercise stubs, reference answers), so that
+``tpsim lesson list|start|run`` and ``tpsim check`` work from ``pip install tpsim`` too
+(``tpsim.teach.lessons.lessons_dir`` looks in both places). Everything else is in pyproject.toml.
+"""
+
+from setuptools import find_packages, setup
+
+COURSE = {"tpsim.lessons": "lessons",
+          "tpsim.lessons.exercises": "lessons/exercises",
+          "tpsim.lessons.solutions": "lessons/solutions"}
+
+setup(packages=find_packages(include=["tpsim", "tpsim.*"]) + list(COURSE),
+      package_dir=COURSE)
