@@ -142,9 +142,11 @@ def test_split_of_nested_spans_marks_and_collectives_is_exact():
                                              "comm_transfer": 2.0, "other": 2.0})
     assert rows["ddp"] == pytest.approx({"comm_wait": 0.0, "comm_transfer": 1.0})
     table = format_kind_table(rows, title="t")
-    assert table.splitlines()[1].split()[:3] == ["layer", "matmul", "%"] and all(k in table for k in COLUMNS)
-    total = table.splitlines()[-1].split()
-    assert total[0] == "total" and total[-1] == "11000.000" and total[1:3] == ["3000.000", "27%"]
+    lines = table.splitlines()
+    assert lines[2].split() == ["layer", "matmul", "elementwise", "softmax_norm", "wait", "transfer", "other", "total"]
+    assert max(len(line) for line in lines) <= 100
+    total = lines[-1].split()
+    assert total[0] == "total" and total[-1] == "11000.00" and total[1:3] == ["3000.00", "27%"]
 
 
 def test_chrome_trace_names_marks_by_kind_inside_their_layer_and_shows_the_wait():

@@ -86,9 +86,9 @@ def report_main(argv: list[str]) -> int:
             return _fail(prog, f"no compute spans of step {step} in {run.path} ({FILES['spans']} keeps the last "
                                f"--timeline-steps steps)")
         rows, ranks = kind_split(spans, run.comm, step, rank=args.rank)
-        who = f"rank {args.rank}" if args.rank is not None else f"per rank, average over {ranks} ranks"
+        who = f"rank {args.rank}" if args.rank is not None else f"average of {ranks} ranks"
         text = format_kind_table(rows, title=f"Where the time goes in step {step} of {run.path} "
-                                             f"({run_title(run.comm)}), ms {who}; % of the row:")
+                                             f"({run_title(run.comm)}), {who}:")
     else:
         title = f"Communication in step {step} of {run.path} ({run_title(run.comm)}), by {args.by}:"
         text = module_table(records, by=args.by, rank=args.rank, title=title)

@@ -117,15 +117,19 @@ def kind_split(spans: Iterable[dict], records: Iterable[dict], step: int,
     return {layer: {k: v / n for k, v in row.items()} for layer, row in rows.items() if row}, n
 
 
+HEADER = {COMM_WAIT: "wait", COMM_TRANSFER: "transfer"}  # short column names: the table fits 100 columns
+LEGEND = "ms and % of the row; wait: a collective waiting for its group, transfer: the call itself"
+
+
 def format_kind_table(rows: dict[str, dict[str, float]], title: str = "") -> str:
-    """Layer × kind: milliseconds and the share of the row, a total row, and each kind's share of the step."""
-    header = ["layer", *(c for k in COLUMNS for c in (k, "%")), "total ms"]
+    """Layer × kind: milliseconds (0.01 ms) and the share of the row in one cell, a total row; ≤ 100 columns."""
+    header = ["layer", *(HEADER.get(k, k) for k in COLUMNS), "total"]
     body = []
     for layer, row in [*rows.items(), ("total", {k: sum(r.get(k, 0.0) for r in rows.values()) for k in COLUMNS})]:
         total = sum(row.get(k, 0.0) for k in COLUMNS)
-        cells = [f"{row.get(k, 0.0) * 1e3:.3f}" for k in COLUMNS]
-        shares = [f"{row.get(k, 0.0) / total:.0%}" if total > 0 else "-" for k in COLUMNS]
-        body.append([layer, *(c for pair in zip(cells, shares) for c in pair), f"{total * 1e3:.3f}"])
+        cells = [f"{row.get(k, 0.0) * 1e3:.2f} {row.get(k, 0.0) / total:>4.0%}" if total > 0
+                 else f"{row.get(k, 0.0) * 1e3:.2f}    -" for k in COLUMNS]
+        body.append([layer, *cells, f"{total * 1e3:.2f}"])
         if layer != "total" and len(body) == len(rows):
             body.append(RULE)
-    return format_table([header, RULE, *body], title=title)
+    return format_table([header, RULE, *body], title=f"{title}\n{LEGEND}" if title else LEGEND)
