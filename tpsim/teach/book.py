@@ -24,7 +24,8 @@ from pathlib import Path
 
 from tpsim.launcher import launch
 from tpsim.teach.cells import html_output, stream_output
-from tpsim.teach.lessons import LessonInfo, read_checks
+from tpsim.teach.course import stop
+from tpsim.teach.lessons import LessonInfo, exercise_files, lesson_of, read_checks
 from tpsim.teach.notebook import plain_notebook
 from tpsim.teach.run_cells import split_output
 from tpsim.atomic import write_text
@@ -94,18 +95,23 @@ text-align: left}} tr:nth-child(even) {{background: #f4f4f4}} .failed {{color: #
 <p>Each page is a lesson: its prose, its code, and what a real run on its MPI ranks printed and drew.
 Run one yourself with <code>tpsim lesson run NN</code>, or open it as a notebook with
 <code>tpsim lesson notebook NN</code>.</p>
-<table><tr><th>lesson</th><th>title</th><th>ranks</th><th>checks</th><th>figures</th></tr>
+<table><tr><th>lesson</th><th>title</th><th>needs first</th><th>exercises</th><th>what it checks</th><th>ranks</th>
+<th>run</th><th>checks</th><th>figures</th></tr>
 {rows}
 </table></body></html>
 """
 
 
-def index_row(page: Page) -> str:
+def index_row(page: Page, exercises: list[str]) -> str:
     passed = sum(ok for _, ok in page.checks)
     checks = f"{passed} of {len(page.checks)} OK" if page.ok else \
         f'<span class="failed">{passed} of {len(page.checks)} OK, exit status {page.returncode}</span>'
-    return (f'<tr><td>{page.info.number}</td><td><a href="{page.html.name}">{html.escape(page.info.title)}</a></td>'
-            f"<td>{page.info.ranks}</td><td>{checks}</td><td>{len(page.figures)}</td></tr>")
+    place = stop(page.info.number)
+    needs = ", ".join(place.needs) or "—" if place else "?"
+    cells = [page.info.number, f'<a href="{page.html.name}">{html.escape(page.info.title)}</a>', needs,
+             ", ".join(exercises) or "—", html.escape(place.checks) if place else "", str(page.info.ranks),
+             f"{page.seconds:.0f} s", checks, str(len(page.figures))]
+    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
 def build_book(lessons: list[LessonInfo], out: str | Path = DEFAULT_BOOK, timeout: float = RUN_TIMEOUT,
@@ -118,5 +124,7 @@ def build_book(lessons: list[LessonInfo], out: str | Path = DEFAULT_BOOK, timeou
         pages.append(build_page(info, out, timeout))
         if progress is not None:
             progress(pages[-1])
-    write_text(out / "index.html", INDEX.format(rows="\n".join(index_row(p) for p in pages)))
+    exercises = exercise_files()
+    rows = [index_row(p, [n for n in exercises if lesson_of(n) == p.info.number]) for p in pages]
+    write_text(out / "index.html", INDEX.format(rows="\n".join(rows)))
     return pages

@@ -20,12 +20,12 @@ from tpsim.launcher import Launch
 from tpsim.launcher import launch as run_mpiexec
 from tpsim.paths import check_output_dir
 from tpsim.table import format_table
+from tpsim.teach.course import MEASURED, stop
 from tpsim.teach.hints import HINT_STATE, NEXT
-from tpsim.teach.lessons import (DEFAULT_OUT, LessonsNotFound, discover, exercise_file, find_lesson, lesson_of,
-                                 normalize_exercise, shown_path)
-from tpsim.teach.workspace import exercises_of
+from tpsim.teach.lessons import (DEFAULT_OUT, LessonsNotFound, discover, exercise_file, exercise_files,
+                                 find_lesson, lesson_of, normalize_exercise, shown_path)
 from tpsim.teach.notebook_cli import NOTEBOOK_COMMANDS, add_notebook_commands
-from tpsim.teach.workspace import WORK_ENV, answer_file, start, work_dir
+from tpsim.teach.workspace import WORK_ENV, answer_file, exercises_of, start, work_dir
 
 LESSON_TIMEOUT, CHECK_TIMEOUT = 300.0, 120.0
 LIST_WIDTH = 100  # `tpsim lesson list` fits a 100-column terminal
@@ -101,20 +101,30 @@ def _level(text: str) -> int:
 
 
 def lesson_table(lessons, width: int = LIST_WIDTH) -> str:
-    """Number, ranks and title of every lesson, its command on the line below (fits ``width`` columns)."""
+    """Every lesson: number, ranks, run time and title; below it the command, then what it needs first, its
+    exercises and what it checks (``tpsim.teach.course``) — all within ``width`` columns."""
     lessons = list(lessons)
     if not lessons:
         return "no lessons found"
-    indent = len("lesson  ranks  ")
-    rows = [["lesson", "ranks", "title / the command it runs"]]
+    exercises = exercise_files()
+    indent = len("lesson  ranks  run     ")
+    rows = [["lesson", "ranks", "run", "title / command / needs first, exercises, what it checks"]]
     for info in lessons:
-        title = textwrap.wrap(info.title, width - indent) or [""]
-        rows += [[info.number, str(info.ranks), title[0]], *([["", "", more] for more in title[1:]])]
-        rows.append(["", "", "  " + info.command])
-    table = format_table(rows, right=(1,))
+        place = stop(info.number)
+        title = textwrap.wrap(info.title, width - indent, break_on_hyphens=False) or [""]
+        seconds = f"~{place.seconds} s" if place else "?"
+        rows += [[info.number, str(info.ranks), seconds, title[0]], *([["", "", "", more] for more in title[1:]])]
+        rows.append(["", "", "", "  " + info.command])
+        mine = [n for n in exercises if lesson_of(n) == info.number]
+        facts = [f"needs {', '.join(place.needs) if place.needs else 'nothing'}" if place else "",
+                 f"exercise {', '.join(mine)}" if mine else "no exercise", f"checks: {place.checks}" if place else ""]
+        for more in textwrap.wrap(" · ".join(f for f in facts if f), width - indent - 2, break_on_hyphens=False):
+            rows.append(["", "", "", "  " + more])
+    table = format_table(rows, right=(1, 2))
+    note = "\n".join(textwrap.wrap(f"run: the wall time of {MEASURED}", width))
     if all(info.command.startswith("tpsim ") for info in lessons):
-        return table  # an installed package: the commands are already tpsim lesson run NN
-    return table + "\n(or: tpsim lesson run NN, the same command with a timeout)"
+        return f"{table}\n{note}"  # an installed package: the commands are already tpsim lesson run NN
+    return f"{table}\n{note}\n(or: tpsim lesson run NN, the same command with a timeout)"
 
 
 def lesson_main(argv: list[str]) -> int:

@@ -1,0 +1,58 @@
+"""The course as a path: for each lesson what it needs first, what it checks, and how long its run takes.
+
+``tpsim lesson list`` and the book's index show these beside each lesson's title, rank count and exercises (the
+exercises are found by file name, not listed here); docs/course.md gives the week's order. A lesson's
+prerequisites are the lessons whose results it uses without re-deriving them — read those first. ``seconds``
+is the measured wall time of ``tpsim lesson run NN`` (``MEASURED`` says where), rounded up: a learner's budget,
+not a benchmark. ``tests/test_course.py`` holds this table to the lessons folder: every lesson has an entry,
+prerequisites come earlier, and the week covers every lesson once. Pure data, no MPI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Stop:
+    """One lesson on the path: the lessons it builds on, what its CHECKs establish (one line), its run time."""
+
+    needs: tuple[str, ...]
+    checks: str
+    seconds: int
+
+
+MEASURED = "tpsim lesson run NN, one after another, on a shared 2-core machine (2026-12-01)"
+
+COURSE: dict[str, Stop] = {
+    "01": Stop((), "eq. (1) and (2) of the SenseParrots article: column and row splits of X·A", 1),
+    "02": Stop(("01",), "f and g against serial gradients; why they are conjugate", 1),
+    "03": Stop(("02",), "column- and row-parallel layers = serial, forward and weight gradients", 1),
+    "04": Stop(("03",), "GeLU forbids the early gather; one all-reduce forward, one backward", 1),
+    "05": Stop(("04",), "attention split by heads = serial; the contiguous qkv split is wrong", 2),
+    "06": Stop(("03",), "the loss from three [tokens] all-reduces, logits ×1000, padded vocab", 2),
+    "07": Stop(("04", "06"), "exact vs Megatron dropout RNG; the TP-aware gradient norm", 1),
+    "08": Stop(("04", "07"), "TP × DP grid, broadcasts, DDP buckets, training = serial", 2),
+    "09": Stop(("06", "08"), "partial FC and Megatron's way both = serial; their bytes and FLOPs", 2),
+    "10": Stop(("05", "08"), "f̄ and ḡ, an SP block and a GPT step = serial; activations ÷ tp", 2),
+    "11": Stop(("08", "10"), "every traced byte = the formulas; timelines; α-β pricing", 5),
+    "12": Stop(("05", "10"), "GQA, SwiGLU and RoPE under TP and SP = serial", 1),
+    "13": Stop(("06", "11", "12"), "TP decoding = serial tokens; KV cache per rank; decode collectives", 2),
+    "14": Stop(("08",), "owned bucket slices; ZeRO-1 = DP × TP; its bytes and optimizer memory", 2),
+    "15": Stop(("08", "11"), "bfloat16 rounding, 16-bit all-reduce bounds, loss scaling, drift", 1),
+    "16": Stop(("10", "11", "12", "14", "15"), "tpsim plan taken apart: bytes per parameter, Table 2, 1F1B", 1),
+}
+
+# A one-week course: (day, lessons, what the day is about). Exercises are part of each day.
+WEEK: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("Monday", ("01", "02", "03"), "the two splits, f and g, the parallel linear layers"),
+    ("Tuesday", ("04", "05", "06"), "a parallel transformer block and its loss"),
+    ("Wednesday", ("07", "08", "09"), "dropout and clipping, data × tensor parallelism, the InsightFace way"),
+    ("Thursday", ("10", "11", "12"), "sequence parallelism, reading a trace, today's transformer"),
+    ("Friday", ("13", "14", "15", "16"), "inference, ZeRO-1, 16-bit training, planning a real run"),
+)
+
+
+def stop(number: str) -> Stop | None:
+    """Lesson ``number``'s place on the path (None for a lesson not yet in the table)."""
+    return COURSE.get(number)
