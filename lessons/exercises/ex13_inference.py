@@ -1,10 +1,12 @@
 """Exercise 13 — greedy decoding's argmax over a vocab-parallel LM head (lesson 13_inference.py).
 
 Under TP each rank holds the logits of its vocabulary slice only: ``logits_local`` is ``[b, Vp/p]``, column
-c being vocabulary id ``vocab_start + c``; ids ``>= vocab_size`` are padding (zero rows of the weight).
-Return the id of the largest logit of each row over the *whole* vocabulary, the same on every rank, as
-``np.argmax`` of the full row would (ties: the first id) — without gathering the logits: use ``group``'s
-traced ``all_reduce(x, op="sum" | "max" | "min")``.
+c being vocabulary id ``vocab_start + c``; ids ``>= vocab_size`` are padding, there so that Vp divides by p:
+zero rows of the weight, so their logit is 0 (or anything) — they are not words and must never win, not even
+in a row whose real logits are all negative. Return the id of the largest logit of each row over the *whole*
+real vocabulary, the same on every rank, as ``np.argmax(full[:, :vocab_size])`` would (ties, within a rank or
+across ranks: the first id) — without gathering the logits: use ``group``'s traced
+``all_reduce(x, op="sum" | "max" | "min")``.
 Check it:   tpsim check 13           (4 ranks)
 The reference answer: tpsim lesson solution 13 (prints where it is) — try first.
 """

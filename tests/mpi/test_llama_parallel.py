@@ -80,6 +80,30 @@ def test_kv_head_layout_maps_heads_to_ranks():
     assert [kv_head_layout(8, 4, 2, r)[0].tolist() for r in range(2)] == [[0, 1], [2, 3]]
 
 
+@pytest.mark.parametrize("heads,kv_heads,tp,rank,message", [
+    (12, 6, 4, 0, "kv_heads = 6 and tp = 4: neither divides the other"),  # was a ZeroDivisionError
+    (12, 3, 4, 3, "kv_heads = 3 and tp = 4: neither divides the other"),  # was KV head 3 of 0..2
+    (8, 3, 4, 0, "heads = 8 is not a multiple of kv_heads = 3"),
+    (6, 2, 4, 0, "heads = 6 is not divisible by tp = 4"),
+    (8, 0, 4, 0, "must be >= 1, got 8, 0, 4"),
+    (8, 2, 4, 4, "tp_rank = 4 is not a rank of a TP group of 4"),
+    (8, 2, 4, -1, "tp_rank = -1 is not a rank of a TP group of 4"),
+])
+def test_kv_head_layout_refuses_what_tpsim_refuses_in_words(heads, kv_heads, tp, rank, message):
+    with pytest.raises(ConfigError, match=message):
+        kv_head_layout(heads, kv_heads, tp, rank)
+
+
+def test_kv_head_layout_heads_exist_and_cover_every_query_head():
+    for heads, kv, tp in [(8, 8, 4), (8, 2, 4), (8, 1, 8), (16, 4, 2), (12, 6, 3), (6, 2, 6)]:
+        held = [kv_head_layout(heads, kv, tp, r) for r in range(tp)]
+        per = heads // tp
+        for r, (index, rep) in enumerate(held):
+            read = sorted({j // (heads // kv) for j in range(r * per, (r + 1) * per)})  # what its q heads read
+            assert index.tolist() == read, (heads, kv, tp, r)
+            assert rep == sum(other.tolist() == index.tolist() for other, _ in held)
+
+
 def test_dp_tp_training_with_clipping_equals_serial(grid):
     cfg = config(grid.tp, 1)  # replicated KV heads: the norm must count each once
     batch = 8

@@ -117,9 +117,9 @@ class LlamaConfig:
         if heads % tp:
             raise ConfigError(f"num_attention_heads {heads} is not divisible by tp {tp} (attention is split by heads)")
         if kv % tp and tp % kv:
-            raise ConfigError(f"num_key_value_heads {kv} and tp {tp}: neither divides the other, so some rank "
-                              f"would need part of a KV head (KV heads are split when kv % tp == 0 and "
-                              f"replicated on tp / kv ranks when tp % kv == 0)")
+            raise ConfigError(f"num_key_value_heads {kv} and tp {tp}: neither divides the other, so the ranks' "
+                              f"query heads would read overlapping, uneven sets of KV heads (KV heads are split "
+                              f"when kv % tp == 0 and replicated on tp / kv ranks when tp % kv == 0)")
         if self.intermediate_size % tp:
             raise ConfigError(f"intermediate_size {self.intermediate_size} is not divisible by tp {tp} "
                               f"(gate/up are split by columns)")

@@ -10,7 +10,7 @@
 
 Attention is split by heads: a rank holds a/t query heads. KV heads are split the same way when t divides g,
 and each is replicated on t/g ranks when g divides t (``config.check(tp)`` refuses the rest), so a rank holds
-max(g/t, 1) of them (Megatron-LM's rule for grouped-query attention).
+max(g/t, 1) of them (vLLM's rule for grouped-query attention; Megatron-LM requires t to divide g).
 """
 
 from __future__ import annotations

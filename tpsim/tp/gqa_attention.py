@@ -6,8 +6,11 @@ j // n_rep (n_rep = heads / kv_heads), so a rank's q heads need a contiguous run
 
     kv_heads % tp == 0   each rank holds kv_heads / tp KV heads — its own, nobody else's
     tp % kv_heads == 0   each KV head is *replicated* on rep = tp / kv_heads ranks: rank r holds KV head
-                         r // rep (what vLLM and Megatron-LM do when TP exceeds the KV heads)
-    otherwise            a rank's q heads would need part of a KV head: refused (``ConfigError``)
+                         r // rep (what vLLM and SGLang do when TP exceeds the KV heads; Megatron-LM instead
+                         requires kv_heads % tp == 0)
+    otherwise            the ranks' q heads read overlapping, uneven sets of whole KV heads (heads 12, kv 6,
+                         tp 4: {0, 1}, {1, 2}, {3, 4}, {4, 5}), which neither a split nor a uniform copy gives:
+                         refused (``ConfigError``, from ``check_kv_layout``, which ``kv_head_layout`` calls)
 
     tp 4, heads 8, kv 2:  rank 0: q 0,1 kv 0 | rank 1: q 2,3 kv 0 | rank 2: q 4,5 kv 1 | rank 3: q 6,7 kv 1
 
@@ -38,21 +41,35 @@ from tpsim.tp.regions import TP_REGION, Region
 from tpsim.tp.row_parallel import RowParallelLinear
 
 
-def check_gqa_layout(hidden: int, heads: int, kv_heads: int, tp: int) -> None:
-    """Raise ``ConfigError`` (the same on every rank, before any collective) for a layout that cannot work."""
-    if heads < 1 or hidden % heads:
-        raise ConfigError(f"hidden = {hidden} is not divisible by heads = {heads}")
-    if kv_heads < 1 or heads % kv_heads:
+def check_kv_layout(heads: int, kv_heads: int, tp: int) -> None:
+    """Raise ``ConfigError`` for query/KV heads that tpsim cannot split over ``tp`` ranks (pure arithmetic)."""
+    if heads < 1 or kv_heads < 1 or tp < 1:
+        raise ConfigError(f"heads, kv_heads and tp must be >= 1, got {heads}, {kv_heads}, {tp}")
+    if heads % kv_heads:
         raise ConfigError(f"heads = {heads} is not a multiple of kv_heads = {kv_heads}")
     if heads % tp:
         raise ConfigError(f"heads = {heads} is not divisible by tp = {tp}: attention is split by whole heads")
     if kv_heads % tp and tp % kv_heads:
-        raise ConfigError(f"kv_heads = {kv_heads} and tp = {tp}: neither divides the other, so some rank "
-                          f"would need part of a KV head (use a tp that divides kv_heads or a multiple of it)")
+        raise ConfigError(f"kv_heads = {kv_heads} and tp = {tp}: neither divides the other, so the ranks' query "
+                          f"heads would read overlapping, uneven sets of KV heads, which tpsim refuses (use a tp "
+                          f"that divides kv_heads or a multiple of it)")
+
+
+def check_gqa_layout(hidden: int, heads: int, kv_heads: int, tp: int) -> None:
+    """Raise ``ConfigError`` (the same on every rank, before any collective) for a layout that cannot work."""
+    if heads < 1 or hidden % heads:
+        raise ConfigError(f"hidden = {hidden} is not divisible by heads = {heads}")
+    check_kv_layout(heads, kv_heads, tp)
 
 
 def kv_head_layout(heads: int, kv_heads: int, tp: int, tp_rank: int) -> tuple[np.ndarray, int]:
-    """``(global KV heads this rank holds, replicas)``: how many TP ranks hold each of them (1 = split)."""
+    """``(global KV heads this rank holds, replicas)``: how many TP ranks hold each of them (1 = split).
+
+    Raises ``ConfigError`` for a layout ``check_kv_layout`` refuses, or a ``tp_rank`` outside ``0 .. tp − 1``.
+    """
+    check_kv_layout(heads, kv_heads, tp)
+    if not 0 <= tp_rank < tp:
+        raise ConfigError(f"tp_rank = {tp_rank} is not a rank of a TP group of {tp} (0 .. {tp - 1})")
     if kv_heads % tp == 0:
         local = kv_heads // tp
         return np.arange(tp_rank * local, (tp_rank + 1) * local), 1

@@ -1,8 +1,10 @@
 """The check of exercise 12: which KV heads a TP rank holds, and with which ranks it sums their gradients.
 
 Against ``tpsim.tp.gqa_attention.kv_head_layout`` for (heads, kv_heads, tp) layouts that work, every TP rank,
-with the typical slips as symptoms (round-robin heads, one head where a rank holds several, the whole TP
-group or nobody for the gradient sum)."""
+with the typical slips as symptoms (strided or round-robin heads, one head where a rank holds several, dividing
+by kv_heads, the whole TP group or nobody for the gradient sum). The functions are pure arithmetic: every
+process makes every call (a call is collective), and the process ``rank % world`` compares the answer for TP
+rank ``rank``, so a finding is reported once, by the process whose number is that TP rank whenever tp ≤ world."""
 
 from __future__ import annotations
 
@@ -23,8 +25,13 @@ def sharing(heads: int, kv_heads: int, tp: int, rank: int) -> list[int]:
 
 def head_symptoms(kv_heads: int, tp: int, rank: int) -> dict:
     per = max(kv_heads // tp, 1)
-    return {"round-robin: KV head rank % kv_heads, but rank r's query heads are a contiguous block "
-            "(query head j reads KV head j // n_rep)": [rank % kv_heads] * per if kv_heads < tp else None,
+    return {"strided: KV heads rank, rank + tp, rank + 2·tp, …, but a rank's query heads are one contiguous "
+            "block, so the KV heads they read are contiguous too": list(range(rank, kv_heads, tp))
+            if kv_heads > tp else None,
+            "round-robin: KV head rank % kv_heads, but rank r's query heads are a contiguous block "
+            "(query head j reads KV head j // (heads / kv_heads))": [rank % kv_heads] * per if kv_heads < tp else None,
+            "KV head rank // kv_heads: that divides by the number of KV heads, not by the number of ranks that "
+            "share each one": [rank // kv_heads] if kv_heads < tp else None,
             "one KV head per rank, but when kv_heads ≥ tp each rank's query heads read kv_heads / tp of them":
             [rank * kv_heads // tp],
             "KV head number = rank number: with fewer KV heads than ranks, the last ranks name heads that do not "
@@ -53,13 +60,16 @@ def group_symptoms(tp: int, rank: int, kv_heads: int) -> dict:
                              "rep = max(tp // kv_heads, 1); list(range(r // rep · rep, r // rep · rep + rep))"))
 def check_12(r: Report) -> None:
     for heads, kv, tp in LAYOUTS:
-        for rank in range(tp):  # every rank checks every layout (a call is collective: all ranks make each one)
-            expected = kv_head_layout(heads, kv, tp, rank)[0].tolist()
+        for rank in range(tp):  # every process makes every call (a call is collective) ...
+            mine = rank % r.world_size == r.rank  # ... and one compares it: each finding is reported once
+            about = f"(heads={heads}, kv_heads={kv}, tp={tp}, rank={rank}), asked about TP rank {rank} of {tp}"
             got = r.call("kv_heads_of_rank", heads, kv, tp, rank)
-            r.compare(f"kv_heads_of_rank(heads={heads}, kv_heads={kv}, tp={tp}, rank={rank})",
-                      np.asarray(got, dtype=np.int64), np.asarray(expected, dtype=np.int64),
-                      symptoms=head_symptoms(kv, tp, rank))
+            if mine:
+                r.compare(f"kv_heads_of_rank{about}", np.asarray(got, dtype=np.int64),
+                          kv_head_layout(heads, kv, tp, rank)[0].astype(np.int64),
+                          symptoms=head_symptoms(kv, tp, rank))
             got = r.call("kv_gradient_ranks", heads, kv, tp, rank)
-            r.compare(f"kv_gradient_ranks(heads={heads}, kv_heads={kv}, tp={tp}, rank={rank})",
-                      np.asarray(sorted(got), dtype=np.int64), np.asarray(sharing(heads, kv, tp, rank)),
-                      symptoms=group_symptoms(tp, rank, kv))
+            if mine:
+                r.compare(f"kv_gradient_ranks{about}", np.asarray(sorted(got), dtype=np.int64),
+                          np.asarray(sharing(heads, kv, tp, rank), dtype=np.int64),
+                          symptoms=group_symptoms(tp, rank, kv))
