@@ -321,8 +321,8 @@ lesson.check("head_dim / (2·b·s) here, and at head_dim 128 with one 8192-token
 #   its `[h]` weight gradient is all-reduced (phase `sp_grad_sync`).
 # * Llama's ffn ≈ 8h/3 gives its three SwiGLU matrices the parameters of a two-matrix 4h MLP.
 #
-# Exercise: the KV-head-to-rank map and who sums whose gradient, in `lessons/exercises/ex12_kv_heads.py`,
-# then `tpsim check 12`.
+# Exercise: the KV-head-to-rank map and who sums whose gradient, in `ex12_kv_heads.py`: `tpsim lesson start 12`
+# copies it into your work folder (`tpsim-work/`), then `tpsim check 12`.
 
 # %%
 lesson.takeaways()

@@ -356,7 +356,8 @@ lesson.check("this rank's share of the weights", f"{share:.1%} (1/tp = {1 / RANK
 #   GPU at TP 8, 8× more without GQA.
 # * `mpirun -n N python -m tpsim.generate --init-from DIR --prompt 1,2,3` does all of this on any folder.
 #
-# Exercise: `vocab_parallel_argmax` in `lessons/exercises/ex13_inference.py`, then `tpsim check 13`.
+# Exercise: `vocab_parallel_argmax` in `ex13_inference.py`: `tpsim lesson start 13` copies it into your work folder
+# (`tpsim-work/`), then `tpsim check 13`.
 
 # %%
 grid.world.comm.Barrier()  # every rank has read the folders: rank 0 removes them

@@ -10,7 +10,7 @@ cache is dropped. Under TP the same calls issue the same collectives as in train
                     (``tpsim.generate.argmax``)
 
 so a decode step takes 2·n_layer + 3 collectives of a few KiB at most: each costs its latency α and almost no
-bandwidth — why decode is latency-bound. Llama's RoPE rotates q and k at their absolute positions (start..)
+bandwidth (in the α-β model, α assumed: all latency). Llama's RoPE rotates q and k at their absolute positions (start..)
 before k enters the cache; GQA's query heads read their KV head out of the cache (``cached_attention``); a KV
 head replicated over ranks is cached on each of them, and a forward needs none of lesson 12's gradient sums.
 

@@ -1,10 +1,13 @@
 """What a decode run's trace says: collectives of the prefill vs one decode step, the KV cache per rank, and the
 α-β time of one generated token on the link presets. Pure arithmetic on trace records (MPI-free).
 
-Why decode is latency-bound: a decode step moves [b, 1, h] per all-reduce — 2·b·h·itemsize·(p−1)/p bytes sent,
+Why a decode step's collectives are all latency (in the α-β model, with α *assumed*: 3 µs per ring step on the
+NVLink preset): a decode step moves [b, 1, h] per all-reduce — 2·b·h·itemsize·(p−1)/p bytes sent,
 a few KiB — but pays 2(p−1) ring steps of latency α for each of its 2·n_layer + 3 collectives. At h = 4096 in
 bfloat16 one all-reduce of [1, 1, h] over NVLink (450 GB/s) costs 8 KiB · 2·7/8 / 450 GB/s ≈ 0.03 µs of
-bandwidth and 14 · 3 µs = 42 µs of latency: the wire is idle, the clock is spent waiting.
+bandwidth and 14 · 3 µs = 42 µs of latency: the wire is idle, the clock is spent waiting. (The GPU's own
+decode is memory-bound — weights and KV cache read per token, Pope et al. 2022 — which TP divides by t; the α of
+its collectives it does not.)
 """
 
 from __future__ import annotations
