@@ -190,10 +190,12 @@ lesson.close(f"bubble / compute = {ratio:.4f}; its difference from 3/128", ratio
 # step. TP, per layer and micro-batch under SP (lesson 10): an all-gather before attention and before the MLP and
 # a reduce-scatter after each, forward; their conjugates and a re-gather of each column-parallel input, backward
 # — 10 collectives of a [s, b, h] bf16 activation, each sending (t − 1)/t of it — plus the two norms' [h]
-# gradient all-reduces. Stage 0 adds the embedding (an all-reduce forward, an all-gather backward) and its half
-# of the batch broadcast, the ids; the last stage has the LM head and the loss instead, and no GPU has both. DP
-# all-reduces the stage's fp32 gradients once a step; PP sends one [s/t, b, h] activation a micro-batch forward
-# (stage 0 sends no gradient back: nothing precedes it).
+# gradient all-reduces. Stage 0 adds the embedding (an all-reduce forward, an all-gather backward) and the
+# token ids, b·s int64 broadcast over TP (tpsim broadcasts ids and labels together; a pipeline's first stage
+# needs the ids, its last the labels); the last stage has the LM head and the loss instead, and no GPU has both.
+# Once a step comes the gradient norm's one-number all-reduce. DP all-reduces the stage's fp32 gradients once a
+# step; PP sends one [s/t, b, h] activation a micro-batch forward (stage 0 sends no gradient back: nothing
+# precedes it).
 #
 # TP sends over 300 times DP's bytes, and it sits between a layer's matmuls, where nothing hides it. Priced by
 # lesson 11's α-β model, on NVLink (450 GB/s each way) it costs seconds a step; spread over two nodes it runs on
