@@ -1,5 +1,5 @@
-"""``tpsim plan --validate`` inside ``make test``: four small live layouts (TP, TP + SP, DP, TP × DP + SP) check
-every per-layer term the planner uses, exactly (``tpsim.plan.validate``). About 15 s on two cores."""
+"""``tpsim plan --validate`` inside ``make test``: the small live layouts of ``tpsim.plan.validate.CASES`` (GPT and
+Llama, TP, SP, DP, ZeRO-1, bfloat16) check every per-layer term the planner uses, exactly. Seconds to a minute."""
 
 from __future__ import annotations
 

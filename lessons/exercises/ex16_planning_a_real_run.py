@@ -14,6 +14,7 @@ def model_state_bytes_per_gpu(params: int, dtype: str, zero: int, dp: int) -> fl
     ``dtype``: "bf16" (bf16 weights, fp32 gradients), "fp16" (fp16 weights and gradients, plus an fp32
     main-gradient buffer in the optimizer) or "fp32" — Megatron-LM's table of bytes per parameter (lesson 16).
     ``zero``: 0, or 1 for the distributed optimizer (ZeRO stage 1) over ``dp`` data-parallel replicas.
+    Returns bytes (not GB or GiB); the count need not be a whole number under ZeRO-1.
     """
     # TODO: bytes per parameter (weights + gradients + optimizer state) times the parameters.
     raise NotImplementedError
@@ -24,7 +25,8 @@ def gpt_layer_activation_bytes(s: int, b: int, h: int, a: int, t: int, sp: bool,
 
     ``s`` sequence, ``b`` micro-batch, ``h`` hidden, ``a`` heads, ``t`` TP size; ``sp``: sequence parallelism;
     ``recompute``: "none", "selective" (the attention scores are recomputed) or "full" (only the layer's input
-    is kept). 16-bit activations, 1-byte dropout masks.
+    is kept: 2sbh as in Table 2, SP or not — the paper's row). Table 2's rows are already in bytes, with
+    16-bit activations and 1-byte dropout masks.
     """
     # TODO: one line of Table 2 per case.
     raise NotImplementedError

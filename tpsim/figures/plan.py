@@ -64,15 +64,15 @@ def plot_memory_by_layout(numbers, path: Path) -> Path:
         gb = [numbers[n][key] / 1e9 for n in names]
         ax.bar(names, gb, bottom=bottom, color=COLORS[key], label=key)
         bottom = [b + g for b, g in zip(bottom, gb)]
-    ax.axhline(80, color="black", ls="--", lw=1, label="H100 80 GB")
-    ax.set_ylabel("GB per GPU (busiest stage)")
+    ax.axhline(80, color="black", ls="--", lw=1, label="H100 \"80 GB\", taken as 80·10⁹ B")
+    ax.set_ylabel("GB (10⁹ B) per GPU, the stage with the most")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     return save_figure(fig, path, "Llama-3-70B on 64 H100s: memory per GPU by layout (bf16, SP, selective recompute,"
                                   " 256 x 8192 tokens)",
                        "tpsim plan: Megatron-LM's bytes per parameter (18, or 6 + 12/d with ZeRO-1 'Z1'), activations "
-                       "per layer derived for Llama (+ tpsim's own terms) x min(p, m) micro-batches in flight (1F1B, "
-                       "Narayanan et al. 2021), fp32 logits on the last stage.")
+                       "per layer derived for Llama (tpsim's own terms not included) x min(p, m) micro-batches in "
+                       "flight (1F1B, Narayanan et al. 2021), fp32 logits on the last stage.")
 
 
 def plot_frontier(numbers, path: Path) -> Path:

@@ -1,4 +1,5 @@
-"""Wire bytes per step by group, and their α-β time, on the busiest GPU.
+"""Wire bytes per step by group, and their α-β time, on one GPU of one pipeline stage (the planner asks for the
+stage ``tpsim.plan.memory.busiest_stage`` picks, the one holding the most bytes: its own collectives, no other's).
 
 **TP** comes from ``tpsim.predict.formulas.predict_step`` — the function every live run's FORMULA CHECK compares
 its trace with — called for one micro-batch of a one-layer model of the architecture (``ModelSpec.config``):
@@ -13,11 +14,20 @@ itemsize prices every tensor at that size.
 Full recompute repeats each layer's forward collectives in the backward (Korthikanti et al. 2022, §5, "from the
 paper": tpsim does not recompute); selective recompute adds none.
 
+Which stage issues what (Megatron-LM's pipeline): every stage its L/p layers and the clip norm's all-reduce once
+a step; the first stage the embedding's collectives; the last the final norm's SP gradient sync, the LM head's
+and the loss's; tpsim's batch broadcast, ids and labels as one int64 [2, b, s], is split as Megatron-LM's
+``get_batch`` splits it: the ids on the first stage, the labels on the last, half each. With p = 1 the one stage
+does all of it. A row of ``predict_step``
+that no stage claims raises, so a new collective cannot be dropped silently.
+
 **DP**: the gradients of this GPU's parameters, all-reduced once per step (one bucket); with ``--zero 1``
 reduce-scattered, then the updated parameters all-gathered (Megatron-LM's distributed optimizer).
 
-**PP** (from the paper: tpsim does not run pipelines): per micro-batch an interior stage sends one activation
-forward and one gradient backward, b·s·h elements each (÷ t under SP, where the boundary tensor is split).
+**PP** (from the paper: tpsim does not run pipelines): per micro-batch a stage sends one activation forward
+(all but the last) and one gradient backward (all but the first), b·s·h elements each (÷ t under SP, where the
+boundary tensor is split); what a stage receives is counted as its neighbour's send. A tied embedding's
+gradient all-reduce between the first and the last stage (Megatron-LM's embedding group, p > 1) is not counted.
 
 Links: TP on the node's link when the TP group fits in a node, else the inter-node link; PP and DP inter-node
 unless the whole job fits in one node.
@@ -99,22 +109,50 @@ def dp_wire_bytes(lay: Layout, stage_params: int) -> int:
     return sum(wire_bytes(op, n, lay.dp) for op, n in dp_collectives(lay, stage_params))
 
 
-def step_comm(model: ModelSpec, lay: Layout, gpu: GPU, stage_params: int) -> dict[str, dict[str, float]]:
-    """``{"wire_bytes": {"tp", "dp", "pp"}, "time_s": {...}}`` per step on the busiest GPU."""
+def _ends(model: ModelSpec, lay: Layout, stage: int) -> list[Prediction]:
+    """The TP rows outside the layers that ``stage`` issues per micro-batch (the module docstring's split)."""
+    names, first, last = model.architecture.config.layer_names, stage == 0, stage == lay.pp - 1
+    out = []
+    for r in tp_rows(model, lay):
+        if _is_layer(model, r) or r.layer in PER_STEP:
+            continue
+        if r.layer == "batch":  # [2, b, s]: ids for the first stage, labels for the last
+            half = replace(r, bytes=r.bytes // 2, wire_bytes=r.wire_bytes // 2)
+            out += [half] * (first + last)
+        elif r.layer == names.embed:
+            out += [r] * first
+        elif r.layer in (names.final_norm, "lm_head", "loss"):
+            out += [r] * last
+        else:
+            raise ValueError(f"tpsim.plan.comm: no pipeline stage claims predict_step's row {r.layer} ({r.op})")
+    return out
+
+
+def pp_sends(lay: Layout, stage: int) -> int:
+    """Point-to-point sends per step of one GPU of ``stage``: m activations forward unless it is the last
+    stage, m gradients backward unless it is the first."""
+    if lay.pp == 1:
+        return 0
+    return lay.microbatches * ((stage < lay.pp - 1) + (stage > 0))
+
+
+def step_comm(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, stage_params: int) -> dict[str, dict[str, float]]:
+    """``{"wire_bytes": {"tp", "dp", "pp"}, "time_s": {...}}`` per step on one GPU of ``stage``, which holds
+    ``stage_params`` parameters: that stage's own collectives only (the module docstring)."""
+    if not 0 <= stage < lay.pp:
+        raise ValueError(f"stage {stage} of a {lay.pp}-stage pipeline")
     m, per_stage, link = lay.microbatches, model.layers // lay.pp, links(lay, gpu)
-    rows = tp_rows(model, lay)
-    layer = tp_layer_rows(model, lay)
-    outside = [r for r in rows if not _is_layer(model, r) and r.layer not in PER_STEP]
-    once = [r for r in rows if r.layer in PER_STEP]
-    tp_wire = m * (per_stage * sum(r.wire_bytes for r in layer) + sum(r.wire_bytes for r in outside))
+    layer, ends = tp_layer_rows(model, lay), _ends(model, lay, stage)
+    once = [r for r in tp_rows(model, lay) if r.layer in PER_STEP]
+    tp_wire = m * (per_stage * sum(r.wire_bytes for r in layer) + sum(r.wire_bytes for r in ends))
     tp_wire += sum(r.wire_bytes for r in once)
-    tp_time = m * (per_stage * _seconds(layer, link["tp"]) + _seconds(outside, link["tp"])) + _seconds(once, link["tp"])
+    tp_time = m * (per_stage * _seconds(layer, link["tp"]) + _seconds(ends, link["tp"])) + _seconds(once, link["tp"])
     dp_ops = dp_collectives(lay, stage_params)
     dp_wire = dp_wire_bytes(lay, stage_params)
     dp_time = sum(alpha_beta_time(ring_steps(op, lay.dp), wire_bytes(op, n, lay.dp), link["dp"].alpha,
                                   link["dp"].beta) for op, n in dp_ops)
     boundary = lay.micro_batch * lay.seq_len * model.hidden * ACT_BYTES[lay.dtype] // (lay.tp if lay.sp else 1)
-    sends = 0 if lay.pp == 1 else 2 * m
+    sends = pp_sends(lay, stage)
     pp_wire = sends * boundary
     pp_time = sends * (link["pp"].alpha + boundary * link["pp"].beta)
     return {"wire_bytes": {"tp": tp_wire, "dp": dp_wire, "pp": pp_wire},

@@ -10,7 +10,7 @@ parameter as (params, grads, optimizer), Adam's two moments and fp32 master copi
 With ``--zero 1`` (the distributed optimizer, ZeRO stage 1) the optimizer column is split over the DP group:
 20 → 4 + 16/d, 18 → 6 + 12/d, 16 → 8 + 8/d. tpsim's live runs are float64 with AdamW's two slots: 8 + 8 + 16.
 The ZeRO paper (Rajbhandari et al. 2019, arXiv:1910.02054, §3.1) counts mixed-precision Adam as 2 + 2 + K with
-K = 12 (fp32 params, momentum, variance) = 16 bytes: it converts gradients to fp32 on the fly, where Megatron's
+K = 12 (fp32 params, momentum, variance) = 16 bytes: it keeps no fp32 gradient copy, where Megatron's
 fp16 row keeps a 4-byte fp32 main-gradient buffer — hence 16 vs 20, and 4 + 12/d vs 4 + 16/d sharded.
 
 **Activations per layer** (bytes one GPU keeps for the backward of one layer and one micro-batch):

@@ -28,7 +28,7 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
     check(model, lay)
     g = gpu_preset(lay.gpu)
     mem = busiest_stage(model, lay)
-    comm = step_comm(model, lay, g, int(mem["param_count"]))
+    comm = step_comm(model, lay, g, int(mem["stage"]), int(mem["param_count"]))  # that stage's own
     flops = flops_per_step(model, lay)
     compute = flops / (lay.gpus * g.peak(lay.dtype) * lay.mfu)
     times = step_times(compute, lay, comm["time_s"])

@@ -12,6 +12,11 @@ def gb(x: float) -> str:
     return f"{x / GB:,.2f} GB"
 
 
+def capacity(x: float) -> str:
+    """A GPU's memory as the planner takes it, the unit in sight: ``80·10⁹ B`` (a datasheet's "80 GB")."""
+    return f"{x / GB:g}·10⁹ B"
+
+
 def seconds(x: float) -> str:
     return f"{x * 1e3:,.1f} ms" if x < 1 else f"{x:,.2f} s"
 
@@ -31,24 +36,26 @@ def format_plan(p: dict) -> str:
             f"  batch {lay['global_batch']} x {lay['seq_len']} tokens, micro-batch {lay['micro_batch']}, "
             f"{lay['microbatches']} micro-batches per replica, {lay['in_flight']} in flight on stage 0 (1F1B), "
             f"{lay['dtype']}"]
-    rows = [["per GPU (busiest: stage " + str(g["stage"]) + ")", "value", "source"], RULE,
+    stage = f"stage {g['stage']}"
+    rows = [[f"per GPU of {stage} (most memory)", "value", "source"], RULE,
             ["parameters", f"{g['params']:,}", ""],
             ["params", gb(mem["params"]), f"{state['params']:g} B/param"],
             ["grads", gb(mem["grads"]), f"{state['grads']:g} B/param"],
             ["optimizer", gb(mem["optimizer"]), f"{state['optimizer']:g} B/param" + (" (ZeRO-1 / dp)" if lay["zero"]
                                                                                      else "")],
             ["activations", gb(mem["activations"]), "layers x in-flight + logits"],
-            ["total", gb(mem["total"]), f"of {gb(lay['gpu_memory_bytes'])}: " + ("fits" if p["fits"] else
+            ["total", gb(mem["total"]), f"of {capacity(lay['gpu_memory_bytes'])}: " + ("fits" if p["fits"] else
                                                                                   "DOES NOT FIT")],
             RULE,
             ["activations per layer", gb(act["paper"]), architecture(m["arch"]).memory.ACTIVATION_SOURCE],
             ["  + tpsim's own terms", f"{act['tpsim_extra']:,.0f} B", "apart (not in the total)"],
             ["TP wire per layer per micro-batch", gb(g["tp_wire_bytes_per_layer_per_microbatch"]), "predict_step"],
             ["wire per step: TP / DP / PP", " / ".join(gb(wire[k]) for k in ("tp", "dp", "pp")),
-             "PP from the paper"],
+             f"{stage}'s own sends; PP from the paper"],
             RULE,
             ["time: compute", seconds(t["compute"]), f"peak {lay['peak_flops'] / 1e12:g} TFLOP/s x mfu {lay['mfu']}"],
-            ["time: TP / DP / PP", " / ".join(seconds(t[k]) for k in ("tp", "dp", "pp")), "alpha-beta ring"],
+            ["time: TP / DP / PP", " / ".join(seconds(t[k]) for k in ("tp", "dp", "pp")),
+             f"alpha-beta ring, {stage}'s"],
             ["time: bubble", seconds(t["bubble"]), "(p - 1)/m x compute, from the paper"],
             ["step (nothing overlapped)", seconds(t["step"]), f"{p['tflops_per_gpu']:,.0f} TFLOP/s per GPU"],
             ["step (DP, PP hidden by compute)", seconds(t["step_overlapped"]), ""]]

@@ -1,0 +1,97 @@
+"""``tpsim plan``'s communication per pipeline stage: each stage's own collectives, from hand arithmetic.
+
+The figures are written out from the collectives a Megatron-style stage issues (Korthikanti et al. 2022 §4.2.2
+for SP's all-gathers and reduce-scatters, Narayanan et al. 2021 §2.2 for the point-to-point sends), with the
+ring's (t − 1)/t factor, not read back from the planner: the first stage has the embedding, the last the final
+norm, the LM head and the loss, no GPU both, and a stage sends activations forward only if a stage follows it
+and gradients backward only if one precedes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import tpsim.plan.comm as comm
+from tpsim.plan.gpus import gpu
+from tpsim.plan.layout import Layout
+from tpsim.plan.memory import stage_param_elements
+from tpsim.plan.models import PRESETS
+from tpsim.plan.planner import plan
+
+LLAMA = PRESETS["llama3-70b"]
+LAYOUT = Layout(tp=8, pp=4, dp=2, sp=True, recompute="selective", seq_len=8192, global_batch=256)  # lesson 16's
+
+
+def ring(t: int) -> float:
+    """Bytes a rank sends per logical byte in an all-gather or a reduce-scatter of t ranks."""
+    return (t - 1) / t
+
+
+def llama_sp_stage_tp_bytes(stage: int) -> float:
+    """TP bytes one GPU of ``stage`` sends per step at LAYOUT (bf16: 2-byte activations, SP, b = 1)."""
+    b, s, h, t, L, p, m = 1, 8192, LLAMA.hidden, 8, LLAMA.layers, 4, 128
+    act = b * s * h * 2
+    norm_sync = 2 * ring(t) * h * 2  # an RMSNorm's [h] gradient, all-reduced under SP
+    # a layer: forward all-gather + reduce-scatter around attention and around the MLP (4); backward their
+    # conjugates plus tpsim's re-gather of each column-parallel input (6); two norms' gradient syncs
+    layer = 10 * act * ring(t) + 2 * norm_sync
+    per_microbatch = L // p * layer
+    if stage == 0:  # the embedding: an all-reduce forward, an all-gather backward (the sequence split); the ids
+        per_microbatch += 3 * act * ring(t) + b * s * 8
+    if stage == p - 1:  # the LM head: all-gather forward, all-gather + reduce-scatter backward; the loss's three
+        per_microbatch += 3 * act * ring(t) + 3 * 2 * ring(t) * b * s * 2 + norm_sync + b * s * 8  # ...; labels
+    return m * per_microbatch + 2 * ring(t) * 8  # + the clip norm's float64 all-reduce, once a step
+
+
+@pytest.mark.parametrize("stage", [0, 1, 3])
+def test_each_stage_sends_its_own_tp_bytes(stage):
+    n = stage_param_elements(LLAMA, 8, 4, stage)
+    got = comm.step_comm(LLAMA, LAYOUT, gpu("h100-80gb"), stage, n)["wire_bytes"]
+    assert got["tp"] == pytest.approx(llama_sp_stage_tp_bytes(stage), rel=1e-15, abs=1)
+
+
+@pytest.mark.parametrize("stage, sends", [(0, 128), (1, 256), (3, 128)])
+def test_pipeline_sends_forward_from_all_but_the_last_backward_from_all_but_the_first(stage, sends):
+    n = stage_param_elements(LLAMA, 8, 4, stage)
+    got = comm.step_comm(LLAMA, LAYOUT, gpu("h100-80gb"), stage, n)["wire_bytes"]
+    assert got["pp"] == sends * (1 * 8192 * LLAMA.hidden * 2 // 8)  # [s/t, b, h] in bf16 under SP
+    assert got["dp"] == 2 * ring(2) * n * 4  # fp32 gradients all-reduced over dp 2
+
+
+def test_the_plan_reports_its_busiest_stage_alone():
+    """Stage 0 holds the most memory: the plan's per-GPU communication is stage 0's, not stage 0's plus the
+    last stage's head and loss (about 45 GB of TP bytes more) nor both directions of pipeline sends."""
+    p = plan(LLAMA, LAYOUT)
+    assert p["per_gpu"]["stage"] == 0
+    wire = p["per_gpu"]["wire_bytes_per_step"]
+    assert wire["tp"] == pytest.approx(llama_sp_stage_tp_bytes(0), rel=1e-15, abs=1)
+    assert wire["pp"] == 128 * 8192 * LLAMA.hidden * 2 // 8
+    last_stage_ends = llama_sp_stage_tp_bytes(3) - llama_sp_stage_tp_bytes(1)  # head, loss, final norm, labels
+    assert 45.0e9 < last_stage_ends < 45.2e9  # what stage 0's line used to carry besides its own
+
+
+def test_one_stage_issues_everything():
+    """p = 1: the only stage has the embedding, the head, the loss and the whole batch (plain TP, GPT-2)."""
+    model, t, b, s, m = PRESETS["gpt2"], 2, 2, 1024, 4
+    lay = Layout(tp=t, seq_len=s, micro_batch=b, global_batch=b * m)
+    act = b * s * model.hidden * 2
+    # per micro-batch: 4 all-reduces a layer, the embedding's g, the tied head's f, the loss's three [b, s]
+    # float reductions (2 bytes at the planner's itemsize), the [2, b, s] int64 batch
+    per_microbatch = (4 * model.layers + 2) * 2 * ring(t) * act + 3 * 2 * ring(t) * b * s * 2 + 2 * b * s * 8
+    got = comm.step_comm(model, lay, gpu("h100-80gb"), 0, stage_param_elements(model, t, 1, 0))["wire_bytes"]
+    assert got["tp"] == pytest.approx(m * per_microbatch + 2 * ring(t) * 8, rel=1e-15)
+    assert got["pp"] == 0
+
+
+def test_a_row_no_stage_claims_fails_loud(monkeypatch):
+    rows = comm.tp_rows(LLAMA, LAYOUT)
+    monkeypatch.setattr(comm, "tp_rows", lambda *a, **k: rows + [replace(rows[1], layer="mystery")])
+    with pytest.raises(ValueError, match="no pipeline stage claims predict_step's row mystery"):
+        comm.step_comm(LLAMA, LAYOUT, gpu("h100-80gb"), 0, 1)
+
+
+def test_a_stage_outside_the_pipeline_is_refused():
+    with pytest.raises(ValueError, match="stage 4 of a 4-stage pipeline"):
+        comm.step_comm(LLAMA, LAYOUT, gpu("h100-80gb"), 4, 1)
