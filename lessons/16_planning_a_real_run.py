@@ -324,7 +324,8 @@ lesson.say("tpsim plan --validate runs: " + "; ".join(c.name for c in CASES))
 # * TP sends hundreds of times DP's bytes between matmuls: keep it on the node's links.
 # * The per-layer terms are checked against live runs; pipeline and time terms come from the papers.
 #
-# Exercise: `lessons/exercises/ex16_planning_a_real_run.py`, then `tpsim check 16`.
+# Exercise: `ex16_planning_a_real_run.py`: `tpsim lesson start 16` copies it into your work folder (`tpsim-work/`),
+# then `tpsim check 16`.
 
 # %%
 lesson.takeaways()
