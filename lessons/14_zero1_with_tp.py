@@ -21,9 +21,9 @@
 # plain DP × TP, and memory per rank.
 #
 # Sources: Rajbhandari et al. 2019, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
-# arXiv:1910.02054, §5 (stages 1–3: P_os, P_os+g, P_os+g+p) and Figure 1; Megatron-LM's `docs/source/api-guide/dist_optimizer.md` (the
-# bytes-per-parameter table); Shoeybi et al. 2019, "Megatron-LM", arXiv:1909.08053; the SenseParrots
-# article, §3.1 (DP + TP the Megatron way).
+# arXiv:1910.02054, §5 (stages 1–3: P_os, P_os+g, P_os+g+p) and Figure 1; Megatron-LM's
+# `docs/source/api-guide/dist_optimizer.md` (the bytes-per-parameter table); Shoeybi et al. 2019, "Megatron-LM",
+# arXiv:1909.08053; the SenseParrots article, §3.1 (DP + TP the Megatron way).
 
 # %%
 RANKS = 8

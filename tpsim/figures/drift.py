@@ -186,7 +186,8 @@ def plot(results: dict, summary: dict, tp_sizes, path: Path) -> Path:
     from matplotlib.lines import Line2D  # one legend for both panels: colour = dtype, line = TP size
 
     handles = [Line2D([], [], color=colors[name], lw=2) for name in DTYPES]
-    handles += [Line2D([], [], color="#333333", lw=1, ls=ls) for ls in ("-.", *(styles.get(t, "-") for t in tp_sizes[1:]))]
+    lines = ("-.", *(styles.get(t, "-") for t in tp_sizes[1:]))  # serial, then each TP size
+    handles += [Line2D([], [], color="#333333", lw=1, ls=ls) for ls in lines]
     handles.append(Line2D([], [], color="#999999", lw=0.6, ls=":"))
     names = [*DTYPES, "serial (middle panel)", *(f"TP {t}" for t in tp_sizes[1:]), "exact 0, drawn at 1e-17"]
     fig.legend(handles, names, loc="lower left", bbox_to_anchor=(0.03, 0.05), ncol=len(names), fontsize=8,

@@ -67,7 +67,8 @@ def piece_symptoms(sizes: list[int], dp: int, rank: int) -> dict:
     in_bucket = [(s.index, s.start + offsets[s.index], s.stop + offsets[s.index]) for s in segs]
     inclusive = [(s.index, s.start, s.stop - 1) for s in segs]
     # every parameter's intersection, the non-overlapping ones too (start >= stop: empty or reversed)
-    with_empty = [(i, max(lo, off) - off, min(hi, off + size) - off) for i, (size, off) in enumerate(zip(sizes, offsets))]
+    with_empty = [(i, max(lo, off) - off, min(hi, off + size) - off)
+                  for i, (size, off) in enumerate(zip(sizes, offsets))]
     return {BUCKET_POSITIONS: np.array(in_bucket, float).reshape(-1, 3),
             PIECES_INCLUSIVE: np.array(inclusive, float).reshape(-1, 3),
             EMPTY_PIECES: np.array(with_empty, float).reshape(-1, 3)}
