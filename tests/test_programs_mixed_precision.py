@@ -42,3 +42,12 @@ def test_drift_study_on_a_tiny_setting(tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     assert (tmp_path / "b" / "drift.json").read_bytes() == (tmp_path / "drift.json").read_bytes(), \
         "the drift study is deterministic on one machine (figures/drift.json is rewritten byte for byte)"
+    # --replot redraws the same figure from the two files, without training, and refuses curves of another run
+    png = (tmp_path / "drift.png").read_bytes()
+    replot = run_mpi(1, ["-m", "tpsim.figures.drift", "--replot", "--out", str(tmp_path)], timeout=120)
+    assert replot.returncode == 0 and (tmp_path / "drift.png").read_bytes() == png, replot.stdout + replot.stderr
+    curves = json.loads((tmp_path / "drift_curves.json").read_text())
+    curves["tp2 bfloat16"][-1] += 1e-3
+    (tmp_path / "drift_curves.json").write_text(json.dumps(curves))
+    wrong = run_mpi(1, ["-m", "tpsim.figures.drift", "--replot", "--out", str(tmp_path)], timeout=120)
+    assert wrong.returncode != 0 and "not the run" in wrong.stdout + wrong.stderr, wrong.stdout + wrong.stderr

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 
 def owned_range(n: int, dp: int, rank: int) -> tuple[int, int]:
-    """``(start, stop)``: the positions of a flat gradient bucket of ``n`` elements that DP rank ``rank`` owns.
+    """``(start, stop)``: the positions ``[start, stop)`` (stop excluded, as in a slice) of a flat gradient bucket
+    of ``n`` elements that DP rank ``rank`` owns.
 
     The bucket is first padded with zeros to a multiple of ``dp`` (so a reduce-scatter splits it evenly), then
     cut into ``dp`` equal, contiguous slices in rank order.

@@ -14,7 +14,8 @@ def bfloat16_bits(x: np.ndarray) -> np.ndarray:
 
     bfloat16 is the top half of a float32: sign, the same 8 exponent bits, 7 fraction bits. Rounding keeps the
     top 16 bits of the float32's 32 and rounds the dropped 16 to nearest, ties to even (the kept last bit
-    even). ``x`` holds finite float32 values.
+    even). ``x`` holds finite float32 values; one beyond bfloat16's largest finite number rounds to ±inf, as a
+    cast does.
     """
     # TODO: view x as uint32; add what makes the top half round to nearest-even; keep the top 16 bits.
     raise NotImplementedError

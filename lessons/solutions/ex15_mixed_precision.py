@@ -7,8 +7,9 @@ import numpy as np
 
 
 def bfloat16_bits(x: np.ndarray) -> np.ndarray:
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     keep_odd = (bits >> 16) & 1  # a tie rounds up only when the kept part is odd: ties to even
+    # uint32 cannot overflow here: the largest finite float32, 0xFF7FFFFF, + 0x8000 is 0xFF807FFF < 2^32
     return ((bits + 0x7FFF + keep_odd) >> 16).astype(np.uint16)
 
 
