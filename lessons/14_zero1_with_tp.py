@@ -394,8 +394,8 @@ lesson.equal("GB per GPU: baseline, ZeRO-1, ZeRO-2, ZeRO-3", gb, [120.0, 31.4, 1
 # * Bytes per parameter: fp32 16 → 8 + 8/d; bf16 params + fp32 grads 18 → 6 + 12/d; fp16 20 → 4 + 16/d.
 #   ZeRO-2 and ZeRO-3 shard the gradients and then the parameters too: 2 + 16/d and 18/d in the bf16 row.
 #
-# Exercise: `owned_range` and `owned_pieces` in `lessons/exercises/ex14_zero1_with_tp.py`, then
-# `tpsim check 14`.
+# Exercise: `owned_range` and `owned_pieces` in `ex14_zero1_with_tp.py`: `tpsim lesson start 14` copies it into your
+# work folder (`tpsim-work/`), then `tpsim check 14`.
 
 # %%
 lesson.takeaways()

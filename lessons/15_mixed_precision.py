@@ -30,7 +30,7 @@ from tpsim.compare import shard_differences
 from tpsim.models.build import build_gpt, serial_gpt
 from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.precision import bfloat16
-from tpsim.teach.lessons import lessons_dir
+from tpsim.teach.lessons import figures_dir
 from tpsim.teach.notebook import show_inline
 from tpsim.teach.runtime import Lesson, table
 from tpsim.figures.drift import CURVES, fp32_sums
@@ -185,7 +185,7 @@ lesson.equal("found-inf all-reduces over the world, per step", agreed, [1] * 5)
 
 # %%
 lesson.section("The drift over training")
-figures = lessons_dir().parent / "figures"
+figures = figures_dir()  # the repository's figures/ (installed with the package as tpsim/lessons/figures/)
 study = json.loads((figures / "drift.json").read_text())
 summary, steps = study["summary"], study["steps"]
 curves = {key: np.array(loss) for key, loss in json.loads((figures / CURVES).read_text()).items()}
@@ -251,7 +251,8 @@ lesson.check("final loss / first loss, worst run", f"{max(c[-1] / c[0] for c in 
 # * Over 200 steps the loss of TP and serial drifts apart (peak ~5e-2 in 16 bits, ~1e-4 in float32) and settles
 #   at ~1e-4 (16 bits), ~2e-7 (float32): every run still learns.
 #
-# Exercise: `lessons/exercises/ex15_mixed_precision.py`, then `tpsim check 15`.
+# Exercise: `ex15_mixed_precision.py`: `tpsim lesson start 15` copies it into your work folder (`tpsim-work/`), then
+# `tpsim check 15`.
 
 # %%
 lesson.takeaways()

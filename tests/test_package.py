@@ -78,6 +78,13 @@ def test_a_lesson_runs_from_the_package(installed):
     assert "lesson 03:" in out and "all OK" in out
 
 
+def test_the_lesson_that_reads_a_committed_study_runs_from_the_package(installed):
+    """Lesson 15 reads figures/drift.json and its curves: installed as tpsim/lessons/figures/."""
+    bin_dir, env, _, learner = installed
+    out = ok(run([bin_dir / "tpsim", "lesson", "run", "15", "--out", learner / "out15"], cwd=learner, env=env))
+    assert "lesson 15:" in out and "all OK" in out and (learner / "out15" / "15_drift.png").is_file()
+
+
 def test_an_exercise_is_started_checked_and_solved_from_the_package(installed):
     bin_dir, env, _, learner = installed
     out = ok(run([bin_dir / "tpsim", "lesson", "start", "02"], cwd=learner, env=env))

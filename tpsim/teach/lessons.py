@@ -41,6 +41,13 @@ def lessons_dir() -> Path:
                           f"from a clone with pip install -e .)")
 
 
+def figures_dir() -> Path:
+    """The committed figures and studies (``figures/drift.json``, ...): ``tpsim/lessons/figures/`` of a wheel, else
+    the repository's ``figures/`` beside ``lessons/``."""
+    root = lessons_dir()
+    return root / "figures" if (root / "figures").is_dir() else root.parent / "figures"
+
+
 def shown_path(path: Path) -> str:
     """``path`` relative to the working directory when it lies below it, else as it is (messages read better)."""
     try:
