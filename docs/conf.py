@@ -22,6 +22,9 @@ html_theme = "pydata_sphinx_theme"
 html_title = "tpsim"
 html_theme_options = {"navigation_with_keys": False, "show_toc_level": 2}
 html_static_path: list[str] = []
+# the theme's light/dark switch starts from this; left unset, a first visit logs "Got invalid theme mode" to the
+# console (tests/test_docs_browser.py)
+html_context = {"default_mode": "auto"}
 
 # the Python API pages (docs/reference/api/): members in the order of the code (a package's __all__), defaults as
 # written in the source, type names without their module path
