@@ -80,8 +80,8 @@ def run_key(lesson: Path, package: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def cached_run(info, key: str) -> Run | None:
-    folder = CACHE / info.path.stem
+def cached_run(info, key: str, cache: Path = CACHE) -> Run | None:
+    folder = cache / info.path.stem
     try:
         saved = json.loads((folder / "run.json").read_text())
     except (OSError, ValueError):
@@ -91,25 +91,25 @@ def cached_run(info, key: str) -> Run | None:
     return Run(saved["output"], saved["returncode"], saved["seconds"], folder, cached=True)
 
 
-def fresh_run(info, key: str) -> Run:
+def fresh_run(info, key: str, cache: Path = CACHE) -> Run:
     """Run the lesson in a scratch folder; a run that passes replaces the cached one, a failed one is logged."""
     from tpsim.teach.book import run_lesson_cells
 
-    CACHE.mkdir(parents=True, exist_ok=True)
-    scratch = CACHE / f".running-{info.path.stem}"
+    cache.mkdir(parents=True, exist_ok=True)
+    scratch = cache / f".running-{info.path.stem}"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir()
     launched = run_lesson_cells(info, scratch, RUN_TIMEOUT)
     run = Run(launched.stdout, launched.returncode, round(launched.seconds, 1), scratch, cached=False)
     if run.failure() is not None:
-        (CACHE / f"{info.path.stem}.failed.log").write_text(run.output)
+        (cache / f"{info.path.stem}.failed.log").write_text(run.output)
         return run
     (scratch / "run.json").write_text(json.dumps({"key": key, "output": run.output, "returncode": run.returncode,
                                                    "seconds": run.seconds}))
-    folder = CACHE / info.path.stem
+    folder = cache / info.path.stem
     shutil.rmtree(folder, ignore_errors=True)
     scratch.rename(folder)
-    (CACHE / f"{info.path.stem}.failed.log").unlink(missing_ok=True)
+    (cache / f"{info.path.stem}.failed.log").unlink(missing_ok=True)
     run.folder = folder
     return run
 
@@ -155,7 +155,7 @@ def page_text(info, run: Run, lessons: set[str]) -> tuple[str, list[str]]:
     checks = len(read_checks(run.output))
     source = f"lessons/{info.path.name}"
     exercise = (f" Its exercise: `tpsim lesson start {info.number}`, then `tpsim check {info.number}`."
-                if info.number in exercise_files() else "")
+                if info.number in exercise_files(root=info.path.parent) else "")
     note = (f":::{{note}}\nThis page is [{source}](../../{source}) as it ran when this site was built: "
             f"`{info.command}` printed what is under each cell ({checks} CHECK{'s' if checks != 1 else ''}, "
             f"{'all ' if checks != 1 else ''}OK, {run.seconds:.1f} s) "
@@ -184,18 +184,19 @@ def write_if_changed(path: Path, data: bytes) -> None:
         path.write_bytes(data)
 
 
-def generate(numbers: list[str] | None = None, say=print) -> dict[str, Run]:
-    """Write the pages of every lesson (or of ``numbers``); raise RuntimeError naming every lesson whose run
-    failed, with its output."""
+def generate(numbers: list[str] | None = None, say=print, lessons_root: Path | None = None, pages: Path = PAGES,
+             cache: Path = CACHE) -> dict[str, Run]:
+    """Write the pages of every lesson of ``lessons_root`` (the repository's ``lessons/``), or of ``numbers``,
+    into ``pages``; raise RuntimeError naming every lesson whose run failed, with its output."""
     from tpsim.teach.lessons import discover
 
-    lessons = discover()
+    lessons = discover(lessons_root)
     chosen = [info for info in lessons if numbers is None or info.number in numbers]
     package = package_digest()
     runs, failed = {}, []
     for info in chosen:
         key = run_key(info.path, package)
-        run = cached_run(info, key) or fresh_run(info, key)
+        run = cached_run(info, key, cache) or fresh_run(info, key, cache)
         runs[info.number] = run
         problem = run.failure()
         say(f"lesson {info.number}: {'cached run' if run.cached else 'ran'} on {info.ranks} rank"
@@ -203,21 +204,21 @@ def generate(numbers: list[str] | None = None, say=print) -> dict[str, Run]:
             + (f", FAILED: {problem}" if problem else ""))
         if problem:
             tail = "\n".join(run.output.splitlines()[-SHOWN_ON_FAILURE:])
-            failed.append(f"lesson {info.number} ({info.path.relative_to(ROOT)}) failed on {info.ranks} ranks: "
-                          f"{problem}. Its output (the last {SHOWN_ON_FAILURE} lines; all of it in "
-                          f"{(CACHE / (info.path.stem + '.failed.log')).relative_to(ROOT)}):\n{tail}")
+            failed.append(f"lesson {info.number} ({info.path}) failed on {info.ranks} ranks: {problem}. Its output "
+                          f"(the last {SHOWN_ON_FAILURE} lines; all of it in {cache / (info.path.stem + '.failed.log')}):"
+                          f"\n{tail}")
             continue
         text, figures = page_text(info, run, {i.path.stem for i in lessons})
-        write_if_changed(PAGES / f"{info.path.stem}.md", text.encode())
+        write_if_changed(pages / f"{info.path.stem}.md", text.encode())
         for name in figures:
-            write_if_changed(PAGES / info.path.stem / name, (run.folder / name).read_bytes())
-        keep = {PAGES / info.path.stem / name for name in figures}
-        for old in (PAGES / info.path.stem).glob("*") if (PAGES / info.path.stem).is_dir() else ():
+            write_if_changed(pages / info.path.stem / name, (run.folder / name).read_bytes())
+        keep = {pages / info.path.stem / name for name in figures}
+        for old in (pages / info.path.stem).glob("*") if (pages / info.path.stem).is_dir() else ():
             if old not in keep:
                 old.unlink()
     if numbers is None:  # a lesson removed or renamed leaves no page behind
         current = {i.path.stem for i in lessons}
-        for old in PAGES.iterdir() if PAGES.is_dir() else ():
+        for old in pages.iterdir() if pages.is_dir() else ():
             if (old.stem if old.suffix == ".md" else old.name) not in current:
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
     if failed:
