@@ -232,7 +232,7 @@ def synopsis_problem(line: str) -> str | None:
     if "python" in words and words[0] in ("mpirun", "mpiexec"):
         words = words[words.index("python"):]
     if words[:1] == ["make"]:
-        return make_problem([w for w in words[1:] if re.match(r"^[\w-]+$", w)][:1])
+        return make_problem([w for w in words[1:2] if re.match(r"^[\w-]+$", w) and not PLACEHOLDER.match(w)])
     if words[:1] == ["tpsim"] and len(words) > 1 and not words[1].startswith("-"):
         from tpsim.cli import COMMANDS
 

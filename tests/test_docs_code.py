@@ -176,4 +176,5 @@ def test_a_lesson_page_is_its_lesson_and_its_run(page):
     if run is None:
         pytest.skip(f"lesson {info.number} or tpsim changed since the site was built: make docs rebuilds its page")
     text, _ = lesson_pages.page_text(info, run, set(lessons))
-    assert page.read_text() == text, f"{page.relative_to(ROOT)} is not lessons/{info.path.name} and its cached run"
+    assert page.read_text() == text, (f"{page.relative_to(ROOT)} is not lessons/{info.path.name} and its cached "
+                                      f"run as docs/lesson_pages.py writes them (make docs rebuilds it)")
