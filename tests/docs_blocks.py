@@ -77,10 +77,6 @@ def source_pages() -> list[Path]:
     return sorted([ROOT / "README.md", *pages])
 
 
-def generated_pages() -> list[Path]:
-    return sorted(GENERATED.glob("*.md"))
-
-
 def blocks(page: Path) -> list[Block]:
     """Every code block of ``page``, those of the files it includes after its own."""
     from markdown_it import MarkdownIt

@@ -27,7 +27,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SITE = ROOT / "docs" / "_build" / "html"
 SHOTS = ROOT / "docs" / "_build" / "screenshots"
-PAGES = ["index.html", "guide/tracer.html", "course/02_conjugate_f_g.html", "reference/api/tp.html"]
+# a lesson's page with a figure: the first such in the built site (course/01_block_matrix_splits.html today)
+LESSON = next((p.relative_to(SITE).as_posix() for p in sorted(SITE.glob("course/*.html")) if "<img" in p.read_text()),
+              "course/(no lesson page with a figure)")
+PAGES = ["index.html", "guide/tracer.html", LESSON, "reference/api/tp.html"]
 BROWSER = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)),
                None)
 pytestmark = [pytest.mark.skipif(BROWSER is None, reason="no chromium on PATH (.ci/run installs Debian's chromium)"),

@@ -28,10 +28,11 @@ import pytest
 
 pytest.importorskip("markdown_it", reason="docs requirements not installed: make docs installs docs/requirements.txt")
 
-from docs_blocks import DOCS, ROOT, Block, blocks, excerpt_missing, generated_pages, inline_code  # noqa: E402
+from docs_blocks import DOCS, GENERATED, ROOT, Block, blocks, excerpt_missing, inline_code  # noqa: E402
 from docs_blocks import logical_lines, prompt_runs, simple_commands, source_pages  # noqa: E402
 from docs_commands import is_synopsis, problem, synopsis_problem, tpsim_output  # noqa: E402
 from launch_program import run_mpi  # noqa: E402
+from tpsim.teach.lessons import discover  # noqa: E402
 
 sys.path.insert(0, str(DOCS))
 import lesson_pages  # noqa: E402  (docs/lesson_pages.py: how the course's pages are made)
@@ -58,6 +59,7 @@ EXCEPTIONS = {
 }
 
 ALL = [b for page in source_pages() for b in blocks(page)]
+LESSON_PAGES = [GENERATED / f"{info.path.stem}.md" for info in discover()]  # docs/lesson_pages.py writes them
 ids = lambda b: b.where  # noqa: E731
 
 
@@ -158,19 +160,20 @@ def test_the_metrics_line_has_a_real_runs_fields(run_folder):
 COMMAND_START = ("tpsim ", "python -m tpsim", "mpirun ", "mpiexec ", "make ")
 
 
-@pytest.mark.parametrize("page", source_pages() + generated_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("page", source_pages() + LESSON_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_inline_commands_name_real_options(page):
+    if not page.exists():
+        pytest.skip(f"{page.relative_to(ROOT)} is made when the site is built (make docs)")
     found = [f"`{span}`: {p}" for span in inline_code(page) if span.startswith(COMMAND_START)
              if (p := synopsis_problem(span))]
     assert not found, f"{page.relative_to(ROOT)}:\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("page", generated_pages(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("page", LESSON_PAGES, ids=lambda p: p.stem)
 def test_a_lesson_page_is_its_lesson_and_its_run(page):
-    from tpsim.teach.lessons import discover
-
     lessons = {info.path.stem: info for info in discover()}
-    assert page.stem in lessons, f"{page.relative_to(ROOT)} has no lesson: the next build removes it"
+    if not page.exists():
+        pytest.skip(f"{page.relative_to(ROOT)} is made when the site is built (make docs)")
     info = lessons[page.stem]
     run = lesson_pages.cached_run(info, lesson_pages.run_key(info.path, lesson_pages.package_digest()))
     if run is None:
