@@ -87,9 +87,10 @@ figures: venv
 	$(BIN)/python -m tpsim.figures --out figures
 	$(BIN)/mpiexec -n 4 $(BIN)/python -m tpsim.figures.drift --out figures --steps 200  # why the loss changes with TP
 
-# the site, warnings as errors, into docs/_build/html/ (open docs/_build/html/index.html)
+# the site, warnings as errors, into docs/_build/html/ (open docs/_build/html/index.html); each lesson's page comes
+# from a run of it, cached in docs/_build/lesson-runs/ until the lesson or tpsim changes (docs/lesson_pages.py)
 docs: venv-docs
 	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 clean:
-	rm -rf $(VENV) tpsim-out .pytest_cache docs/_build
+	rm -rf $(VENV) tpsim-out .pytest_cache docs/_build docs/course

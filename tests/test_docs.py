@@ -1,6 +1,7 @@
 """The documentation site, read the way a user reads it: it builds with no warning, every relative link and
-image of docs/ and README.md leads somewhere (on disk, so the pages work on GitHub too), and every option of
-every command is in the generated reference.
+image of docs/ and README.md leads somewhere (on disk, so the pages work on GitHub too), so does every link of
+the lessons' generated pages and of the built site (the API pages and the theme's links too), every lesson has
+its page, and every option of every command is in the generated reference.
 
 The build needs docs/requirements.txt (``make docs`` installs it); without it those tests skip and say so.
 """
@@ -13,6 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -25,7 +27,8 @@ MISSING = [name for name in ("sphinx", "myst_parser", "pydata_sphinx_theme") if 
 needs_docs_tools = pytest.mark.skipif(bool(MISSING), reason=f"docs requirements not installed ({', '.join(MISSING)}): "
                                                             "make docs installs docs/requirements.txt")
 
-PAGES = sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.parts)
+GENERATED = DOCS / "course"  # the lessons' pages, written by docs/lesson_pages.py when the site is built
+PAGES = sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.parts and not p.is_relative_to(GENERATED))
 LINK = re.compile(r"(!?)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
@@ -48,8 +51,7 @@ def anchors(path: Path) -> set[str]:
     return {slug(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", text, re.M)}
 
 
-@pytest.mark.parametrize("page", [ROOT / "README.md", *PAGES], ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_relative_link_and_image_resolves(page):
+def broken_links(page: Path) -> list[str]:
     broken = []
     for is_image, target in links(page):
         if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
@@ -60,6 +62,12 @@ def test_every_relative_link_and_image_resolves(page):
             broken.append(f"{'image' if is_image else 'link'} {target}: no {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest}")
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             broken.append(f"link {target}: no heading #{anchor} in {dest.relative_to(ROOT)}")
+    return broken
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *PAGES], ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_and_image_resolves(page):
+    broken = broken_links(page)
     assert not broken, f"{page.relative_to(ROOT)}:\n" + "\n".join(broken)
 
 
@@ -94,7 +102,7 @@ def built_site(tmp_path_factory):
 @pytest.mark.slow
 @needs_docs_tools
 def test_the_site_builds_without_a_warning(built_site):
-    for page in PAGES:
+    for page in PAGES + lesson_pages():
         name = page.relative_to(DOCS).with_suffix(".html")
         assert (built_site / name).is_file(), f"{name} was not built (is {page.relative_to(ROOT)} in a toctree?)"
 
@@ -107,3 +115,44 @@ def test_every_cli_option_is_in_the_built_reference(built_site):
                for option in cli_reference.options(cli_reference.parser_of(name))
                if not re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text)]
     assert not missing, "options missing from the command reference:\n" + "\n".join(missing)
+
+
+def lesson_pages() -> list[Path]:
+    return sorted(GENERATED.glob("*.md"))
+
+
+@pytest.mark.slow
+@needs_docs_tools
+def test_every_lesson_has_a_page_whose_links_and_images_resolve(built_site):
+    from tpsim.teach.lessons import discover
+
+    assert [p.stem for p in lesson_pages()] == [info.path.stem for info in discover()]
+    broken = [f"{page.relative_to(ROOT)}: {problem}" for page in lesson_pages() for problem in broken_links(page)]
+    assert not broken, "\n".join(broken)
+
+
+HTML_LINK = re.compile(r'<(?:a|link|img|script)\b[^>]*?\b(?:href|src)="([^"]+)"')
+
+
+@pytest.mark.slow
+@needs_docs_tools
+def test_every_link_of_the_built_site_resolves(built_site):
+    """What a reader clicks on the site (the generated pages, the API pages, the theme's own links): every
+    relative link and image leads to a file of the site, and every #anchor to an id on its page."""
+    ids: dict[Path, set[str]] = {}
+    broken = []
+    for page in sorted(p for p in built_site.rglob("*.html") if "_static" not in p.parts):  # (theme templates)
+        for target in map(html.unescape, HTML_LINK.findall(page.read_text())):
+            parts = urlsplit(target)
+            if parts.scheme or parts.netloc:  # https:, mailto:, //cdn...
+                continue
+            file_part, anchor = unquote(parts.path), parts.fragment
+            dest = (page.parent / file_part).resolve() if file_part else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(built_site)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".html":
+                if dest not in ids:
+                    ids[dest] = set(re.findall(r'\bid="([^"]+)"', dest.read_text()))
+                if anchor not in ids[dest]:
+                    broken.append(f"{page.relative_to(built_site)}: {target} (no id {anchor!r} there)")
+    assert not broken, "\n".join(broken)
