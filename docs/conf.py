@@ -11,8 +11,9 @@ author = "the tpsim authors"
 copyright = "the tpsim authors"
 
 # cli_reference: the command reference from the parsers; lesson_pages: the course's pages from the lessons and
-# a (cached) run of each; api_docstrings: tpsim's plain-text docstrings made safe for autodoc
-extensions = ["myst_parser", "sphinx.ext.autodoc", "cli_reference", "lesson_pages", "api_docstrings"]
+# a (cached) run of each; api_docstrings: tpsim's plain-text docstrings made safe for autodoc; course_path: the
+# course-as-a-path tables of course.md, from tpsim.teach.course
+extensions = ["myst_parser", "sphinx.ext.autodoc", "cli_reference", "lesson_pages", "api_docstrings", "course_path"]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build", "README.md"]
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]  # $x$ and $$x$$ in a lesson's prose are math
