@@ -58,8 +58,8 @@ def check_12(r: Report) -> None:
             got = r.call("kv_heads_of_rank", heads, kv, tp, rank)
             r.compare(f"kv_heads_of_rank(heads={heads}, kv_heads={kv}, tp={tp}, rank={rank})",
                       np.asarray(got, dtype=np.int64), np.asarray(expected, dtype=np.int64),
-                      symptoms=head_symptoms(kv, tp, rank))
+                      symptoms=head_symptoms(kv, tp, rank), layout="set")
             got = r.call("kv_gradient_ranks", heads, kv, tp, rank)
             r.compare(f"kv_gradient_ranks(heads={heads}, kv_heads={kv}, tp={tp}, rank={rank})",
                       np.asarray(sorted(got), dtype=np.int64), np.asarray(sharing(heads, kv, tp, rank)),
-                      symptoms=group_symptoms(tp, rank, kv))
+                      symptoms=group_symptoms(tp, rank, kv), layout="set")

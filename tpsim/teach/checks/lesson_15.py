@@ -32,7 +32,7 @@ def check_15(r: Report) -> None:
     bits = x.view(np.uint32).astype(np.uint64)
     got = r.call("bfloat16_bits", x.copy())
     r.compare("bfloat16_bits(44 float32 values, 4 of them exactly halfway)", np.asarray(got, np.int64),
-              want.astype(np.int64), tol=0,
+              want.astype(np.int64), tol=0, layout="values",
               symptoms={"you truncated (rounded toward zero): the dropped 16 bits were thrown away":
                         (bits >> 16).astype(np.int64),
                         "halfway cases rounded up (away from zero), not to the even neighbour":

@@ -171,4 +171,4 @@ def check_05(r: Report) -> None:
         got = r.call("qkv_columns", hidden, heads, tp, rank % tp)
         expected = head_columns(hidden, heads, tp, rank % tp)
         r.compare(f"qkv_columns(hidden={hidden}, heads={heads}, tp={tp}, tp_rank={rank % tp})", got, expected,
-                  symptoms=qkv_symptoms(got, expected, hidden, tp, rank % tp))
+                  symptoms=qkv_symptoms(got, expected, hidden, tp, rank % tp), layout="set")
