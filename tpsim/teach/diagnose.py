@@ -40,7 +40,7 @@ def ranges(index) -> str:
     values = np.asarray(index).ravel().tolist()
     if not values:
         return "(empty)"
-    if not all(float(v) == round(float(v)) for v in values):
+    if not all(abs(float(v)) < 2 ** 53 and float(v) == round(float(v)) for v in values):  # not ids: numbers
         return ", ".join(number(v) for v in values[:3 * SHOWN]) + (", …" if len(values) > 3 * SHOWN else "")
     runs, start = [], None
     for v in (int(round(float(v))) for v in values):
@@ -158,6 +158,8 @@ def _rows(got: np.ndarray, expected: np.ndarray, close: np.ndarray) -> list[str]
 def _set(got: np.ndarray, expected: np.ndarray, tol: float) -> list[str]:
     lines = [] if got.shape == expected.shape else [f"expected {_shape(expected)}, got {_shape(got)}"]
     mine = got.ravel()
+    if not np.isfinite(mine).all():
+        return lines + _not_finite(got, ~np.isfinite(got))
     fraction = np.flatnonzero(mine != np.round(mine))
     if fraction.size:
         lines.append(f"yours holds values that are not whole numbers ({number(mine[fraction[0]])} at index "

@@ -32,7 +32,7 @@ def safe_text(obj, limit: int = LIMIT) -> str:
         except Exception:  # a __str__ of the learner's own that raises: say what it is instead
             continue
     else:
-        text = f"<a {type(obj).__name__} that cannot be printed>"
+        text = f"<{type(obj).__name__}, which cannot be printed>"
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
@@ -57,7 +57,7 @@ def describe(value) -> str:
     try:
         return _describe(value)
     except Exception:  # a value that fails even to be looked at
-        return f"a {type(value).__name__} object"
+        return f"{_a(type(value).__name__)} object"
 
 
 def _describe(value) -> str:
@@ -83,10 +83,14 @@ def _describe(value) -> str:
     if isinstance(value, (list, tuple, set, frozenset)):
         return f"a {kind} of {n} item{'' if n == 1 else 's'}"
     if hasattr(value, "__next__"):
-        return f"a {kind} (an iterator: its items are made one at a time, on demand)"
+        return f"{_a(kind)} (an iterator: its items are made one at a time, on demand)"
     if callable(value):
         return f"a function or class ({safe_text(getattr(value, '__name__', kind), 40)})"
-    return f"a {kind} object"
+    return f"{_a(kind)} object"
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
 
 
 def _first_non_number(array: np.ndarray):

@@ -43,7 +43,7 @@ from tpsim.teach.returned import describe, safe_text
 OK, WRONG, RAISED, NOT_DONE = 0, 1, 2, 3  # agreed by MAX over the ranks: the worst wins
 EXIT_STATUS = {OK: 0, WRONG: 1, RAISED: 1, NOT_DONE: 3}
 END, STATUS, FOUND, BROKE = range(4)  # one agreement: at the end?, worst status, any finding?, a check broke?
-PATIENCE_S = 10.0  # how long a rank whose call failed waits for the others before it ends the job itself
+PATIENCE_S = 5.0  # how long a rank whose call failed waits for the others before it ends the job itself
 NOTHING = object()  # no call has returned yet
 
 
