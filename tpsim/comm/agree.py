@@ -59,10 +59,12 @@ class Agreement:
         values = np.ascontiguousarray(values)
         out = np.empty_like(values)
         request = self.group.comm.Iallreduce(values, out, op=NATIVE_OPS[op])
-        deadline = None if seconds is None else time.monotonic() + seconds
-        delay = 20e-6
+        if seconds is None:
+            request.Wait()
+            return out
+        deadline, delay = time.monotonic() + seconds, 20e-6
         while not request.Test():
-            if deadline is not None and time.monotonic() > deadline:
+            if time.monotonic() > deadline:
                 return None
             time.sleep(delay)  # doubling up to 1 ms: a waiting rank leaves the cores to the ones it waits for
             delay = min(2 * delay, 1e-3)
