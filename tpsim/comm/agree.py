@@ -8,6 +8,7 @@ a check's outcome is combined over the ranks, one small all-reduce per question,
     agree.all_true(ok)                      # True everywhere iff ok on every rank
     agree.reduce([err], op="max")           # the worst value over the ranks, on every rank
     agree.gather(findings)                  # every rank's object, in rank order, on rank 0
+    agree.reduce_within([err], seconds=10)  # the same, or None if some rank has not joined after 10 s
 
 By default the agreement runs on a private world group whose tracer is off: a lesson teaching "one all-reduce
 per forward" must not see its own checks in the trace. ``Agreement(grid.world)`` agrees on a traced group
@@ -16,10 +17,13 @@ instead, under the phase ``VERIFY`` (the demo's comparison with the serial model
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from mpi4py import MPI
 
 from tpsim.comm.group import Group
+from tpsim.comm.half import NATIVE_OPS
 from tpsim.comm.tracer import Tracer
 from tpsim.phases import VERIFY
 
@@ -46,6 +50,25 @@ class Agreement:
         """``values`` (numbers, same length on every rank) combined elementwise by ``op`` ("max", "min", "sum")."""
         with self.group.tracer.region(phase=VERIFY):
             return self.group.all_reduce(np.ascontiguousarray(values), op=op)
+
+    def reduce_within(self, values, seconds: float | None, op: str = "max") -> np.ndarray | None:
+        """``reduce`` that a rank may stop waiting for: ``None`` when some rank has not joined it after ``seconds``
+        (``None``: as long as it takes), a rank still busy or waiting in a collective this one never reached.
+        Untraced. Every rank of one agreement must use this form (MPI does not match a nonblocking reduction
+        with a blocking one), and a rank that gets ``None`` must end the job: the reduction is still pending."""
+        values = np.ascontiguousarray(values)
+        out = np.empty_like(values)
+        request = self.group.comm.Iallreduce(values, out, op=NATIVE_OPS[op])
+        if seconds is None:
+            request.Wait()
+            return out
+        deadline, delay = time.monotonic() + seconds, 20e-6
+        while not request.Test():
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(delay)  # doubling up to 1 ms: a waiting rank leaves the cores to the ones it waits for
+            delay = min(2 * delay, 1e-3)
+        return out
 
     def gather(self, obj) -> list | None:
         """Every rank's ``obj`` in rank order on rank 0, ``None`` elsewhere."""

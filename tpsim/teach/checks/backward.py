@@ -12,6 +12,7 @@ from tpsim.nn.mlp import MLPCache
 from tpsim.teach.checks.lessons_01_05 import OWN_PARTIAL, mlp_pair
 from tpsim.teach.checks.lessons_06_11 import OFF_SLICE, vocab_case
 from tpsim.teach.checks.registry import exercise
+from tpsim.teach.returned import describe
 from tpsim.teach.verdict import Report, describe_events
 
 MLP_GRADS = ("dx", "d_fc_weight", "d_fc_bias", "d_proj_weight", "d_proj_bias")
@@ -22,8 +23,7 @@ def unpack(r: Report, got, names: tuple[str, ...]) -> tuple | None:
     if isinstance(got, (tuple, list)) and len(got) == len(names):
         return tuple(got)
     r.require(False, "the return value", f"return a tuple of {len(names)} arrays ({', '.join(names)}); yours "
-                                         f"returned {type(got).__name__}"
-                                         f"{f' of {len(got)}' if isinstance(got, (tuple, list)) else ''}")
+                                         f"returned {describe(got)}")
     return None
 
 

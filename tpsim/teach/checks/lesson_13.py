@@ -75,8 +75,8 @@ def check_13(r: Report) -> None:
         start = group.rank * width
         got = r.call("vocab_parallel_argmax", full[:, start:start + width].copy(), start, vocab, group)
         r.compare(f"vocab_parallel_argmax of {b} rows, vocabulary {vocab} (padded to {full.shape[1]})",
-                  np.asarray(got), serial_argmax(full, vocab), tol=0.0,
-                  symptoms=argmax_symptoms(full, vocab, start, width))
+                  got, serial_argmax(full, vocab), tol=0.0,
+                  symptoms=argmax_symptoms(full, vocab, start, width), layout="rows")
         small = all(e.op == "all_reduce" and int(np.prod(e.shape)) <= 2 * b for e in r.events)
         r.require(small and r.events, "communication",
                   f"the logits never travel: a few all_reduce calls of [b] = [{b}] numbers (one value and one id "

@@ -86,12 +86,12 @@ def check_15(r: Report) -> None:
     want = x.astype(bfloat16).view(np.uint16).astype(np.int64)
     got = r.call("bfloat16_bits", x.copy())
     r.compare(f"bfloat16_bits({x.size} float32 values: 4 exactly halfway, 6 subnormal, 3 that round to ±inf)",
-              np.asarray(got, np.int64), want, tol=0, symptoms=bfloat16_symptoms(x, want))
+              got, want, tol=0, symptoms=bfloat16_symptoms(x, want), layout="values")
     for found_inf, scale, good, interval in SCALER_CASES:
         ref = DynamicLossScaler(scale=scale, growth_interval=interval, good_steps=good)
         ref.update(found_inf)
         got = r.call("update_loss_scale", scale, good, found_inf, interval)
         r.compare(f"update_loss_scale(scale {scale:g}, good_steps {good}, found_inf {found_inf}, interval {interval})",
-                  np.array(got, dtype=np.float64), np.array([ref.scale, ref.good_steps, found_inf], np.float64), tol=0,
+                  got, np.array([ref.scale, ref.good_steps, found_inf], np.float64), tol=0,
                   symptoms={sentence: np.array(scaler_rule(scale, good, found_inf, interval, **slip), np.float64)
                             for sentence, slip in SCALER_SLIPS.items()})

@@ -40,7 +40,7 @@ def unit_symptoms(got, want: float) -> dict:
     tolerance of a byte count, any number near zero would pass for want / 2³⁰."""
     try:
         got = float(got)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return {}
     return {f"your number is in {name}: the function returns bytes": want / unit
             for name, unit in UNITS.items() if abs(got * unit - want) <= 1e-6 * want}

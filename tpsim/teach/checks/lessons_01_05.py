@@ -11,6 +11,7 @@ import numpy as np
 from tpsim.nn import MLP, Linear, gelu_forward
 from tpsim.partition import shard_range
 from tpsim.teach.checks.registry import exercise
+from tpsim.teach.returned import as_numbers
 from tpsim.teach.verdict import Report, describe_events
 from tpsim.tp import CopyToTPRegion, ParallelMLP, ReduceFromTPRegion, RowParallelLinear, head_columns
 
@@ -150,11 +151,8 @@ def qkv_symptoms(got, expected: np.ndarray, hidden: int, tp: int, tp_rank: int) 
         "mixes q of some heads with k of others (the layout trap)":
             np.arange(tp_rank * 3 * width, (tp_rank + 1) * 3 * width),
         "only the q part: k and v are missing": expected[:width]}
-    try:
-        same_set = np.array_equal(np.sort(np.asarray(got).ravel()), np.sort(expected))
-    except (TypeError, ValueError):
-        same_set = False
-    if same_set:  # a permutation: the set is right, the order is not
+    read = as_numbers(got)  # whatever the learner returned: numbers, or a sentence saying why not
+    if not isinstance(read, str) and np.array_equal(np.sort(read[0].ravel()), np.sort(expected)):  # a permutation: the set is right, the order is not
         symptoms["the right columns in the wrong order: all of q's first, then k's, then v's, each ascending"] = got
     return symptoms
 
@@ -171,4 +169,4 @@ def check_05(r: Report) -> None:
         got = r.call("qkv_columns", hidden, heads, tp, rank % tp)
         expected = head_columns(hidden, heads, tp, rank % tp)
         r.compare(f"qkv_columns(hidden={hidden}, heads={heads}, tp={tp}, tp_rank={rank % tp})", got, expected,
-                  symptoms=qkv_symptoms(got, expected, hidden, tp, rank % tp))
+                  symptoms=qkv_symptoms(got, expected, hidden, tp, rank % tp), layout="set")

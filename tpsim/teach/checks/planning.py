@@ -14,6 +14,7 @@ from tpsim.errors import ConfigError
 from tpsim.models.build import build_gpt
 from tpsim.arch.gpt2 import GPTConfig
 from tpsim.teach.checks.registry import exercise
+from tpsim.teach.returned import describe
 from tpsim.teach.verdict import Report
 from tpsim.trace.aggregate import layer_of
 from tpsim.config import RunConfig
@@ -53,10 +54,10 @@ def explain_layout(got, best, config: GPTConfig, world: int, batch: int, seq: in
             return None
         return ("you found no layout, but at least one fits in the budget" if got is None else
                 f"no layout fits in {gib(budget)}; return None")
-    try:
-        tp, dp = (int(v) for v in got)
-    except (TypeError, ValueError):
-        return f"return (tp, dp) or None; yours returned {got!r}"
+    pair = whole_pair(got)
+    if pair is None:
+        return f"return (tp, dp), two whole numbers, or None; yours returned {describe(got)}"
+    tp, dp = pair
     if (tp, dp) == best:
         return None
     if tp * dp != world:
@@ -72,6 +73,18 @@ def explain_layout(got, best, config: GPTConfig, world: int, batch: int, seq: in
         return f"tp={tp}, dp={dp} fits and ties for the fewest bytes; on a tie take the smaller tp"
     return (f"tp={tp}, dp={dp} fits ({gib(memory)} ≤ {gib(budget)}) but each rank sends "
             f"{wire / GIB:.3f} GiB per step; a layout that fits sends less")
+
+
+def whole_pair(got) -> tuple[int, int] | None:
+    """``(tp, dp)`` when ``got`` is two whole numbers (ints, or floats/NumPy numbers with no fraction); text such as
+    ``"12"``, a float like 1.9, a bool or anything else is None — never read as something it is not."""
+    if isinstance(got, (str, bytes)) or not isinstance(got, (tuple, list, np.ndarray)) or len(got) != 2:
+        return None
+    if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) for v in got):
+        return None
+    if any(not np.isfinite(float(v)) or float(v) != int(v) for v in got):
+        return None
+    return int(got[0]), int(got[1])
 
 
 def gib(nbytes: int) -> str:
