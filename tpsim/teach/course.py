@@ -22,7 +22,7 @@ class Stop:
     seconds: int
 
 
-MEASURED = "tpsim lesson run NN, one after another, on a shared 2-core machine (2026-12-01)"
+MEASURED = "tpsim lesson run NN on a shared 2-core machine (2026-12-01), the longest of two runs"
 
 COURSE: dict[str, Stop] = {
     "01": Stop((), "eq. (1) and (2) of the SenseParrots article: column and row splits of X·A", 1),
@@ -36,10 +36,10 @@ COURSE: dict[str, Stop] = {
     "09": Stop(("06", "08"), "partial FC and Megatron's way both = serial; their bytes and FLOPs", 2),
     "10": Stop(("05", "08"), "f̄ and ḡ, an SP block and a GPT step = serial; activations ÷ tp", 2),
     "11": Stop(("08", "10"), "every traced byte = the formulas; timelines; α-β pricing", 5),
-    "12": Stop(("05", "10"), "GQA, SwiGLU and RoPE under TP and SP = serial", 1),
+    "12": Stop(("05", "10"), "GQA, SwiGLU and RoPE under TP and SP = serial; KV replication costs", 3),
     "13": Stop(("06", "11", "12"), "TP decoding = serial tokens; KV cache per rank; decode collectives", 2),
-    "14": Stop(("08",), "owned bucket slices; ZeRO-1 = DP × TP; its bytes and optimizer memory", 2),
-    "15": Stop(("08", "11"), "bfloat16 rounding, 16-bit all-reduce bounds, loss scaling, drift", 1),
+    "14": Stop(("08",), "owned bucket slices; ZeRO-1 = DP × TP; its bytes (16-bit too), memory", 5),
+    "15": Stop(("08", "11"), "bfloat16 rounding, 16-bit all-reduce bounds, loss scaling, drift", 2),
     "16": Stop(("10", "11", "12", "14", "15"), "tpsim plan taken apart: bytes per parameter, Table 2, 1F1B", 1),
 }
 
