@@ -29,6 +29,8 @@ def test_unit_cost_bubble_and_in_flight_equal_the_formulas(name, p):
         t = simulate(build(name, p, m, v))
         assert abs(t.bubble_fraction - bubble_fraction(name, p, m, v)) <= 1e-9, (name, p, m, v, t.bubble_fraction)
         assert t.peak_in_flight == peak_in_flight(name, p, m, v), (name, p, m, v)
+        sends = sum(a.op in SENDS for actions in t.schedule.ranks for a in actions)
+        assert sends == p2p_bytes(name, p, m, v, micro_batch=1, seq_len=1, hidden=1, bytes_per_element=1)
         assert all(abs(b - 3 * m) <= 1e-9 for b in t.busy)  # F 1 + B 2 (or B 1 + W 1) a stage, v chunks of 1/v
         assert all(abs(i - (t.step - 3 * m)) <= 1e-9 for i in t.idle)
 
