@@ -74,6 +74,18 @@ class Schedule:
         """The number of virtual stages, pp × vp."""
         return self.pp * self.vp
 
+    @property
+    def splits_backward(self) -> bool:
+        """Whether backward is split into B (input gradient) and W (weight gradient), as zero-bubble schedules do."""
+        return any(a.op == "W" for actions in self.ranks for a in actions)
+
+    def message(self, rank: int, action: Action) -> tuple[str, int, int]:
+        """The message a send or receive of ``rank`` moves: (direction "F" or "B", micro-batch, the virtual stage
+        of its sender) — a send and the receive it pairs with name the same one."""
+        stage = self.virtual_stage(rank, action.chunk)
+        sender = {"SEND_F": stage, "SEND_B": stage, "RECV_F": stage - 1, "RECV_B": stage + 1}[action.op]
+        return action.op[-1], action.microbatch, sender
+
 
 def with_messages(pp: int, vp: int, rank: int, compute: list[tuple[str, int, int]]) -> tuple[Action, ...]:
     """A rank's compute order ``[(op, microbatch, chunk), ...]`` with the sends and receives it implies: a RECV

@@ -1,4 +1,5 @@
-"""Schedule generators: AFAB (GPipe) and 1F1B here; interleaved and zero-bubble register themselves beside them.
+"""Schedule generators: AFAB (GPipe) and 1F1B here; interleaved 1F1B (``interleaved.py``) and ZB-H1
+(``zero_bubble.py``) in their own files, all four in ``SCHEDULES``.
 
 - **AFAB** (all forwards, all backwards; GPipe, Huang et al. 2019, arXiv:1811.06965): every rank runs the m
   forwards, then the m backwards. Each stage holds all m micro-batches' activations at its peak.
@@ -18,6 +19,8 @@ from typing import Callable
 
 from tpsim.errors import ConfigError
 from tpsim.pipeline.actions import Schedule, with_messages
+from tpsim.pipeline.interleaved import interleaved
+from tpsim.pipeline.zero_bubble import zb_h1
 
 Generator = Callable[[int, int, int], list[list[tuple[str, int, int]]]]  # (pp, m, vp) -> each rank's compute
 
@@ -39,8 +42,9 @@ def one_f_one_b(pp: int, m: int, vp: int = 1) -> list[list[tuple[str, int, int]]
     return ranks
 
 
-SCHEDULES: dict[str, Generator] = {"afab": afab, "1f1b": one_f_one_b}
-ONE_CHUNK = ("afab", "1f1b")  # schedules that take no --vp
+SCHEDULES: dict[str, Generator] = {"afab": afab, "1f1b": one_f_one_b, "interleaved": interleaved,
+                                   "zb-h1": zb_h1}
+ONE_CHUNK = ("afab", "1f1b", "zb-h1")  # schedules that take no --vp
 
 
 def build(name: str, pp: int, microbatches: int, vp: int = 1) -> Schedule:

@@ -1,12 +1,12 @@
-"""The 1F1B pipeline schedule as data: each stage's actions, their times, and a printable time × stage grid.
+"""The 1F1B schedule in the few shapes lesson 16 uses, read off ``tpsim.pipeline`` (which has every schedule).
 
 Narayanan et al. 2021 (arXiv:2104.04473), §2.2.1: stage i of p runs p − i − 1 warm-up forwards, then
 alternates one forward and one backward, then drains the backwards left (Megatron-LM's warm-up count
 ``p − rank − 1``). So stage i has run p − i forwards when its first backward comes, and holds at most min(p − i, m)
-micro-batches' activations. A forward of micro-batch j on stage i waits for stage i − 1's; a backward for stage
-i + 1's. With every forward taking ``tf`` and every backward ``tb``, each stage is busy m·(tf + tb) and idle
-(p − 1)·(tf + tb) of the step: the bubble, (p − 1)/m of the compute. ``simulate`` computes the times from the
-dependencies (no formula), so the lesson can check that claim; communication takes no time here.
+micro-batches' activations. With every forward taking ``tf`` and every backward ``tb``, each stage is busy
+m·(tf + tb) and idle (p − 1)·(tf + tb) of the step: the bubble, (p − 1)/m of the compute. The times come from
+``tpsim.pipeline.clock`` running the checked action lists (no formula), so the lesson can check that claim;
+communication takes no time here.
 
     actions(p, m)[i]          [("F", 0), ("F", 1), ..., ("B", 0), ...]   stage i's order
     simulate(p, m, tf, tb)    {(stage, kind, micro-batch): (start, end)}
@@ -15,17 +15,15 @@ dependencies (no formula), so the lesson can check that claim; communication tak
 
 from __future__ import annotations
 
+from tpsim.pipeline import clock
+from tpsim.pipeline.actions import COMPUTE
+from tpsim.pipeline.grid import format_grid
+from tpsim.pipeline.schedules import build
+
 
 def actions(p: int, m: int) -> list[list[tuple[str, int]]]:
-    """Each stage's 1F1B order of ``("F" | "B", micro-batch)``."""
-    out = []
-    for stage in range(p):
-        warm = min(p - stage - 1, m)
-        order = [("F", j) for j in range(warm)]
-        for k in range(m - warm):
-            order += [("F", warm + k), ("B", k)]
-        out.append(order + [("B", j) for j in range(m - warm, m)])
-    return out
+    """Each stage's 1F1B order of ``("F" | "B", micro-batch)`` (its sends and receives left out)."""
+    return [[(a.op, a.microbatch) for a in rank if a.op in COMPUTE] for rank in build("1f1b", p, m).ranks]
 
 
 def depends_on(p: int, stage: int, kind: str, j: int) -> tuple[int, str, int] | None:
@@ -36,53 +34,27 @@ def depends_on(p: int, stage: int, kind: str, j: int) -> tuple[int, str, int] | 
     return (stage + 1, "B", j) if stage < p - 1 else (stage, "F", j)
 
 
-def simulate(p: int, m: int, tf: int = 1, tb: int = 2) -> dict[tuple[int, str, int], tuple[int, int]]:
-    """Start and end of every action: as early as its stage is free and what it depends on has finished."""
-    todo, done, free = actions(p, m), {}, [0] * p
-    while any(todo):
-        ran = False
-        for stage in (i for i in range(p) if todo[i]):
-            kind, j = todo[stage][0]
-            dep = depends_on(p, stage, kind, j)
-            if dep is not None and dep not in done:
-                continue
-            start = max(free[stage], 0 if dep is None else done[dep][1])
-            free[stage] = start + (tf if kind == "F" else tb)
-            done[(stage, kind, j)] = (start, free[stage])
-            todo[stage].pop(0)
-            ran = True
-        if not ran:
-            raise RuntimeError(f"1F1B with p = {p}, m = {m} deadlocked")  # a wrong order would; 1F1B does not
-    return done
+def timeline(p: int, m: int, tf: float = 1, tb: float = 2) -> clock.Timeline:
+    return clock.simulate(build("1f1b", p, m), clock.uniform(tf, tb))
+
+
+def simulate(p: int, m: int, tf: float = 1, tb: float = 2) -> dict[tuple[int, str, int], tuple[float, float]]:
+    """Start and end of every forward and backward on the virtual clock."""
+    t = timeline(p, m, tf, tb)
+    return {(stage, a.op, a.microbatch): span for stage, (acts, spans) in enumerate(zip(t.schedule.ranks, t.spans))
+            for a, span in zip(acts, spans) if a.op in COMPUTE}
 
 
 def in_flight(p: int, m: int) -> list[int]:
     """The most micro-batches each stage holds activations for at once (forwards run, backwards not yet)."""
-    most = []
-    for order in actions(p, m):
-        held = peak = 0
-        for kind, _ in order:
-            held += 1 if kind == "F" else -1
-            peak = max(peak, held)
-        most.append(peak)
-    return most
+    return clock.in_flight(build("1f1b", p, m))
 
 
-def idle(p: int, m: int, tf: int = 1, tb: int = 2) -> list[int]:
+def idle(p: int, m: int, tf: float = 1, tb: float = 2) -> list[float]:
     """Each stage's idle time between the step's first action and its last (the bubble, stage by stage)."""
-    times = simulate(p, m, tf, tb)
-    step = max(end for _, end in times.values())
-    return [step - sum(end - start for (s, _, _), (start, end) in times.items() if s == stage)
-            for stage in range(p)]
+    return timeline(p, m, tf, tb).idle
 
 
-def grid(p: int, m: int, tf: int = 1, tb: int = 2) -> list[str]:
+def grid(p: int, m: int, tf: float = 1, tb: float = 2) -> list[str]:
     """The schedule drawn: row i is stage i, a column per time unit (a backward fills ``tb`` of them)."""
-    times = simulate(p, m, tf, tb)
-    step = max(end for _, end in times.values())
-    width = len(str(m - 1)) + 1
-    rows = [[".".rjust(width)] * step for _ in range(p)]
-    for (stage, kind, j), (start, end) in times.items():
-        for slot in range(start, end):
-            rows[stage][slot] = f"{kind}{j}".rjust(width)
-    return [f"stage {stage}  " + " ".join(row) for stage, row in enumerate(rows)]
+    return format_grid(timeline(p, m, tf, tb), width=None, quantum=1, name="stage")

@@ -8,4 +8,5 @@ laptop with nothing but NumPy. Every number here is checked against live runs by
                      through the architecture registry (``tpsim.arch``)
     model_state.py   bytes per parameter under ZeRO-1 (Megatron's distributed-optimizer table)
     hardware.py      alpha-beta link presets for what-if estimates of communication time
+    pipeline.py      a pipeline schedule's bubble, micro-batches in flight and p2p bytes (``tpsim.pipeline`` times them)
 """
