@@ -13,7 +13,7 @@ from pathlib import Path
 from tpsim.kinds import LAYER
 from tpsim.phases import DP_SYNC, PASSES
 from tpsim.trace.records import grid_sizes, read_jsonl
-from tpsim.trace.schema import COMM_FIELDS, SPAN_FIELDS, field_problems
+from tpsim.trace.schema import COMM_FIELDS, P2P_FIELDS, SPAN_FIELDS, field_problems
 
 FILES = {"comm": "comm.jsonl", "metrics": "metrics.jsonl", "spans": "spans.jsonl"}
 
@@ -57,6 +57,8 @@ def load_run(path: str | Path, need: tuple[str, ...] = ("comm",)) -> Run:
         fields = {"comm": COMM_FIELDS, "spans": SPAN_FIELDS}.get(key)
         for number, row in enumerate(rows if fields else [], start=1):  # the first bad row is enough to say
             problems = field_problems(row, fields)
+            if key == "comm" and row.get("op") in ("send", "recv"):
+                problems += field_problems(row, P2P_FIELDS)
             if problems:
                 raise RunFolderError(f"{file} record {number}: {'; '.join(problems)}")
         loaded[key] = rows
