@@ -15,7 +15,8 @@ and each rank's coordinates fall out of it: ``tp_rank = rank % tp``, ``dp_rank =
 whole grid when pp == 1). A pipeline group holds the ranks with the same tp_rank and dp_rank, in stage order;
 with pp > 1 the first and last stage of each also form an *embedding group* (a tied word embedding lives on
 both: Megatron's ``_allreduce_word_embedding_grads``), and the TP × PP ranks of one DP replica a
-*model-parallel* group (the gradient norm sums over every stage; with pp == 1 it is the TP group itself).
+*model-parallel* group (the gradient norm sums over every stage; with pp == 1 it is the TP group itself); the
+TP × DP ranks of one stage are its *stage group* (the world when pp == 1).
 Sizes are checked on every rank before the first collective, so a bad configuration fails the same way
 everywhere instead of leaving some ranks waiting. Every rank's host name is gathered once, at construction
 (untraced: set-up, not model traffic); when the ranks span several hosts the table shows them and warns about a
@@ -86,7 +87,10 @@ class ProcessGrid:
         self.pp_group = Group(pp_comm, "pp", tuple(self.cube[:, self.dp_rank, self.tp_rank].tolist()), self.tracer)
         self.embedding_group: Group | None = None  # first and last stage of this pipeline group (pp > 1)
         self.model_parallel_group = self.tp_group  # the ranks one model is split over: TP × PP of one replica
+        self.stage_group = self.world  # the ranks of this pipeline stage (TP × DP): the world when pp == 1
         if self.pp > 1:
+            stage_comm = comm.Split(color=self.pp_rank, key=self.rank)
+            self.stage_group = Group(stage_comm, "stage", tuple(self.layout.ravel().tolist()), self.tracer)
             ends = self.pp_rank in (0, self.pp - 1)
             emb_comm = comm.Split(color=chain if ends else MPI.UNDEFINED, key=self.pp_rank)
             if ends:
