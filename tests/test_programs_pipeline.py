@@ -13,7 +13,8 @@ pytestmark = pytest.mark.slow
 CHECKS = ("VERDICT: MATCH — TP(2) x DP(2) x PP(2) step 0 equals the serial model",
           "VERDICT: MATCH — TP(2) x DP(2) x PP(2) after 20 steps equals the serial model",
           "PIPELINE CHECK: MATCH — peak micro-batches in flight per stage [2, 1], 1f1b's min(p − i, m) = [2, 1]",
-          "FORMULA CHECK: all", "P2P CHECK: MATCH", "OK: stage 0: replicas consistent",
+          "BUBBLE CHECK: MATCH — on the unit clock (F 1, B 2) the pipeline of ranks [0, 4] idled 0.200000 of its "
+          "15-unit step; (p − 1)/(m + p − 1) = 0.200000", "FORMULA CHECK: all", "P2P CHECK: MATCH", "OK: stage 0: replicas consistent",
           "OK: stage 1: replicas consistent")
 
 
@@ -27,12 +28,16 @@ def test_pipeline_demo_8_ranks_matches_serial_and_the_formulas(tmp_path):
     for line in CHECKS:
         assert line in out, line
     assert out.rstrip().splitlines()[-2].endswith("every check holds: step 0 = serial, trained = serial, "
-                                                  "replicas agree, peak in flight, formulas")
+                                                  "replicas agree, peak in flight and bubble, formulas")
     recs = [json.loads(line) for line in (tmp_path / "comm.jsonl").read_text().splitlines()]
     p2p = [x for x in recs if x["op"] in ("send", "recv") and x["step"] == 0]
     assert len(p2p) == 4 * 2 * 2 * 4  # 4 pipelines x 2 directions x (send + recv) x 4 micro-batches
     assert all(x["group"] == "pp" and x["scope"] == "pipeline" and {"peer", "microbatch", "chunk"} <= set(x)
                for x in p2p)
+    pipe = json.loads((tmp_path / "pipeline.json").read_text())
+    assert pipe["bubble_fraction"]["measured"] == pytest.approx(pipe["bubble_fraction"]["formula"], abs=1e-9)
+    assert pipe["p2p_bytes"]["measured"] == pipe["p2p_bytes"]["formula"] == 2 * 4 * 1 * 2 * 16 * 64 * 8
+    assert [r["peak_in_flight"] for r in pipe["ranks"]] == [2] * 4 + [1] * 4
 
 
 @pytest.mark.parametrize("args", [

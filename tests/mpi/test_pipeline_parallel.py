@@ -20,6 +20,7 @@ from tpsim.nn.dropout import DropoutPlan
 from tpsim.partition import take_shard
 from tpsim.pipeline.schedules import build
 from tpsim.pp.build import pipeline_from_serial
+from tpsim.pp.clock import bubble_formula, bubble_measured
 from tpsim.pp.executor import Executor
 from tpsim.pp.split import split_layers
 from tpsim.pp.step import pipeline_grads
@@ -103,6 +104,9 @@ def check_step0(grid, cfg, schedule, sp=False):
     assert held == set(ref), f"parameters no stage holds: {sorted(set(ref) - held)}"
     expect = M if schedule == "afab" else min(grid.pp - grid.pp_rank, M)
     assert_everywhere(result.peak_in_flight == expect, f"peak in flight {result.peak_in_flight}, expected {expect}")
+    clocks = WORLD.allgather((grid.rank, result.clock.time, result.clock.busy))
+    end, idle = bubble_measured([(t, busy) for r, t, busy in clocks if r in grid.pp_group.ranks])
+    assert abs(idle - bubble_formula(grid.pp, M)) <= 1e-9 and end == 3 * (M + grid.pp - 1), (end, idle)
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])

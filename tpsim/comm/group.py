@@ -40,6 +40,14 @@ from tpsim.comm.waiting import collective, wait_politely
 _REDUCE_OPS = NATIVE_OPS  # name -> MPI.Op; 16-bit arrays get theirs from tpsim.comm.half.reduce_op
 
 
+def _stamped(buf: np.ndarray, stamp: float) -> np.ndarray:
+    """``buf``'s bytes followed by ``stamp`` as 8 float64 bytes: one message, payload and piggybacked clock."""
+    wire = np.empty(buf.nbytes + 8, dtype=np.uint8)
+    wire[:buf.nbytes] = buf.reshape(-1).view(np.uint8)
+    wire[buf.nbytes:] = np.array([stamp], dtype=np.float64).view(np.uint8)
+    return wire
+
+
 class Group:
     """A named group of ranks ("tp", "dp", "world") with traced collectives."""
 
@@ -159,25 +167,32 @@ class Group:
         return x
 
     # --- point-to-point: the pipeline's activations and gradients -------------------------------------------
-    def send(self, x: np.ndarray, peer: int, tag: int, *, microbatch: int = -1, chunk: int = 0) -> None:
+    def send(self, x: np.ndarray, peer: int, tag: int, *, microbatch: int = -1, chunk: int = 0,
+             stamp: float | None = None) -> None:
         """Post ``x`` to group rank ``peer`` under ``tag`` and return at once (``Isend``); the buffer is kept
-        (a copy when ``x`` is not contiguous) until ``wait_sends`` or a later send finds the send complete."""
+        (a copy when ``x`` is not contiguous) until ``wait_sends`` or a later send finds the send complete.
+        ``stamp``: a float64 carried after the payload (a virtual clock), not counted in the record's bytes."""
         self._check_peer(peer)
         buf = np.ascontiguousarray(x)
+        wire = wire_buffer(buf) if stamp is None else _stamped(buf, stamp)
         t = time.perf_counter()
         self._outbox = [(req, b) for req, b in self._outbox if not req.Test()]  # release what has arrived
-        self._outbox.append((self.comm.Isend(wire_buffer(buf), dest=peer, tag=tag), buf))
+        self._outbox.append((self.comm.Isend(wire, dest=peer, tag=tag), wire))
         self._record_p2p("send", buf, peer, t, microbatch, chunk)
 
     def recv(self, shape: tuple[int, ...], dtype, peer: int, tag: int, *, microbatch: int = -1,
-             chunk: int = 0) -> np.ndarray:
-        """The array of ``shape`` and ``dtype`` that group rank ``peer`` sent under ``tag``; waits for it."""
+             chunk: int = 0, stamped: bool = False):
+        """The array of ``shape`` and ``dtype`` that group rank ``peer`` sent under ``tag``; waits for it.
+        ``stamped``: the sender gave a ``stamp``; returns ``(array, stamp)``."""
         self._check_peer(peer)
         out = np.empty(shape, dtype=dtype)
+        wire = wire_buffer(out) if not stamped else np.empty(out.nbytes + 8, dtype=np.uint8)
         t = time.perf_counter()
-        wait_politely(self.comm.Irecv(wire_buffer(out), source=peer, tag=tag))
+        wait_politely(self.comm.Irecv(wire, source=peer, tag=tag))
+        if stamped:
+            out = wire[:out.nbytes].view(out.dtype).reshape(shape)
         self._record_p2p("recv", out, peer, t, microbatch, chunk)
-        return out
+        return (out, float(wire[out.nbytes:].view(np.float64)[0])) if stamped else out
 
     def wait_sends(self) -> None:
         """Complete every posted send (untraced: each was recorded when posted) and drop their buffers."""

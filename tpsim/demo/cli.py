@@ -181,7 +181,7 @@ def _model(args: argparse.Namespace):
 def config_from(args: argparse.Namespace) -> DemoConfig:
     """Validate every flag (on every rank, before any collective) into one frozen ``DemoConfig``."""
     tp, dp = choose_grid(world_size(), args.tp, args.dp, args.pp)
-    if args.pp > 1 and args.scenario != "gpt":
+    if args.pp > 1 and args.scenario in ("mlp", "partial-fc"):  # the scenarios without a model to cut
         raise ConfigError(f"--pp {args.pp}: only --scenario gpt runs a pipeline, not {args.scenario}")
     batch_size = _default_batch(args, dp)
     for name in ("layers", "hidden", "heads", "vocab", "seq_len", "tokens", "classes"):

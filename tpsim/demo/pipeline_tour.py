@@ -7,11 +7,15 @@
     5. replica consistency                per stage: replicated params equal across TP, all equal across DP
     6. the pipeline                       peak micro-batches in flight per stage vs the schedule's formula
     7. communication table, FORMULA CHECK every collective and every send/recv, per rank, against the formulas
+    8. the bubble                         on the live virtual clock (F 1, B 2, messages free: ``tpsim.pp.clock``)
+                                          vs (p − 1)/(m + p − 1); ``pipeline.json`` in the run folder
 """
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 
 from tpsim.comm import ProcessGrid
@@ -27,6 +31,7 @@ from tpsim.hf.checkpoint import load_into
 from tpsim.hf.folder import load_init
 from tpsim.pipeline.schedules import build as build_schedule
 from tpsim.pp.build import build_pipeline
+from tpsim.pp.clock import bubble_formula, bubble_measured
 from tpsim.pp.data import stage_batch
 from tpsim.pp.executor import Executor
 from tpsim.pp.gather import gather_stages
@@ -74,7 +79,7 @@ def build(grid: ProcessGrid, run: RunConfig, tensors):
 
 def train(grid, shard, grad_sync, executor, run: RunConfig):
     """``--steps`` steps (step 0 checked against serial): metrics, step 0's verdict, the optimizer, the largest
-    number of micro-batches this rank held at once."""
+    number of micro-batches this rank held at once, the last step's ``ExecutorResult``."""
     tracer, sch, task = grid.tracer, run.schedule, task_of(run)
     optimizer = demo_optimizer(shard, grid, run, grad_sync)
     scale = optimizer.loss_scale
@@ -88,7 +93,7 @@ def train(grid, shard, grad_sync, executor, run: RunConfig):
         with guard.quiet():
             loss, tokens, result = pipeline_grads(shard, executor, grid, grad_sync, ids, labels, rows=rows, rng=rng,
                                                   step=step, loss_scale=scale)
-        peak = max(peak, result.peak_in_flight)
+        peak, last = max(peak, result.peak_in_flight), result
         if step == 0:
             grad_sync.gather_grads()
             ok = first_step(grid, shard, run, loss, scale)
@@ -109,7 +114,7 @@ def train(grid, shard, grad_sync, executor, run: RunConfig):
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} moved by rank 0")
     say(grid, f"  tok/s measures how this machine schedules {grid.world.size} processes, not a GPU cluster "
               "(docs/performance.md)", "", state_table(shard, optimizer, grid))
-    return metrics, ok, optimizer, peak
+    return metrics, ok, optimizer, peak, last
 
 
 def per_stage(grid: ProcessGrid, value) -> list | None:
@@ -128,6 +133,36 @@ def pipeline_check(grid, run: RunConfig, peaks: list[int] | None) -> tuple[bool,
                 f"{peaks}, {pipe.schedule}'s {formula} = {want} (activations freed as each backward ran)")
 
 
+def p2p_sent(grid, records: list[dict], step: int) -> int:
+    """Bytes rank 0's pipeline (one DP replica, one TP rank) sent in ``step``, from the records."""
+    chain = set(grid.pp_group.ranks)
+    return sum(r["bytes"] for r in records if r["op"] == "send" and r["rank"] in chain and r["step"] == step)
+
+
+BUBBLE_TOLERANCE = 1e-9
+
+
+def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict], step: int) -> tuple[bool, str, dict]:
+    """Rank 0: the last step's bubble on the unit clock, measured on rank 0's pipeline, vs (p − 1)/(m + p − 1);
+    ``(ok, BUBBLE CHECK line, pipeline.json's content)``."""
+    from tpsim.predict.pipeline_comm import p2p_bytes_formula
+
+    pipe, chain = run.pipeline, grid.pp_group.ranks
+    clocks = {rank: (end, busy) for rank, _, end, busy, _ in timing}
+    end, measured = bubble_measured([clocks[r] for r in chain])
+    formula = bubble_formula(grid.pp, pipe.microbatches)
+    ok = abs(measured - formula) <= BUBBLE_TOLERANCE
+    doc = {"schedule": pipe.schedule, "pp": grid.pp, "vp": pipe.vp, "microbatches": pipe.microbatches,
+           "clock": "unit (F 1, B 2, messages free)", "step": step, "step_time": end,
+           "bubble_fraction": {"measured": measured, "formula": formula},
+           "p2p_bytes": {"measured": p2p_sent(grid, records, step), "formula": p2p_bytes_formula(run)},
+           "ranks": [{"rank": rank, "stage": stage, "busy_s": busy, "idle_s": end - busy, "peak_in_flight": peak}
+                     for rank, stage, _, busy, peak in sorted(timing)]}
+    line = (f"BUBBLE CHECK: {'MATCH' if ok else 'MISMATCH'} — on the unit clock (F 1, B 2) the pipeline of ranks "
+            f"{list(chain)} idled {measured:.6f} of its {end:g}-unit step; (p − 1)/(m + p − 1) = {formula:.6f}")
+    return ok, line, doc
+
+
 def final_report(grid, run: RunConfig, metrics, stage_sync, records, paths, t_start: float) -> bool:
     """Rank 0: the step table, measured vs predicted with every stage (FORMULA CHECK), the p2p bytes, the files."""
     if grid.rank != 0:
@@ -144,8 +179,7 @@ def final_report(grid, run: RunConfig, metrics, stage_sync, records, paths, t_st
     rows = compare(step_records, predicted)
     formula_ok, verdict = formula_verdict(rows)
     chain = set(grid.pp_group.ranks)
-    sent = sum(r["bytes"] for r in step_records if r["op"] == "send" and r["rank"] in chain)
-    want = p2p_bytes_formula(run)
+    sent, want = p2p_sent(grid, step_records, last), p2p_bytes_formula(run)
     p2p_ok = sent == want
     print(format_comparison(rows, title=f"Measured vs predicted per layer, step {last} (per rank, averaged over "
                                         f"the {grid.pp} stages):"), "", verdict,
@@ -164,11 +198,13 @@ def run(demo) -> int:
     grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp, pp=run.parallel.pp)
     say(grid, *header(grid, run))
     shard, grad_sync, executor = build(grid, run, tensors)
-    metrics, ok, optimizer, peak = train(grid, shard, grad_sync, executor, run)
+    metrics, ok, optimizer, peak, result = train(grid, shard, grad_sync, executor, run)
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
     replicas = check_replicas(shard, grid)  # each stage its own parameters
     stage_reports = per_stage(grid, (replicas.ok, replicas.summary(), peak,
                                      (len(grad_sync.buckets), grad_bytes_of(run, grad_sync))))
+    with grid.tracer.paused():
+        timing = grid.world.gather_objects((grid.rank, grid.pp_rank, result.clock.time, result.clock.busy, peak))
     records, paths = gather_and_write(grid, run, metrics)
     final_ok = final_verdict(grid, shard, optimizer, run, metrics)
     replicas_ok, pipe_ok = True, True
@@ -176,7 +212,11 @@ def run(demo) -> int:
         replicas_ok = all(r[0] for r in stage_reports)
         say(grid, "", *[("OK: " if r[0] else "FAILED: ") + f"stage {i}: " + r[1] for i, r in enumerate(stage_reports)])
         pipe_ok, line = pipeline_check(grid, run, [r[2] for r in stage_reports])
-        say(grid, "", line, "")
+        bubble_ok, bubble_line, doc = bubble_check(grid, run, timing, records, metrics[-1]["step"] if metrics else 0)
+        paths.append(Path(run.files.out) / "pipeline.json")
+        paths[-1].write_text(json.dumps(doc, indent=1) + "\n")
+        say(grid, "", line, bubble_line, "")
+        pipe_ok = pipe_ok and bubble_ok
     padding_ok = True
     if run.parallel.zero:
         padding_ok, lines = check_zero_padding(grid, run)
@@ -187,7 +227,7 @@ def run(demo) -> int:
     if grid.rank == 0:
         say(grid, *reverse_lines(run, trained), "")
     checks = {"step 0 = serial": ok, "trained = serial": final_ok, "replicas agree": replicas_ok,
-              "peak in flight": pipe_ok, **({"ZeRO-1 padding": padding_ok} if run.parallel.zero else {}),
+              "peak in flight and bubble": pipe_ok, **({"ZeRO-1 padding": padding_ok} if run.parallel.zero else {}),
               "formulas": formula_ok}
     say(grid, *closing_lines(grid, run.schedule.steps, metrics, run.files.out, checks))
     return 0 if all(checks.values()) else 1

@@ -18,8 +18,8 @@ MODEL_PHASES = (FORWARD, BACKWARD, SP_GRAD_SYNC, DP_SYNC, DATA, OPTIMIZER)  # th
 
 def grid_label(grid: ProcessGrid, sep: str = "x") -> str:
     """``TP(4) x DP(2)``, with ``x PP(2)`` when the model is cut into pipeline stages."""
-    label = f"TP({grid.tp}) {sep} DP({grid.dp})"
-    return label + (f" {sep} PP({grid.pp})" if grid.pp > 1 else "")
+    label, pp = f"TP({grid.tp}) {sep} DP({grid.dp})", getattr(grid, "pp", 1)  # a stand-in grid may have no pp
+    return label + (f" {sep} PP({pp})" if pp > 1 else "")
 
 
 def say(grid: ProcessGrid, *lines: str) -> None:

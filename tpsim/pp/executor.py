@@ -15,7 +15,9 @@ by (direction, micro-batch, sender's virtual stage), so it meets exactly the REC
 sends are completed at the end of the step. Activations and caches live per (micro-batch, chunk) from F to B:
 ``peak_in_flight`` is the most this rank held at once (1F1B: min(p − i, m) on stage i; AFAB: m).
 
-Traced: every send and recv under scope "pipeline", phase forward (activations) or backward (gradients).
+Traced: every send and recv under scope "pipeline", phase forward (activations) or backward (gradients). Each
+message also carries its sender's virtual clock (``tpsim.pp.clock``: F 1, B 2, messages free), so the result
+holds this rank's modelled time of the step and how much of it was busy.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 from tpsim.comm import Group
 from tpsim.phases import BACKWARD, FORWARD
 from tpsim.pipeline.actions import Schedule
+from tpsim.pp.clock import LiveClock
 
 PIPELINE_SCOPE = "pipeline"
 FORWARD_MESSAGE, BACKWARD_MESSAGE = 0, 1
@@ -45,6 +48,7 @@ class ExecutorResult:
     losses: dict[int, float] = field(default_factory=dict)
     peak_in_flight: int = 0
     ran: list[str] = field(default_factory=list)
+    clock: LiveClock = field(default_factory=LiveClock)  # modelled time: its end and its busy part
 
 
 class Executor:
@@ -84,16 +88,14 @@ class Executor:
             j, c = a.microbatch, a.chunk
             v = sch.virtual_stage(self.rank, c)
             chunk = self.chunks[c]
-            if a.op == "RECV_F":
-                with tracer.region(scope=PIPELINE_SCOPE, phase=FORWARD):
-                    received["F", j, c] = self.group.recv(self.boundary, self.dtype, a.peer,
-                                                          message_tag(FORWARD_MESSAGE, j, v - 1, stages),
-                                                          microbatch=j, chunk=c)
-            elif a.op == "RECV_B":
-                with tracer.region(scope=PIPELINE_SCOPE, phase=BACKWARD):
-                    received["B", j, c] = self.group.recv(self.boundary, self.dtype, a.peer,
-                                                          message_tag(BACKWARD_MESSAGE, j, v + 1, stages),
-                                                          microbatch=j, chunk=c)
+            if a.op in ("RECV_F", "RECV_B"):
+                forward = a.op == "RECV_F"
+                tag = message_tag(*((FORWARD_MESSAGE, j, v - 1) if forward else (BACKWARD_MESSAGE, j, v + 1)), stages)
+                with tracer.region(scope=PIPELINE_SCOPE, phase=FORWARD if forward else BACKWARD):
+                    x, sent = self.group.recv(self.boundary, self.dtype, a.peer, tag, microbatch=j, chunk=c,
+                                              stamped=True)
+                received["F" if forward else "B", j, c] = x
+                out.clock.arrive(sent)
             elif a.op == "F":
                 x = inputs[j] if v == 0 else received.pop(("F", j, c))
                 y, caches[j, c] = chunk.forward(x, labels[j] if chunk.last else None, plans[j])
@@ -103,12 +105,14 @@ class Executor:
                     produced["F", j, c] = y
                 out.peak_in_flight = max(out.peak_in_flight, len(caches))
                 out.ran.append(f"F{j}.{c}")
+                out.clock.compute("F")
             elif a.op == "B":
                 dy = seeds[j] if chunk.last else received.pop(("B", j, c))
                 dx = chunk.backward(dy, caches.pop((j, c)))  # the cache (activations) goes now
                 if v > 0:
                     produced["B", j, c] = dx
                 out.ran.append(f"B{j}.{c}")
+                out.clock.compute("B")
             else:  # SEND_F / SEND_B
                 direction, phase = (FORWARD_MESSAGE, FORWARD) if a.op == "SEND_F" else (BACKWARD_MESSAGE, BACKWARD)
                 x = produced.pop(("F" if direction == FORWARD_MESSAGE else "B", j, c))
@@ -116,7 +120,8 @@ class Executor:
                     raise ValueError(f"{a}: sends {x.dtype} {x.shape}, the receiver expects {self.dtype} "
                                      f"{self.boundary}")
                 with tracer.region(scope=PIPELINE_SCOPE, phase=phase):
-                    self.group.send(x, a.peer, message_tag(direction, j, v, stages), microbatch=j, chunk=c)
+                    self.group.send(x, a.peer, message_tag(direction, j, v, stages), microbatch=j, chunk=c,
+                                    stamp=out.clock.time)
         self.group.wait_sends()
         left = [*received, *produced, *caches]
         if left:
