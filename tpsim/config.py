@@ -231,9 +231,6 @@ class RunConfig:
         architecture_of(self.model)  # TypeError for an unregistered config
         par, sch = self.parallel.check(), self.schedule
         self.pipeline.check(par, self.model.layers, sch.batch_size)
-        if par.pp > 1 and (self.files.export or self.files.save):
-            raise ConfigError("--export and --save gather the whole model, which a pipeline run does not do yet: "
-                              "drop them or use --pp 1")
         if sch.batch_size % par.dp:
             raise ConfigError(f"--batch-size {sch.batch_size} is not divisible by dp {par.dp} "
                               f"(each DP rank takes an equal slice of the global batch)")

@@ -20,14 +20,15 @@ from pathlib import Path
 
 from tpsim.comm import ProcessGrid
 from tpsim.config import RunConfig
-from tpsim.demo.gpt_tour import _number, first_step, gather_and_write, header, task_of
+from tpsim.demo.export_check import check_export
+from tpsim.demo.gpt_tour import TOLERANCE, _number, check_against_serial, gather_and_write, header, task_of
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
 from tpsim.demo.report import closing_lines, say, step_table
 from tpsim.demo.serial_twin import final_verdict
 from tpsim.demo.trained_model import reverse_lines
 from tpsim.demo.verify_pass import check_zero_padding
 from tpsim.demo.zero_demo import grad_bytes_of, state_table
-from tpsim.hf.checkpoint import load_into
+from tpsim.hf.checkpoint import load_into, to_hf, write_model_folder, write_step0
 from tpsim.hf.folder import load_init
 from tpsim.pipeline.schedules import build as build_schedule
 from tpsim.pp.build import build_pipeline
@@ -75,6 +76,30 @@ def build(grid: ProcessGrid, run: RunConfig, tensors):
         f"DP gradient sync on rank 0's stage: {len(grad_sync.buckets)} bucket(s), "
         f"{human_bytes(grad_sync.total_bytes)} of gradients per rank", "")
     return shard, grad_sync, executor
+
+
+def first_step(grid, shard, run: RunConfig, loss: float, loss_scale: float = 1.0) -> bool:
+    """Step 0: every stage against the serial model; ``--export``: the stages gathered to rank 0, written, read
+    back; the training banner."""
+    say(grid, "Step 0 against the serial model (same seed, same global batch):")
+    ok, text = check_against_serial(grid, shard, run, loss, loss_scale)
+    say(grid, text, "")
+    sch = run.schedule
+    if run.files.export:
+        params, grads = gather_stages(shard, grid, "params"), gather_stages(shard, grid, "grads")
+        ids, labels = task_of(run).batch(sch.seed, 0, sch.batch_size)
+        if grid.rank == 0:  # the one rank that holds every stage's tensors
+            paths = write_step0(run.files.export, run.model, params, grads, input_ids=ids, labels=labels,
+                                loss=loss, write=True, tp=grid.tp, dp=grid.dp, extra={"pp": grid.pp})
+            say(grid, f"exported step 0 to {run.files.export}/ (every stage's tensors, gathered): "
+                      + ", ".join(Path(p).name for p in paths.values()))
+        read_ok, lines = check_export(grid, run, loss, TOLERANCE[run.precision.dtype], loss_scale)
+        say(grid, *lines, "")
+        ok = ok and read_ok
+    if sch.steps > 0:
+        say(grid, f"Training {sch.steps} steps (AdamW lr {run.optimizer.lr}, clip {run.optimizer.clip or 'off'}) "
+                  f"on the reverse task ({task_of(run).digits} digits):")
+    return ok
 
 
 def train(grid, shard, grad_sync, executor, run: RunConfig):
@@ -221,7 +246,9 @@ def run(demo) -> int:
     if run.parallel.zero:
         padding_ok, lines = check_zero_padding(grid, run)
         say(grid, *lines, "")
-    trained = gather_stages(shard, grid)
+    trained = gather_stages(shard, grid)  # untraced; --save writes it (rank 0)
+    if grid.rank == 0 and run.files.save:
+        write_model_folder(run.files.save, run.model, to_hf(trained, run.model))
     formula_ok = final_report(grid, run, metrics, [r[3] for r in stage_reports] if grid.rank == 0 else None,
                               records, paths, t_start)
     if grid.rank == 0:
