@@ -8,8 +8,6 @@ mean over valid tokens), m = 3 micro-batches, float64, tolerance 1e-12.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -158,7 +156,6 @@ def test_training_with_clipping_equals_serial_training(layout, arch):
     worst = max(relative_difference(e.param, take_shard(ref[e.name], e.partition), floor=1.0)
                 for e in shard.named_entries())
     assert_everywhere(worst <= 1e-10, f"parameters after 3 steps differ by {worst:.1e}")
-    assert math.isfinite(worst)
 
 
 @pytest.mark.parametrize("schedule", ["afab", "1f1b"])

@@ -1,4 +1,6 @@
 """The communication tracer: one record per collective call, tagged with the layer and phase that issued it.
+A pipeline's point-to-point message is recorded at both ends (``P2PEvent``: op "send" or "recv", the peer, the
+micro-batch and the model chunk).
 
 Layers do not pass their names to the communication layer by hand. They open a *region*:
 
