@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 
 from tpsim.arch import GPTConfig, LlamaConfig
-from tpsim.config import (DTYPE_NAMES, OptimizerSettings, Parallelism, Precision, RunConfig, Schedule, arch_name,
-                          dtype_name)
+from tpsim.config import (DTYPE_NAMES, OptimizerSettings, Parallelism, Pipeline, Precision, RunConfig, Schedule,
+                          arch_name, dtype_name)
 from tpsim.errors import ConfigError
 from tpsim.plan.layout import Layout
 from tpsim.plan.validate import CASES
 
 GPT = GPTConfig(vocab_size=13, n_positions=8, n_embd=16, n_layer=1, n_head=4)
+GPT3 = dataclasses.replace(GPT, n_layer=3)
 
 
 @pytest.mark.parametrize("given, name", [("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32"),
@@ -49,7 +50,14 @@ def test_precision_says_what_mixed_precision_needs():
     (lambda: RunConfig.of(GPT, tp=4, sp=True, seq_len=6), "--seq-len 6 is not divisible by tp 4"),
     (lambda: RunConfig.of(GPT, zero=2), "--zero 2: the ZeRO stages here are 0, 1"),
     (lambda: RunConfig.of(GPT, tp=0), "--tp must be >= 1, got 0"),
-    (lambda: RunConfig(GPT, Parallelism(pp=2)), "--pp 2: pipeline parallelism is planned"),
+    (lambda: RunConfig.of(GPT, pp=2), "2 pipeline stages for 1 layer: every stage needs at least one layer"),
+    (lambda: RunConfig.of(GPT3, pp=2), "--layers 3 do not split evenly over 2 pipeline stages"),
+    (lambda: RunConfig.of(GPT3, pp=2, pipeline=Pipeline(stage_layers=(1, 1))), "--pp-layers 1,1 sums to 2"),
+    (lambda: RunConfig.of(GPT3, pp=2, pipeline=Pipeline(stage_layers=(1, 1, 1))), "names 3 stages"),
+    (lambda: RunConfig.of(GPT3, pp=2, batch_size=6, pipeline=Pipeline(microbatches=4, stage_layers=(1, 2))),
+     "--batch-size 6 does not split into dp x microbatches = 1 x 4"),
+    (lambda: RunConfig.of(GPT, pipeline=Pipeline(microbatches=2)), "--microbatches, --vp and --pp-layers"),
+    (lambda: RunConfig.of(GPT, pp=2, pipeline=Pipeline(schedule="gpipe")), "--schedule gpipe: unknown"),
     (lambda: OptimizerSettings(lr=float("nan")), "--lr must be >= 0, got nan"),
     (lambda: Schedule(steps=-1), "--steps must be >= 0, got -1"),
     (lambda: Schedule(dropout_rng="numpy"), "--dropout-rng 'numpy'"),

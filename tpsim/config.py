@@ -7,12 +7,14 @@
       optimizer    OptimizerSettings(lr, clip, bucket_mb, max_skipped_steps)
       schedule     Schedule(batch_size, seq_len, steps, seed, dropout_rng)
       files        Files(out, export, init_from, timeline_steps, save)
+      pipeline     Pipeline(schedule, microbatches, vp, stage_layers)   how pp > 1 runs (``tpsim.pp``)
 
 It is built and validated once (the demo's command line does it in ``tpsim.demo.cli``, tests and lessons with
 ``RunConfig.of``) and then only read: the model builders, the optimizer set-up, ``predict_step`` and the planner
 take it or one of its parts; nothing derives a field into it later. ``plan.Layout`` is a ``Parallelism`` with the
 planner's own fields added, so a layout and a run say "tp", "sp" and "zero" the same way. A new parallel axis is
-one field of ``Parallelism`` (``pp`` is the planner's today; a live run needs pp = 1 until pipelines land).
+one field of ``Parallelism``; how a pipeline (pp > 1) runs — its schedule, micro-batches, model chunks and
+layers per stage — is the ``Pipeline`` part, checked with the rest before any work.
 
 One vocabulary for dtypes (NumPy's names: float64, float32, bfloat16, float16; ``fp32``, ``bf16``, ``fp16``,
 ``fp64`` accepted as input and printed in the long form) and one for architectures (``tpsim.arch``: gpt2,
@@ -179,6 +181,41 @@ class Files:
 
 
 @dataclass(frozen=True)
+class Pipeline:
+    """How a pipeline runs when ``Parallelism.pp > 1``: the schedule (``tpsim.pipeline.schedules``: afab, 1f1b,
+    ...), ``microbatches`` per DP replica per step (the global batch splits into dp × microbatches of them),
+    ``vp`` model chunks per rank, and the layers of every virtual stage (None: an even split)."""
+
+    schedule: str = "1f1b"
+    microbatches: int = 1
+    vp: int = 1
+    stage_layers: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        _at_least(1, microbatches=self.microbatches, vp=self.vp)
+        if self.stage_layers is not None:
+            object.__setattr__(self, "stage_layers", tuple(int(n) for n in self.stage_layers))
+
+    def check(self, par: Parallelism, layers: int, batch_size: int) -> None:
+        """``ConfigError`` (one line) for a pipeline that cannot run: the schedule and its sizes, the layer split,
+        a global batch that does not cut into dp × microbatches equal micro-batches. MPI-free."""
+        if par.pp == 1:
+            if self.microbatches != 1 or self.vp != 1 or self.stage_layers is not None:
+                raise ConfigError("--microbatches, --vp and --pp-layers cut a pipeline: they need --pp > 1")
+            return
+        from tpsim.pipeline.schedules import build  # pure arithmetic, as is the split
+        from tpsim.pp.split import split_layers
+        schedule = build(self.schedule, par.pp, self.microbatches, self.vp)
+        if any(a.op == "W" for actions in schedule.ranks for a in actions):
+            raise ConfigError(f"--schedule {self.schedule} splits the backward into B and W: the live pipeline "
+                              "runs whole backwards only (afab, 1f1b)")
+        split_layers(layers, par.pp * self.vp, self.stage_layers)
+        if batch_size % (par.dp * self.microbatches):
+            raise ConfigError(f"--batch-size {batch_size} does not split into dp x microbatches = {par.dp} x "
+                              f"{self.microbatches} equal micro-batches")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """One training run, validated as a whole when it is made (see the module docstring)."""
 
@@ -188,12 +225,12 @@ class RunConfig:
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     schedule: Schedule = field(default_factory=Schedule)
     files: Files = field(default_factory=Files)
+    pipeline: Pipeline = field(default_factory=Pipeline)
 
     def __post_init__(self) -> None:
         architecture_of(self.model)  # TypeError for an unregistered config
         par, sch = self.parallel.check(), self.schedule
-        if par.pp != 1:
-            raise ConfigError(f"--pp {par.pp}: pipeline parallelism is planned (tpsim plan), not run live yet")
+        self.pipeline.check(par, self.model.layers, sch.batch_size)
         if sch.batch_size % par.dp:
             raise ConfigError(f"--batch-size {sch.batch_size} is not divisible by dp {par.dp} "
                               f"(each DP rank takes an equal slice of the global batch)")
@@ -217,6 +254,11 @@ class RunConfig:
         """Sequences per DP rank per step."""
         return self.schedule.batch_size // self.parallel.dp
 
+    @property
+    def micro_batch(self) -> int:
+        """Sequences per micro-batch: the DP rank's batch cut into ``pipeline.microbatches``."""
+        return self.local_batch // self.pipeline.microbatches
+
     def serial_model(self):
         """The single-device model drawn from the run's seed, in the run's dtype (the registry's builder)."""
         return architecture_of(self.model).serial(self.model, seed=self.schedule.seed, dtype=self.precision.numpy)
@@ -233,14 +275,15 @@ class RunConfig:
 
     @classmethod
     def of(cls, model, *, tp: int = 1, dp: int = 1, sp: bool = False, zero: int = 0, dtype: str = "float64",
-           batch_size: int = 16, seq_len: int | None = None, steps: int = 1, seed: int = 0,
-           **optimizer) -> "RunConfig":
+           batch_size: int = 16, seq_len: int | None = None, steps: int = 1, seed: int = 0, pp: int = 1,
+           pipeline: Pipeline | None = None, **optimizer) -> "RunConfig":
         """The short form for tests, lessons and figures: the fields most runs set, the rest at defaults;
         ``seq_len`` defaults to the model's positions; extra keywords go to ``OptimizerSettings``."""
-        return cls(model, Parallelism(tp=tp, dp=dp, sp=sp, zero=zero), Precision(dtype),
+        return cls(model, Parallelism(tp=tp, dp=dp, pp=pp, sp=sp, zero=zero), Precision(dtype),
                    OptimizerSettings(**optimizer),
-                   Schedule(batch_size=batch_size, seq_len=seq_len or model.max_positions, steps=steps, seed=seed))
+                   Schedule(batch_size=batch_size, seq_len=seq_len or model.max_positions, steps=steps, seed=seed),
+                   pipeline=pipeline or Pipeline())
 
 
-__all__ = ["ARCH_NAMES", "DTYPE_ALIASES", "DTYPE_NAMES", "Files", "OptimizerSettings", "Parallelism", "Precision",
-           "RunConfig", "Schedule", "arch_name", "dtype_name"]
+__all__ = ["ARCH_NAMES", "DTYPE_ALIASES", "DTYPE_NAMES", "Files", "OptimizerSettings", "Parallelism", "Pipeline",
+           "Precision", "RunConfig", "Schedule", "arch_name", "dtype_name"]

@@ -13,6 +13,8 @@ broadcast: the buffer), the bandwidth-optimal algorithms send, per rank:
     broadcast                   B         pipelined chain: every rank but the last forwards the whole
                                           buffer once; we report the busiest rank (0 when p == 1)
     gather            (p - 1) / p * B     the root receives; we report what the p - 1 senders send in all / p
+    send                        B         point-to-point (a pipeline's activation or gradient): the sender
+    recv                        0         sends the whole message once, the receiver sends nothing
 
 The α-β model prices one collective as ``ring_steps·α + wire_bytes·β`` (``alpha_beta_time``; α the latency
 of one ring step, β the seconds per byte one rank sends). The measured traffic of a real MPI library can differ
@@ -34,6 +36,10 @@ def wire_bytes(op: str, nbytes: int, p: int) -> int:
         return nbytes
     if op == "barrier":
         return 0
+    if op == "send":  # point-to-point: the sender sends the whole message, the receiver nothing
+        return nbytes
+    if op == "recv":
+        return 0
     raise ValueError(f"unknown collective {op!r}")
 
 
@@ -42,6 +48,8 @@ def ring_steps(op: str, p: int) -> int:
     (a pipelined chain) p−1; nothing to wait for when p == 1."""
     if p <= 1:
         return 0
+    if op in ("send", "recv"):  # one message, one latency
+        return 1
     return 2 * (p - 1) if op == "all_reduce" else p - 1
 
 

@@ -8,8 +8,9 @@ from tpsim.mpi_library import load_mpi
 
 load_mpi()  # before any module below imports mpi4py.MPI
 
-from tpsim.comm.grid import ProcessGrid, format_grid, grid_layout
+from tpsim.comm.grid import ProcessGrid, format_cube, format_grid, grid_cube, grid_layout
 from tpsim.comm.group import Group
-from tpsim.comm.tracer import CommEvent, SpanEvent, Tracer
+from tpsim.comm.tracer import CommEvent, P2PEvent, SpanEvent, Tracer
 
-__all__ = ["CommEvent", "SpanEvent", "Group", "ProcessGrid", "Tracer", "format_grid", "grid_layout"]
+__all__ = ["CommEvent", "P2PEvent", "SpanEvent", "Group", "ProcessGrid", "Tracer", "format_cube", "format_grid",
+           "grid_cube", "grid_layout"]

@@ -1,14 +1,22 @@
-"""The process grid: which ranks form each tensor-parallel (TP) and data-parallel (DP) group.
+"""The process grid: which ranks form each tensor-parallel (TP), data-parallel (DP) and pipeline (PP) group.
 
 Megatron's rank order puts TP ranks next to each other (TP inside a node, over the fast links; DP between
-nodes: §3.1 of the SenseParrots article, and Narayanan et al. 2021), so the whole grid is one reshape of the
-world ranks:
+nodes: §3.1 of the SenseParrots article, and Narayanan et al. 2021), then DP, with the pipeline outermost, so
+the whole grid is one reshape of the world ranks:
 
-    grid = arange(world).reshape(dp, tp)        # row i = TP group i,  column j = DP group j
-    world 8, tp 4  ->  TP [[0,1,2,3],[4,5,6,7]]            DP [[0,4],[1,5],[2,6],[3,7]]
-    world 8, tp 2  ->  TP [[0,1],[2,3],[4,5],[6,7]]        DP [[0,2,4,6],[1,3,5,7]]
+    cube = arange(world).reshape(pp, dp, tp)     # rank = pp_rank·(dp·tp) + dp_rank·tp + tp_rank
+    world 8, tp 4          ->  TP [[0,1,2,3],[4,5,6,7]]            DP [[0,4],[1,5],[2,6],[3,7]]
+    world 8, tp 2          ->  TP [[0,1],[2,3],[4,5],[6,7]]        DP [[0,2,4,6],[1,3,5,7]]
+    world 8, tp 2, pp 2    ->  TP [[0,1],[2,3],[4,5],[6,7]]        DP [[0,2],[1,3],[4,6],[5,7]]
+                               PP [[0,4],[1,5],[2,6],[3,7]]        (stage 0 holds ranks 0-3, stage 1 ranks 4-7)
 
-and each rank's coordinates fall out of it: ``tp_rank = rank % tp``, ``dp_rank = rank // tp``.
+and each rank's coordinates fall out of it: ``tp_rank = rank % tp``, ``dp_rank = rank // tp % dp``,
+``pp_rank = rank // (tp·dp)``. ``layout`` is this rank's pipeline stage, the [dp, tp] block of the cube (the
+whole grid when pp == 1). A pipeline group holds the ranks with the same tp_rank and dp_rank, in stage order;
+with pp > 1 the first and last stage of each also form an *embedding group* (a tied word embedding lives on
+both: Megatron's ``_allreduce_word_embedding_grads``), and the TP × PP ranks of one DP replica a
+*model-parallel* group (the gradient norm sums over every stage; with pp == 1 it is the TP group itself); the
+TP × DP ranks of one stage are its *stage group* (the world when pp == 1).
 Sizes are checked on every rank before the first collective, so a bad configuration fails the same way
 everywhere instead of leaving some ranks waiting. Every rank's host name is gathered once, at construction
 (untraced: set-up, not model traffic); when the ranks span several hosts the table shows them and warns about a
@@ -31,55 +39,102 @@ from tpsim.hosts import FAKE_HOSTS_ENV, host_lines, parse_fake_hosts, row_hosts
 
 def grid_layout(world: int, tp: int, dp: int | None = None) -> np.ndarray:
     """The [dp, tp] array of world ranks, after checking the sizes (pure arithmetic, no MPI)."""
+    return grid_cube(world, tp, dp)[0]
+
+
+def grid_cube(world: int, tp: int, dp: int | None = None, pp: int = 1) -> np.ndarray:
+    """The [pp, dp, tp] array of world ranks, after checking the sizes (pure arithmetic, no MPI)."""
     if tp < 1:
         raise ConfigError(f"tp must be >= 1, got {tp}")
-    if world % tp:
-        raise ConfigError(f"world size {world} is not divisible by tp={tp} (world must equal tp x dp)")
-    if dp is not None and dp * tp != world:
-        raise ConfigError(f"tp x dp = {tp} x {dp} = {tp * dp} does not match the world size {world}")
-    return np.arange(world).reshape(world // tp, tp)
+    if pp < 1:
+        raise ConfigError(f"pp must be >= 1, got {pp}")
+    if world % (tp * pp):
+        what = f"tp={tp}" if pp == 1 else f"tp x pp = {tp} x {pp}"
+        raise ConfigError(f"world size {world} is not divisible by {what} "
+                          f"(world must equal tp x {'dp' if pp == 1 else 'dp x pp'})")
+    if dp is not None and dp * tp * pp != world:
+        if pp == 1:
+            raise ConfigError(f"tp x dp = {tp} x {dp} = {tp * dp} does not match the world size {world}")
+        raise ConfigError(f"tp x dp x pp = {tp} x {dp} x {pp} = {tp * dp * pp} does not match the world size {world}")
+    return np.arange(world).reshape(pp, world // (tp * pp), tp)
 
 
 class ProcessGrid:
-    """TP × DP grid over a communicator (default ``MPI.COMM_WORLD``); one tracer shared by all its groups."""
+    """TP × DP × PP grid over a communicator (default ``MPI.COMM_WORLD``); one tracer shared by all its groups."""
 
     def __init__(self, tp: int, dp: int | None = None, comm: MPI.Comm | None = None,
-                 tracer: Tracer | None = None) -> None:
+                 tracer: Tracer | None = None, *, pp: int = 1) -> None:
         comm = MPI.COMM_WORLD if comm is None else comm
         self.world_size = comm.Get_size()
         self.rank = comm.Get_rank()
-        self.layout = grid_layout(self.world_size, tp, dp)  # raises before any collective
+        self.cube = grid_cube(self.world_size, tp, dp, pp)  # raises before any collective
         fake = os.environ.get(FAKE_HOSTS_ENV)
         my_host = (parse_fake_hosts(fake, self.world_size)[self.rank] if fake  # raises before any collective too
                    else MPI.Get_processor_name())
-        self.tp, self.dp = int(self.layout.shape[1]), int(self.layout.shape[0])
-        self.tp_rank, self.dp_rank = self.rank % self.tp, self.rank // self.tp
+        self.pp, self.dp, self.tp = (int(n) for n in self.cube.shape)
+        self.tp_rank, self.dp_rank = self.rank % self.tp, self.rank // self.tp % self.dp
+        self.pp_rank = self.rank // (self.tp * self.dp)
+        self.layout = self.cube[self.pp_rank]  # this rank's stage: [dp, tp] (the whole grid when pp == 1)
         self.tracer = tracer if tracer is not None else Tracer(rank=self.rank)
         # Communicator creation is set-up, not model traffic: it is not traced.
-        tp_comm = comm.Split(color=self.dp_rank, key=self.tp_rank)
-        dp_comm = comm.Split(color=self.tp_rank, key=self.dp_rank)
+        stage, chain = self.pp_rank, self.dp_rank * self.tp + self.tp_rank  # chain: which pipeline group
+        tp_comm = comm.Split(color=stage * self.dp + self.dp_rank, key=self.tp_rank)
+        dp_comm = comm.Split(color=stage * self.tp + self.tp_rank, key=self.dp_rank)
+        pp_comm = comm.Split(color=chain, key=self.pp_rank)
         self.world = Group(comm, "world", tuple(range(self.world_size)), self.tracer)
         self.tp_group = Group(tp_comm, "tp", tuple(self.layout[self.dp_rank].tolist()), self.tracer)
         self.dp_group = Group(dp_comm, "dp", tuple(self.layout[:, self.tp_rank].tolist()), self.tracer)
+        self.pp_group = Group(pp_comm, "pp", tuple(self.cube[:, self.dp_rank, self.tp_rank].tolist()), self.tracer)
+        self.embedding_group: Group | None = None  # first and last stage of this pipeline group (pp > 1)
+        self.model_parallel_group = self.tp_group  # the ranks one model is split over: TP × PP of one replica
+        self.stage_group = self.world  # the ranks of this pipeline stage (TP × DP): the world when pp == 1
+        if self.pp > 1:
+            stage_comm = comm.Split(color=self.pp_rank, key=self.rank)
+            self.stage_group = Group(stage_comm, "stage", tuple(self.layout.ravel().tolist()), self.tracer)
+            ends = self.pp_rank in (0, self.pp - 1)
+            emb_comm = comm.Split(color=chain if ends else MPI.UNDEFINED, key=self.pp_rank)
+            if ends:
+                self.embedding_group = Group(emb_comm, "embedding", self.pp_group.ranks[::self.pp - 1], self.tracer)
+            mp_comm = comm.Split(color=self.dp_rank, key=self.pp_rank * self.tp + self.tp_rank)
+            self.model_parallel_group = Group(mp_comm, "mp", tuple(self.cube[:, self.dp_rank].ravel().tolist()),
+                                              self.tracer)
         with self.tracer.paused():
             self.hosts = gather_host_names(self.world, my_host)  # world rank -> host name, on every rank
         comm.Barrier()  # common clock origin for timelines (ranks on one node share perf_counter)
         self.tracer.reset(t0=time.perf_counter())
 
     @property
+    def first_stage(self) -> bool:
+        return self.pp_rank == 0
+
+    @property
+    def last_stage(self) -> bool:
+        return self.pp_rank == self.pp - 1
+
+    @property
     def tp_groups(self) -> list[list[int]]:
-        return self.layout.tolist()
+        """Every TP group, stage by stage (``[pp_rank·dp + dp_rank]`` is this rank's)."""
+        return self.cube.reshape(-1, self.tp).tolist()
 
     @property
     def dp_groups(self) -> list[list[int]]:
-        return self.layout.T.tolist()
+        """Every DP group, stage by stage (``[pp_rank·tp + tp_rank]`` is this rank's)."""
+        return self.cube.transpose(0, 2, 1).reshape(-1, self.dp).tolist()
+
+    @property
+    def pp_groups(self) -> list[list[int]]:
+        """Every pipeline group, in stage order (``[dp_rank·tp + tp_rank]`` is this rank's)."""
+        return self.cube.transpose(1, 2, 0).reshape(-1, self.pp).tolist()
 
     def describe(self) -> str:
-        """This rank's place, e.g. ``TP(4) DP(2) rank 5: tp_rank 1, dp_rank 1``."""
-        return f"TP({self.tp}) DP({self.dp}) rank {self.rank}: tp_rank {self.tp_rank}, dp_rank {self.dp_rank}"
+        """This rank's place, e.g. ``TP(4) DP(2) rank 5: tp_rank 1, dp_rank 1`` (``PP(2) ... pp_rank 1`` too)."""
+        if self.pp == 1:
+            return f"TP({self.tp}) DP({self.dp}) rank {self.rank}: tp_rank {self.tp_rank}, dp_rank {self.dp_rank}"
+        return (f"TP({self.tp}) DP({self.dp}) PP({self.pp}) rank {self.rank}: tp_rank {self.tp_rank}, "
+                f"dp_rank {self.dp_rank}, pp_rank {self.pp_rank}")
 
     def table(self) -> str:
-        return format_grid(self.layout, self.hosts)
+        return format_grid(self.cube[0], self.hosts) if self.pp == 1 else format_cube(self.cube, self.hosts)
 
 
 def gather_host_names(world: Group, name: str) -> list[str]:
@@ -92,6 +147,12 @@ def gather_host_names(world: Group, name: str) -> list[str]:
     return [row.tobytes().rstrip(b"\0").decode(errors="replace") for row in rows]
 
 
+def _rank_rows(layout: np.ndarray, hosts: list[str] | None, extra: bool, width: int) -> list[str]:
+    """One line per DP row of a [dp, tp] block: its ranks (and its hosts when ``extra``)."""
+    return [f"{'dp' + str(i):>12}" + "".join(f"{r:>{width}}" for r in row)
+            + (f"   {row_hosts(row, hosts)}" if extra else "") for i, row in enumerate(layout.tolist())]
+
+
 def format_grid(layout: np.ndarray, hosts: list[str] | None = None) -> str:
     """The grid as text: the rank map, then every TP and DP group (pure formatting, no MPI). ``hosts`` (world
     rank -> host name): when they name more than one host, each row shows its host(s), a line lists every host's
@@ -102,11 +163,30 @@ def format_grid(layout: np.ndarray, hosts: list[str] | None = None) -> str:
     lines = [f"Process grid: TP({tp}) x DP({dp}) = {layout.size} ranks "
              f"(Megatron order: TP ranks consecutive)", ""]
     lines.append(" " * 12 + "".join(f"{'tp' + str(j):>{width}}" for j in range(tp)) + ("   host" if extra else ""))
-    for i in range(dp):
-        row = layout[i].tolist()
-        lines.append(f"{'dp' + str(i):>12}" + "".join(f"{r:>{width}}" for r in row)
-                     + (f"   {row_hosts(row, hosts)}" if extra else ""))
+    lines += _rank_rows(layout, hosts, bool(extra), width)
     lines.append("")
     lines += [f"  TP group {i}: ranks {list(map(int, layout[i]))}" for i in range(dp)]
     lines += [f"  DP group {j}: ranks {list(map(int, layout[:, j]))}" for j in range(tp)]
+    return "\n".join(lines + extra)
+
+
+def format_cube(cube: np.ndarray, hosts: list[str] | None = None) -> str:
+    """The TP × DP × PP grid as text: one rank map per pipeline stage, then every TP, DP, pipeline and embedding
+    group (pure formatting, no MPI); ``hosts`` as for ``format_grid``."""
+    pp, dp, tp = cube.shape
+    width = max(4, len(str(cube.size - 1)) + 1)
+    extra = host_lines(cube.reshape(-1, tp).tolist(), hosts) if hosts else []
+    lines = [f"Process grid: TP({tp}) x DP({dp}) x PP({pp}) = {cube.size} ranks "
+             f"(Megatron order: TP ranks consecutive, then DP, pipeline stages outermost: "
+             f"rank = pp_rank·{dp * tp} + dp_rank·{tp} + tp_rank)", ""]
+    for k in range(pp):
+        lines.append(f"{'stage ' + str(k):>12}" + "".join(f"{'tp' + str(j):>{width}}" for j in range(tp))
+                     + ("   host" if extra else ""))
+        lines += _rank_rows(cube[k], hosts, bool(extra), width)
+    lines.append("")
+    lines += [f"  TP group {i}: ranks {g}" for i, g in enumerate(cube.reshape(-1, tp).tolist())]
+    lines += [f"  DP group {j}: ranks {g}" for j, g in enumerate(cube.transpose(0, 2, 1).reshape(-1, dp).tolist())]
+    chains = cube.transpose(1, 2, 0).reshape(-1, pp).tolist()
+    lines += [f"  PP group {c}: ranks {g} (stage order)" for c, g in enumerate(chains)]
+    lines += [f"  embedding group {c}: ranks {[g[0], g[-1]]} (first and last stage)" for c, g in enumerate(chains)]
     return "\n".join(lines + extra)

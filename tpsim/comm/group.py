@@ -8,6 +8,15 @@ caller's scope and phase. Shapes:
     all_gather(x, axis)           x: [..., n, ...] on each rank  -> [..., p*n, ...]  (rank order)
     reduce_scatter(x, axis)       x: [..., p*n, ...] per rank    -> [..., n, ...]    (sum, chunk = group rank)
     broadcast(x, root)            x: [...] (filled on root)      -> [...]            (in place)
+    send(x, peer, tag)            x: [...] to group rank peer    -> posted, never waits (``Isend``)
+    recv(shape, dtype, peer, tag) from group rank peer           -> [...]            (waits for it)
+
+Point-to-point (the pipeline's activations and gradients): ``send`` posts a non-blocking ``Isend`` and keeps the
+buffer until the send completes (``wait_sends``, at the end of a step, or found complete by a later send);
+``recv`` waits for its message — politely, sleep-polling like a patient collective, because a pipeline rank
+waiting in its bubble must not burn the core its neighbour is computing on. A send is recorded by the sender as
+op "send" (wire bytes = its bytes) and by the receiver as op "recv" (wire bytes 0: it sends nothing), each a
+``P2PEvent`` with the peer's world rank, the micro-batch and the model chunk. Messages are matched by tag.
 
 16-bit arrays travel as 2 bytes per element: bfloat16 as its bit pattern with a user-defined reduction that adds
 in float32 and rounds at every step, float16 natively where this MPI has it (``tpsim.comm.half``). The trace
@@ -26,9 +35,17 @@ from mpi4py import MPI
 from tpsim.cost import wire_bytes
 from tpsim.comm.half import NATIVE_OPS, reduce_op, wire_buffer
 from tpsim.comm.tracer import Tracer
-from tpsim.comm.waiting import collective
+from tpsim.comm.waiting import collective, wait_politely
 
 _REDUCE_OPS = NATIVE_OPS  # name -> MPI.Op; 16-bit arrays get theirs from tpsim.comm.half.reduce_op
+
+
+def _stamped(buf: np.ndarray, stamp: float) -> np.ndarray:
+    """``buf``'s bytes followed by ``stamp`` as 8 float64 bytes: one message, payload and piggybacked clock."""
+    wire = np.empty(buf.nbytes + 8, dtype=np.uint8)
+    wire[:buf.nbytes] = buf.reshape(-1).view(np.uint8)
+    wire[buf.nbytes:] = np.array([stamp], dtype=np.float64).view(np.uint8)
+    return wire
 
 
 class Group:
@@ -42,21 +59,34 @@ class Group:
         self.rank = comm.Get_rank()
         self.tracer = tracer
         self._dtype_names: dict[np.dtype, str] = {}  # str(dtype) runs Python code in NumPy: ~2 µs per call
+        self._outbox: list[tuple[MPI.Request, np.ndarray]] = []  # posted sends and the buffers they read
 
     def __repr__(self) -> str:
         return f"Group({self.name}, ranks={list(self.ranks)}, me={self.rank})"
+
+    def _dtype_name(self, dtype: np.dtype) -> str:
+        name = self._dtype_names.get(dtype)
+        if name is None:
+            name = self._dtype_names[dtype] = str(dtype)
+        return name
 
     def _record(self, op: str, x: np.ndarray, shape: tuple[int, ...], t: float, reduce_op: str = "") -> None:
         tr = self.tracer
         if not tr.enabled:
             return
         nbytes = math.prod(shape) * x.itemsize  # math.prod: np.prod costs ~2 µs on a tuple
-        dtype = self._dtype_names.get(x.dtype)
-        if dtype is None:
-            dtype = self._dtype_names[x.dtype] = str(x.dtype)
         tr.record(op=op, reduce_op=reduce_op, group=self.name, group_size=self.size, group_ranks=self.ranks,
-                  dtype=dtype, shape=tuple(shape), bytes=nbytes, wire_bytes=wire_bytes(op, nbytes, self.size),
-                  start=t - tr.t0, duration=time.perf_counter() - t)
+                  dtype=self._dtype_name(x.dtype), shape=tuple(shape), bytes=nbytes,
+                  wire_bytes=wire_bytes(op, nbytes, self.size), start=t - tr.t0, duration=time.perf_counter() - t)
+
+    def _record_p2p(self, op: str, x: np.ndarray, peer: int, t: float, microbatch: int, chunk: int) -> None:
+        tr = self.tracer
+        if not tr.enabled:
+            return
+        tr.record_p2p(op=op, reduce_op="", group=self.name, group_size=self.size, group_ranks=self.ranks,
+                      dtype=self._dtype_name(x.dtype), shape=tuple(x.shape), bytes=x.nbytes,
+                      wire_bytes=wire_bytes(op, x.nbytes, self.size), start=t - tr.t0,
+                      duration=time.perf_counter() - t, peer=self.ranks[peer], microbatch=microbatch, chunk=chunk)
 
     def split(self, color: int, name: str) -> "Group":
         """A traced sub-group of this one: the ranks with the same ``color``, in this group's rank order.
@@ -135,6 +165,50 @@ class Group:
         collective(self.comm, "Bcast", wire_buffer(x), root=root, patient=patient)
         self._record("broadcast", x, x.shape, t)
         return x
+
+    # --- point-to-point: the pipeline's activations and gradients -------------------------------------------
+    def send(self, x: np.ndarray, peer: int, tag: int, *, microbatch: int = -1, chunk: int = 0,
+             stamp: float | None = None) -> None:
+        """Post ``x`` to group rank ``peer`` under ``tag`` and return at once (``Isend``); the buffer is kept
+        (a copy when ``x`` is not contiguous) until ``wait_sends`` or a later send finds the send complete.
+        ``stamp``: a float64 carried after the payload (a virtual clock), not counted in the record's bytes."""
+        self._check_peer(peer)
+        buf = np.ascontiguousarray(x)
+        wire = wire_buffer(buf) if stamp is None else _stamped(buf, stamp)
+        t = time.perf_counter()
+        self._outbox = [(req, b) for req, b in self._outbox if not req.Test()]  # release what has arrived
+        self._outbox.append((self.comm.Isend(wire, dest=peer, tag=tag), wire))
+        self._record_p2p("send", buf, peer, t, microbatch, chunk)
+
+    def recv(self, shape: tuple[int, ...], dtype, peer: int, tag: int, *, microbatch: int = -1,
+             chunk: int = 0, stamped: bool = False):
+        """The array of ``shape`` and ``dtype`` that group rank ``peer`` sent under ``tag``; waits for it.
+        ``stamped``: the sender gave a ``stamp``; returns ``(array, stamp)``."""
+        self._check_peer(peer)
+        out = np.empty(shape, dtype=dtype)
+        wire = wire_buffer(out) if not stamped else np.empty(out.nbytes + 8, dtype=np.uint8)
+        t = time.perf_counter()
+        wait_politely(self.comm.Irecv(wire, source=peer, tag=tag))
+        if stamped:
+            out = wire[:out.nbytes].view(out.dtype).reshape(shape)
+        self._record_p2p("recv", out, peer, t, microbatch, chunk)
+        return (out, float(wire[out.nbytes:].view(np.float64)[0])) if stamped else out
+
+    def wait_sends(self) -> None:
+        """Complete every posted send (untraced: each was recorded when posted) and drop their buffers."""
+        for req, _ in self._outbox:
+            wait_politely(req)
+        self._outbox = []
+
+    @property
+    def pending_sends(self) -> int:
+        """Sends posted and not yet known to be complete."""
+        return len(self._outbox)
+
+    def _check_peer(self, peer: int) -> None:
+        if not 0 <= peer < self.size or peer == self.rank:
+            raise ValueError(f"{self.name} group rank {self.rank}: peer {peer} is not another rank of the group "
+                             f"(size {self.size})")
 
     # --- bookkeeping collectives (not on the hot path) --------------------------------------------------------
     def barrier(self) -> None:

@@ -1,4 +1,6 @@
 """The communication tracer: one record per collective call, tagged with the layer and phase that issued it.
+A pipeline's point-to-point message is recorded at both ends (``P2PEvent``: op "send" or "recv", the peer, the
+micro-batch and the model chunk).
 
 Layers do not pass their names to the communication layer by hand. They open a *region*:
 
@@ -51,9 +53,9 @@ class CommEvent:
     step: int  # training step (set by the caller with ``tracer.step``)
     phase: str  # a ``tpsim.phases`` name: "forward", "backward", "dp_sync", ... ; "" outside any region
     scope: str  # dotted module path of the issuing layer, e.g. "transformer.h.0.mlp"; "" at top level
-    op: str  # "all_reduce", "all_gather", "reduce_scatter", "broadcast", "gather", "barrier"
+    op: str  # "all_reduce", "all_gather", "reduce_scatter", "broadcast", "gather", "barrier"; "send", "recv"
     reduce_op: str  # "sum" / "max" / "min" for reductions, "" otherwise
-    group: str  # "tp", "dp" or "world"
+    group: str  # "tp", "dp", "world"; "pp", "embedding", "mp" with pipelines
     group_size: int
     group_ranks: tuple[int, ...]  # world ranks of the group, in group-rank order
     dtype: str
@@ -65,6 +67,25 @@ class CommEvent:
 
     def as_dict(self) -> dict:
         d = _fields(self)
+        d["shape"] = list(self.shape)
+        d["group_ranks"] = list(self.group_ranks)
+        return d
+
+
+_COMM_SLOTS = CommEvent.__slots__
+
+
+@dataclass(slots=True)
+class P2PEvent(CommEvent):
+    """One point-to-point transfer as seen by one end: op "send" (recorded by the sender) or "recv" (by the
+    receiver), so every message is recorded exactly twice. The fields of a collective, and three more."""
+
+    peer: int = -1  # world rank at the other end
+    microbatch: int = -1  # the pipeline micro-batch the message belongs to
+    chunk: int = 0  # the model chunk (of the sender for a send, of the receiver for a recv)
+
+    def as_dict(self) -> dict:
+        d = {name: getattr(self, name) for name in (*_COMM_SLOTS, *P2PEvent.__slots__)}
         d["shape"] = list(self.shape)
         d["group_ranks"] = list(self.group_ranks)
         return d
@@ -201,6 +222,12 @@ class Tracer:
         if not self.enabled:
             return
         self.events.append(CommEvent(rank=self.rank, step=self.step, phase=self._phase, scope=self._scope, **fields))
+
+    def record_p2p(self, **fields) -> None:
+        """A send or a recv (``P2PEvent``): the collective's fields plus peer, microbatch and chunk."""
+        if not self.enabled:
+            return
+        self.events.append(P2PEvent(rank=self.rank, step=self.step, phase=self._phase, scope=self._scope, **fields))
 
     def reset(self, t0: float | None = None) -> None:
         """Forget all collectives and spans (e.g. at the start of a step); optionally restart the clock."""

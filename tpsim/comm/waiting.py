@@ -58,6 +58,15 @@ def _decide() -> bool:
 SLEEP_POLL = _decide()
 
 
+def wait_politely(request: MPI.Request) -> None:
+    """Wait for a point-to-point request by sleep-polling (``_wait``), whatever ``TPSIM_WAIT`` says, unless it is
+    ``spin``: a pipeline rank waiting in its bubble would otherwise burn its neighbour's core."""
+    if os.environ.get("TPSIM_WAIT", "auto") == "spin":
+        request.Wait()
+    else:
+        _wait(request)
+
+
 def _wait(request: MPI.Request) -> None:
     """Test until done: a few quick tests, then sleeps that double from 20 µs up to 1 ms."""
     spins, delay = 0, _FIRST_SLEEP

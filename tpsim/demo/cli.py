@@ -14,9 +14,10 @@ from math import gcd
 from tpsim.arch import ARCH_NAMES, ARCH_SPELLINGS, architecture
 from tpsim.comm.launch import world_rank, world_size
 from tpsim.config import (DROPOUT_RNGS, DTYPE_ALIASES, DTYPE_NAMES, Files, OptimizerSettings, Parallelism,
-                          Precision, RunConfig, Schedule, ZERO_STAGES)
+                          Pipeline, Precision, RunConfig, Schedule, ZERO_STAGES)
 from tpsim.errors import ConfigError
 from tpsim.paths import check_input_file, check_output_dir
+from tpsim.pp.split import parse_stage_layers
 
 
 DEFAULT_BATCH = 16
@@ -71,6 +72,14 @@ def build_parser() -> RankZeroParser:
     g.add_argument("--sequence-parallel", action="store_true",
                    help="Megatron-SP: LayerNorm/dropout/residual regions split along the sequence over the TP "
                         "group (--seq-len must divide by tp)")
+    g.add_argument("--pp", type=int, default=1,
+                   help="pipeline stages (default 1); the ranks are TP fastest, then DP, stages outermost")
+    g.add_argument("--microbatches", type=int, default=None,
+                   help="micro-batches per DP rank per step with --pp > 1 (default: pp)")
+    g.add_argument("--schedule", default="1f1b",
+                   help="pipeline schedule: afab (GPipe: all forwards, then all backwards) or 1f1b (default)")
+    g.add_argument("--pp-layers", default=None, metavar="A,B,...",
+                   help="layers of every pipeline stage, summing to --layers (default: an even split)")
     _model_arguments(p.add_argument_group("model"))
     t = p.add_argument_group("training")
     t.add_argument("--batch-size", type=int, default=None,
@@ -105,11 +114,19 @@ def build_parser() -> RankZeroParser:
     return p
 
 
-def choose_grid(world: int, tp: int | None, dp: int | None) -> tuple[int, int]:
-    """Fill in whichever of tp/dp is missing; default TP is gcd(world, 4): 8 ranks → TP 4 × DP 2."""
-    for name, v in (("--tp", tp), ("--dp", dp)):
+def choose_grid(world: int, tp: int | None, dp: int | None, pp: int = 1) -> tuple[int, int]:
+    """Fill in whichever of tp/dp is missing; default TP is gcd(world, 4): 8 ranks → TP 4 × DP 2. With ``pp``
+    stages, tp × dp fills each stage's world / pp ranks."""
+    for name, v in (("--tp", tp), ("--dp", dp), ("--pp", pp)):
         if v is not None and v < 1:
             raise ConfigError(f"{name} must be >= 1, got {v}")
+    if pp > 1:
+        if world % pp:
+            raise ConfigError(f"world size {world} is not divisible by --pp {pp}")
+        try:
+            return choose_grid(world // pp, tp, dp)
+        except ConfigError as err:
+            raise ConfigError(f"{err} in each of the {pp} pipeline stages (world {world} = tp x dp x pp)") from None
     if tp is None and dp is None:
         tp = gcd(world, 4)
     if tp is None:
@@ -141,8 +158,13 @@ def _default_batch(args: argparse.Namespace, dp: int) -> int:
     """16 sequences, rounded up so every DP rank (every rank for partial-fc) gets some."""
     if args.batch_size is not None:
         return args.batch_size
-    unit = world_size() if args.scenario == "partial-fc" else dp
+    unit = world_size() if args.scenario == "partial-fc" else dp * _microbatches(args)
     return unit * -(-DEFAULT_BATCH // unit)
+
+
+def _microbatches(args: argparse.Namespace) -> int:
+    """``--microbatches``, default pp (one per stage: the smallest m that fills a 1F1B pipeline)."""
+    return args.microbatches if args.microbatches is not None else args.pp
 
 
 def _model(args: argparse.Namespace):
@@ -158,7 +180,9 @@ def _model(args: argparse.Namespace):
 
 def config_from(args: argparse.Namespace) -> DemoConfig:
     """Validate every flag (on every rank, before any collective) into one frozen ``DemoConfig``."""
-    tp, dp = choose_grid(world_size(), args.tp, args.dp)
+    tp, dp = choose_grid(world_size(), args.tp, args.dp, args.pp)
+    if args.pp > 1 and args.scenario in ("mlp", "partial-fc"):  # the scenarios without a model to cut
+        raise ConfigError(f"--pp {args.pp}: only --scenario gpt runs a pipeline, not {args.scenario}")
     batch_size = _default_batch(args, dp)
     for name in ("layers", "hidden", "heads", "vocab", "seq_len", "tokens", "classes"):
         if getattr(args, name) < 1:
@@ -173,8 +197,10 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
     optimizer = OptimizerSettings(lr=args.lr, clip=args.clip, bucket_mb=args.bucket_mb,
                                   max_skipped_steps=args.max_skipped_steps)
     model = _model(args)
-    run = RunConfig(model, Parallelism(tp=tp, dp=dp, sp=args.sequence_parallel, zero=args.zero), precision,
-                    optimizer, schedule, files)
+    pipeline = Pipeline(schedule=args.schedule, microbatches=_microbatches(args),
+                        stage_layers=parse_stage_layers(args.pp_layers))
+    run = RunConfig(model, Parallelism(tp=tp, dp=dp, pp=args.pp, sp=args.sequence_parallel, zero=args.zero),
+                    precision, optimizer, schedule, files, pipeline)
     check_paths(files)
     return DemoConfig(args.scenario, run, tokens=args.tokens, classes=args.classes)
 
@@ -201,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         from tpsim.demo.mlp_tour import run
     elif demo.scenario == "partial-fc":
         from tpsim.demo.partial_fc import run
+    elif demo.run.parallel.pp > 1:
+        from tpsim.demo.pipeline_tour import run
     else:
         from tpsim.demo.gpt_tour import run
     return run(demo)

@@ -22,7 +22,7 @@ from tpsim.compare import relative_difference, shard_differences
 from tpsim.data import ReverseTask
 from tpsim.config import RunConfig
 from tpsim.demo.export_check import check_export
-from tpsim.demo.report import closing_lines, say, step_table, write_outputs
+from tpsim.demo.report import closing_lines, grid_label, say, step_table, write_outputs
 from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
 from tpsim.demo.trained_model import gather_trained, reverse_lines
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
@@ -96,9 +96,9 @@ def check_against_serial(grid, model, run: RunConfig, parallel_loss, loss_scale=
     lines = [f"  serial loss {loss:.12f}   max relative |Δloss| over ranks {both[0]:.2e}",
              f"  max relative |Δgrad| over every parameter shard on every rank {both[1]:.2e}"
              + (f" (rank {grid.rank}'s largest: {worst_name})" if worst > 0 else ""),
-             f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — TP({grid.tp}) x DP({grid.dp}) step 0 "
+             f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — {grid_label(grid)} step 0 "
              f"{'equals' if ok else 'differs from'} the serial model "
-             f"{'within' if ok else 'by more than'} {tol:g} ({run.precision.dtype}, {len(diffs)} parameters)"]
+             f"{'within' if ok else 'by more than'} {tol:g} ({run.precision.dtype}, {len(serial_grads)} parameters)"]
     return ok, "\n".join(lines)
 
 
@@ -202,7 +202,7 @@ def gather_and_write(grid, run: RunConfig, metrics) -> tuple[list[dict] | None, 
         return None, []
     last = metrics[-1]["step"] if metrics else 0
     return records, write_outputs(Path(run.files.out), records, metrics, grid.world_size, last,
-                                  title=f"TP {grid.tp} x DP {grid.dp}", spans=spans)
+                                  title=grid_label(grid).replace("(", " ").replace(")", ""), spans=spans)
 
 
 def final_report(grid, run: RunConfig, metrics, grad_sync, records, paths, t_start: float) -> bool:

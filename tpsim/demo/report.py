@@ -16,6 +16,12 @@ from tpsim.atomic import write_lines
 MODEL_PHASES = (FORWARD, BACKWARD, SP_GRAD_SYNC, DP_SYNC, DATA, OPTIMIZER)  # the order of the table's rows
 
 
+def grid_label(grid: ProcessGrid, sep: str = "x") -> str:
+    """``TP(4) x DP(2)``, with ``x PP(2)`` when the model is cut into pipeline stages."""
+    label, pp = f"TP({grid.tp}) {sep} DP({grid.dp})", getattr(grid, "pp", 1)  # a stand-in grid may have no pp
+    return label + (f" {sep} PP({pp})" if pp > 1 else "")
+
+
 def say(grid: ProcessGrid, *lines: str) -> None:
     """Print ``lines`` on rank 0 only, in one write."""
     if grid.rank == 0:
@@ -63,5 +69,5 @@ def closing_lines(grid: ProcessGrid, steps: int, metrics: list[dict], out: str, 
     trained = (f"{steps} step{'' if steps == 1 else 's'}, loss {metrics[0]['loss']:.4f} -> {metrics[-1]['loss']:.4f}"
                if metrics else "step 0")
     verdict = f"FAILED: {', '.join(failed)} (see above)" if failed else f"every check holds: {', '.join(checks)}"
-    return [f"summary: TP({grid.tp}) x DP({grid.dp}), {trained}; {verdict}",
+    return [f"summary: {grid_label(grid)}, {trained}; {verdict}",
             f"next: tpsim report {out} --by kind · {out}/timeline.json in ui.perfetto.dev · tpsim lesson list"]

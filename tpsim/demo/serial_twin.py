@@ -30,7 +30,7 @@ from tpsim.comm.agree import Agreement
 from tpsim.data import ReverseTask
 from tpsim.compare import relative_difference
 from tpsim.config import RunConfig
-from tpsim.demo.report import say
+from tpsim.demo.report import grid_label, say
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.partition import take_shard
 from tpsim.tp.random import ExactDropoutRNG
@@ -213,7 +213,7 @@ def _check_final_state(grid, model, optimizer, run: RunConfig, metrics) -> bool:
             "  max relative |Δ| over every shard on every rank: "
             + ", ".join(f"{k} {d:.2e}" for k, d in zip(STATE, worst[1:]))
             + f"   (worst: {what} of {name}, rank {rank})",
-            f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — TP({grid.tp}) x DP({grid.dp}) after {steps} steps "
+            f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — {grid_label(grid)} after {steps} steps "
             f"{'equals' if ok else 'differs from'} the serial model trained the same way, tolerance {tol:g} "
             f"({dtype}; loss, {len(shapes)} parameters, AdamW state)")
     return ok

@@ -232,8 +232,19 @@ def export_step0(out_dir, model: Module, tp_group: Group, *, config, input_ids: 
     if input_ids.dtype.kind not in "iu" or labels.dtype.kind not in "iu":
         raise ConfigError(f"input_ids and labels must be integers; got {input_ids.dtype} and {labels.dtype}")
     shapes = config.param_shapes()
-    params = to_hf(full_tensors(model, tp_group, "params", shapes), config)
-    grads = to_hf(full_tensors(model, tp_group, "grads", shapes), config)
+    params = full_tensors(model, tp_group, "params", shapes)
+    grads = full_tensors(model, tp_group, "grads", shapes)
+    return write_step0(out_dir, config, params, grads, input_ids=input_ids, labels=labels, loss=loss,
+                       write=write, tp=tp_group.size, dp=dp, extra=extra)
+
+
+def write_step0(out_dir, config, params: dict[str, np.ndarray], grads: dict[str, np.ndarray], *,
+                input_ids: np.ndarray, labels: np.ndarray, loss: float, write: bool, tp: int, dp: int = 1,
+                extra: dict | None = None) -> dict[str, str]:
+    """The export folder from full tensors in tpsim's layout (however they were gathered: ``export_step0`` over
+    TP, ``tpsim.pp.gather`` over the pipeline too); returns its paths by role, writes only when ``write``."""
+    params, grads = to_hf(params, config), to_hf(grads, config)
+    input_ids, labels = np.asarray(input_ids), np.asarray(labels)
     out_dir = os.fspath(out_dir)
     paths = {role: os.path.join(out_dir, name) for role, name in
              (("config", "config.json"), ("params", "params.npz"), ("grads", "grads.npz"),
@@ -241,12 +252,12 @@ def export_step0(out_dir, model: Module, tp_group: Group, *, config, input_ids: 
     if not write:
         return paths
     write_model_folder(out_dir, config, params)  # config.json + model.safetensors, for from_pretrained
-    info = dict(config=config, tp=tp_group.size, dp=dp)
+    info = dict(config=config, tp=tp, dp=dp)
     save_tensors(paths["params"], params, **info)
     save_tensors(paths["grads"], grads, **info)
     save_tensors(paths["batch"], {"input_ids": input_ids.astype(np.int64), "labels": labels.astype(np.int64)}, **info)
     dtype = str(next(iter(params.values())).dtype)
-    _save_json(paths["step0"], {"loss": float(loss), "tp": tp_group.size, "dp": dp, "dtype": dtype,
+    _save_json(paths["step0"], {"loss": float(loss), "tp": tp, "dp": dp, "dtype": dtype,
                                 "global_batch": int(input_ids.shape[0]), "seq": int(input_ids.shape[1]),
                                 **(extra or {})})
     return paths

@@ -143,7 +143,19 @@ class Transformer(_Wiring):
 
     def forward(self, ids: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, TransformerCache]:
         """``ids: int [b, s]`` -> ``(ln_f's output [b, s, h] (SP: [b, s/p, h]), TransformerCache)``."""
-        wte, wpe, blocks, ln_f = self.parts()
+        _, _, blocks, ln_f = self.parts()
+        x, plan, (c_wte, c_wpe, drop) = self.embed(ids, plan)
+        caches = []
+        for block in blocks:
+            x, c = self._timed(block, "forward", x, plan)
+            caches.append(c)
+        y, c_lnf = self._timed(ln_f, "forward", x)
+        return y, TransformerCache(c_wte, c_wpe, drop, caches, c_lnf)
+
+    def embed(self, ids: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, DropoutPlan, tuple]:
+        """The model's edge: ``ids: int [b, s]`` -> ``(x [b, s, h] (SP: [b, s/p, h]), the plan the blocks take,
+        (wte, wpe, drop) caches)``; a pipeline's first stage calls it alone (``tpsim.pp.chunk``)."""
+        wte, wpe, _, _ = self.parts()
         b, s = ids.shape
         if wpe is not None and s > wpe.params["weight"].shape[0]:
             raise ValueError(f"sequence length {s} exceeds n_positions {wpe.params['weight'].shape[0]}")
@@ -155,24 +167,25 @@ class Transformer(_Wiring):
             x = residual_add(x, pos)  # [b,s,h] + [s,h]
         x, plan = self.region.split_sequence(x, plan, self.group)  # SP: this rank's s/p positions
         x, drop = replicated_dropout(x, self.dropout, f"{self.path}.drop", plan)
-        caches = []
-        for block in blocks:
-            x, c = self._timed(block, "forward", x, plan)
-            caches.append(c)
-        y, c_lnf = self._timed(ln_f, "forward", x)
-        return y, TransformerCache(c_wte, c_wpe, drop, caches, c_lnf)
+        return x, plan, (c_wte, c_wpe, drop)
 
     def backward(self, dy: np.ndarray, cache: TransformerCache) -> None:
         """``dy`` shaped as the output -> None (ids carry no gradient); adds into every parameter's grad."""
-        wte, wpe, blocks, ln_f = self.parts()
+        _, _, blocks, ln_f = self.parts()
         dx = self._timed(ln_f, "backward", dy, cache.ln_f)
         for block, c in zip(reversed(blocks), reversed(cache.h)):
             dx = self._timed(block, "backward", dx, c)
-        dx = dropout_backward(dx, cache.drop)
+        self.embed_backward(dx, (cache.wte, cache.wpe, cache.drop))
+
+    def embed_backward(self, dx: np.ndarray, caches: tuple) -> None:
+        """``embed``'s backward: ``dx`` shaped as its output -> None; adds into wte's (and wpe's) gradient."""
+        wte, wpe, _, _ = self.parts()
+        c_wte, c_wpe, drop = caches
+        dx = dropout_backward(dx, drop)
         dx = self.region.split_sequence_backward(dx, self.group, wte.path)  # SP: all-gather to [b, s, h]
         if wpe is not None:
-            self._timed(wpe, "backward", dx.sum(axis=0), cache.wpe)  # positions are shared by every sequence
-        self._timed(wte, "backward", dx, cache.wte)
+            self._timed(wpe, "backward", dx.sum(axis=0), c_wpe)  # positions are shared by every sequence
+        self._timed(wte, "backward", dx, c_wte)
 
     def parts(self) -> tuple[Module, Module | None, list, Module]:
         """(token embedding, position embedding or None, blocks, final norm), under the names of ``NAMES``."""

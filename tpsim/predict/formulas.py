@@ -100,14 +100,17 @@ def _itemsize(dtype) -> int:
 
 
 class _Rows:
-    """The predictions being built, keyed by (layer, phase, op, group) in the order the collectives are issued."""
+    """The predictions being built, keyed by (layer, phase, op, group) in the order the collectives are issued.
+    ``repeat``: every call added is issued that many times (a pipeline's micro-batches); ``pp``: the pipeline."""
 
-    def __init__(self, tp: int, dp: int, kv: int = 1) -> None:
-        self.sizes = {"tp": tp, "dp": dp, "kv": kv, "world": tp * dp}
+    def __init__(self, tp: int, dp: int, kv: int = 1, *, pp: int = 1, repeat: int = 1) -> None:
+        self.sizes = {"tp": tp, "dp": dp, "kv": kv, "world": tp * dp * pp, "pp": pp, "embedding": 2, "mp": tp * pp}
+        self.repeat = repeat
         self.rows: dict[tuple[str, str, str, str], Prediction] = {}
 
     def add(self, layer: str, phase: str, op: str, group: str, nbytes: int, calls: int = 1) -> None:
         """``calls`` collectives of ``nbytes`` logical bytes each (none at all when ``calls`` is 0)."""
+        calls *= self.repeat
         if calls == 0:
             return
         p = self.sizes[group]
@@ -117,9 +120,12 @@ class _Rows:
         row.wire_bytes += wire_bytes(op, nbytes, p) * calls
 
 
-def _forward(rows: _Rows, blocks: list[str], act: int, sequence_parallel: bool, n: LayerNames) -> None:
-    """The model's forward up to the logits: g per block under TP, the pair f̄ then ḡ under SP."""
-    rows.add(n.embed, FORWARD, "all_reduce", "tp", act)  # under SP too: then the sequence is split
+def _forward(rows: _Rows, blocks: list[str], act: int, sequence_parallel: bool, n: LayerNames,
+             first: bool = True, last: bool = True) -> None:
+    """The model's forward up to the logits: g per block under TP, the pair f̄ then ḡ under SP; ``first`` /
+    ``last``: this (pipeline stage) holds the embedding / the LM head."""
+    if first:
+        rows.add(n.embed, FORWARD, "all_reduce", "tp", act)  # under SP too: then the sequence is split
     for blk in blocks:
         for part in (n.attn, n.mlp):
             if sequence_parallel:  # f̄ gathers the sequence in, ḡ reduce-scatters the result out
@@ -127,38 +133,63 @@ def _forward(rows: _Rows, blocks: list[str], act: int, sequence_parallel: bool, 
                 rows.add(f"{blk}.{part}", FORWARD, "reduce_scatter", "tp", act)
             else:  # g
                 rows.add(f"{blk}.{part}", FORWARD, "all_reduce", "tp", act)
-    if sequence_parallel:
+    if sequence_parallel and last:
         rows.add("lm_head", FORWARD, "all_gather", "tp", act)
 
 
-def _loss(rows: _Rows, row_bytes: int, dp: int, label_smoothing: bool) -> None:
+def _loss(rows: _Rows, row_bytes: int, normalizer: bool, label_smoothing: bool) -> None:
     """The vocab-parallel cross-entropy's three all-reduces of ``row_bytes`` (b·s elements), the DP normaliser."""
     rows.add("loss", FORWARD, "all_reduce", "tp", row_bytes, calls=2)  # max, Σexp
     rows.add("loss", FORWARD, "all_reduce", "tp", (2 if label_smoothing else 1) * row_bytes)  # target (, Σz)
-    if dp > 1:
+    if normalizer:
         rows.add("loss_normalizer", DP_SYNC, "all_reduce", "dp", 2 * 8)
 
 
-def _tp_backward(rows: _Rows, blocks: list[str], act: int, n: LayerNames) -> None:
+def _tp_backward(rows: _Rows, blocks: list[str], act: int, n: LayerNames, last: bool = True) -> None:
     """f of the tied head, then of c_fc and c_attn in every block, last block first."""
-    rows.add("lm_head", BACKWARD, "all_reduce", "tp", act)
+    if last:
+        rows.add("lm_head", BACKWARD, "all_reduce", "tp", act)
     for blk in reversed(blocks):
         rows.add(f"{blk}.{n.mlp}", BACKWARD, "all_reduce", "tp", act)
         rows.add(f"{blk}.{n.attn}", BACKWARD, "all_reduce", "tp", act)
 
 
-def _sp_backward(rows: _Rows, blocks: list[str], act: int, ln_grads: int, regather: int, n: LayerNames) -> None:
+def _sp_backward(rows: _Rows, blocks: list[str], act: int, ln_grads: int, regather: int, n: LayerNames,
+                 first: bool = True, last: bool = True) -> None:
     """SP's backward: the conjugates of f̄ and ḡ, ``regather`` re-gathers per column-parallel linear, and
     each LayerNorm's (dw, db) all-reduced as one ``ln_grads``-byte message in phase ``SP_GRAD_SYNC``."""
-    rows.add("lm_head", BACKWARD, "all_gather", "tp", act, calls=regather)
-    rows.add("lm_head", BACKWARD, "reduce_scatter", "tp", act)
-    rows.add(n.final_norm, SP_GRAD_SYNC, "all_reduce", "tp", ln_grads)
+    if last:
+        rows.add("lm_head", BACKWARD, "all_gather", "tp", act, calls=regather)
+        rows.add("lm_head", BACKWARD, "reduce_scatter", "tp", act)
+        rows.add(n.final_norm, SP_GRAD_SYNC, "all_reduce", "tp", ln_grads)
     for blk in reversed(blocks):
         for part, ln in ((n.mlp, n.norm_2), (n.attn, n.norm_1)):  # ḡ's all-gather, the re-gather, f̄'s scatter
             rows.add(f"{blk}.{part}", BACKWARD, "all_gather", "tp", act, calls=1 + regather)
             rows.add(f"{blk}.{part}", BACKWARD, "reduce_scatter", "tp", act)
             rows.add(f"{blk}.{ln}", SP_GRAD_SYNC, "all_reduce", "tp", ln_grads)
-    rows.add(n.embed, BACKWARD, "all_gather", "tp", act)  # the sequence split's backward
+    if first:
+        rows.add(n.embed, BACKWARD, "all_gather", "tp", act)  # the sequence split's backward
+
+
+def model_rows(rows: _Rows, config, tp: int, sp: bool, blocks: list[str], *, b: int, s: int, e: int, acc: int,
+               first: bool = True, last: bool = True, normalizer: bool = False, label_smoothing: bool = False,
+               sp_regather_in_backward: bool = True) -> None:
+    """The collectives of one forward and backward of ``blocks`` on ``b`` rows of ``s`` tokens (``e`` bytes an
+    activation element, ``acc`` an accumulated one); ``first`` / ``last``: the embedding / the head and loss are
+    here too (a whole model: both). ``normalizer``: the DP loss normaliser follows the loss (dp > 1, no pipeline)."""
+    n, h = config.layer_names, config.hidden
+    act = b * s * h * e  # one [b, s, h] activation
+    _forward(rows, blocks, act, sp, n, first, last)
+    if last:
+        _loss(rows, b * s * acc, normalizer, label_smoothing)
+    if sp:  # a LayerNorm's (dw, db) is [2, h]; an RMSNorm has dw alone
+        _sp_backward(rows, blocks, act, ln_grads=config.norm_params * h * acc,
+                     regather=1 if sp_regather_in_backward else 0, n=n, first=first, last=last)
+    else:
+        _tp_backward(rows, blocks, act, n, last)
+    if kv_replicas(config, tp) > 1:  # replicated KV heads: (dW_k, dW_v) summed over the tp / kv ranks sharing one
+        for blk in reversed(blocks):
+            rows.add(f"{blk}.{n.attn}", BACKWARD, "all_reduce", "kv", 2 * h * config.head_dim * acc)
 
 
 def predict_step(run, *, clip: bool, update: bool = True, grad_bytes_local: int | None = None,
@@ -184,25 +215,17 @@ def predict_step(run, *, clip: bool, update: bool = True, grad_bytes_local: int 
     batch_size, seq_len = sch.batch_size, sch.seq_len
     dtype = run.precision.numpy if itemsize is None else itemsize
     loss_scaling = update and run.precision.loss_scaling
-    n, h = config.layer_names, config.hidden
+    if par.pp > 1:
+        raise ValueError("a pipeline's step: tpsim.predict.pipeline_comm.predict_pipeline_step")
+    n = config.layer_names
     e, b, s = _itemsize(dtype), batch_size // dp, seq_len
     acc = e if isinstance(dtype, int) else accum_itemsize(dtype)  # float32 accumulations under 16-bit dtypes
-    act = b * s * h * e  # one [b, s, h] activation
     blocks = [f"{n.block}.{i}" for i in range(config.layers)]
-    kv_rep = kv_replicas(config, tp)  # 1 unless KV heads are replicated (grouped-query attention, tp > kv_heads)
-    rows = _Rows(tp, dp, kv_rep)
+    rows = _Rows(tp, dp, kv_replicas(config, tp))  # kv: 1 unless KV heads are replicated (tp > kv_heads)
     if tp > 1:
         rows.add("batch", DATA, "broadcast", "tp", 2 * b * s * 8)  # int64 [2, b, s]: ids and labels
-    _forward(rows, blocks, act, sequence_parallel, n)
-    _loss(rows, b * s * acc, dp, label_smoothing)
-    if sequence_parallel:  # a LayerNorm's (dw, db) is [2, h]; an RMSNorm has dw alone
-        _sp_backward(rows, blocks, act, ln_grads=config.norm_params * h * acc,
-                     regather=1 if sp_regather_in_backward else 0, n=n)
-    else:
-        _tp_backward(rows, blocks, act, n)
-    if kv_rep > 1:  # replicated KV heads: (dW_k, dW_v) summed over the tp / kv ranks sharing one
-        for blk in reversed(blocks):
-            rows.add(f"{blk}.{n.attn}", BACKWARD, "all_reduce", "kv", 2 * h * config.head_dim * acc)
+    model_rows(rows, config, tp, sequence_parallel, blocks, b=b, s=s, e=e, acc=acc, normalizer=dp > 1,
+               label_smoothing=label_smoothing, sp_regather_in_backward=sp_regather_in_backward)
     elements = param_elements(config, tp)
     if zero:  # one bucket padded to a multiple of dp, unless the caller gives the padded buckets' bytes
         total = padded_length(elements, dp) * acc if grad_bytes_local is None else grad_bytes_local

@@ -78,16 +78,16 @@ def read_jsonl(path: str | Path) -> list[dict]:
     return rows
 
 
-def grid_of(records: list[dict]) -> dict[int, tuple[int, int]]:
+def grid_of(records: list[dict]) -> dict[int, tuple[int, ...]]:
     """``{rank: (tp_rank, dp_rank)}`` read off the records' group memberships (ranks never seen in a TP or DP
-    collective are left out)."""
+    collective are left out); ``(tp_rank, dp_rank, pp_rank)`` for a rank seen in a pipeline group of size > 1."""
     coords: dict[int, list[int | None]] = {}
     for r in records:
-        c = coords.setdefault(r["rank"], [None, None])
-        for i, name in enumerate(("tp", "dp")):
-            if c[i] is None and r["group"] == name and r["rank"] in r["group_ranks"]:
+        c = coords.setdefault(r["rank"], [None, None, None])
+        for i, name in enumerate(("tp", "dp", "pp")):
+            if c[i] is None and r["group"] == name and r["rank"] in r["group_ranks"] and (i < 2 or r["group_size"] > 1):
                 c[i] = r["group_ranks"].index(r["rank"])
-    return {rank: (c[0], c[1]) for rank, c in coords.items() if None not in c}
+    return {rank: tuple(c[:2]) if c[2] is None else tuple(c) for rank, c in coords.items() if None not in c[:2]}
 
 
 def grid_sizes(records: list[dict]) -> tuple[int, int] | None:
@@ -97,3 +97,8 @@ def grid_sizes(records: list[dict]) -> tuple[int, int] | None:
         if r["group"] in ("tp", "dp"):
             sizes.setdefault(r["group"], r["group_size"])
     return (sizes["tp"], sizes["dp"]) if len(sizes) == 2 else None
+
+
+def pipeline_size(records: list[dict]) -> int:
+    """The number of pipeline stages of the run that wrote ``records`` (1 when no pipeline group shows)."""
+    return max((r["group_size"] for r in records if r["group"] == "pp"), default=1)

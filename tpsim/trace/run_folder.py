@@ -12,8 +12,8 @@ from pathlib import Path
 
 from tpsim.kinds import LAYER
 from tpsim.phases import DP_SYNC, PASSES
-from tpsim.trace.records import grid_sizes, read_jsonl
-from tpsim.trace.schema import COMM_FIELDS, SPAN_FIELDS, field_problems
+from tpsim.trace.records import grid_sizes, pipeline_size, read_jsonl
+from tpsim.trace.schema import COMM_FIELDS, P2P_FIELDS, SPAN_FIELDS, field_problems
 
 FILES = {"comm": "comm.jsonl", "metrics": "metrics.jsonl", "spans": "spans.jsonl"}
 
@@ -57,6 +57,8 @@ def load_run(path: str | Path, need: tuple[str, ...] = ("comm",)) -> Run:
         fields = {"comm": COMM_FIELDS, "spans": SPAN_FIELDS}.get(key)
         for number, row in enumerate(rows if fields else [], start=1):  # the first bad row is enough to say
             problems = field_problems(row, fields)
+            if key == "comm" and row.get("op") in ("send", "recv"):
+                problems += field_problems(row, P2P_FIELDS)
             if problems:
                 raise RunFolderError(f"{file} record {number}: {'; '.join(problems)}")
         loaded[key] = rows
@@ -86,9 +88,12 @@ def check_step(run: Run, step: int) -> None:
 
 
 def run_title(records: list[dict]) -> str:
-    """``TP 4 x DP 2`` from the records' group sizes (what the demo puts in its figure titles)."""
-    sizes = grid_sizes(records)
-    return f"TP {sizes[0]} x DP {sizes[1]}" if sizes else f"{len({r['rank'] for r in records})} ranks"
+    """``TP 4 x DP 2`` (``x PP 2`` with pipeline stages) from the records' group sizes (what the demo puts in its
+    figure titles)."""
+    sizes, pp = grid_sizes(records), pipeline_size(records)
+    if not sizes:
+        return f"{len({r['rank'] for r in records})} ranks"
+    return f"TP {sizes[0]} x DP {sizes[1]}" + (f" x PP {pp}" if pp > 1 else "")
 
 
 def write_figures(out: Path, records: list[dict], metrics: list[dict] | None, spans: list[dict] | None,

@@ -2,7 +2,7 @@
 
 A run (``python -m tpsim.demo --out DIR``) leaves in ``DIR``:
 
-    comm.jsonl      one JSON object per collective call per rank            (COMM_FIELDS)
+    comm.jsonl      one JSON object per collective call per rank            (COMM_FIELDS; send/recv + P2P_FIELDS)
     spans.jsonl     one JSON object per compute span per rank, last K steps (SPAN_FIELDS)
     metrics.jsonl   one JSON object per training step: step, loss, grad_norm, tokens, seconds, ...
     timeline.json   Chrome trace of the last K steps (ui.perfetto.dev, chrome://tracing), see below
@@ -31,9 +31,11 @@ COMM_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
                       "trace, ...; '' outside any region"),
     "scope": ((str,), "dotted module path of the issuing layer, e.g. transformer.h.0.mlp.c_proj; "
                       "'' at top level"),
-    "op": ((str,), "all_reduce, all_gather, reduce_scatter, broadcast, gather or barrier"),
+    "op": ((str,), "all_reduce, all_gather, reduce_scatter, broadcast, gather or barrier; send or recv for a "
+                   "pipeline's point-to-point message (then P2P_FIELDS too)"),
     "reduce_op": ((str,), "sum, max or min for reductions, '' otherwise"),
-    "group": ((str,), "tp, dp or world"),
+    "group": ((str,), "tp, dp or world; with pipelines also pp (send/recv, the loss), embedding (the tied "
+                      "word embedding's gradient, first and last stage) and mp (TP x PP: the gradient norm)"),
     "group_size": ((int,), "number of ranks in the group (p)"),
     "group_ranks": ((list,), "world ranks of the group, in group-rank order"),
     "dtype": ((str,), "NumPy dtype of the tensor, e.g. float64"),
@@ -42,11 +44,19 @@ COMM_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
                       "reduce_scatter the unreduced input, broadcast the buffer, gather the total pickled size"),
     "wire_bytes": ((int,), "bytes one rank sends under the ring algorithm (tpsim.cost.wire_bytes): "
                            "all_reduce 2(p-1)/p*bytes, all_gather/reduce_scatter/gather (p-1)/p*bytes, "
-                           "broadcast bytes, 0 when p == 1"),
+                           "broadcast bytes, send bytes, recv 0; 0 when p == 1"),
     "start": ((int, float), "seconds since the common t0"),
     "duration": ((int, float), "seconds spent inside the call (waiting for the others included)"),
     "start_us": ((int, float), "start in microseconds"),
     "dur_us": ((int, float), "duration in microseconds"),
+}
+
+# The fields a send or recv record carries besides COMM_FIELDS: each message is recorded once by its sender
+# (op send) and once by its receiver (op recv), matched by (direction, micro-batch, sender's virtual stage).
+P2P_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "peer": ((int,), "world rank at the other end of the message"),
+    "microbatch": ((int,), "the pipeline micro-batch the message carries"),
+    "chunk": ((int,), "the model chunk of the recording rank that sent (send) or will use (recv) it"),
 }
 
 SPAN_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {

@@ -32,9 +32,13 @@ LAYER_COLORS = {"embedding": "#F6D55C", "layernorm": "#B39DDB", "attention": "#F
                "other": "#F4F4F4"}
 
 
-def rank_label(rank: int, coords: dict[int, tuple[int, int]]) -> str:
-    """``rank 5 (tp 1, dp 1)``; just ``rank 5`` when the records do not say where it sits."""
-    return f"rank {rank} (tp {coords[rank][0]}, dp {coords[rank][1]})" if rank in coords else f"rank {rank}"
+def rank_label(rank: int, coords: dict[int, tuple[int, ...]]) -> str:
+    """``rank 5 (tp 1, dp 1)`` (``, pp 1`` in a pipeline); just ``rank 5`` when the records do not say where it
+    sits."""
+    if rank not in coords:
+        return f"rank {rank}"
+    c = coords[rank]
+    return f"rank {rank} (tp {c[0]}, dp {c[1]}" + (f", pp {c[2]})" if len(c) > 2 else ")")
 
 
 def _ns(seconds: float) -> int:

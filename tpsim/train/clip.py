@@ -18,6 +18,12 @@ Every rank then takes the same root, so the returned norm is identical across th
 
 Data parallelism needs nothing here: gradients are assumed already averaged over the DP group (the DP sync
 runs before clipping), so every DP replica holds the same gradients and computes the same norm by itself.
+
+Pipeline parallelism spreads the layers over stages, so the sum runs over the *model-parallel* group (TP × PP of
+one replica, ``ProcessGrid.model_parallel_group``; Megatron's ``get_model_parallel_group``) and replicated
+gradients are counted by ``tp_rank == 0`` of every stage (``count_replicated``). A tied embedding held by the
+first and the last stage is counted on the first only: the last stage's copy is marked copy 1
+(``Partition.replica``), as Megatron skips shared parameters there.
 """
 
 from __future__ import annotations
@@ -82,15 +88,19 @@ def local_contribution(entries: Iterable[GradEntry], p: float, count_replicated:
 
 
 def grad_norm(module: Module | None, tp_group: Group, norm_type: float = 2.0, *,
-              params: Iterable[GradEntry] | None = None) -> float:
+              params: Iterable[GradEntry] | None = None, count_replicated: bool | None = None) -> float:
     """The serial model's gradient norm, computed from this rank's shards with one all-reduce over ``tp_group``.
 
     ``params`` (optional) replaces ``grad_entries(module)`` with an explicit list of (name, grad, Partition or
     None), e.g. the grads of several modules at once. Returns a Python float, the same on every TP rank.
+    ``tp_group`` may be the model-parallel group of a pipeline (TP × PP); then ``count_replicated`` says whether
+    this rank counts the replicated gradients (its tp_rank is 0); by default the group's rank 0 does.
     """
     p = check_norm_type(norm_type)
     entries = _entries(module, params)
-    local = local_contribution(entries, p, count_replicated=tp_group.rank == 0)
+    if count_replicated is None:
+        count_replicated = tp_group.rank == 0
+    local = local_contribution(entries, p, count_replicated=count_replicated)
     op = "max" if math.isinf(p) else "sum"
     with tp_group.tracer.region(scope="clip_grad_norm", phase=OPTIMIZER):
         total = float(tp_group.all_reduce(np.array([local], dtype=np.float64), op=op)[0])

@@ -91,7 +91,8 @@ class ConsistencyReport:
 
 
 def check_replicas(module: Module, grid: ProcessGrid) -> ConsistencyReport:
-    """Check invariants (a) and (b) of the module docstring; collective over the whole world (every rank calls).
+    """Check invariants (a) and (b) of the module docstring; collective over the whole world (every rank calls);
+    with pipeline stages each stage checks its own parameters and its ranks share the verdict.
 
     ``module``: this rank's model (shards + replicated parameters). Returns the same ``ConsistencyReport`` on
     every rank. Cost: at most one all_gather in the TP group, one in the DP group and one world all-reduce, of
@@ -110,8 +111,8 @@ def check_replicas(module: Module, grid: ProcessGrid) -> ConsistencyReport:
         tp_bad[grid.dp_rank] = _differs(grid.tp_group, digests[replicated])
         dp_bad[grid.tp_rank] = _differs(grid.dp_group, digests)
         flags = np.concatenate([tp_bad.ravel(), dp_bad.ravel()])
-        if grid.world_size > 1 and flags.size:
-            flags = grid.world.all_reduce(flags, op="max")
+        if grid.stage_group.size > 1 and flags.size:  # the world, or one pipeline stage (its own parameters)
+            flags = grid.stage_group.all_reduce(flags, op="max")
     tp_bad, dp_bad = flags[:tp_bad.size].reshape(tp_bad.shape), flags[tp_bad.size:].reshape(dp_bad.shape)
 
     found = [Mismatch(names[replicated[j]], "tp", tuple(int(r) for r in grid.layout[g]))

@@ -49,7 +49,8 @@ def _check_tied_grads(module: Module) -> None:
 class Optimizer:
     """What SGD and AdamW share: the parameter walk, weight-decay exclusion, state and checkpoints; and the whole
     optimizer protocol (``tpsim.train.protocol``) for a model stepped in its own dtype: no loss scaler, every DP
-    rank holding the whole state (``zero_stage`` 0), the norm and clip of ``tpsim.train.clip`` over the TP group.
+    rank holding the whole state (``zero_stage`` 0), the norm and clip of ``tpsim.train.clip`` over the TP group
+    (TP × PP with pipeline stages).
 
     A subclass supplies ``slots`` (names of its per-parameter state arrays) and ``update(p, g, state, wd)``:
     the rule on one array (a whole shard, or a flat piece of one: ZeRO-1 and the mixed-precision wrapper call it
@@ -133,8 +134,9 @@ class Optimizer:
         return Overflow()  # nothing to unscale: no loss scaler
 
     def grad_norm(self, grid: ProcessGrid, norm_type: float = 2.0) -> float:
-        """The serial model's gradient norm over ``grid``'s TP group (``tpsim.train.clip.grad_norm``)."""
-        return grad_norm(self.module, grid.tp_group, norm_type)
+        """The serial model's gradient norm over ``grid``'s model-parallel group (``tpsim.train.clip.grad_norm``):
+        the TP group, or TP × PP when the model is cut into pipeline stages."""
+        return grad_norm(self.module, grid.model_parallel_group, norm_type, count_replicated=grid.tp_rank == 0)
 
     def clip_grads(self, max_norm: float, norm: float) -> None:
         scale_grads([g for _, g, _ in grad_entries(self.module)], max_norm, norm)

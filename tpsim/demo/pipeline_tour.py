@@ -1,0 +1,260 @@
+"""The guided demo with pipeline stages (``--pp P``): the same tour as ``gpt_tour``, the model cut into stages.
+
+    1. the rank grid                      TP fastest, then DP, pipeline stages outermost; every group
+    2. set-up                             each stage's layers from the serial master (--seed or --init-from)
+    3. step 0 vs the serial model         loss and every gradient of every stage, max difference printed
+    4. training                           the schedule's action lists on every rank, micro-batch by micro-batch
+    5. replica consistency                per stage: replicated params equal across TP, all equal across DP
+    6. the pipeline                       peak micro-batches in flight per stage vs the schedule's formula
+    7. communication table, FORMULA CHECK every collective and every send/recv, per rank, against the formulas
+    8. the bubble                         on the live virtual clock (F 1, B 2, messages free: ``tpsim.pp.clock``)
+                                          vs (p − 1)/(m + p − 1); ``pipeline.json`` in the run folder
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+
+from tpsim.comm import ProcessGrid
+from tpsim.config import RunConfig
+from tpsim.demo.export_check import check_export
+from tpsim.demo.gpt_tour import TOLERANCE, _number, check_against_serial, gather_and_write, header, task_of
+from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
+from tpsim.demo.report import closing_lines, say, step_table
+from tpsim.demo.serial_twin import final_verdict
+from tpsim.demo.trained_model import reverse_lines
+from tpsim.demo.verify_pass import check_zero_padding
+from tpsim.demo.zero_demo import grad_bytes_of, state_table
+from tpsim.hf.checkpoint import load_into, to_hf, write_model_folder, write_step0
+from tpsim.hf.folder import load_init
+from tpsim.pipeline.schedules import build as build_schedule
+from tpsim.pp.build import build_pipeline
+from tpsim.pp.clock import bubble_formula, bubble_measured
+from tpsim.pp.data import stage_batch
+from tpsim.pp.executor import Executor
+from tpsim.pp.gather import gather_stages
+from tpsim.pp.step import pipeline_grads
+from tpsim.table import human_bytes
+from tpsim.tp.random import make_dropout_rng
+from tpsim.train import apply_update, broadcast_params, check_replicas
+from tpsim.train.nonfinite import report_skip
+
+
+def expected_peaks(schedule: str, pp: int, m: int) -> list[int]:
+    """Micro-batches stage i holds at its peak: AFAB m, 1F1B min(p − i, m) (its warm-up forwards, plus one)."""
+    return [m if schedule == "afab" else min(pp - i, m) for i in range(pp)]
+
+
+def stage_lines(run: RunConfig, shard) -> list[str]:
+    """The pipeline in words: schedule, micro-batches, and which layers each stage holds."""
+    pipe, par, names = run.pipeline, run.parallel, run.model.layer_names
+    lines = [f"pipeline: {pipe.schedule} schedule over {par.pp} stages, {pipe.microbatches} micro-batches of "
+             f"{run.micro_batch} sequences per DP rank per step"]
+    for i, layers in enumerate(shard.stage_layers):
+        ends = (["embedding"] if i == 0 else []) + [f"{names.block}.{layers[0]}..{layers[-1]}"] + \
+            (["final norm, LM head, loss"] if i == len(shard.stage_layers) - 1 else [])
+        lines.append(f"  stage {i}: " + " + ".join(ends) + f" ({len(layers)} layer{'s' * (len(layers) != 1)})")
+    return lines + [""]
+
+
+def build(grid: ProcessGrid, run: RunConfig, tensors):
+    """This rank's stage (replicas made equal, traced as step 0), its DP gradient sync and the executor."""
+    shard = build_pipeline(run, grid)
+    if tensors is not None:
+        load_into(shard, tensors)
+    grid.tracer.step = 0
+    broadcast_params(shard, grid)
+    grad_sync = make_sync(shard, grid, run)
+    schedule = build_schedule(run.pipeline.schedule, grid.pp, run.pipeline.microbatches, run.pipeline.vp)
+    s = run.schedule.seq_len // grid.tp if run.parallel.sp else run.schedule.seq_len
+    executor = Executor(schedule, shard.chunks, grid.pp_group, (run.micro_batch, s, run.model.hidden),
+                        run.precision.numpy)
+    say(grid, *stage_lines(run, shard),
+        f"DP gradient sync on rank 0's stage: {len(grad_sync.buckets)} bucket(s), "
+        f"{human_bytes(grad_sync.total_bytes)} of gradients per rank", "")
+    return shard, grad_sync, executor
+
+
+def first_step(grid, shard, run: RunConfig, loss: float, loss_scale: float = 1.0) -> bool:
+    """Step 0: every stage against the serial model; ``--export``: the stages gathered to rank 0, written, read
+    back; the training banner."""
+    say(grid, "Step 0 against the serial model (same seed, same global batch):")
+    ok, text = check_against_serial(grid, shard, run, loss, loss_scale)
+    say(grid, text, "")
+    sch = run.schedule
+    if run.files.export:
+        params, grads = gather_stages(shard, grid, "params"), gather_stages(shard, grid, "grads")
+        ids, labels = task_of(run).batch(sch.seed, 0, sch.batch_size)
+        if grid.rank == 0:  # the one rank that holds every stage's tensors
+            paths = write_step0(run.files.export, run.model, params, grads, input_ids=ids, labels=labels,
+                                loss=loss, write=True, tp=grid.tp, dp=grid.dp, extra={"pp": grid.pp})
+            say(grid, f"exported step 0 to {run.files.export}/ (every stage's tensors, gathered): "
+                      + ", ".join(Path(p).name for p in paths.values()))
+        read_ok, lines = check_export(grid, run, loss, TOLERANCE[run.precision.dtype], loss_scale)
+        say(grid, *lines, "")
+        ok = ok and read_ok
+    if sch.steps > 0:
+        say(grid, f"Training {sch.steps} steps (AdamW lr {run.optimizer.lr}, clip {run.optimizer.clip or 'off'}) "
+                  f"on the reverse task ({task_of(run).digits} digits):")
+    return ok
+
+
+def train(grid, shard, grad_sync, executor, run: RunConfig):
+    """``--steps`` steps (step 0 checked against serial): metrics, step 0's verdict, the optimizer, the largest
+    number of micro-batches this rank held at once, the last step's ``ExecutorResult``."""
+    tracer, sch, task = grid.tracer, run.schedule, task_of(run)
+    optimizer = demo_optimizer(shard, grid, run, grad_sync)
+    scale = optimizer.loss_scale
+    rng = make_dropout_rng(sch.dropout_rng, sch.seed, grid.tp_rank)
+    clip, metrics, ok, guard, peak = run.optimizer.max_norm, [], True, demo_guard(run), 0
+    for step in range(max(sch.steps, 1)):
+        tracer.step = step
+        t0 = time.perf_counter()
+        ids, labels, rows = stage_batch(grid, lambda: task.batch(sch.seed, step, sch.batch_size), sch.batch_size,
+                                        sch.seq_len)
+        with guard.quiet():
+            loss, tokens, result = pipeline_grads(shard, executor, grid, grad_sync, ids, labels, rows=rows, rng=rng,
+                                                  step=step, loss_scale=scale)
+        peak, last = max(peak, result.peak_in_flight), result
+        if step == 0:
+            grad_sync.gather_grads()
+            ok = first_step(grid, shard, run, loss, scale)
+            if sch.steps == 0:
+                break
+        with tracer.span("optimizer", "optimizer"):
+            norm = apply_update(shard, optimizer, grid, clip, guard=guard, loss=loss)
+        report_skip(guard, shard, step, loss, norm, lambda line: say(grid, line))
+        scale = optimizer.loss_scale
+        dt = time.perf_counter() - t0
+        moved = sum(e.bytes for e in tracer.events if e.step == step)
+        processed = sch.batch_size * sch.seq_len
+        metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens, "tokens_processed": processed,
+                        "seconds": dt, "tokens_per_s": processed / dt, "collective_bytes_per_rank": moved,
+                        **scaler_metrics(optimizer), "skipped": guard.last.skipped})
+        if (step % max(1, sch.steps // 10) == 0 or step == sch.steps - 1) and not guard.last.skipped:
+            say(grid, f"  step {step:4d}  loss {_number(loss, 7, 4)}  |grad| {_number(norm, 6, 3)}"
+                      f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} moved by rank 0")
+    say(grid, f"  tok/s measures how this machine schedules {grid.world.size} processes, not a GPU cluster "
+              "(docs/performance.md)", "", state_table(shard, optimizer, grid))
+    return metrics, ok, optimizer, peak, last
+
+
+def per_stage(grid: ProcessGrid, value) -> list | None:
+    """``value`` of every stage's rank in rank 0's pipeline group, on rank 0 (None elsewhere); untraced."""
+    with grid.tracer.paused():
+        return grid.pp_group.gather_objects(value, root=0)
+
+
+def pipeline_check(grid, run: RunConfig, peaks: list[int] | None) -> tuple[bool, str]:
+    """Rank 0: the peak of micro-batches in flight per stage against the schedule's formula."""
+    pipe = run.pipeline
+    want = expected_peaks(pipe.schedule, grid.pp, pipe.microbatches)
+    ok = peaks == want
+    formula = "m" if pipe.schedule == "afab" else "min(p − i, m)"
+    return ok, (f"PIPELINE CHECK: {'MATCH' if ok else 'MISMATCH'} — peak micro-batches in flight per stage "
+                f"{peaks}, {pipe.schedule}'s {formula} = {want} (activations freed as each backward ran)")
+
+
+def p2p_sent(grid, records: list[dict], step: int) -> int:
+    """Bytes rank 0's pipeline (one DP replica, one TP rank) sent in ``step``, from the records."""
+    chain = set(grid.pp_group.ranks)
+    return sum(r["bytes"] for r in records if r["op"] == "send" and r["rank"] in chain and r["step"] == step)
+
+
+BUBBLE_TOLERANCE = 1e-9
+
+
+def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict], step: int) -> tuple[bool, str, dict]:
+    """Rank 0: the last step's bubble on the unit clock, measured on rank 0's pipeline, vs (p − 1)/(m + p − 1);
+    ``(ok, BUBBLE CHECK line, pipeline.json's content)``."""
+    from tpsim.predict.pipeline_comm import p2p_bytes_formula
+
+    pipe, chain = run.pipeline, grid.pp_group.ranks
+    clocks = {rank: (end, busy) for rank, _, end, busy, _ in timing}
+    end, measured = bubble_measured([clocks[r] for r in chain])
+    formula = bubble_formula(grid.pp, pipe.microbatches)
+    ok = abs(measured - formula) <= BUBBLE_TOLERANCE
+    doc = {"schedule": pipe.schedule, "pp": grid.pp, "vp": pipe.vp, "microbatches": pipe.microbatches,
+           "clock": "unit (F 1, B 2, messages free)", "step": step, "step_time": end,
+           "bubble_fraction": {"measured": measured, "formula": formula},
+           "p2p_bytes": {"measured": p2p_sent(grid, records, step), "formula": p2p_bytes_formula(run)},
+           "ranks": [{"rank": rank, "stage": stage, "busy_s": busy, "idle_s": end - busy, "peak_in_flight": peak}
+                     for rank, stage, _, busy, peak in sorted(timing)]}
+    line = (f"BUBBLE CHECK: {'MATCH' if ok else 'MISMATCH'} — on the unit clock (F 1, B 2) the pipeline of ranks "
+            f"{list(chain)} idled {measured:.6f} of its {end:g}-unit step; (p − 1)/(m + p − 1) = {formula:.6f}")
+    return ok, line, doc
+
+
+def final_report(grid, run: RunConfig, metrics, stage_sync, records, paths, t_start: float) -> bool:
+    """Rank 0: the step table, measured vs predicted with every stage (FORMULA CHECK), the p2p bytes, the files."""
+    if grid.rank != 0:
+        return True
+    from tpsim.predict.pipeline_comm import p2p_bytes_formula, predict_pipeline_step
+    from tpsim.trace.formula_check import compare, format_comparison, formula_verdict
+
+    last = metrics[-1]["step"] if metrics else 0
+    print(step_table(records, last, grid.world_size) + "\n")
+    trained = run.schedule.steps > 0
+    predicted = predict_pipeline_step(run, clip=trained, update=trained, buckets=[b for b, _ in stage_sync],
+                                      grad_bytes=[g for _, g in stage_sync])
+    step_records = [r for r in records if r["step"] == last]
+    rows = compare(step_records, predicted)
+    formula_ok, verdict = formula_verdict(rows)
+    chain = set(grid.pp_group.ranks)
+    sent, want = p2p_sent(grid, step_records, last), p2p_bytes_formula(run)
+    p2p_ok = sent == want
+    print(format_comparison(rows, title=f"Measured vs predicted per layer, step {last} (per rank, averaged over "
+                                        f"the {grid.pp} stages):"), "", verdict,
+          f"P2P CHECK: {'MATCH' if p2p_ok else 'MISMATCH'} — ranks {sorted(chain)} (one DP replica, one TP rank) "
+          f"sent {sent:,} bytes in step {last}; 2·m·(p − 1)·b·s·h·e = {want:,}", "", sep="\n")
+    print("wrote " + ", ".join(str(p) for p in paths))
+    print(f"done in {time.perf_counter() - t_start:.1f} s", flush=True)
+    return formula_ok and p2p_ok
+
+
+def run(demo) -> int:
+    """The tour of ``demo.run`` with ``run.parallel.pp > 1`` (validated on every rank before this)."""
+    t_start = time.perf_counter()
+    run = demo.run
+    tensors = load_init(run.files.init_from, run.model) if run.files.init_from else None
+    grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp, pp=run.parallel.pp)
+    say(grid, *header(grid, run))
+    shard, grad_sync, executor = build(grid, run, tensors)
+    metrics, ok, optimizer, peak, result = train(grid, shard, grad_sync, executor, run)
+    grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
+    replicas = check_replicas(shard, grid)  # each stage its own parameters
+    stage_reports = per_stage(grid, (replicas.ok, replicas.summary(), peak,
+                                     (len(grad_sync.buckets), grad_bytes_of(run, grad_sync))))
+    with grid.tracer.paused():
+        timing = grid.world.gather_objects((grid.rank, grid.pp_rank, result.clock.time, result.clock.busy, peak))
+    records, paths = gather_and_write(grid, run, metrics)
+    final_ok = final_verdict(grid, shard, optimizer, run, metrics)
+    replicas_ok, pipe_ok = True, True
+    if grid.rank == 0:
+        replicas_ok = all(r[0] for r in stage_reports)
+        say(grid, "", *[("OK: " if r[0] else "FAILED: ") + f"stage {i}: " + r[1] for i, r in enumerate(stage_reports)])
+        pipe_ok, line = pipeline_check(grid, run, [r[2] for r in stage_reports])
+        bubble_ok, bubble_line, doc = bubble_check(grid, run, timing, records, metrics[-1]["step"] if metrics else 0)
+        paths.append(Path(run.files.out) / "pipeline.json")
+        paths[-1].write_text(json.dumps(doc, indent=1) + "\n")
+        say(grid, "", line, bubble_line, "")
+        pipe_ok = pipe_ok and bubble_ok
+    padding_ok = True
+    if run.parallel.zero:
+        padding_ok, lines = check_zero_padding(grid, run)
+        say(grid, *lines, "")
+    trained = gather_stages(shard, grid)  # untraced; --save writes it (rank 0)
+    if grid.rank == 0 and run.files.save:
+        write_model_folder(run.files.save, run.model, to_hf(trained, run.model))
+    formula_ok = final_report(grid, run, metrics, [r[3] for r in stage_reports] if grid.rank == 0 else None,
+                              records, paths, t_start)
+    if grid.rank == 0:
+        say(grid, *reverse_lines(run, trained), "")
+    checks = {"step 0 = serial": ok, "trained = serial": final_ok, "replicas agree": replicas_ok,
+              "peak in flight and bubble": pipe_ok, **({"ZeRO-1 padding": padding_ok} if run.parallel.zero else {}),
+              "formulas": formula_ok}
+    say(grid, *closing_lines(grid, run.schedule.steps, metrics, run.files.out, checks))
+    return 0 if all(checks.values()) else 1

@@ -1,0 +1,130 @@
+"""Run one pipeline rank's action list (``tpsim.pipeline``): the schedule is data, this is its interpreter.
+
+For every action of ``schedule.ranks[pp_rank]``, in order, on model chunk ``action.chunk`` (virtual stage
+v = chunk·pp + pp_rank):
+
+    RECV_F j   receive micro-batch j's input activation from virtual stage v − 1     (waits for it)
+    F j        chunk forward on it (stage 0: on micro-batch j's token ids); keep the cache for B
+    SEND_F j   post the output activation to virtual stage v + 1                   (never waits)
+    RECV_B j   receive the gradient of micro-batch j's output from virtual stage v + 1
+    B j        chunk backward from it (the last stage: from the loss seed); free the cache at once
+    SEND_B j   post the input's gradient to virtual stage v − 1
+
+Gradients add up over the micro-batches (every layer's backward adds, ``tpsim.nn.module``). A message is tagged
+by (direction, micro-batch, sender's virtual stage), so it meets exactly the RECV the schedule names; posted
+sends are completed at the end of the step. Activations and caches live per (micro-batch, chunk) from F to B:
+``peak_in_flight`` is the most this rank held at once (1F1B: min(p − i, m) on stage i; AFAB: m).
+
+Traced: every send and recv under scope "pipeline", phase forward (activations) or backward (gradients). Each
+message also carries its sender's virtual clock (``tpsim.pp.clock``: F 1, B 2, messages free), so the result
+holds this rank's modelled time of the step and how much of it was busy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tpsim.comm import Group
+from tpsim.phases import BACKWARD, FORWARD
+from tpsim.pipeline.actions import Schedule
+from tpsim.pp.clock import LiveClock
+
+PIPELINE_SCOPE = "pipeline"
+FORWARD_MESSAGE, BACKWARD_MESSAGE = 0, 1
+
+
+def message_tag(direction: int, microbatch: int, sender_stage: int, stages: int) -> int:
+    """The MPI tag of one message: (direction, micro-batch, virtual stage of its sender), one number."""
+    return (microbatch * stages + sender_stage) * 2 + direction
+
+
+@dataclass
+class ExecutorResult:
+    """What one rank's schedule produced: the last stage's per-micro-batch mean losses, the peak of micro-batches
+    held at once, and the order of compute actions actually run (``"F3.0"``: forward of micro-batch 3, chunk 0)."""
+
+    losses: dict[int, float] = field(default_factory=dict)
+    peak_in_flight: int = 0
+    ran: list[str] = field(default_factory=list)
+    clock: LiveClock = field(default_factory=LiveClock)  # modelled time: its end and its busy part
+
+
+class Executor:
+    """Interprets ``schedule`` on this rank: ``chunks[c]`` is model chunk c, ``pp_group`` the pipeline group,
+    ``boundary`` the shape of one micro-batch's activation between stages ([b, s, h]; SP: [b, s/t, h]) in
+    ``dtype`` (the model's), which its gradient shares."""
+
+    def __init__(self, schedule: Schedule, chunks: list, pp_group: Group, boundary: tuple[int, ...], dtype) -> None:
+        if pp_group.size != schedule.pp:
+            raise ValueError(f"a schedule for pp {schedule.pp} on a pipeline group of {pp_group.size} ranks")
+        if len(chunks) != schedule.vp:
+            raise ValueError(f"the schedule has {schedule.vp} chunks per rank, this rank holds {len(chunks)}")
+        from mpi4py import MPI  # the tag space: MPI promises at least 32767
+        top = message_tag(BACKWARD_MESSAGE, schedule.microbatches - 1, schedule.stages - 1, schedule.stages)
+        if top > MPI.COMM_WORLD.Get_attr(MPI.TAG_UB):
+            raise ValueError(f"{schedule.microbatches} micro-batches x {schedule.stages} stages need tags up to {top}, "
+                             "beyond this MPI's upper bound")
+        self.schedule, self.chunks, self.group = schedule, list(chunks), pp_group
+        self.rank = pp_group.rank
+        self.boundary, self.dtype = tuple(boundary), np.dtype(dtype)
+        self.actions = schedule.ranks[self.rank]
+        if any(a.op == "W" for a in self.actions):
+            raise ValueError("this schedule splits the backward into B and W; the chunks run whole backwards only")
+
+    def run(self, inputs: list[np.ndarray], labels: list[np.ndarray] | None, plans: list,
+            seeds: list[float] | None) -> ExecutorResult:
+        """One step's schedule. ``inputs[j]``: micro-batch j's token ids (read on the rank holding stage 0);
+        ``labels[j]`` and ``seeds[j]`` (the loss gradient the backward starts from) on the last stage's rank;
+        ``plans[j]``: micro-batch j's dropout plan (its global rows)."""
+        sch, tracer = self.schedule, self.group.tracer
+        stages = sch.stages
+        received: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> input or output gradient
+        produced: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> what a SEND will post
+        caches: dict[tuple[int, int], object] = {}
+        out = ExecutorResult()
+        for a in self.actions:
+            j, c = a.microbatch, a.chunk
+            v = sch.virtual_stage(self.rank, c)
+            chunk = self.chunks[c]
+            if a.op in ("RECV_F", "RECV_B"):
+                forward = a.op == "RECV_F"
+                tag = message_tag(*((FORWARD_MESSAGE, j, v - 1) if forward else (BACKWARD_MESSAGE, j, v + 1)), stages)
+                with tracer.region(scope=PIPELINE_SCOPE, phase=FORWARD if forward else BACKWARD):
+                    x, sent = self.group.recv(self.boundary, self.dtype, a.peer, tag, microbatch=j, chunk=c,
+                                              stamped=True)
+                received["F" if forward else "B", j, c] = x
+                out.clock.arrive(sent)
+            elif a.op == "F":
+                x = inputs[j] if v == 0 else received.pop(("F", j, c))
+                y, caches[j, c] = chunk.forward(x, labels[j] if chunk.last else None, plans[j])
+                if chunk.last:
+                    out.losses[j] = float(y)
+                else:
+                    produced["F", j, c] = y
+                out.peak_in_flight = max(out.peak_in_flight, len(caches))
+                out.ran.append(f"F{j}.{c}")
+                out.clock.compute("F")
+            elif a.op == "B":
+                dy = seeds[j] if chunk.last else received.pop(("B", j, c))
+                dx = chunk.backward(dy, caches.pop((j, c)))  # the cache (activations) goes now
+                if v > 0:
+                    produced["B", j, c] = dx
+                out.ran.append(f"B{j}.{c}")
+                out.clock.compute("B")
+            else:  # SEND_F / SEND_B
+                direction, phase = (FORWARD_MESSAGE, FORWARD) if a.op == "SEND_F" else (BACKWARD_MESSAGE, BACKWARD)
+                x = produced.pop(("F" if direction == FORWARD_MESSAGE else "B", j, c))
+                if x.shape != self.boundary or x.dtype != self.dtype:
+                    raise ValueError(f"{a}: sends {x.dtype} {x.shape}, the receiver expects {self.dtype} "
+                                     f"{self.boundary}")
+                with tracer.region(scope=PIPELINE_SCOPE, phase=phase):
+                    self.group.send(x, a.peer, message_tag(direction, j, v, stages), microbatch=j, chunk=c,
+                                    stamp=out.clock.time)
+        self.group.wait_sends()
+        left = [*received, *produced, *caches]
+        if left:
+            raise RuntimeError(f"pipeline rank {self.rank}: the schedule left {left[:4]} unused (an F without its B, "
+                               "or a message received and never used)")
+        return out

@@ -1,0 +1,100 @@
+"""One pipeline training step's gradients: micro-batches through the schedule, the same global-batch loss.
+
+A DP replica's rows are cut into m micro-batches of b = B / (dp·m) rows. The loss of the step is, as without a
+pipeline (``tpsim.train.step``), the mean over every valid token of the global batch:
+
+    n_dj = valid tokens of micro-batch j of replica d,  N = Σ_dj n_dj,   L = Σ_dj n_dj·L_dj / N
+    dL/dθ = (1/dp)·Σ_d Σ_j (dp·n_dj/N)·∇L_dj    → micro-batch j's backward starts from dp·n_dj/N, then DDP's mean
+
+The counts come from the labels, so the last stage knows N before any forward: one all-reduce of [Σ_j n_dj] over
+DP (when dp > 1), then the schedule (``tpsim.pp.executor``), then one all-reduce of [Σ_j n_dj·L_dj] for the
+loss, which a broadcast over the pipeline group hands to every stage (with N), so every rank reports the same
+number — all traced as scope "loss_normalizer", phase "dp_sync". After the last backward:
+
+    tied word embedding   its gradient summed over the embedding group (first + last stage; Megatron's
+                          ``_allreduce_word_embedding_grads``), scope = the embedding's path, phase "dp_sync"
+    DP sync               the buckets, as without a pipeline (or ZeRO-1's reduce-scatter)
+
+then the optimizer step of ``tpsim.train.step.apply_update``, whose gradient norm sums over every stage.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.comm import ProcessGrid
+from tpsim.nn.dropout import DropoutPlan
+from tpsim.phases import DP_SYNC
+from tpsim.pp.chunk import PipelineShard
+from tpsim.pp.executor import Executor, ExecutorResult
+
+LOSS_SCOPE = "loss_normalizer"
+
+
+def split_microbatches(x: np.ndarray, m: int) -> list[np.ndarray]:
+    """``x: [B/dp, ...]`` -> m consecutive pieces ``[B/(dp·m), ...]`` (the rows must divide by m)."""
+    if len(x) % m:
+        raise ValueError(f"{len(x)} rows do not split into {m} equal micro-batches")
+    return list(np.split(np.asarray(x), m))
+
+
+def _normalizer(grid: ProcessGrid, n_local: int) -> int:
+    """N, the global batch's valid tokens: the last stage's Σ_j n_dj summed over DP."""
+    if grid.dp == 1:
+        return n_local
+    with grid.tracer.region(scope=LOSS_SCOPE, phase=DP_SYNC):
+        return int(grid.dp_group.all_reduce(np.array([n_local], dtype=np.float64))[0])
+
+
+def _global_loss(grid: ProcessGrid, weighted: float, n_global: int) -> tuple[float, int]:
+    """The last stage's Σ n_dj·L_dj over DP, ÷ N, then on every stage: ``(loss, N)``."""
+    total = np.array([weighted, n_global], dtype=np.float64)
+    tracer = grid.tracer
+    with tracer.region(scope=LOSS_SCOPE, phase=DP_SYNC):
+        if grid.last_stage and grid.dp > 1:
+            total[0] = grid.dp_group.all_reduce(total[:1])[0]
+        if grid.pp > 1:
+            grid.pp_group.broadcast(total, root=grid.pp - 1)
+    n = int(total[1])
+    return (float(total[0] / n) if n else 0.0), n
+
+
+def allreduce_word_embedding_grads(shard: PipelineShard, grid: ProcessGrid) -> None:
+    """The tied embedding's gradient summed over the first and the last stage (both then hold the full one)."""
+    emb = shard.shared_embedding
+    if emb is None:
+        return
+    with grid.tracer.region(scope=emb.path, phase=DP_SYNC):
+        grid.embedding_group.all_reduce(emb.grads["weight"], op="sum", inplace=True)
+
+
+def pipeline_grads(shard: PipelineShard, executor: Executor, grid: ProcessGrid, grad_sync,
+                   ids_local: np.ndarray | None, labels_local: np.ndarray | None, *, rows: np.ndarray,
+                   rng=None, step: int = 0, loss_scale: float = 1.0) -> tuple[float, int, ExecutorResult]:
+    """Gradients of the global-batch mean loss, accumulated over the micro-batches and DP-synced; returns
+    ``(loss, valid tokens N, ExecutorResult)``, loss and N the same on every rank.
+
+    ``ids_local`` (stage 0) and ``labels_local`` (last stage): this replica's rows ``int [B/dp, s]`` (None where
+    the stage does not read them); ``rows``: their positions in the global batch (dropout masks are keyed by
+    them). ``loss_scale``: float16's S, the backward starts from S·seed. ``grad_sync``: a ``GradSync`` or ZeRO-1's
+    optimizer over the DP group, or None when dp == 1.
+    """
+    m = executor.schedule.microbatches
+    rows_mb = split_microbatches(rows, m)
+    plans = [DropoutPlan(rng, step, r) for r in rows_mb]
+    ids_mb = split_microbatches(ids_local, m) if grid.first_stage else None
+    labels_mb, seeds, counts, n_global = None, None, [], 0
+    if grid.last_stage:
+        labels_mb = split_microbatches(labels_local, m)
+        ignore = shard.chunks[-1].loss.ignore_index
+        counts = [int(np.count_nonzero(lab != ignore)) for lab in labels_mb]
+        n_global = _normalizer(grid, sum(counts))
+        seeds = [(grid.dp * n / n_global if n_global else 0.0) * loss_scale for n in counts]
+    shard.zero_grad()
+    result = executor.run(ids_mb, labels_mb, plans, seeds)
+    weighted = sum(n * result.losses[j] for j, n in enumerate(counts) if n)  # 0 off the last stage
+    loss, n_global = _global_loss(grid, weighted, n_global)
+    allreduce_word_embedding_grads(shard, grid)
+    if grad_sync is not None:
+        grad_sync.sync()
+    return loss, n_global, result
