@@ -146,7 +146,9 @@ def test_split_of_nested_spans_marks_and_collectives_is_exact():
     assert lines[2].split() == ["layer", "matmul", "elementwise", "softmax_norm", "wait", "transfer", "other", "total"]
     assert max(len(line) for line in lines) <= 100
     total = lines[-1].split()
-    assert total[0] == "total" and total[-1] == "11000.00" and total[1:3] == ["3000.00", "27%"]
+    assert total[0] == "total" and total[-1] == "11000" and total[1:3] == ["3000", "27%"]  # whole ms above 1 s
+    small = format_kind_table({"h.0": {"matmul": 0.0123, "other": 0.9}}).splitlines()[-1].split()
+    assert small[1:3] == ["12.30", "1%"] and small[-1] == "912.3"  # 0.01 ms below 100 ms, 0.1 ms below 1 s
 
 
 def test_chrome_trace_names_marks_by_kind_inside_their_layer_and_shows_the_wait():

@@ -121,15 +121,23 @@ HEADER = {COMM_WAIT: "wait", COMM_TRANSFER: "transfer"}  # short column names: t
 LEGEND = "ms and % of the row; wait: a collective waiting for its group, transfer: the call itself"
 
 
+def _ms(seconds: float) -> str:
+    """Milliseconds in at most 5 characters: 0.01 ms below 100 ms, 0.1 ms below 1 s, whole ms above."""
+    ms = seconds * 1e3
+    return f"{ms:.2f}" if ms < 99.995 else f"{ms:.1f}" if ms < 999.95 else f"{ms:.0f}"
+
+
 def format_kind_table(rows: dict[str, dict[str, float]], title: str = "") -> str:
-    """Layer × kind: milliseconds (0.01 ms) and the share of the row in one cell, a total row; ≤ 100 columns."""
+    """Layer × kind: milliseconds and the share of the row in one cell, a total row; ≤ 100 columns for the
+    demo's layer names (cells of at most 10 characters, one space between the kinds)."""
     header = ["layer", *(HEADER.get(k, k) for k in COLUMNS), "total"]
     body = []
     for layer, row in [*rows.items(), ("total", {k: sum(r.get(k, 0.0) for r in rows.values()) for k in COLUMNS})]:
         total = sum(row.get(k, 0.0) for k in COLUMNS)
-        cells = [f"{row.get(k, 0.0) * 1e3:.2f} {row.get(k, 0.0) / total:>4.0%}" if total > 0
-                 else f"{row.get(k, 0.0) * 1e3:.2f}    -" for k in COLUMNS]
-        body.append([layer, *cells, f"{total * 1e3:.2f}"])
+        cells = [f"{_ms(row.get(k, 0.0))} {row.get(k, 0.0) / total:>4.0%}" if total > 0
+                 else f"{_ms(row.get(k, 0.0))}    -" for k in COLUMNS]
+        body.append([layer, *cells, _ms(total)])
         if layer != "total" and len(body) == len(rows):
             body.append(RULE)
-    return format_table([header, RULE, *body], title=f"{title}\n{LEGEND}" if title else LEGEND)
+    gaps = ["  ", *[" "] * len(COLUMNS)]
+    return format_table([header, RULE, *body], sep=gaps, title=f"{title}\n{LEGEND}" if title else LEGEND)
