@@ -35,7 +35,6 @@ import numpy as np
 if TYPE_CHECKING:  # type-only: the protocol names these, it runs none of them
     from tpsim.comm import ProcessGrid
     from tpsim.train.loss_scale import DynamicLossScaler
-    from tpsim.train.optim import Optimizer
 
 
 class Overflow(NamedTuple):
@@ -65,7 +64,7 @@ class OptimizerProtocol(Protocol):
     skipped: bool  # the last ``unscale_grads`` found an overflow (the step was skipped)
 
     @property
-    def rule(self) -> Optimizer:  # imported for type checkers only: optim.py implements this protocol
+    def rule(self):  # a tpsim.train.optim.Optimizer: not imported, optim.py imports this protocol
         """The element-wise update rule (AdamW, SGD) and its hyper-parameters: ``lr``, ``betas``, ``decay_for``."""
 
     @property
