@@ -33,8 +33,8 @@ not priced here: the messages run on the virtual clock (``tpsim.plan.pipeline``)
 the schedule exposes. A tied embedding's gradient all-reduce between the first and the last stage
 (Megatron-LM's embedding group, p > 1) is not counted.
 
-Links: TP on the node's link when the TP group fits in a node, else the inter-node link; PP and DP inter-node
-unless the whole job fits in one node.
+Links: TP on the node's link when the TP group fits in a node, else the inter-node link; PP on the node's link
+while tp·pp GPUs fit in a node (Megatron's order puts TP fastest, PP outermost), DP while the whole job does.
 """
 
 from __future__ import annotations
