@@ -38,6 +38,7 @@ from tpsim.pipeline.check import check
 from tpsim.pipeline.schedules import build, compute_orders
 
 OP_INDEX = {op: i for i, op in enumerate(COMPUTE)}  # F 0, B 1, W 2
+ROUNDING = 1e-12  # relative: what summing the same float costs in two orders can differ by
 Orders = Sequence[Sequence[tuple[str, int, int]]]
 
 
@@ -137,7 +138,8 @@ class StageTiming:
 
     @property
     def idle(self) -> tuple[float, ...]:
-        return tuple(self.step - b for b in self.busy)
+        """step − busy; a difference within rounding of the step (the same costs summed in another order) is 0."""
+        return tuple(self.step - b if self.step - b > ROUNDING * self.step else 0.0 for b in self.busy)
 
     @property
     def bubble_fraction(self) -> float:

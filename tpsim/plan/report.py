@@ -49,7 +49,8 @@ def pipeline_rows(p: dict) -> list[list[str]]:
     layers = runs([s["layers"] for s in pipe["stages"]])
     bubble, p2p = pipe["bubble_fraction"], pipe["p2p_bytes"]
     held = pipe["ranks"][p["per_gpu"]["stage"]]["peak_in_flight"]
-    return [["pipeline", schedule_name(lay), f"{'virtual stages' if lay['vp'] > 1 else 'stages'} of {layers} layers"],
+    where = "virtual stages of" if lay["vp"] > 1 else "stages of" if lay["pp"] > 1 else "one stage of"
+    return [["pipeline", schedule_name(lay), f"{where} {layers} layers"],
             ["in flight at the peak", str(held), "(micro-batch, chunk) pairs" if lay["vp"] > 1 else "micro-batches"],
             ["bubble: measured / formula", f"{bubble['measured']:.4f} / {bubble['formula']:.4f}",
              "virtual clock / unit costs (tpsim.predict.pipeline)"],

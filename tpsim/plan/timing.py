@@ -31,6 +31,7 @@ step times, stated as such: ``step`` adds everything (the makespan + TP + DP: no
 
 from __future__ import annotations
 
+from tpsim.pipeline.stage_clock import ROUNDING
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import layer_param_elements
 from tpsim.plan.models import ModelSpec
@@ -70,6 +71,8 @@ def step_times(compute: float, comm: dict[str, float], pipeline: float, no_p2p: 
     """``{"compute", "tp", "dp", "pp", "bubble", "pipeline", "step", "step_overlapped"}`` seconds, from the mean
     compute, TP and DP times ``comm`` and the clock's makespans with (``pipeline``) and without messages."""
     bubble, pp = no_p2p - compute, pipeline - no_p2p
+    if abs(bubble) <= ROUNDING * no_p2p:  # one stage, or equal ones never waiting: the same FLOPs summed twice
+        bubble = 0.0
     exposed = compute + bubble + comm["tp"]
     return {"compute": compute, "tp": comm["tp"], "dp": comm["dp"], "pp": pp, "bubble": bubble, "pipeline": pipeline,
             "step": pipeline + comm["tp"] + comm["dp"],
