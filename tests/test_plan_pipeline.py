@@ -18,10 +18,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tpsim.pipeline.actions import SENDS
+from tpsim.errors import ConfigError
+from tpsim.pipeline.actions import SENDS, Schedule, with_messages
 from tpsim.pipeline.clock import Costs, simulate as clock_simulate
-from tpsim.pipeline.schedules import SCHEDULES, build
-from tpsim.pipeline.stage_clock import compiled, held_peak, timed
+from tpsim.pipeline.schedules import SCHEDULES, build, compute_orders
+from tpsim.pipeline.stage_clock import compile_orders, compiled, held_peak, timed
 from tpsim.plan.cli import main
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import activation_bytes_per_layer, busiest_stage, logits_bytes, stage_memory
@@ -237,3 +238,18 @@ def test_backward_splits_into_dx_and_dw_as_a_matmul_does(recompute, redo):
     joined = plan(LLAMA70, lay)["pipeline"]["stages"]
     assert all(z["B_s"] + z["W_s"] == pytest.approx(j["B_s"], rel=1e-15) and j["W_s"] == 0
                for z, j in zip(split, joined))
+
+
+def test_compute_orders_the_fast_clock_cannot_time_get_the_checkers_line(monkeypatch):
+    """A backward before its forward on the last stage, or a forward missing: the checker's one line, raised
+    (``build`` stands in for lists a generator got wrong)."""
+    import tpsim.pipeline.stage_clock as stage_clock
+
+    good = compute_orders("1f1b", 2, 2)
+    swapped = [good[0], [good[1][1], good[1][0], *good[1][2:]]]  # last stage: B0 before F0
+    missing = [good[0], good[1][1:]]  # last stage: no F0, so no receive of stage 0's activation
+    for orders, says in ((swapped, "comes before F of micro-batch 0"), (missing, "rank 1 has no matching RECV_F0")):
+        monkeypatch.setattr(stage_clock, "build", lambda *a, o=orders: Schedule("1f1b", 2, 2, 1, tuple(
+            with_messages(2, 1, r, o[r]) for r in range(2))))
+        with pytest.raises(ConfigError, match=says):
+            compile_orders("1f1b", 2, 2, 1, orders)
