@@ -4,8 +4,9 @@
     plan_search_frontier.png    the search's best step time and its layout vs the number of GPUs
     plan_tp_placement.png       TP 8 inside a node (NVLink) vs spread over two nodes (InfiniBand), real models
 
-The planner's terms are the ones ``tpsim plan --validate`` checks against live runs; pipeline and time terms
-are from the papers (Narayanan et al. 2021) and nominal link figures (``tpsim.plan.gpus``).
+The planner's terms are the ones ``tpsim plan --validate`` checks against live runs; the pipeline's come from the
+1F1B schedule on the virtual clock (``tpsim.plan.pipeline``), the time terms from the papers' FLOP count
+(Narayanan et al. 2021) and nominal link figures (``tpsim.plan.gpus``).
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def plot_frontier(numbers, path: Path) -> Path:
     ax.grid(alpha=0.3, which="both")
     return save_figure(fig, path, "Llama-3-70B: the search's fastest layout (TP x PP x DP) per GPU count",
                        "tpsim plan --search: layouts that fit, ranked by compute at 50% of 989 TFLOP/s + TP, DP, PP "
-                       "on nominal NVLink/InfiniBand (alpha-beta) + bubble (p-1)/m; 256 sequences of 8192 tokens.")
+                       "on nominal NVLink/InfiniBand (alpha-beta) + the 1F1B bubble on the virtual clock (each "
+                       "stage's FLOPs, the LM head on the last); 256 sequences of 8192 tokens.")
 
 
 def plot_placement(numbers, path: Path) -> Path:

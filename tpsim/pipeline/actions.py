@@ -22,6 +22,7 @@ Pure data, MPI-free.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 COMPUTE = ("F", "B", "W")
 SENDS = {"SEND_F": "RECV_F", "SEND_B": "RECV_B"}
@@ -74,7 +75,7 @@ class Schedule:
         """The number of virtual stages, pp × vp."""
         return self.pp * self.vp
 
-    @property
+    @cached_property  # the checker asks per chunk: one scan of the lists, not one a question
     def splits_backward(self) -> bool:
         """Whether backward is split into B (input gradient) and W (weight gradient), as zero-bubble schedules do."""
         return any(a.op == "W" for actions in self.ranks for a in actions)
@@ -82,9 +83,10 @@ class Schedule:
     def message(self, rank: int, action: Action) -> tuple[str, int, int]:
         """The message a send or receive of ``rank`` moves: (direction "F" or "B", micro-batch, the virtual stage
         of its sender) — a send and the receive it pairs with name the same one."""
-        stage = self.virtual_stage(rank, action.chunk)
-        sender = {"SEND_F": stage, "SEND_B": stage, "RECV_F": stage - 1, "RECV_B": stage + 1}[action.op]
-        return action.op[-1], action.microbatch, sender
+        stage = action.chunk * self.pp + rank
+        op = action.op
+        sender = stage if op in SENDS else stage - 1 if op == "RECV_F" else stage + 1
+        return op[-1], action.microbatch, sender
 
 
 def with_messages(pp: int, vp: int, rank: int, compute: list[tuple[str, int, int]]) -> tuple[Action, ...]:

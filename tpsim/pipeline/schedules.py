@@ -47,15 +47,21 @@ SCHEDULES: dict[str, Generator] = {"afab": afab, "1f1b": one_f_one_b, "interleav
 ONE_CHUNK = ("afab", "1f1b", "zb-h1")  # schedules that take no --vp
 
 
-def build(name: str, pp: int, microbatches: int, vp: int = 1) -> Schedule:
-    """Schedule ``name`` for ``pp`` ranks, ``microbatches`` micro-batches and ``vp`` model chunks per rank;
-    ``ConfigError`` (one line) for an unknown name or sizes it cannot take."""
+def compute_orders(name: str, pp: int, microbatches: int, vp: int = 1) -> list[list[tuple[str, int, int]]]:
+    """Each rank's compute order ``[(op, micro-batch, chunk), ...]`` of schedule ``name`` (no sends or receives
+    yet); ``ConfigError`` (one line) for an unknown name or sizes it cannot take."""
     if name not in SCHEDULES:
         raise ConfigError(f"--schedule {name}: unknown (one of {', '.join(SCHEDULES)})")
     if pp < 1 or microbatches < 1 or vp < 1:
         raise ConfigError(f"--pp {pp}, --microbatches {microbatches}, --vp {vp}: each must be at least 1")
     if name in ONE_CHUNK and vp != 1:
         raise ConfigError(f"--schedule {name} runs one model chunk per rank: --vp {vp} needs --schedule interleaved")
-    compute = SCHEDULES[name](pp, microbatches, vp)
+    return SCHEDULES[name](pp, microbatches, vp)
+
+
+def build(name: str, pp: int, microbatches: int, vp: int = 1) -> Schedule:
+    """Schedule ``name`` for ``pp`` ranks, ``microbatches`` micro-batches and ``vp`` model chunks per rank: the
+    compute orders with the sends and receives they imply (``with_messages``)."""
+    compute = compute_orders(name, pp, microbatches, vp)
     ranks = tuple(with_messages(pp, vp, r, compute[r]) for r in range(pp))
     return Schedule(name, pp, microbatches, vp, ranks)

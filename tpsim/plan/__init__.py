@@ -1,14 +1,19 @@
 """``tpsim plan``: plan a real-size training layout from the formulas the live runs check (pure arithmetic, no MPI).
 
-One job a module, imported in one direction (cli → search → planner → comm, timing, memory → layout, models):
+One job a module, imported in one direction (cli → search → planner → pipeline → comm, timing, memory → layout,
+models; memory and comm read the schedule's lists from ``tpsim.pipeline.stage_clock``):
 
     models    ModelSpec, the presets (GPT-2, GPT-3 175B, Llama-3 8B/70B/405B) and a Hugging Face config.json reader
     gpus      GPU presets: memory, peak throughput, links inside and between nodes
-    layout    Layout (tp, pp, dp, sp, zero, recompute, batch, dtype, ...) and its divisibility rules
+    layout    Layout (tp, pp, dp, sp, zero, recompute, batch, dtype, schedule, vp, pp_layers, ...) and its rules
     memory    model state per parameter (Megatron's table, ZeRO-1), activations per layer (Korthikanti Table 2;
-              Llama derived), pipeline micro-batches in flight (1F1B)
-    comm      wire bytes per step by group (TP from tpsim.predict.formulas.predict_step, DP, PP) and their α-β time
-    timing    FLOPs per step (Narayanan et al. 2021), compute time, bubble, step time with and without overlap
+              Llama derived), the schedule's micro-batches in flight per stage
+    comm      wire bytes per step by group (TP from tpsim.predict.formulas.predict_step, DP, PP: the schedule's
+              sends) and the α-β time of TP and DP
+    timing    FLOPs per step (Narayanan et al. 2021) and per layer as F, B (dX), W (dW); step time with and
+              without overlap
+    pipeline  the schedule on the virtual clock at real size: per-stage costs from FLOPs, α-β messages; the
+              bubble measured beside the formula, the p2p bytes
     planner   plan(model, layout) → the JSON-ready dict ``--json`` prints
     search    --search: every tp × pp × dp = N that fits, fastest first
     report    the readable tables

@@ -2,6 +2,7 @@
 
     tpsim plan --model NAME | --config config.json --tp T --pp P --dp D [--sp] [--zero 0|1]
                [--recompute none|selective|full] --seq-len S --micro-batch b --global-batch B
+               [--schedule afab|1f1b|interleaved|zb-h1] [--vp V] [--pp-layers a,b,...]
                [--dtype bfloat16|float16|float32] [--gpu h100-80gb|...] [--gpus-per-node 8] [--mfu 0.5] [--json]
     tpsim plan --model NAME --gpus N --search [...] [--top 10] [--json]
     tpsim plan --validate          live runs check every per-layer term (``tpsim.plan.validate``)
@@ -18,6 +19,7 @@ import json
 import sys
 
 from tpsim.errors import ConfigError
+from tpsim.pipeline.schedules import SCHEDULES
 from tpsim.plan.gpus import GPUS
 from tpsim.plan.layout import DTYPE_CHOICES, DTYPES, RECOMPUTE, Layout
 from tpsim.plan.models import PRESETS, resolve
@@ -37,6 +39,11 @@ def parser() -> argparse.ArgumentParser:
                    help="tokens per sequence (default: the model's maximum, at most 8192)")
     p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
     p.add_argument("--global-batch", type=int, default=512, help="sequences per step (default 512)")
+    p.add_argument("--schedule", default="1f1b", choices=list(SCHEDULES),
+                   help="pipeline schedule, run on the virtual clock (default 1f1b)")
+    p.add_argument("--vp", type=int, default=1, help="model chunks per pipeline rank (--schedule interleaved)")
+    p.add_argument("--pp-layers", metavar="a,b,...",
+                   help="layers of each (virtual) stage, in model order (default: equal stages)")
     p.add_argument("--dtype", default="bfloat16", choices=DTYPE_CHOICES, metavar="{" + ",".join(DTYPES) + "}",
                    help="bfloat16 (default; bf16), float16 (fp16) or float32 (fp32): Megatron's bytes per parameter")
     p.add_argument("--gpu", default="h100-80gb", choices=list(GPUS))
@@ -51,11 +58,22 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def stage_layers(text: str | None) -> tuple[int, ...] | None:
+    """``--pp-layers 7,8,8,7`` → (7, 8, 8, 7); ``ConfigError`` (one line) for anything else."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(n) for n in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--pp-layers {text}: whole numbers separated by commas, e.g. 7,8,8,7") from None
+
+
 def layout_of(args, model) -> Layout:
     seq = args.seq_len or min(model.positions, 8192)
     return Layout(tp=args.tp, pp=args.pp, dp=args.dp, sp=args.sp, zero=args.zero, recompute=args.recompute,
                   seq_len=seq, micro_batch=args.micro_batch, global_batch=args.global_batch, dtype=args.dtype,
-                  gpu=args.gpu, gpus_per_node=args.gpus_per_node, mfu=args.mfu)
+                  gpu=args.gpu, gpus_per_node=args.gpus_per_node, mfu=args.mfu, schedule=args.schedule,
+                  vp=args.vp, pp_layers=stage_layers(args.pp_layers))
 
 
 def run(args) -> int:
@@ -77,6 +95,8 @@ def run(args) -> int:
     if args.search:
         if not args.gpus:
             raise ConfigError("--search needs --gpus N")
+        if args.pp_layers:
+            raise ConfigError("--search lays out equal stages: drop --pp-layers")
         plans = search(model, base, args.gpus)
         print(format_search(plans, args.gpus, args.top))
         if args.json:

@@ -24,13 +24,17 @@ that no stage claims raises, so a new collective cannot be dropped silently.
 **DP**: the gradients of this GPU's parameters, all-reduced once per step (one bucket); with ``--zero 1``
 reduce-scattered, then the updated parameters all-gathered (Megatron-LM's distributed optimizer).
 
-**PP** (from the paper: tpsim does not run pipelines): per micro-batch a stage sends one activation forward
-(all but the last) and one gradient backward (all but the first), b·s·h elements each (÷ t under SP, where the
-boundary tensor is split); what a stage receives is counted as its neighbour's send. A tied embedding's
-gradient all-reduce between the first and the last stage (Megatron-LM's embedding group, p > 1) is not counted.
+**PP**: the stage's sends in the schedule's own action lists (``tpsim.pipeline.stage_clock``): under AFAB,
+1F1B and ZB-H1 m activations forward (all but the last stage) and m gradients backward (all but the first);
+interleaved, one of each per micro-batch and chunk except at the model's two ends, so rank 0 and rank p − 1
+send m·(2v − 1), the others 2·m·v, 2·m·(v·p − 1) in the pipeline. Each is b·s·h elements (÷ t under SP,
+where the boundary tensor is split); what a stage receives is counted as its neighbour's send. Their time is
+not priced here: the messages run on the virtual clock (``tpsim.plan.pipeline``), which says how much of them
+the schedule exposes. A tied embedding's gradient all-reduce between the first and the last stage
+(Megatron-LM's embedding group, p > 1) is not counted.
 
-Links: TP on the node's link when the TP group fits in a node, else the inter-node link; PP and DP inter-node
-unless the whole job fits in one node.
+Links: TP on the node's link when the TP group fits in a node, else the inter-node link; PP on the node's link
+while tp·pp GPUs fit in a node (Megatron's order puts TP fastest, PP outermost), DP while the whole job does.
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ from dataclasses import replace
 
 from tpsim.cost import alpha_beta_time, ring_steps, wire_bytes
 from tpsim.phases import FORWARD
+from tpsim.pipeline.stage_clock import compiled
 from tpsim.plan.gpus import GPU
-from tpsim.plan.layout import Layout
+from tpsim.plan.layout import Layout, rank_layers
 from tpsim.plan.memory import ACT_BYTES, STATE_BYTES
 from tpsim.plan.models import ModelSpec
 from tpsim.config import RunConfig, dtype_name
@@ -129,19 +134,23 @@ def _ends(model: ModelSpec, lay: Layout, stage: int) -> list[Prediction]:
 
 
 def pp_sends(lay: Layout, stage: int) -> int:
-    """Point-to-point sends per step of one GPU of ``stage``: m activations forward unless it is the last
-    stage, m gradients backward unless it is the first."""
-    if lay.pp == 1:
-        return 0
-    return lay.microbatches * ((stage < lay.pp - 1) + (stage > 0))
+    """Point-to-point sends per step of one GPU of ``stage``: its rank's SENDs in the schedule (module
+    docstring)."""
+    return compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).sends[stage]
+
+
+def boundary_bytes(model: ModelSpec, lay: Layout) -> int:
+    """One point-to-point message: a micro-batch's [s, b, h] activation or its gradient ([s/t, b, h] under SP)."""
+    return lay.micro_batch * lay.seq_len * model.hidden * ACT_BYTES[lay.dtype] // (lay.tp if lay.sp else 1)
 
 
 def step_comm(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, stage_params: int) -> dict[str, dict[str, float]]:
-    """``{"wire_bytes": {"tp", "dp", "pp"}, "time_s": {...}}`` per step on one GPU of ``stage``, which holds
-    ``stage_params`` parameters: that stage's own collectives only (the module docstring)."""
+    """``{"wire_bytes": {"tp", "dp", "pp"}, "time_s": {"tp", "dp"}}`` per step on one GPU of ``stage``, which
+    holds ``stage_params`` parameters: that stage's own collectives only (the module docstring; PP's time is the
+    virtual clock's)."""
     if not 0 <= stage < lay.pp:
         raise ValueError(f"stage {stage} of a {lay.pp}-stage pipeline")
-    m, per_stage, link = lay.microbatches, model.layers // lay.pp, links(lay, gpu)
+    m, per_stage, link = lay.microbatches, rank_layers(model, lay)[stage], links(lay, gpu)
     layer, ends = tp_layer_rows(model, lay), _ends(model, lay, stage)
     once = [r for r in tp_rows(model, lay) if r.layer in PER_STEP]
     tp_wire = m * (per_stage * sum(r.wire_bytes for r in layer) + sum(r.wire_bytes for r in ends))
@@ -151,9 +160,5 @@ def step_comm(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, stage_params:
     dp_wire = dp_wire_bytes(lay, stage_params)
     dp_time = sum(alpha_beta_time(ring_steps(op, lay.dp), wire_bytes(op, n, lay.dp), link["dp"].alpha,
                                   link["dp"].beta) for op, n in dp_ops)
-    boundary = lay.micro_batch * lay.seq_len * model.hidden * ACT_BYTES[lay.dtype] // (lay.tp if lay.sp else 1)
-    sends = pp_sends(lay, stage)
-    pp_wire = sends * boundary
-    pp_time = sends * (link["pp"].alpha + boundary * link["pp"].beta)
-    return {"wire_bytes": {"tp": tp_wire, "dp": dp_wire, "pp": pp_wire},
-            "time_s": {"tp": tp_time, "dp": dp_time, "pp": pp_time}}
+    return {"wire_bytes": {"tp": tp_wire, "dp": dp_wire, "pp": pp_sends(lay, stage) * boundary_bytes(model, lay)},
+            "time_s": {"tp": tp_time, "dp": dp_time}}

@@ -2,8 +2,12 @@
 
 The divisibility rules are the ones a Megatron-style run enforces: attention is split by heads (grouped KV heads
 split too, or replicated when tp is a multiple of them), the MLP's columns by ``tp``; ``pp`` stages take equal
-numbers of layers; the global batch splits into ``dp`` replicas × ``m`` micro-batches of ``micro_batch``
-sequences; sequence parallelism splits the sequence by tp.
+numbers of layers unless ``pp_layers`` says how many each takes (Llama-3 405B's one fewer on the first and the
+last stage); the global batch splits into ``dp`` replicas × ``m`` micro-batches of ``micro_batch`` sequences;
+sequence parallelism splits the sequence by tp. The pipeline runs ``schedule`` (``tpsim.pipeline.schedules``:
+afab, 1f1b, interleaved, zb-h1) with ``vp`` model chunks per rank (interleaved): the model is cut into
+pp × vp *virtual stages*, chunk c of rank r being virtual stage c·pp + r (Megatron-LM's layout), and
+``pp_layers`` lists the layers of each virtual stage in model order.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from dataclasses import asdict, dataclass
 
 from tpsim.config import DTYPE_ALIASES, Parallelism, dtype_alias
 from tpsim.errors import ConfigError
+from tpsim.pipeline.schedules import ONE_CHUNK, SCHEDULES
 from tpsim.plan.models import ModelSpec
+from tpsim.predict import pipeline as pipeline_formula
 
 DTYPES = ("bfloat16", "float16", "float32")  # the planner prices these (``bf16``, ``fp16``, ``fp32`` accepted)
 DTYPE_CHOICES = (*DTYPES, *(a for a, name in DTYPE_ALIASES.items() if name in DTYPES))
@@ -32,9 +38,14 @@ class Layout(Parallelism):
     gpu: str = "h100-80gb"
     gpus_per_node: int = 8
     mfu: float = 0.5
+    schedule: str = "1f1b"
+    vp: int = 1
+    pp_layers: tuple[int, ...] | None = None  # layers of each virtual stage; None: L / (pp·vp) each
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", dtype_alias(self.dtype))  # one spelling; unknown names: problems()
+        if self.pp_layers is not None:
+            object.__setattr__(self, "pp_layers", tuple(self.pp_layers))
 
     @property
     def gpus(self) -> int:
@@ -47,8 +58,9 @@ class Layout(Parallelism):
 
     @property
     def in_flight(self) -> int:
-        """Micro-batches whose activations the first stage holds at once under 1F1B: min(p, m)."""
-        return min(self.pp, self.microbatches)
+        """Micro-batches (interleaved: (micro-batch, chunk) pairs) whose activations the first stage holds at its
+        peak under the schedule (``tpsim.predict.pipeline``; 1F1B min(p, m))."""
+        return pipeline_formula.peak_in_flight(self.schedule, self.pp, self.microbatches, self.vp)[0]
 
     def as_dict(self) -> dict:
         return dict(asdict(self), gpus=self.gpus, microbatches=self.microbatches, in_flight=self.in_flight)
@@ -57,6 +69,44 @@ class Layout(Parallelism):
     def parallel(self) -> Parallelism:
         """The run's part of the layout: what ``tpsim.config.RunConfig`` holds as ``parallel``."""
         return Parallelism(tp=self.tp, dp=self.dp, pp=self.pp, sp=self.sp, zero=self.zero)
+
+
+def virtual_stage_layers(model: ModelSpec, lay: Layout) -> tuple[int, ...]:
+    """Layers of each of the pp·vp virtual stages, in model order (``pp_layers``, or L / (pp·vp) each)."""
+    return lay.pp_layers or (model.layers // (lay.pp * lay.vp),) * (lay.pp * lay.vp)
+
+
+def rank_layers(model: ModelSpec, lay: Layout) -> tuple[int, ...]:
+    """Layers each pipeline rank holds: the sum over its chunks (virtual stages c·pp + r)."""
+    per = virtual_stage_layers(model, lay)
+    return tuple(sum(per[c * lay.pp + r] for c in range(lay.vp)) for r in range(lay.pp))
+
+
+def pipeline_problems(model: ModelSpec, lay: Layout) -> list[str]:
+    """The schedule, vp and stage rules ``lay`` breaks (part of ``problems``)."""
+    if lay.schedule not in SCHEDULES:
+        return [f"--schedule {lay.schedule}: unknown (one of {', '.join(SCHEDULES)})"]
+    if lay.vp < 1:
+        return [f"--vp {lay.vp}: must be >= 1"]
+    out, stages = [], lay.pp * lay.vp
+    if lay.vp > 1 and lay.schedule in ONE_CHUNK:
+        out.append(f"--schedule {lay.schedule} runs one model chunk per rank: --vp {lay.vp} needs interleaved")
+    if lay.vp > 1 and lay.pp == 1:
+        out.append(f"--vp {lay.vp}: model chunks interleave over a pipeline, give --pp > 1")
+    whole = lay.global_batch % (lay.dp * lay.micro_batch) == 0  # else problems() has said so
+    if lay.schedule == "interleaved" and lay.vp > 1 and whole and lay.microbatches % lay.pp:
+        m, per_m = lay.microbatches, lay.dp * lay.micro_batch
+        out.append(f"--schedule interleaved --vp {lay.vp}: {m} micro-batches (global batch / (dp x micro-batch)) "
+                   f"must be a multiple of --pp {lay.pp} (micro-batches go through the chunks in groups of pp; "
+                   f"try --global-batch {(m + lay.pp - m % lay.pp) * per_m})")
+    if lay.pp_layers is None:
+        if model.layers % stages:
+            out.append(f"layers {model.layers} not divisible by pp {lay.pp}" + (f" x vp {lay.vp}" if lay.vp > 1
+                                                                                 else "") + " (give --pp-layers)")
+    elif len(lay.pp_layers) != stages or min(lay.pp_layers) < 1 or sum(lay.pp_layers) != model.layers:
+        out.append(f"--pp-layers {','.join(map(str, lay.pp_layers))}: {stages} stages (pp x vp) of at least one "
+                   f"layer each, {model.layers} layers in all")
+    return out
 
 
 def problems(model: ModelSpec, lay: Layout) -> list[str]:
@@ -70,10 +120,9 @@ def problems(model: ModelSpec, lay: Layout) -> list[str]:
             out.append(f"{what} {n} not divisible by tp {lay.tp}")
     if model.kv_heads % lay.tp and lay.tp % model.kv_heads:  # KV heads are split, or replicated on tp/kv ranks
         out.append(f"kv heads {model.kv_heads} and tp {lay.tp}: neither divides the other")
-    if model.layers % lay.pp:
-        out.append(f"layers {model.layers} not divisible by pp {lay.pp}")
     if lay.global_batch % (lay.dp * lay.micro_batch):
         out.append(f"global batch {lay.global_batch} not divisible by dp {lay.dp} x micro-batch {lay.micro_batch}")
+    out += pipeline_problems(model, lay)
     if lay.sp and lay.seq_len % lay.tp:
         out.append(f"sequence length {lay.seq_len} not divisible by tp {lay.tp} (sequence parallelism)")
     if lay.zero not in (0, 1):

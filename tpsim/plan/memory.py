@@ -34,17 +34,25 @@ memory module's (``tpsim.predict.gpt_memory``, ``tpsim.predict.llama_memory``), 
 what is built around the layers (embedding, a learned position table, the final norm, the head) is the same
 arithmetic for every architecture, from the entry's config class (``positions``, ``norm_params``).
 
-**Pipeline** (Narayanan et al. 2021, arXiv:2104.04473, §2.2, 1F1B): stage i holds the activations of
-min(p − i, m) micro-batches, so the first stage is the busiest: L/p layers × min(p, m) micro-batches. The last
-stage also holds the loss's fp32 logits, b·s·V/t·4 bytes for one micro-batch. The memory per GPU counts the
-paper's layer (what a Megatron-style run keeps); tpsim's own extra terms are reported per layer only.
+**Pipeline**: a GPU holds the activations of the micro-batches in flight on its rank — forwards run whose
+backward (W, when the backward is split) has not — at the schedule's peak, read off the schedule's own action
+lists (``tpsim.pipeline.stage_clock.held_peak``), each (micro-batch, chunk) pair weighing its virtual stage's
+layers × one layer's activations. That is Narayanan et al. 2021 (arXiv:2104.04473) §2.2's min(p − i, m)
+micro-batches for 1F1B (stage 0 the busiest: L/p layers × p micro-batches, Korthikanti et al. 2022's "L layers'
+worth"), m for AFAB, min(p, m) on every stage for ZB-H1 (Qi et al. 2023), and for interleaving rank 0's
+2(p − 1) + (v − 1)·p + 1 pairs of L/(pv) layers, L·(1 + (p − 1)/(pv)) layers' worth — Korthikanti et al.'s
+factor (``tpsim.predict.pipeline`` has the counts); with uneven ``--pp-layers`` each pair weighs its own layers.
+The last stage also holds the loss's fp32 logits, b·s·V/t·4 bytes for one micro-batch. The memory per GPU
+counts the paper's layer (what a Megatron-style run keeps); tpsim's own extra terms are reported per layer
+only. Every stage is priced (``busiest_stage``): with uneven stages or ZB-H1 a middle one can hold the most.
 """
 
 from __future__ import annotations
 
 from tpsim.config import dtype_name
 from tpsim.partition import padded_vocab_size
-from tpsim.plan.layout import Layout
+from tpsim.pipeline.stage_clock import compiled, held_peak
+from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
 from tpsim.plan.models import ModelSpec
 from tpsim.predict.model_state import MEGATRON_LAYOUTS, TPSIM_FLOAT64
 
@@ -74,12 +82,13 @@ def layer_param_elements(model: ModelSpec, tp: int) -> int:
     return model.architecture.memory.layer_param_elements(model, tp)
 
 
-def stage_param_elements(model: ModelSpec, tp: int, pp: int, stage: int) -> int:
-    """Parameters one GPU of pipeline stage ``stage`` holds: L/p layers, the embedding(s) on the first stage, the
-    final norm and the LM head on the last (a tied head is a second copy there when p > 1, as in Megatron-LM)."""
+def stage_param_elements(model: ModelSpec, tp: int, pp: int, stage: int, layers: int | None = None) -> int:
+    """Parameters one GPU of pipeline stage ``stage`` holds: its ``layers`` (default L/p) layers, the embedding(s)
+    on the first stage, the final norm and the LM head on the last (a tied head is a second copy there when
+    p > 1, as in Megatron-LM)."""
     h, vocab = model.hidden, padded_vocab_size(model.vocab, tp) // tp * model.hidden
     config = model.architecture.config
-    n = model.layers // pp * layer_param_elements(model, tp)
+    n = (model.layers // pp if layers is None else layers) * layer_param_elements(model, tp)
     if stage == 0:
         n += vocab + (model.positions * h if config.position_table else 0)
     if stage == pp - 1:
@@ -120,12 +129,20 @@ def logits_bytes(model: ModelSpec, lay: Layout) -> int:
     return lay.micro_batch * lay.seq_len * padded_vocab_size(model.vocab, lay.tp) // lay.tp * 4
 
 
-def stage_memory(model: ModelSpec, lay: Layout, stage: int) -> dict[str, float]:
-    """Bytes on one GPU of ``stage``: params, grads, optimizer, activations (layers × in-flight + logits), total."""
-    n = stage_param_elements(model, lay.tp, lay.pp, stage)
+def activation_peaks(model: ModelSpec, lay: Layout) -> list[float]:
+    """Each pipeline rank's peak layer activations (bytes, the paper's layer): the schedule's pairs in flight,
+    each weighing its virtual stage's layers × one layer's bytes (module docstring)."""
+    layer = activation_bytes_per_layer(model, lay)["paper"]  # tpsim's extra: not counted
+    per = virtual_stage_layers(model, lay)
+    weights = [[per[c * lay.pp + r] * layer for c in range(lay.vp)] for r in range(lay.pp)]
+    return held_peak(compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp), weights)
+
+
+def stage_memory(model: ModelSpec, lay: Layout, stage: int, peaks: list[float] | None = None) -> dict[str, float]:
+    """Bytes on one GPU of ``stage``: params, grads, optimizer, activations (in flight + logits), total."""
+    n = stage_param_elements(model, lay.tp, lay.pp, stage, rank_layers(model, lay)[stage])
     per = state_bytes_per_param(lay.dtype, lay.zero, lay.dp)
-    in_flight = min(lay.pp - stage, lay.microbatches)
-    acts = model.layers // lay.pp * in_flight * activation_bytes_per_layer(model, lay)["paper"]  # tpsim's extra: no
+    acts = (activation_peaks(model, lay) if peaks is None else peaks)[stage]
     if stage == lay.pp - 1:
         acts += logits_bytes(model, lay)
     out = {"params": n * per["params"], "grads": n * per["grads"], "optimizer": n * per["optimizer"],
@@ -134,6 +151,6 @@ def stage_memory(model: ModelSpec, lay: Layout, stage: int) -> dict[str, float]:
 
 
 def busiest_stage(model: ModelSpec, lay: Layout) -> dict[str, float]:
-    """The stage (first or last; the middle ones hold less than the first) with the most bytes per GPU."""
-    stages = {0, lay.pp - 1}
-    return max((stage_memory(model, lay, s) for s in sorted(stages)), key=lambda m: m["total"])
+    """The stage with the most bytes per GPU (the first of equals)."""
+    peaks = activation_peaks(model, lay)
+    return max((stage_memory(model, lay, s, peaks) for s in range(lay.pp)), key=lambda m: m["total"])

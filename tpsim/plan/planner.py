@@ -1,6 +1,6 @@
 """One layout's plan as a JSON-ready dict (the fields are documented in README, "Planning a real run").
 
-    plan(model, layout) -> {"model", "layout", "per_gpu", "time_s", "fits", "tflops_per_gpu", "sources"}
+    plan(model, layout) -> {"model", "layout", "per_gpu", "pipeline", "time_s", "fits", "tflops_per_gpu", "sources"}
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from tpsim.plan.gpus import gpu as gpu_preset
 from tpsim.plan.layout import Layout, check
 from tpsim.plan.memory import activation_bytes_per_layer, busiest_stage, state_bytes_per_param, total_params
 from tpsim.plan.models import ModelSpec
+from tpsim.plan.pipeline import pipeline_terms
 from tpsim.plan.timing import flops_per_step, step_times
 
 SOURCES = {
@@ -18,7 +19,8 @@ SOURCES = {
                                   "in Megatron's way of counting; tpsim's own extra terms apart (paper + extra = "
                                   "what tpsim's layers cache, checked by --validate)",
     "tp_wire_bytes": "tpsim.predict.formulas.predict_step (checked against every live run's trace)",
-    "pp": "from the paper (Narayanan et al. 2021, 1F1B): tpsim does not run pipelines",
+    "pp": "the schedule's own action lists (tpsim.pipeline) on the virtual clock: per-stage F, B, W from FLOPs at "
+          "peak x mfu, alpha-beta p2p messages; the bubble formula and p2p bytes of tpsim.predict.pipeline beside",
     "flops": "Narayanan et al. 2021: 72·B·s·L·h²·(1 + s/6h + V/12Lh); full recompute repeats the layers' forward",
 }
 
@@ -31,7 +33,8 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
     comm = step_comm(model, lay, g, int(mem["stage"]), int(mem["param_count"]))  # that stage's own
     flops = flops_per_step(model, lay)
     compute = flops / (lay.gpus * g.peak(lay.dtype) * lay.mfu)
-    times = step_times(compute, lay, comm["time_s"])
+    pipe = pipeline_terms(model, lay, g)
+    times = step_times(compute, comm["time_s"], pipe["makespan_s"], pipe["makespan_without_p2p_s"])
     memory_bytes = {k: int(round(mem[k])) for k in ("params", "grads", "optimizer", "activations", "total")}
     act = activation_bytes_per_layer(model, lay)
     return {
@@ -46,6 +49,7 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
             "tp_wire_bytes_per_layer_per_microbatch": tp_wire_bytes_per_layer(model, lay),
             "wire_bytes_per_step": comm["wire_bytes"],
         },
+        "pipeline": pipe,
         "time_s": times,
         "flops_per_step": flops,
         "tflops_per_gpu": flops / lay.gpus / times["step"] / 1e12,

@@ -27,6 +27,53 @@ def layout_name(lay: dict) -> str:
     return f"TP {lay['tp']} x PP {lay['pp']} x DP {lay['dp']}{extra}"
 
 
+def schedule_name(lay: dict) -> str:
+    return lay["schedule"] + (f" vp {lay['vp']}" if lay["vp"] > 1 else "")
+
+
+def runs(layers: list[int]) -> str:
+    """``[7, 8, 8, 8, 7]`` as ``7, 8 x 3, 7``."""
+    out: list[list[int]] = []
+    for n in layers:
+        if out and out[-1][0] == n:
+            out[-1][1] += 1
+        else:
+            out.append([n, 1])
+    return ", ".join(f"{n} x {k}" if k > 1 else str(n) for n, k in out)
+
+
+def pipeline_rows(p: dict) -> list[list[str]]:
+    """The schedule and its stages, the busiest stage's peak in flight, the bubble measured beside the formula,
+    the p2p bytes of one replica."""
+    pipe, lay = p["pipeline"], p["layout"]
+    layers = runs([s["layers"] for s in pipe["stages"]])
+    bubble, p2p = pipe["bubble_fraction"], pipe["p2p_bytes"]
+    held = pipe["ranks"][p["per_gpu"]["stage"]]["peak_in_flight"]
+    where = "virtual stages of" if lay["vp"] > 1 else "stages of" if lay["pp"] > 1 else "one stage of"
+    return [["pipeline", schedule_name(lay), f"{where} {layers} layers"],
+            ["in flight at the peak", str(held), "(micro-batch, chunk) pairs" if lay["vp"] > 1 else "micro-batches"],
+            ["bubble: measured / formula", f"{bubble['measured']:.4f} / {bubble['formula']:.4f}",
+             "virtual clock / unit costs (tpsim.predict.pipeline)"],
+            ["p2p per step, one replica", gb(p2p["measured"]), f"{pipe['messages']:,} messages, 2m(v*p - 1)"]]
+
+
+def why_bubble(p: dict) -> list[str]:
+    """Why the measured bubble exceeds the formula's, when it does: unequal ranks, exposed messages."""
+    pipe, lay = p["pipeline"], p["layout"]
+    bubble = pipe["bubble_fraction"]
+    if bubble["measured"] <= bubble["formula"] * (1 + 1e-9):
+        return []
+    busy = [r["busy_s"] for r in pipe["ranks"]]
+    slow, fast = max(range(len(busy)), key=busy.__getitem__), min(busy)
+    p2p = f"the p2p messages add {seconds(p['time_s']['pp'])} to the makespan"
+    if busy[slow] <= fast * (1 + 1e-9):
+        return [f"the measured bubble exceeds the formula's: {p2p}"]
+    head = " (the LM head)" if slow == lay["pp"] - 1 else ""
+    uneven = ", stages uneven" if len({s["layers"] for s in pipe["stages"]}) > 1 else ""
+    return [f"the measured bubble exceeds the formula's: rank {slow}{head} is busy {busy[slow] / fast - 1:.1%} longer "
+            f"than the least busy rank{uneven},", f"and the others wait for it; {p2p}"]
+
+
 def format_plan(p: dict) -> str:
     m, lay, g, t = p["model"], p["layout"], p["per_gpu"], p["time_s"]
     mem, act, state, wire = g["memory_bytes"], g["activation_bytes_per_layer"], g["model_state_bytes_per_param"], \
@@ -34,8 +81,7 @@ def format_plan(p: dict) -> str:
     head = [f"{m['name']} ({m['arch']}, {m['params_total'] / 1e9:,.2f} B parameters) on {lay['gpus']} x {lay['gpu']}"
             f" ({lay['gpus_per_node']} per node): {layout_name(lay)}",
             f"  batch {lay['global_batch']} x {lay['seq_len']} tokens, micro-batch {lay['micro_batch']}, "
-            f"{lay['microbatches']} micro-batches per replica, {lay['in_flight']} in flight on stage 0 (1F1B), "
-            f"{lay['dtype']}"]
+            f"{lay['microbatches']} micro-batches per replica, {lay['dtype']}"]
     stage = f"stage {g['stage']}"
     rows = [[f"per GPU of {stage} (most memory)", "value", "source"], RULE,
             ["parameters", f"{g['params']:,}", ""],
@@ -43,7 +89,7 @@ def format_plan(p: dict) -> str:
             ["grads", gb(mem["grads"]), f"{state['grads']:g} B/param"],
             ["optimizer", gb(mem["optimizer"]), f"{state['optimizer']:g} B/param" + (" (ZeRO-1 / dp)" if lay["zero"]
                                                                                      else "")],
-            ["activations", gb(mem["activations"]), "layers x in-flight + logits"],
+            ["activations", gb(mem["activations"]), "layers x in flight + logits"],
             ["total", gb(mem["total"]), f"of {capacity(lay['gpu_memory_bytes'])}: " + ("fits" if p["fits"] else
                                                                                   "DOES NOT FIT")],
             RULE,
@@ -51,15 +97,15 @@ def format_plan(p: dict) -> str:
             ["  + tpsim's own terms", f"{act['tpsim_extra']:,.0f} B", "apart (not in the total)"],
             ["TP wire per layer per micro-batch", gb(g["tp_wire_bytes_per_layer_per_microbatch"]), "predict_step"],
             ["wire per step: TP / DP / PP", " / ".join(gb(wire[k]) for k in ("tp", "dp", "pp")),
-             f"{stage}'s own sends; PP from the paper"],
-            RULE,
+             f"{stage}'s own sends; PP the schedule's"],
+            RULE, *pipeline_rows(p), RULE,
             ["time: compute", seconds(t["compute"]), f"peak {lay['peak_flops'] / 1e12:g} TFLOP/s x mfu {lay['mfu']}"],
-            ["time: TP / DP / PP", " / ".join(seconds(t[k]) for k in ("tp", "dp", "pp")),
-             f"alpha-beta ring, {stage}'s"],
-            ["time: bubble", seconds(t["bubble"]), "(p - 1)/m x compute, from the paper"],
+            ["time: TP / DP", " / ".join(seconds(t[k]) for k in ("tp", "dp")), f"alpha-beta ring, {stage}'s"],
+            ["time: bubble / PP exposed", " / ".join(seconds(t[k]) for k in ("bubble", "pp")),
+             "virtual clock: stages from FLOPs, p2p alpha-beta"],
             ["step (nothing overlapped)", seconds(t["step"]), f"{p['tflops_per_gpu']:,.0f} TFLOP/s per GPU"],
             ["step (DP, PP hidden by compute)", seconds(t["step_overlapped"]), ""]]
-    return "\n".join(head) + "\n" + format_table(rows, right=(1,))
+    return "\n".join([*head, format_table(rows, right=(1,)), *why_bubble(p)])
 
 
 def format_search(plans: list[dict], gpus: int, top: int = 10) -> str:

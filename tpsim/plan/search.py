@@ -3,7 +3,9 @@
 tp runs over the divisors of N up to a node (``--gpus-per-node``: TP across nodes is never faster on these
 links, and Megatron-LM keeps it inside — Narayanan et al. 2021, §3.2); pp over the divisors of N / tp that divide
 the layers; dp is what is left. The rules of ``tpsim.plan.layout.problems`` (heads, KV heads, layers, batch,
-sequence under SP) drop the rest; memory drops what does not fit. Ties keep the smaller tp, then pp.
+sequence under SP, the schedule's: layers a multiple of pp·vp, interleaved's m a multiple of pp) drop the rest;
+memory drops what does not fit. Every layout runs ``base``'s schedule (``--schedule``, default 1f1b; one stage
+takes vp 1); stages are equal. Ties keep the smaller tp, then pp.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def candidates(model: ModelSpec, base: Layout, gpus: int) -> list[Layout]:
         if tp > base.gpus_per_node:
             break
         for pp in divisors(gpus // tp):
-            lay = replace(base, tp=tp, pp=pp, dp=gpus // (tp * pp))
+            lay = replace(base, tp=tp, pp=pp, dp=gpus // (tp * pp), vp=base.vp if pp > 1 else 1)
             if not problems(model, lay):
                 out.append(lay)
     return out

@@ -1,0 +1,90 @@
+"""The planner's pipeline terms, from the schedule itself: its action lists run on the virtual clock at real size.
+
+No formula stands in for the schedule. ``pipeline_terms(model, layout, gpu)`` builds ``--schedule`` for pp ranks,
+m micro-batches and ``--vp`` chunks (``tpsim.pipeline.schedules.build``, checked, compiled once:
+``tpsim.pipeline.stage_clock``) and times it with
+
+- **per-stage costs from FLOPs**: virtual stage s runs its layers (``--pp-layers``, or L/(p·v) each) on
+  b·s tokens a micro-batch, one GPU of its TP group doing 1/t of them at the GPU's peak × ``--mfu``;
+  ``tpsim.plan.timing.layer_flops`` splits a layer into F, B (input gradient) and W (weight gradient), the last
+  stage adds the LM head (``head_flops``; the first stage's embedding is a gather, no FLOPs). A schedule that
+  does not split the backward (afab, 1f1b, interleaved) runs B + W as one B;
+- **point-to-point messages** of b·s·h elements (÷ t under SP) at the layout's bytes, each α + β·bytes on the
+  link ``tpsim.plan.comm.links`` gives PP (NVLink while tp·pp GPUs fit in a node, else InfiniBand).
+
+It returns what ``tpsim plan --json`` prints as ``pipeline``: the makespan with and without the messages, the
+bubble Σ idle / (p · makespan) measured on that timeline beside the schedule's unit-cost formula
+(``tpsim.predict.pipeline.bubble_fraction``), the p2p bytes of one replica from the schedule's sends beside
+2·m·(v·p − 1)·b·s·h·e (÷ t), and per rank its layers, busy and idle seconds, peak micro-batches in flight and
+sends. The measured bubble is larger than the formula's whenever the ranks are not equally loaded — the last
+stage carries the LM head, ``--pp-layers`` can be uneven — because the pipeline runs at its slowest rank's pace
+while the others wait, and when messages sit on the critical path. Pure arithmetic, MPI-free.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.pipeline.stage_clock import compiled, held_peak, timed
+from tpsim.plan.comm import boundary_bytes, links
+from tpsim.plan.gpus import GPU
+from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
+from tpsim.plan.memory import ACT_BYTES
+from tpsim.plan.models import ModelSpec
+from tpsim.plan.timing import head_flops, layer_flops
+from tpsim.predict import pipeline as formula
+
+
+def stage_costs(model: ModelSpec, lay: Layout, gpu: GPU) -> np.ndarray:
+    """Seconds of F, B and W of one micro-batch on one GPU: ``[rank][chunk][op]`` (module docstring)."""
+    layers, last = virtual_stage_layers(model, lay), lay.pp * lay.vp - 1
+    per_layer, head = layer_flops(model, lay), head_flops(model)
+    split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
+    seconds = lay.micro_batch * lay.seq_len / (lay.tp * gpu.peak(lay.dtype) * lay.mfu)
+    out = np.zeros((lay.pp, lay.vp, 3))
+    for r in range(lay.pp):
+        for c in range(lay.vp):
+            s = c * lay.pp + r
+            f, b, w = (layers[s] * per_layer[op] + (s == last) * head[op] for op in ("F", "B", "W"))
+            out[r, c] = (f, b, w) if split else (f, b + w, 0.0)
+    return out * seconds
+
+
+def message_costs(model: ModelSpec, lay: Layout, gpu: GPU) -> np.ndarray:
+    """Seconds of one message, ``[sender's virtual stage][direction F, B]``: α + β·bytes on the PP link."""
+    link = links(lay, gpu)["pp"]
+    return np.full((lay.pp * lay.vp, 2), link.alpha + link.beta * boundary_bytes(model, lay))
+
+
+def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray) -> dict:
+    """Time ``lay``'s schedule under ``compute[rank][chunk][op]`` and ``message[stage][direction]`` seconds: the
+    ``pipeline`` dict (module docstring) less what needs the model (layers, bytes)."""
+    c = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp)
+    t, free = timed(c, compute, message), timed(c, compute, np.zeros_like(message))
+    peaks = held_peak(c, np.ones((lay.pp, lay.vp)))
+    p, m, v = lay.pp, lay.microbatches, lay.vp
+    bubble = formula.bubble_fraction(lay.schedule, p, m, v)
+    return {"schedule": lay.schedule, "pp": p, "vp": v, "microbatches": m,
+            "bubble_fraction": {"measured": t.bubble_fraction, "formula": bubble},
+            "messages": sum(c.sends), "makespan_s": t.step, "makespan_without_p2p_s": free.step,
+            "ranks": [{"rank": r, "busy_s": t.busy[r], "idle_s": t.idle[r], "peak_in_flight": round(peaks[r]),
+                       "sends": c.sends[r]} for r in range(p)]}
+
+
+def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU) -> dict:
+    """The planner's pipeline terms of ``lay`` (a valid layout) on ``gpu`` (module docstring)."""
+    compute = stage_costs(model, lay, gpu)
+    out = simulate(lay, compute, message_costs(model, lay, gpu))
+    want = formula.p2p_bytes(lay.schedule, lay.pp, lay.microbatches, lay.vp, micro_batch=lay.micro_batch,
+                             seq_len=lay.seq_len, hidden=model.hidden, bytes_per_element=ACT_BYTES[lay.dtype],
+                             tp=lay.tp, sequence_parallel=lay.sp)
+    out["p2p_bytes"] = {"measured": out["messages"] * boundary_bytes(model, lay), "formula": want}
+    layers = rank_layers(model, lay)
+    for r, rank in enumerate(out["ranks"]):
+        rank["layers"] = layers[r]
+    out["stages"] = []
+    for s, n in enumerate(virtual_stage_layers(model, lay)):
+        r, c = s % lay.pp, s // lay.pp
+        out["stages"].append({"virtual_stage": s, "rank": r, "chunk": c, "layers": n,
+                              **{f"{op}_s": float(compute[r, c, i]) for i, op in enumerate("FBW")}})
+    return out
