@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 17 — Pipelines: layers across GPUs, and the schedules that keep them busy
+# # Lesson 17 — Pipelines: stages, AFAB and 1F1B, the bubble
 #
 # Runs on **4 ranks**: `mpirun -n 4 python lessons/17_pipelines.py` (or `tpsim lesson run 17`;
 # as a notebook on as many engines: `tpsim lesson notebook 17`).
@@ -117,7 +117,8 @@ lesson.check("every parameter on one stage, wte on the first and the last", f"{l
 # p − i micro-batches — m if m is smaller. The same steps, in another order.
 #
 # In tpsim a schedule is data: every rank's list of actions, forwards F, backwards B and the sends and receives
-# they imply (`tpsim.pipeline`), checked before anything runs (every send its receive, no deadlock). Timed on
+# they imply (`tpsim.pipeline`; `SEND_F0→2` posts micro-batch 0's activation to rank 2, `RECV_B0←2` waits for its
+# gradient from there), checked before anything runs (every send its receive, no deadlock). Timed on
 # unit costs — a forward takes 1, a backward 2, messages are free — it is the picture of every pipeline paper: a
 # row per stage, a column per unit of time, `F3` the forward of micro-batch 3, `.` idle.
 
@@ -154,9 +155,9 @@ if lesson.rank == 0:
 #
 # Another way to say 1F1B: stage i runs a forward whenever it holds fewer than p − i micro-batches, and a
 # backward otherwise. Cap each stage one lower (the last stays at 1: it holds the micro-batch it works on), and
-# the stages run out of work before the gradients come back: every one of them waits longer. Cap it one higher, and the step is no shorter — the gradient of micro-batch 0 cannot
-# come back sooner — but every stage holds one micro-batch more. `capped` writes such a list for any caps; the
-# virtual clock times it.
+# the stages run out of work before the gradients come back: every one of them waits longer. Cap it one higher,
+# and the step is no shorter — the gradient of micro-batch 0 cannot come back sooner — but every stage holds one
+# micro-batch more. `capped` writes such a list for any caps; the virtual clock times it.
 
 # %%
 lesson.section("Why p − i − 1 warm-up forwards")
@@ -309,7 +310,7 @@ for name, events in traced.items():
                  shapes <= {(B, S, H)})
     lesson.equal(f"{name}: messages sent by the 4 stages", int(n_send), 2 * M * (P - 1))
     lesson.equal(f"{name}: bytes sent, bytes received (traced)", (int(sent), int(received)), (want, want))
-    lesson.expect(f"{name}: besides them, only the tied embedding's all-reduce on stages 0 and 3 and the loss broadcast")
+    lesson.expect(f"{name}: besides them, only the tied embedding's all-reduce (stages 0, 3) and the loss broadcast")
     between = [("all_reduce", (cfg.vocab, H), "embedding"), ("broadcast", (2,), "pp")]
     lesson.check(f"{name}: other calls between ranks, all stages (op, shape, group)", f"{others}",
                  lesson.rank != 0 or others == between)  # the stages' calls are gathered on rank 0
@@ -321,7 +322,8 @@ for name, events in traced.items():
 # time) to 3/35 at m = 32. GPipe (§2.3) found it negligible in practice from m ≥ 4p, partly because its
 # recomputation fills some of the idle time; on the unit clock, at m = 4p = 16 it is still 3/19. And m·b is the
 # batch the optimizer sees, so m cannot grow for free; under AFAB every stage holds all m micro-batches, under
-# 1F1B stage 0 holds p of them whatever m is. The same live pipeline, one step per m and schedule:
+# 1F1B stage 0 holds min(p, m) of them, never more than p however large m grows. The same live pipeline, one step
+# per m and schedule:
 
 # %%
 lesson.section("What changes with m")
@@ -368,7 +370,8 @@ lesson.check("both below 1F1B's bubble at the same p and m", f"{later['interleav
 lesson.close("interleaved v = 2, minus (p - 1)/(v·m + p - 1)", later["interleaved"].bubble_fraction,
              bubble_fraction("interleaved", P, M, 2), tol=1e-9)
 lesson.close("zb-h1, minus (p - 1)/(3m + p - 1)", later["zb-h1"].bubble_fraction, (P - 1) / (3 * M + P - 1), tol=1e-9)
-sends = {name: sum(a.op in SENDS for r in t.schedule.ranks for a in r) for name, t in (*later.items(), ("1f1b", timelines["1f1b"]))}
+sends = {name: sum(a.op in SENDS for r in t.schedule.ranks for a in r)
+         for name, t in (*later.items(), ("1f1b", timelines["1f1b"]))}
 lesson.expect("messages a step: interleaved 2m(v·p - 1) = 112, 1F1B and ZB-H1 2m(p - 1) = 48")
 lesson.equal("sends a step: interleaved, zb-h1, 1f1b", (sends["interleaved"], sends["zb-h1"], sends["1f1b"]),
              (2 * M * (2 * P - 1), 2 * M * (P - 1), 2 * M * (P - 1)))
