@@ -271,7 +271,7 @@ for name, result in runs.items():
     step, measured = bubble_measured(list(zip(ends, busy)))
     idle = [step - b for b in busy]
     lesson.say(f"{name}: step {step:g} units; busy per stage {busy}, idle {idle}")
-    lesson.expect(f"{name}: T = (m + p - 1)·3 = 33; each stage idle (p - 1)·3 = 9; "
+    lesson.expect(f"{name}: T = (m + p - 1)·3 = 33; each stage busy m·3 = 24, idle (p - 1)·3 = 9; "
                   "bubble (p - 1)/(m + p - 1) = 3/11; idle/busy (p - 1)/m")
     lesson.equal(f"{name}: step time on the virtual clock (units)", step, (M + P - 1) * 3)
     lesson.equal(f"{name}: busy and idle units per stage", (busy, idle), ([M * 3.0] * P, [(P - 1) * 3.0] * P))
