@@ -41,6 +41,7 @@ COURSE: dict[str, Stop] = {
     "14": Stop(("08",), "owned bucket slices; ZeRO-1 = DP × TP; its bytes (16-bit too), memory", 5),
     "15": Stop(("08", "11"), "bfloat16 rounding, 16-bit all-reduce bounds, loss scaling, drift", 2),
     "16": Stop(("10", "11", "12", "14", "15"), "tpsim plan taken apart: bytes per parameter, Table 2, 1F1B", 1),
+    "17": Stop(("08", "11", "16"), "AFAB and 1F1B live = serial; in flight m vs min(p − i, m); bubble; p2p bytes", 3),
 }
 
 # A one-week course: (day, lessons, what the day is about). Exercises are part of each day.
@@ -48,8 +49,8 @@ WEEK: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("Monday", ("01", "02", "03"), "the two splits, f and g, the parallel linear layers"),
     ("Tuesday", ("04", "05", "06"), "a parallel transformer block and its loss"),
     ("Wednesday", ("07", "08", "09"), "dropout and clipping, data × tensor parallelism, the InsightFace way"),
-    ("Thursday", ("10", "11", "12"), "sequence parallelism, reading a trace, today's transformer"),
-    ("Friday", ("13", "14", "15", "16"), "inference, ZeRO-1, 16-bit training, planning a real run"),
+    ("Thursday", ("10", "11", "12", "13"), "sequence parallelism, reading a trace, today's transformer, inference"),
+    ("Friday", ("14", "15", "16", "17"), "ZeRO-1, 16-bit training, planning a real run, pipelines"),
 )
 
 
