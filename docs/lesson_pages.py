@@ -6,7 +6,7 @@ and the figures it drew. The run is the one ``tpsim lesson book`` makes (``tpsim
 ``mpiexec -n RANKS python -m tpsim.teach.run_cells``), split per cell by ``tpsim.teach.run_cells.split_output``,
 so nothing here parses a lesson or its output a second way.
 
-Running the sixteen lessons takes a minute or two, and the site is built twice in CI (``make docs``, then
+Running every lesson takes a minute or two, and the site is built twice in CI (``make docs``, then
 ``tests/test_docs.py``), so each run is cached in ``docs/_build/lesson-runs/NN_*/`` (its output, its figures)
 under a key: the SHA-256 of the lesson file, of every file of the ``tpsim`` package and of the Python, NumPy and
 mpi4py versions. A cached run is reused only when its key is today's; a lesson whose run fails (non-zero status,

@@ -12,7 +12,7 @@ How a page is made, and why this way:
 Running each lesson as a notebook on ipyparallel engines and exporting that would also work, but it would
 start a controller and RANKS engines per page (seconds each, 8 engines for lesson 08 on a 2-core CI machine),
 prefix every output with ``[stdout:0]``, and show a run that is not the one CI checks. Here the book shows
-exactly what ``mpirun`` prints, and nbconvert only renders. Building all sixteen lessons takes about a minute.
+exactly what ``mpirun`` prints, and nbconvert only renders. Building every lesson takes about a minute.
 """
 
 from __future__ import annotations
