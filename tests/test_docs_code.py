@@ -44,6 +44,9 @@ OUTPUTS = {
     ("docs/guide/planner.md", "model                   GPUs  TP x PP x DP"): ("tpsim", ["plan", "--published"]),
     ("docs/guide/failing-well.md", "  step   36  SKIPPED"): ("mpirun", 8, ["-m", "tpsim.demo", "--lr", "1e6", "--clip",
                                                                       "0"], {}),
+    ("docs/guide/pipelines.md", "pipeline: interleaved schedule over 2 stages"): (
+        "mpirun", 4, ["-m", "tpsim.demo", "--pp", "2", "--tp", "2", "--schedule", "interleaved", "--vp", "2",
+                      "--layers", "4", "--microbatches", "4", "--steps", "5"], {}),
     # the grid table is printed before the first step, so one step shows it as the page's 100-step run did
     ("docs/guide/mpi-and-machines.md", "             tp0 tp1   host"): (
         "mpirun", 8, ["-m", "tpsim.demo", "--tp", "2", "--steps", "1"], {"TPSIM_FAKE_HOSTS": "n1*3,n2*3,n3*2"}),

@@ -141,3 +141,23 @@ def test_unwritable_output_is_one_line_and_status_2(tmp_path, flag, path, messag
     errors = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and errors[0].startswith("tpsim.demo: error: ") and message in errors[0], r.stderr
     assert r.stdout == "", "nothing computed"
+
+
+PIPELINE_FAULTY = str(ROOT / "tests" / "programs" / "pipeline_with_fault.py")
+
+
+@pytest.mark.parametrize("rank, args", [
+    (1, ["--pp", "4", "--schedule", "1f1b"]),  # a middle stage: both neighbours left waiting in a receive
+    (2, ["--pp", "2", "--tp", "2", "--schedule", "interleaved", "--vp", "2"]),  # its TP partner in an all-reduce
+], ids=["pp4-middle-stage", "pp2-tp2-interleaved"])
+def test_a_rank_killed_mid_pipeline_ends_the_job_within_seconds(tmp_path, rank, args):
+    """SIGKILL right after the rank's first pipeline message of step 1: the ranks waiting for its next messages
+    must not wait for ever — the job ends, non-zero, within 10 s of the kill."""
+    t0 = time.time()
+    r = run_mpi(4, [PIPELINE_FAULTY, str(rank), "1", *args, *TINY, "--layers", "4", "--steps", "6",
+                    "--out", str(tmp_path)], timeout=90)
+    assert r.returncode != 0, r.stdout + r.stderr
+    fault_at = float(re.search(r"FAULT kill at ([\d.]+)", r.stderr).group(1))
+    assert t0 + r.seconds - fault_at < ENDS_WITHIN, f"ended {t0 + r.seconds - fault_at:.1f} s after the fault"
+    assert "every check holds" not in r.stdout, "the run must not report success"
+    no_partial_files(tmp_path)

@@ -184,7 +184,8 @@ class Files:
 class Pipeline:
     """How a pipeline runs when ``Parallelism.pp > 1``: the schedule (``tpsim.pipeline.schedules``: afab, 1f1b,
     ...), ``microbatches`` per DP replica per step (the global batch splits into dp × microbatches of them),
-    ``vp`` model chunks per rank, and the layers of every virtual stage (None: an even split)."""
+    ``vp`` model chunks per rank (``interleaved`` only; chunk c of rank r is virtual stage c·pp + r), and the
+    layers of every virtual stage, pp × vp sizes in virtual-stage order (None: an even split)."""
 
     schedule: str = "1f1b"
     microbatches: int = 1
@@ -203,13 +204,14 @@ class Pipeline:
             if self.microbatches != 1 or self.vp != 1 or self.stage_layers is not None:
                 raise ConfigError("--microbatches, --vp and --pp-layers cut a pipeline: they need --pp > 1")
             return
-        from tpsim.pipeline.schedules import build  # pure arithmetic, as is the split
+        from tpsim.pipeline.check import check  # pure arithmetic, as is the split
+        from tpsim.pipeline.schedules import build
         from tpsim.pp.split import split_layers
-        schedule = build(self.schedule, par.pp, self.microbatches, self.vp)
-        if any(a.op == "W" for actions in schedule.ranks for a in actions):
+        schedule = check(build(self.schedule, par.pp, self.microbatches, self.vp))
+        if schedule.splits_backward:
             raise ConfigError(f"--schedule {self.schedule} splits the backward into B and W: the live pipeline "
-                              "runs whole backwards only (afab, 1f1b)")
-        split_layers(layers, par.pp * self.vp, self.stage_layers)
+                              "runs whole backwards only (afab, 1f1b, interleaved)")
+        split_layers(layers, par.pp * self.vp, self.stage_layers, vp=self.vp)
         if batch_size % (par.dp * self.microbatches):
             raise ConfigError(f"--batch-size {batch_size} does not split into dp x microbatches = {par.dp} x "
                               f"{self.microbatches} equal micro-batches")

@@ -19,10 +19,11 @@ from tpsim.partition import take_shard
 from tpsim.pipeline.actions import Schedule, with_messages
 from tpsim.pipeline.schedules import build
 from tpsim.pp.build import pipeline_from_serial
-from tpsim.pp.clock import bubble_formula, bubble_measured
+from tpsim.pp.clock import bubble_measured
 from tpsim.pp.executor import Executor
 from tpsim.pp.split import split_layers
 from tpsim.pp.step import pipeline_grads
+from tpsim.predict.pipeline import bubble_fraction
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.train.ddp import GradSync
 from tpsim.train.optim import AdamW
@@ -105,7 +106,7 @@ def check_step0(grid, cfg, schedule, sp=False):
     assert_everywhere(result.peak_in_flight == expect, f"peak in flight {result.peak_in_flight}, expected {expect}")
     clocks = WORLD.allgather((grid.rank, result.clock.time, result.clock.busy))
     end, idle = bubble_measured([(t, busy) for r, t, busy in clocks if r in grid.pp_group.ranks])
-    assert abs(idle - bubble_formula(grid.pp, M)) <= 1e-9 and end == 3 * (M + grid.pp - 1), (end, idle)
+    assert abs(idle - bubble_fraction(schedule, grid.pp, M)) <= 1e-9 and end == 3 * (M + grid.pp - 1), (end, idle)
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])

@@ -77,9 +77,14 @@ def build_parser() -> RankZeroParser:
     g.add_argument("--microbatches", type=int, default=None,
                    help="micro-batches per DP rank per step with --pp > 1 (default: pp)")
     g.add_argument("--schedule", default="1f1b",
-                   help="pipeline schedule: afab (GPipe: all forwards, then all backwards) or 1f1b (default)")
+                   help="pipeline schedule: afab (GPipe: all forwards, then all backwards), 1f1b (default) or "
+                        "interleaved (1F1B over --vp model chunks per rank)")
+    g.add_argument("--vp", type=int, default=1,
+                   help="model chunks per pipeline rank, --schedule interleaved (default 1): chunk c of rank r is "
+                        "virtual stage c*pp + r; --microbatches must be a multiple of --pp when vp > 1")
     g.add_argument("--pp-layers", default=None, metavar="A,B,...",
-                   help="layers of every pipeline stage, summing to --layers (default: an even split)")
+                   help="layers of every pipeline stage (pp x vp sizes in virtual-stage order), summing to "
+                        "--layers (default: an even split)")
     _model_arguments(p.add_argument_group("model"))
     t = p.add_argument_group("training")
     t.add_argument("--batch-size", type=int, default=None,
@@ -197,7 +202,7 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
     optimizer = OptimizerSettings(lr=args.lr, clip=args.clip, bucket_mb=args.bucket_mb,
                                   max_skipped_steps=args.max_skipped_steps)
     model = _model(args)
-    pipeline = Pipeline(schedule=args.schedule, microbatches=_microbatches(args),
+    pipeline = Pipeline(schedule=args.schedule, microbatches=_microbatches(args), vp=args.vp,
                         stage_layers=parse_stage_layers(args.pp_layers))
     run = RunConfig(model, Parallelism(tp=tp, dp=dp, pp=args.pp, sp=args.sequence_parallel, zero=args.zero),
                     precision, optimizer, schedule, files, pipeline)

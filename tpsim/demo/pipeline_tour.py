@@ -6,9 +6,11 @@
     4. training                           the schedule's action lists on every rank, micro-batch by micro-batch
     5. replica consistency                per stage: replicated params equal across TP, all equal across DP
     6. the pipeline                       peak micro-batches in flight per stage vs the schedule's formula
+                                          (``tpsim.predict.pipeline``; interleaved: (micro-batch, chunk) pairs)
     7. communication table, FORMULA CHECK every collective and every send/recv, per rank, against the formulas
-    8. the bubble                         on the live virtual clock (F 1, B 2, messages free: ``tpsim.pp.clock``)
-                                          vs (p − 1)/(m + p − 1); ``pipeline.json`` in the run folder
+    8. the bubble                         on the live virtual clock (F 1, B 2 a stage, 1/v of that a chunk,
+                                          messages free: ``tpsim.pp.clock``) vs (p − 1)/(v·m + p − 1);
+                                          ``pipeline.json`` in the run folder
 """
 
 from __future__ import annotations
@@ -32,31 +34,36 @@ from tpsim.hf.checkpoint import load_into, to_hf, write_model_folder, write_step
 from tpsim.hf.folder import load_init
 from tpsim.pipeline.schedules import build as build_schedule
 from tpsim.pp.build import build_pipeline
-from tpsim.pp.clock import bubble_formula, bubble_measured
+from tpsim.pp.clock import bubble_measured
 from tpsim.pp.data import stage_batch
 from tpsim.pp.executor import Executor
 from tpsim.pp.gather import gather_stages
 from tpsim.pp.step import pipeline_grads
+from tpsim.predict.pipeline import bubble_fraction, peak_in_flight
 from tpsim.table import human_bytes
 from tpsim.tp.random import make_dropout_rng
 from tpsim.train import apply_update, broadcast_params, check_replicas
 from tpsim.train.nonfinite import report_skip
 
 
-def expected_peaks(schedule: str, pp: int, m: int) -> list[int]:
-    """Micro-batches stage i holds at its peak: AFAB m, 1F1B min(p − i, m) (its warm-up forwards, plus one)."""
-    return [m if schedule == "afab" else min(pp - i, m) for i in range(pp)]
+def peak_formula(schedule: str, vp: int) -> str:
+    """The formula ``tpsim.predict.pipeline.peak_in_flight`` computes, in words."""
+    if schedule == "afab":
+        return "m"
+    return "min(2(p − i − 1) + (v − 1)·p + 1, v·m)" if vp > 1 else "min(p − i, m)"
 
 
 def stage_lines(run: RunConfig, shard) -> list[str]:
     """The pipeline in words: schedule, micro-batches, and which layers each stage holds."""
     pipe, par, names = run.pipeline, run.parallel, run.model.layer_names
-    lines = [f"pipeline: {pipe.schedule} schedule over {par.pp} stages, {pipe.microbatches} micro-batches of "
-             f"{run.micro_batch} sequences per DP rank per step"]
+    chunks = f" x {pipe.vp} model chunks" if pipe.vp > 1 else ""
+    lines = [f"pipeline: {pipe.schedule} schedule over {par.pp} stages{chunks}, {pipe.microbatches} micro-batches "
+             f"of {run.micro_batch} sequences per DP rank per step"]
     for i, layers in enumerate(shard.stage_layers):
         ends = (["embedding"] if i == 0 else []) + [f"{names.block}.{layers[0]}..{layers[-1]}"] + \
             (["final norm, LM head, loss"] if i == len(shard.stage_layers) - 1 else [])
-        lines.append(f"  stage {i}: " + " + ".join(ends) + f" ({len(layers)} layer{'s' * (len(layers) != 1)})")
+        where = f"virtual stage {i} (rank {i % par.pp}'s chunk {i // par.pp})" if pipe.vp > 1 else f"stage {i}"
+        lines.append(f"  {where}: " + " + ".join(ends) + f" ({len(layers)} layer{'s' * (len(layers) != 1)})")
     return lines + [""]
 
 
@@ -151,11 +158,12 @@ def per_stage(grid: ProcessGrid, value) -> list | None:
 def pipeline_check(grid, run: RunConfig, peaks: list[int] | None) -> tuple[bool, str]:
     """Rank 0: the peak of micro-batches in flight per stage against the schedule's formula."""
     pipe = run.pipeline
-    want = expected_peaks(pipe.schedule, grid.pp, pipe.microbatches)
+    want = peak_in_flight(pipe.schedule, grid.pp, pipe.microbatches, pipe.vp)
     ok = peaks == want
-    formula = "m" if pipe.schedule == "afab" else "min(p − i, m)"
-    return ok, (f"PIPELINE CHECK: {'MATCH' if ok else 'MISMATCH'} — peak micro-batches in flight per stage "
-                f"{peaks}, {pipe.schedule}'s {formula} = {want} (activations freed as each backward ran)")
+    held = "(micro-batch, chunk) pairs" if pipe.vp > 1 else "micro-batches"
+    return ok, (f"PIPELINE CHECK: {'MATCH' if ok else 'MISMATCH'} — peak {held} in flight per stage "
+                f"{peaks}, {pipe.schedule}'s {peak_formula(pipe.schedule, pipe.vp)} = {want} (activations freed as "
+                "each backward ran)")
 
 
 def p2p_sent(grid, records: list[dict], step: int) -> int:
@@ -168,24 +176,32 @@ BUBBLE_TOLERANCE = 1e-9
 
 
 def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict], step: int) -> tuple[bool, str, dict]:
-    """Rank 0: the last step's bubble on the unit clock, measured on rank 0's pipeline, vs (p − 1)/(m + p − 1);
+    """Rank 0: the last step's bubble on the unit clock, measured on rank 0's pipeline, vs (p − 1)/(v·m + p − 1);
     ``(ok, BUBBLE CHECK line, pipeline.json's content)``."""
     from tpsim.predict.pipeline_comm import p2p_bytes_formula
 
     pipe, chain = run.pipeline, grid.pp_group.ranks
     clocks = {rank: (end, busy) for rank, _, end, busy, _ in timing}
     end, measured = bubble_measured([clocks[r] for r in chain])
-    formula = bubble_formula(grid.pp, pipe.microbatches)
+    formula = bubble_fraction(pipe.schedule, grid.pp, pipe.microbatches, pipe.vp)
     ok = abs(measured - formula) <= BUBBLE_TOLERANCE
+    costs = "F 1, B 2" if pipe.vp == 1 else f"F 1, B 2 a stage; a chunk 1/{pipe.vp} of that"
     doc = {"schedule": pipe.schedule, "pp": grid.pp, "vp": pipe.vp, "microbatches": pipe.microbatches,
-           "clock": "unit (F 1, B 2, messages free)", "step": step, "step_time": end,
+           "clock": f"unit ({costs}, messages free)", "step": step, "step_time": end,
            "bubble_fraction": {"measured": measured, "formula": formula},
            "p2p_bytes": {"measured": p2p_sent(grid, records, step), "formula": p2p_bytes_formula(run)},
            "ranks": [{"rank": rank, "stage": stage, "busy_s": busy, "idle_s": end - busy, "peak_in_flight": peak}
                      for rank, stage, _, busy, peak in sorted(timing)]}
-    line = (f"BUBBLE CHECK: {'MATCH' if ok else 'MISMATCH'} — on the unit clock (F 1, B 2) the pipeline of ranks "
-            f"{list(chain)} idled {measured:.6f} of its {end:g}-unit step; (p − 1)/(m + p − 1) = {formula:.6f}")
+    name = "(p − 1)/(m + p − 1)" if pipe.vp == 1 else "(p − 1)/(v·m + p − 1)"
+    line = (f"BUBBLE CHECK: {'MATCH' if ok else 'MISMATCH'} — on the unit clock ({costs}) the pipeline of ranks "
+            f"{list(chain)} idled {measured:.6f} of its {end:g}-unit step; {name} = {formula:.6f}")
     return ok, line, doc
+
+
+def p2p_formula(run: RunConfig) -> str:
+    """The p2p bytes formula in words (``tpsim.predict.pipeline_comm.p2p_bytes_formula`` computes it)."""
+    stages = "(v·p − 1)" if run.pipeline.vp > 1 else "(p − 1)"
+    return f"2·m·{stages}·b·s·h·e" + (" ÷ t" if run.parallel.sp else "")
 
 
 def final_report(grid, run: RunConfig, metrics, stage_sync, records, paths, t_start: float) -> bool:
@@ -209,7 +225,7 @@ def final_report(grid, run: RunConfig, metrics, stage_sync, records, paths, t_st
     print(format_comparison(rows, title=f"Measured vs predicted per layer, step {last} (per rank, averaged over "
                                         f"the {grid.pp} stages):"), "", verdict,
           f"P2P CHECK: {'MATCH' if p2p_ok else 'MISMATCH'} — ranks {sorted(chain)} (one DP replica, one TP rank) "
-          f"sent {sent:,} bytes in step {last}; 2·m·(p − 1)·b·s·h·e = {want:,}", "", sep="\n")
+          f"sent {sent:,} bytes in step {last}; {p2p_formula(run)} = {want:,}", "", sep="\n")
     print("wrote " + ", ".join(str(p) for p in paths))
     print(f"done in {time.perf_counter() - t_start:.1f} s", flush=True)
     return formula_ok and p2p_ok

@@ -64,5 +64,5 @@ def build_pipeline(run, grid) -> PipelineShard:
     """This rank's chunks of ``run``'s model (a ``tpsim.config.RunConfig``): the serial master from its seed and
     dtype, the layer split of ``run.pipeline``, sequence parallelism as ``run.parallel.sp`` says."""
     pipe = run.pipeline
-    layers = split_layers(run.model.layers, grid.pp * pipe.vp, pipe.stage_layers)
+    layers = split_layers(run.model.layers, grid.pp * pipe.vp, pipe.stage_layers, vp=pipe.vp)
     return pipeline_from_serial(run.serial_model(), grid, layers, sequence_parallel=run.parallel.sp)

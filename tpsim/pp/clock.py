@@ -1,47 +1,49 @@
 """The live virtual clock: modelled time on every pipeline rank, so a bubble can be measured on live ranks.
 
 Wall-clock time on an oversubscribed CPU cannot show a bubble (an idle rank hands its core to a busy one). So
-each rank keeps a clock of *modelled* time, advanced by unit costs — the textbook's picture:
+each rank keeps a clock of *modelled* time, charged exactly as the MPI-free clock charges a schedule
+(``tpsim.pipeline.clock``; the live run uses its ``unit(schedule)`` costs, the textbook's picture):
 
-    F: clock += t_F (1)        B: clock += t_B (2)        messages: free
+    F: clock += t_F            B: clock += t_B            (unit: 1 and 2 a stage; a chunk of v: 1/v and 2/v)
     SEND: the message carries the sender's clock (8 bytes after the payload, not counted as model traffic)
-    RECV: clock = max(own clock, the sender's)             (waiting for the message is idle time)
+    RECV: clock = max(own clock, the sender's + α + β·bytes)    (unit: messages free; the wait is idle time)
 
 The data still moves through real MPI, so numbers stay real and the time is deterministic: the same run gives
-the same timeline on any machine, loaded or not. After a step, T = the largest clock of the pipeline; a stage
-was busy m·(t_F + t_B) of it and idle the rest. With equal stages both AFAB and 1F1B idle
-(p − 1)/(m + p − 1) of T (Narayanan et al. 2021, §2.2).
+the same timeline on any machine, loaded or not — and the same numbers as ``simulate(schedule)``, since the
+costs are the same functions. After a step, T = the largest clock of the pipeline; a rank was busy
+v·m·(t_F + t_B) of it (its chunks' share) and idle the rest. The idle share is the formula of
+``tpsim.predict.pipeline.bubble_fraction``: (p − 1)/(m + p − 1) for AFAB and 1F1B, (p − 1)/(v·m + p − 1)
+interleaved (Narayanan et al. 2021, §2.2). MPI-free.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-UNIT_COSTS = {"F": 1.0, "B": 2.0}
+from tpsim.pipeline.clock import Costs
 
 
 @dataclass
 class LiveClock:
-    """One rank's modelled time in a step: ``time`` now, ``busy`` spent computing (the rest was waiting)."""
+    """One rank's modelled time in a step: ``time`` now, ``busy`` spent computing (the rest was waiting).
+    ``costs``: what each action costs (``tpsim.pipeline.clock.Costs``), ``rank``: this pipeline rank."""
 
-    costs: dict | None = None
+    costs: Costs
+    rank: int
     time: float = 0.0
     busy: float = 0.0
 
-    def compute(self, op: str) -> None:
-        """A forward or backward ran: the clock moves by its cost."""
-        cost = (self.costs or UNIT_COSTS)[op]
+    def compute(self, op: str, chunk: int, microbatch: int) -> None:
+        """A forward or backward of (micro-batch, chunk) ran: the clock moves by its cost."""
+        cost = self.costs.compute[op](self.rank, chunk, microbatch)
         self.time += cost
         self.busy += cost
 
-    def arrive(self, sent: float) -> None:
-        """A message sent at the sender's ``sent`` arrived: nothing here can start before it."""
-        self.time = max(self.time, sent)
-
-
-def bubble_formula(pp: int, microbatches: int) -> float:
-    """(p − 1)/(m + p − 1): the idle share of a step of AFAB or 1F1B with equal stages."""
-    return (pp - 1) / (microbatches + pp - 1)
+    def arrive(self, sent: float, message: tuple[str, int, int]) -> None:
+        """``message`` (direction, micro-batch, sender's virtual stage), sent at the sender's ``sent``, arrived:
+        nothing here can start before it has crossed the link."""
+        c = self.costs
+        self.time = max(self.time, sent + c.alpha + c.beta * c.message_bytes(*message))
 
 
 def bubble_measured(clocks: list[tuple[float, float]]) -> tuple[float, float]:

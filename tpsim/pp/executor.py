@@ -13,11 +13,16 @@ v = chunk·pp + pp_rank):
 Gradients add up over the micro-batches (every layer's backward adds, ``tpsim.nn.module``). A message is tagged
 by (direction, micro-batch, sender's virtual stage), so it meets exactly the RECV the schedule names; posted
 sends are completed at the end of the step. Activations and caches live per (micro-batch, chunk) from F to B:
-``peak_in_flight`` is the most this rank held at once (1F1B: min(p − i, m) on stage i; AFAB: m).
+``peak_in_flight`` is the most this rank held at once (1F1B: min(p − i, m) on stage i; AFAB: m; interleaved:
+(micro-batch, chunk) pairs, ``tpsim.predict.pipeline.peak_in_flight``).
+
+Every schedule is checked (``tpsim.pipeline.check.check``) before the executor takes it: a list that would
+hang, or leave a micro-batch half done, is a one-line ``ConfigError`` before any message moves.
 
 Traced: every send and recv under scope "pipeline", phase forward (activations) or backward (gradients). Each
-message also carries its sender's virtual clock (``tpsim.pp.clock``: F 1, B 2, messages free), so the result
-holds this rank's modelled time of the step and how much of it was busy.
+message also carries its sender's virtual clock (``tpsim.pp.clock``: by default the unit costs of
+``tpsim.pipeline.clock.unit`` — a stage's F 1, B 2, a chunk's 1/v of that, messages free), so the result holds
+this rank's modelled time of the step and how much of it was busy.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import numpy as np
 from tpsim.comm import Group
 from tpsim.phases import BACKWARD, FORWARD
 from tpsim.pipeline.actions import Schedule
+from tpsim.pipeline.check import check
+from tpsim.pipeline.clock import Costs, unit
 from tpsim.pp.clock import LiveClock
 
 PIPELINE_SCOPE = "pipeline"
@@ -48,15 +55,18 @@ class ExecutorResult:
     losses: dict[int, float] = field(default_factory=dict)
     peak_in_flight: int = 0
     ran: list[str] = field(default_factory=list)
-    clock: LiveClock = field(default_factory=LiveClock)  # modelled time: its end and its busy part
+    clock: LiveClock | None = None  # modelled time: its end and its busy part
 
 
 class Executor:
     """Interprets ``schedule`` on this rank: ``chunks[c]`` is model chunk c, ``pp_group`` the pipeline group,
     ``boundary`` the shape of one micro-batch's activation between stages ([b, s, h]; SP: [b, s/t, h]) in
-    ``dtype`` (the model's), which its gradient shares."""
+    ``dtype`` (the model's), which its gradient shares. ``costs``: the virtual clock's (default
+    ``tpsim.pipeline.clock.unit(schedule)``). ``ConfigError`` for a schedule ``check`` refuses."""
 
-    def __init__(self, schedule: Schedule, chunks: list, pp_group: Group, boundary: tuple[int, ...], dtype) -> None:
+    def __init__(self, schedule: Schedule, chunks: list, pp_group: Group, boundary: tuple[int, ...], dtype, *,
+                 costs: Costs | None = None) -> None:
+        check(schedule)
         if pp_group.size != schedule.pp:
             raise ValueError(f"a schedule for pp {schedule.pp} on a pipeline group of {pp_group.size} ranks")
         if len(chunks) != schedule.vp:
@@ -70,6 +80,7 @@ class Executor:
         self.rank = pp_group.rank
         self.boundary, self.dtype = tuple(boundary), np.dtype(dtype)
         self.actions = schedule.ranks[self.rank]
+        self.costs = unit(schedule) if costs is None else costs
         if any(a.op == "W" for a in self.actions):
             raise ValueError("this schedule splits the backward into B and W; the chunks run whole backwards only")
 
@@ -83,7 +94,7 @@ class Executor:
         received: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> input or output gradient
         produced: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> what a SEND will post
         caches: dict[tuple[int, int], object] = {}
-        out = ExecutorResult()
+        out = ExecutorResult(clock=LiveClock(self.costs, self.rank))
         for a in self.actions:
             j, c = a.microbatch, a.chunk
             v = sch.virtual_stage(self.rank, c)
@@ -95,7 +106,7 @@ class Executor:
                     x, sent = self.group.recv(self.boundary, self.dtype, a.peer, tag, microbatch=j, chunk=c,
                                               stamped=True)
                 received["F" if forward else "B", j, c] = x
-                out.clock.arrive(sent)
+                out.clock.arrive(sent, sch.message(self.rank, a))
             elif a.op == "F":
                 x = inputs[j] if v == 0 else received.pop(("F", j, c))
                 y, caches[j, c] = chunk.forward(x, labels[j] if chunk.last else None, plans[j])
@@ -105,14 +116,14 @@ class Executor:
                     produced["F", j, c] = y
                 out.peak_in_flight = max(out.peak_in_flight, len(caches))
                 out.ran.append(f"F{j}.{c}")
-                out.clock.compute("F")
+                out.clock.compute("F", c, j)
             elif a.op == "B":
                 dy = seeds[j] if chunk.last else received.pop(("B", j, c))
                 dx = chunk.backward(dy, caches.pop((j, c)))  # the cache (activations) goes now
                 if v > 0:
                     produced["B", j, c] = dx
                 out.ran.append(f"B{j}.{c}")
-                out.clock.compute("B")
+                out.clock.compute("B", c, j)
             else:  # SEND_F / SEND_B
                 direction, phase = (FORWARD_MESSAGE, FORWARD) if a.op == "SEND_F" else (BACKWARD_MESSAGE, BACKWARD)
                 x = produced.pop(("F" if direction == FORWARD_MESSAGE else "B", j, c))

@@ -9,7 +9,10 @@ pipeline (``tpsim.train.step``), the mean over every valid token of the global b
 The counts come from the labels, so the last stage knows N before any forward: one all-reduce of [Σ_j n_dj] over
 DP (when dp > 1), then the schedule (``tpsim.pp.executor``), then one all-reduce of [Σ_j n_dj·L_dj] for the
 loss, which a broadcast over the pipeline group hands to every stage (with N), so every rank reports the same
-number — all traced as scope "loss_normalizer", phase "dp_sync". After the last backward:
+number — all traced as scope "loss_normalizer", phase "dp_sync". The broadcast is waited on politely (sleep-polling,
+``tpsim.comm.waiting``): it is the first collective after the schedule, the stages reach it as the drain frees
+them, stage 0 last, and a stage spinning there would take the core stage 0 drains on (measured at PP 4 × TP 2: the
+last stage spun 16 ms of each 89 ms step in it). After the last backward:
 
     tied word embedding   its gradient summed over the embedding group (first + last stage; Megatron's
                           ``_allreduce_word_embedding_grads``), scope = the embedding's path, phase "dp_sync"
@@ -54,7 +57,7 @@ def _global_loss(grid: ProcessGrid, weighted: float, n_global: int) -> tuple[flo
         if grid.last_stage and grid.dp > 1:
             total[0] = grid.dp_group.all_reduce(total[:1])[0]
         if grid.pp > 1:
-            grid.pp_group.broadcast(total, root=grid.pp - 1)
+            grid.pp_group.broadcast(total, root=grid.pp - 1, patient=True)
     n = int(total[1])
     return (float(total[0] / n) if n else 0.0), n
 

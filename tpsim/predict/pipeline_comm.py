@@ -1,24 +1,27 @@
 """The collectives and messages of one pipeline training step, per rank, as ``predict_step`` says them without one.
 
-A pipeline of p stages (``tpsim.pp``) issues, on the ranks of stage i (its layers ``blocks_i``, b = B/(dp·m)
-rows a micro-batch, m micro-batches):
+A pipeline of p ranks (``tpsim.pp``) with v model chunks each (chunk c of rank r = virtual stage c·p + r; v = 1:
+the plain pipeline, virtual stage = rank) issues, on the ranks of pipeline rank r (its chunks' layers
+``blocks_r``, b = B/(dp·m) rows a micro-batch, m micro-batches):
 
-    layer (layer_of)          phase       op          group      per step, on stage i
+    layer (layer_of)          phase       op          group      per step, on pipeline rank r
     batch                     data        broadcast   tp         ids int64 [B/dp, s] on the first, labels on the last
-    (the model's rows)        ...         ...         tp, kv     ``model_rows`` of blocks_i on b rows, m times; the
+    (the model's rows)        ...         ...         tp, kv     ``model_rows`` of blocks_r on b rows, m times; the
                                                                  embedding's on the first, head and loss on the last
-    pipeline                  forward     send / recv pp         m activations b·s·h·e (÷ t under SP) to stage i+1 /
-                                                                 from stage i−1 (none past the ends)
-    pipeline                  backward    send / recv pp         m gradients of the same size to i−1 / from i+1
+    pipeline                  forward     send / recv pp         per chunk, m activations b·s·h·e (÷ t under SP) to
+                                                                 virtual stage c·p + r + 1 / from c·p + r − 1 (none
+                                                                 past the model's ends)
+    pipeline                  backward    send / recv pp         per chunk, m gradients of the same size, back
     loss_normalizer           dp_sync     all_reduce  dp         the last stage: [N] before, [Σ n·L] after (dp > 1)
     loss_normalizer           dp_sync     broadcast   pp         float64 [2] (loss, N) from the last stage to all
     <embedding>               dp_sync     all_reduce  embedding  a tied embedding's gradient shard, first and last
-    ddp / zero, loss_scaler   as without a pipeline, over this stage's own gradients
+    ddp / zero, loss_scaler   as without a pipeline, over this rank's own gradients (every chunk's)
     clip_grad_norm            optimizer   all_reduce  mp         float64 [1] over TP × PP (ZeRO-1: world)
 
 A send's wire bytes are its bytes, a recv's 0 (``tpsim.cost``), so per pipeline of one DP replica and one TP rank
-the messages carry 2·m·(p − 1)·b·s·h·e bytes a step (÷ t under SP). A measured trace averages every record over
-every rank of the world; so does ``predict_pipeline_step``: each stage's rows, summed, divided by p (one stage is
+the messages carry 2·m·(v·p − 1)·b·s·h·e bytes a step (÷ t under SP; v = 1: 2·m·(p − 1)·b·s·h·e), the
+formula of ``tpsim.predict.pipeline.p2p_bytes``. A measured trace averages every record over every rank of the
+world; so does ``predict_pipeline_step``: each pipeline rank's rows, summed, divided by p (one pipeline rank is
 1/p of the ranks). Pure arithmetic, no MPI.
 """
 
@@ -32,6 +35,7 @@ from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER
 from tpsim.arch import architecture_of
 from tpsim.arch.shape import kv_replicas
 from tpsim.predict.formulas import Prediction, _Rows, _bucketed, model_rows
+from tpsim.predict.pipeline import p2p_bytes
 
 
 def stage_elements(config, tp: int, layers: range, first: bool, last: bool) -> int:
@@ -47,12 +51,13 @@ def stage_elements(config, tp: int, layers: range, first: bool, last: bool) -> i
     return n
 
 
-def stage_rows(run, stage: int, layers: range, *, clip: bool, update: bool, grad_bytes: int | None,
+def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update: bool, grad_bytes: int | None,
                buckets: int | None) -> _Rows:
-    """Every collective and message one rank of pipeline stage ``stage`` (its ``layers``) issues in one step."""
+    """Every collective and message one rank of pipeline rank ``stage`` issues in one step; ``chunks[c]``: the
+    layers of its chunk c (virtual stage c·pp + stage)."""
     config, par, sch, pipe = run.model, run.parallel, run.schedule, run.pipeline
     tp, dp, pp, m = par.tp, par.dp, par.pp, pipe.microbatches
-    first, last = stage == 0, stage == pp - 1
+    first, last = stage == 0, stage == pp - 1  # virtual stage 0 is rank 0's chunk 0, the last the last rank's
     e = run.precision.numpy.itemsize
     acc = accum_itemsize(run.precision.numpy)
     b, s, h = run.micro_batch, sch.seq_len, config.hidden
@@ -60,14 +65,16 @@ def stage_rows(run, stage: int, layers: range, *, clip: bool, update: bool, grad
     if tp > 1 and (first or last):  # ids on the first stage, labels on the last (Megatron-LM's get_batch)
         rows.add("batch", DATA, "broadcast", "tp", run.local_batch * s * 8)
     per_micro = _Rows(tp, dp, kv_replicas(config, tp), pp=pp, repeat=m)
-    blocks = [f"{config.layer_names.block}.{i}" for i in layers]
+    blocks = [f"{config.layer_names.block}.{i}" for layers in chunks for i in layers]
     model_rows(per_micro, config, tp, par.sp, blocks, b=b, s=s, e=e, acc=acc, first=first, last=last)
     boundary = b * (s // tp if par.sp else s) * h * e
-    for phase, to_next in ((FORWARD, True), (BACKWARD, False)):  # activations go down the pipeline, gradients up
-        if (not last) if to_next else (not first):
-            per_micro.add("pipeline", phase, "send", "pp", boundary)
-        if (not first) if to_next else (not last):
-            per_micro.add("pipeline", phase, "recv", "pp", boundary)
+    stages = pp * len(chunks)
+    for c in range(len(chunks)):  # activations go down the pipeline, gradients up, at every chunk's boundaries
+        v = c * pp + stage
+        for phase, op, needed in ((FORWARD, "send", v < stages - 1), (FORWARD, "recv", v > 0),
+                                  (BACKWARD, "send", v > 0), (BACKWARD, "recv", v < stages - 1)):
+            if needed:
+                per_micro.add("pipeline", phase, op, "pp", boundary)
     rows.rows.update(per_micro.rows)
     if last and dp > 1:
         rows.add("loss_normalizer", DP_SYNC, "all_reduce", "dp", 8, calls=2)
@@ -75,7 +82,8 @@ def stage_rows(run, stage: int, layers: range, *, clip: bool, update: bool, grad
     if config.tied and (first or last):
         rows.add(config.layer_names.embed, DP_SYNC, "all_reduce", "embedding",
                  padded_vocab_size(config.vocab, tp) // tp * h * acc)
-    elements = stage_elements(config, tp, layers, first, last)
+    elements = sum(stage_elements(config, tp, layers, first and c == 0, last and c == len(chunks) - 1)
+                   for c, layers in enumerate(chunks))
     if par.zero:
         total = padded_length(elements, dp) * acc if grad_bytes is None else grad_bytes
         if dp > 1:
@@ -99,12 +107,10 @@ def predict_pipeline_step(run, *, clip: bool, update: bool = True, grad_bytes: l
     from tpsim.pp.split import split_layers
 
     par, pipe = run.parallel, run.pipeline
-    if pipe.vp != 1:
-        raise ValueError("interleaved stages (vp > 1) are not predicted yet")
-    layers = split_layers(run.model.layers, par.pp, pipe.stage_layers)
+    layers = split_layers(run.model.layers, par.pp * pipe.vp, pipe.stage_layers, vp=pipe.vp)
     out: dict[tuple, Prediction] = {}
-    for i, stage_layers in enumerate(layers):
-        mine = stage_rows(run, i, stage_layers, clip=clip, update=update,
+    for i in range(par.pp):
+        mine = stage_rows(run, i, layers[i::par.pp], clip=clip, update=update,
                           grad_bytes=(grad_bytes or [None] * par.pp)[i], buckets=(buckets or [None] * par.pp)[i])
         for key, row in mine.rows.items():
             if key not in out:
@@ -118,8 +124,10 @@ def predict_pipeline_step(run, *, clip: bool, update: bool = True, grad_bytes: l
 
 
 def p2p_bytes_formula(run) -> int:
-    """2·m·(p − 1)·b·s·h·e: the bytes one pipeline (one DP replica, one TP rank) sends a step (÷ t under SP)."""
-    par, sch = run.parallel, run.schedule
-    s = sch.seq_len // par.tp if par.sp else sch.seq_len
-    return (2 * run.pipeline.microbatches * (par.pp - 1) * run.micro_batch * s * run.model.hidden
-            * run.precision.numpy.itemsize)
+    """2·m·(v·p − 1)·b·s·h·e: the bytes one pipeline (one DP replica, one TP rank) sends a step (÷ t under SP;
+    ``tpsim.predict.pipeline.p2p_bytes``, exact in integers)."""
+    par, pipe = run.parallel, run.pipeline
+    bytes_ = p2p_bytes(pipe.schedule, par.pp, pipe.microbatches, pipe.vp, micro_batch=run.micro_batch,
+                       seq_len=run.schedule.seq_len, hidden=run.model.hidden,
+                       bytes_per_element=run.precision.numpy.itemsize, tp=par.tp, sequence_parallel=par.sp)
+    return int(round(bytes_))
