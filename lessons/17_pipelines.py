@@ -34,7 +34,7 @@ from tpsim.pipeline.figure import draw
 from tpsim.pipeline.grid import format_grid
 from tpsim.pipeline.schedules import build
 from tpsim.pp.build import pipeline_from_serial
-from tpsim.pp.clock import bubble_formula, bubble_measured
+from tpsim.pp.clock import bubble_measured
 from tpsim.pp.executor import Executor
 from tpsim.pp.split import split_layers
 from tpsim.pp.step import pipeline_grads
@@ -275,7 +275,8 @@ for name, result in runs.items():
                   "bubble (p - 1)/(m + p - 1) = 3/11; idle/busy (p - 1)/m")
     lesson.equal(f"{name}: step time on the virtual clock (units)", step, (M + P - 1) * 3)
     lesson.equal(f"{name}: busy and idle units per stage", (busy, idle), ([M * 3.0] * P, [(P - 1) * 3.0] * P))
-    lesson.close(f"{name}: bubble {measured:.6f} - (p - 1)/(m + p - 1)", measured, bubble_formula(P, M), tol=1e-9)
+    lesson.close(f"{name}: bubble {measured:.6f} - (p - 1)/(m + p - 1)", measured, bubble_fraction("1f1b", P, M),
+                 tol=1e-9)
     lesson.close(f"{name}: idle / busy - (p - 1)/m", idle[0] / busy[0], (P - 1) / M, tol=1e-9)
     t = timelines[name]
     lesson.expect(f"{name}: the live clocks are the simulator's timeline (what the grid above drew)")
@@ -337,10 +338,10 @@ for m in (1, 2, 4, 8, 16, 32):
         step, measured = bubble_measured(list(zip(per_stage(result.clock.time), per_stage(result.clock.busy))))
         peaks = per_stage(result.peak_in_flight)
         row[name] = (step, measured, int(peaks[0]))
-        worst = max(worst, abs(measured - bubble_formula(P, m)))
+        worst = max(worst, abs(measured - bubble_fraction("1f1b", P, m)))
         peaks_ok &= peaks == ([m] * P if name == "afab" else [min(P - i, m) for i in range(P)])
     rows.append([str(m), f"{row['1f1b'][0]:g}", f"{row['afab'][1]:.6f}", f"{row['1f1b'][1]:.6f}",
-                 f"{bubble_formula(P, m):.6f}", str(row["afab"][2]), str(row["1f1b"][2])])
+                 f"{bubble_fraction('1f1b', P, m):.6f}", str(row["afab"][2]), str(row["1f1b"][2])])
 lesson.say(table(rows, right=(0, 1, 2, 3, 4, 5, 6)))
 lesson.expect("at every m both bubbles are (p - 1)/(m + p - 1); AFAB holds m on every stage, 1F1B min(p - i, m)")
 lesson.check("bubble vs (p - 1)/(m + p - 1), worst over the table", f"{worst:.1e} (tolerance 1e-09)", worst <= 1e-9)
