@@ -7,12 +7,17 @@ wire column, only in the exported files, or hide under float16's loss scale); th
 export's read-back, the 16-bit norm check or the FORMULA CHECK must fail, and the run must end with status 1.
 One bug (``STEP0``) is visible at step 0: that verdict must fail and say "differs", never "equals". The clean
 run must pass everything, status 0. ZeRO-1's padding has its own run: only its verify pass can see it.
+
+The final-state verdict's tolerance is ten noise floors (tpsim/demo/noise_floor.py): a training that amplifies
+rounding must pass clean, where a fixed 1e-8 failed it, and still catch the bugs; one that amplifies rounding
+past what a bug makes must say it cannot decide, and not fail the run.
 """
 
 from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 from launch_program import run_mpi
 
@@ -58,3 +63,49 @@ def test_zero_padding_bug_fails_the_verify_pass(tmp_path):
     assert "BUG zero-padding: exit status 1" in r.stdout, r.stdout
     assert "after 2 steps equals the serial model" in r.stdout, r.stdout
     assert "VERDICT: MISMATCH — ZeRO-1's padded buckets do not update the parameters" in r.stdout, r.stdout
+
+
+# 4 layers at lr 1e-2: rounding grows ~1e6-fold in 15 steps, and the clean run differs from serial by more than
+# 1e-8, the fixed tolerance this verdict once had (its MISMATCH on a correct run was the bug fixed here)
+AMPLIFYING = ["--layers", "4", "--hidden", "32", "--lr", "1e-2", "--steps", "15"]
+# 6 layers at lr 1e-2, 30 steps: a one-ulp change of the starting weights grows past 1e-3, so no tolerance that
+# could still catch a bug separates the parallel run from rounding
+CHAOTIC = ["--layers", "6", "--hidden", "32", "--lr", "1e-2", "--steps", "30"]
+
+
+def table_row(out: str, label: str) -> np.ndarray:
+    """The four differences (loss, param, exp_avg, exp_avg_sq) of the final verdict's ``label`` row."""
+    row = re.search(rf"^  {label} +(\S+) +(\S+) +(\S+) +(\S+)", out, flags=re.M)
+    assert row, f"no {label!r} row:\n{out}"
+    return np.array([float(x) for x in row.groups()])
+
+
+@pytest.mark.slow
+def test_a_training_that_amplifies_rounding_matches_clean_and_still_catches_the_bugs(tmp_path):
+    bugs = ["none", "row-bias", "clip-replicated", "adamw-l2"]
+    r = run_mpi(4, ["tests/programs/demo_with_bug.py", ",".join(bugs), "--tp", "2", "--dp", "2", *AMPLIFYING,
+                    "--out", str(tmp_path)], timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = re.split(r"^BUG (\S+): exit status (\d+)$", r.stdout, flags=re.M)
+    assert runs[1::3] == bugs, r.stdout
+    for out, name, status in zip(runs[0::3], runs[1::3], runs[2::3]):
+        if name == "none":
+            assert status == "0" and "after 15 steps equals the serial model trained the same way" in out, out
+            parallel, floor = table_row(out, "parallel vs serial"), table_row(out, "noise floor")
+            assert parallel.max() > 1e-8, f"no longer a training that amplifies rounding:\n{out}"
+            assert parallel.max() <= 10 * floor.max(), out
+        else:  # far outside ten noise floors, though the floor itself is far above step 0's 1e-10
+            assert status == "1" and "after 15 steps differs from the serial model" in out, f"{name}:\n{out}"
+            parallel, floor = table_row(out, "parallel vs serial"), table_row(out, "noise floor")
+            assert parallel.max() > 1000 * floor.max() and floor.max() > 1e-9, f"{name}:\n{out}"
+
+
+@pytest.mark.slow
+def test_a_chaotic_training_is_not_decided_and_does_not_fail_the_run(tmp_path):
+    r = run_mpi(4, ["-m", "tpsim.demo", "--tp", "2", "--dp", "2", *CHAOTIC, "--out", str(tmp_path)], timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "VERDICT: NOT DECIDED — TP(2) x DP(2) after 30 steps: rounding alone grows to" in r.stdout, r.stdout
+    assert table_row(r.stdout, "noise floor").max() > 1e-3, r.stdout
+    summary = r.stdout.rstrip().splitlines()[-2]
+    assert "every check holds: step 0 = serial, replicas agree" in summary, summary
+    assert summary.endswith("; not decided: trained = serial (see above)"), summary

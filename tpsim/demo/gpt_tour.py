@@ -22,8 +22,9 @@ from tpsim.compare import relative_difference, shard_differences
 from tpsim.data import ReverseTask
 from tpsim.config import RunConfig
 from tpsim.demo.export_check import check_export
-from tpsim.demo.report import closing_lines, grid_label, say, step_table, write_outputs
+from tpsim.demo.report import closing_lines, grid_label, passed, say, step_table, write_outputs
 from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
+from tpsim.demo.tolerances import TOLERANCE  # step 0's, by dtype (pipeline_tour imports it from here too)
 from tpsim.demo.trained_model import gather_trained, reverse_lines
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
 from tpsim.demo.verify_pass import check_zero_padding
@@ -37,9 +38,6 @@ from tpsim.trace.records import gather_records, gather_spans
 from tpsim.train import apply_update, broadcast_batch, broadcast_params, check_replicas, compute_grads, dp_slice
 from tpsim.hf.checkpoint import export_step0, load_into
 from tpsim.train.nonfinite import report_skip
-
-TOLERANCE = {"float64": 1e-10, "float32": 1e-4,  # of relative_difference, purely relative (floor 1e-30)
-             "bfloat16": 5e-2, "float16": 1e-2}  # 16-bit: see tpsim.train.mixed_precision.TOLERANCE_NOTE
 
 
 def task_of(run: RunConfig) -> ReverseTask:
@@ -252,4 +250,4 @@ def run(demo) -> int:
     checks = {"step 0 = serial": ok, "trained = serial": final_ok, "replicas agree": replicas.ok,
               **({"ZeRO-1 padding": padding_ok} if run.parallel.zero else {}), "formulas": formula_ok}
     say(grid, *closing_lines(grid, run.schedule.steps, metrics, run.files.out, checks))
-    return 0 if all(checks.values()) else 1
+    return 0 if passed(checks) else 1  # a check that cannot decide fails nothing

@@ -60,14 +60,25 @@ def write_outputs(out: Path, records: list[dict], metrics: list[dict], ranks: in
     return paths + write_figures(out, records, metrics, spans, step, ranks, title)
 
 
-def closing_lines(grid: ProcessGrid, steps: int, metrics: list[dict], out: str, checks: dict[str, bool]) -> list[str]:
+def passed(checks: dict[str, bool | None]) -> bool:
+    """Whether a run passes (exit status 0): no check failed; one that could not decide (None) fails nothing."""
+    return all(held is not False for held in checks.values())
+
+
+def closing_lines(grid: ProcessGrid, steps: int, metrics: list[dict], out: str,
+                  checks: dict[str, bool | None]) -> list[str]:
     """The demo's last two lines: what the run showed (or which checks failed) and what to try next.
 
-    ``checks``: each check by a short name (``"step 0 = serial"``) and whether it held; each has its line above.
+    ``checks``: each check by a short name (``"step 0 = serial"``) and whether it held: True, False, or None where
+    it could not decide (the final state of a training that amplifies rounding too far); each has its line above.
     """
-    failed = [name for name, held in checks.items() if not held]
+    failed = [name for name, held in checks.items() if held is False]
+    undecided = [name for name, held in checks.items() if held is None]
+    held = [name for name, held in checks.items() if held]
     trained = (f"{steps} step{'' if steps == 1 else 's'}, loss {metrics[0]['loss']:.4f} -> {metrics[-1]['loss']:.4f}"
                if metrics else "step 0")
-    verdict = f"FAILED: {', '.join(failed)} (see above)" if failed else f"every check holds: {', '.join(checks)}"
+    verdict = f"FAILED: {', '.join(failed)} (see above)" if failed else f"every check holds: {', '.join(held)}"
+    if undecided:
+        verdict += f"; not decided: {', '.join(undecided)} (see above)"
     return [f"summary: {grid_label(grid)}, {trained}; {verdict}",
             f"next: tpsim report {out} --by kind · {out}/timeline.json in ui.perfetto.dev · tpsim lesson list"]
