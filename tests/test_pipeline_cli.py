@@ -106,3 +106,12 @@ def test_tpsim_schedule_is_a_command_and_runs_without_mpi():
                           env={"PYTHONPATH": str(ROOT), "PATH": ""})
     assert done.returncode == 0, done.stderr
     assert "rank 1" in done.stdout and "bubble" in done.stdout
+
+
+def test_an_out_that_is_a_file_is_one_line_and_exit_2(tmp_path, capsys):
+    from tpsim.pipeline.cli import main as schedule_main
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert schedule_main(["--pp", "2", "--microbatches", "2", "--out", str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "exists and is a file" in err and "Traceback" not in err

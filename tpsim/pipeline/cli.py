@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from tpsim.errors import ConfigError
+from tpsim.paths import check_output_dir
 from tpsim.pipeline.actions import SENDS
 from tpsim.pipeline.clock import Timeline, simulate
 from tpsim.pipeline.grid import format_grid, quantum_of
@@ -75,6 +76,8 @@ def report(t: Timeline, width: int) -> list[str]:
 def run(args) -> int:
     if args.width < 20:
         raise ConfigError(f"--width {args.width}: at least 20 characters")
+    if args.out:
+        check_output_dir(args.out)  # a file or an unwritable folder: one line before any work
     timeline = simulate(build(args.schedule, args.pp, args.microbatches, args.vp))  # checks it first
     print("\n".join(report(timeline, args.width)))
     if args.out:
