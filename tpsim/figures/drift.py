@@ -34,7 +34,7 @@ from tpsim.comm import ProcessGrid
 from tpsim.compare import shard_differences
 from tpsim.data import ReverseTask
 from tpsim.models.build import build_gpt, serial_gpt
-from tpsim.nn.linear import LinearCache, linear_backward
+from tpsim.nn.linear import LinearCache
 from tpsim.nn.precision import dtype_of, wgrad
 from tpsim.tp import column_parallel, row_parallel
 from tpsim.tp.mappings import CopyToTPRegion, ReduceFromTPRegion
@@ -54,28 +54,27 @@ def _forward_f32(y, w, b):
     return wgrad(y.reshape(-1, w.shape[0]), w).reshape(*y.shape[:-1], w.shape[1]), LinearCache(y, w, b is not None)
 
 
-def _backward_f32(dy, cache):
-    """``linear_backward`` of a column-parallel shard, its partial input gradient left in float32."""
-    dx, dw, db = linear_backward(dy, cache)
-    x, w, _ = cache
-    return wgrad(dy.reshape(-1, w.shape[1]), w.T).reshape(x.shape), dw, db
+def _backward_input_f32(dy, cache):
+    """``linear_backward_input`` of a column-parallel shard, its partial input gradient left in float32."""
+    w = cache.w
+    return wgrad(dy.reshape(-1, w.shape[1]), w.T).reshape(*dy.shape[:-1], w.shape[0])
 
 
 @contextmanager
 def fp32_sums(site: str | None, dtype):
     """Inside: the chosen TP sums add float32 partials and round once (a study switch; restored on exit)."""
-    saved = (row_parallel.linear_forward, TensorParallelRegion.leave, column_parallel.linear_backward,
+    saved = (row_parallel.linear_forward, TensorParallelRegion.leave, column_parallel.linear_backward_input,
              TensorParallelRegion.enter_backward)
     if site in ("row-parallel g (fwd)", "both"):
         row_parallel.linear_forward = _forward_f32
         TensorParallelRegion.leave = lambda self, x, g: ReduceFromTPRegion.forward(x, g).astype(dtype)
     if site in ("column-parallel f (bwd)", "both"):
-        column_parallel.linear_backward = _backward_f32
+        column_parallel.linear_backward_input = _backward_input_f32
         TensorParallelRegion.enter_backward = lambda self, dx, g: CopyToTPRegion.backward(dx, g).astype(dtype)
     try:
         yield
     finally:
-        (row_parallel.linear_forward, TensorParallelRegion.leave, column_parallel.linear_backward,
+        (row_parallel.linear_forward, TensorParallelRegion.leave, column_parallel.linear_backward_input,
          TensorParallelRegion.enter_backward) = saved
 
 

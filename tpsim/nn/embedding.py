@@ -58,9 +58,14 @@ class Embedding(Module):
 
     def backward(self, dout: np.ndarray, cache: np.ndarray) -> None:
         """``dout: [..., dim]``: scatter-adds into ``grads["weight"]``; returns None: ids carry no gradient
-        (the contract for integer inputs, ``tpsim.nn.module``)."""
-        np.add.at(self.grads["weight"], cache, dout)
+        (the contract for integer inputs, ``tpsim.nn.module``). The scatter-add is all of it, so all of it is W
+        (``Module.weight_grad``: the ids and ``dout`` are kept for it)."""
+        self.weight_grad(self.add_weight_grads, dout, cache)
         return None
+
+    def add_weight_grads(self, dout: np.ndarray, ids: np.ndarray) -> None:
+        """W: ``dW[v] += Σ_{ids == v} dout`` (``np.add.at``: a repeated id adds every row)."""
+        np.add.at(self.grads["weight"], ids, dout)
 
     def __repr__(self) -> str:
         return f"Embedding({self.num_embeddings}, {self.dim})"

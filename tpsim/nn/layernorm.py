@@ -26,7 +26,7 @@ import numpy as np
 from tpsim.kinds import SOFTMAX_NORM, marked
 from tpsim.nn.chunked import row_views
 from tpsim.nn.module import Module
-from tpsim.nn.precision import fp32_inside
+from tpsim.nn.precision import fp32_inside, fp32_weight_grads
 
 
 class LayerNormCache(NamedTuple):
@@ -57,24 +57,47 @@ def layernorm_forward(
     return y, LayerNormCache(xhat, rstd, w)
 
 
-@marked(SOFTMAX_NORM)
-@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
-def layernorm_backward(dy: np.ndarray, cache: LayerNormCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``dy: [..., C]`` -> ``(dx [..., C], dw [C], db [C])``."""
+def _input_grad(dy: np.ndarray, cache: LayerNormCache) -> np.ndarray:
     xhat, rstd, w = cache
-    features = w.shape[0]
     dy = np.asarray(dy)
-    scratch = dy * xhat
-    dw = scratch.reshape(-1, features).sum(axis=0)  # sums over every row: done whole, in one order
-    db = dy.reshape(-1, features).sum(axis=0)
+    scratch = np.empty(dy.shape, dtype=np.result_type(dy, xhat))
     dx = np.empty_like(scratch, dtype=np.result_type(dy, w))
-    for dys, xh, rs, dxs, sc in row_views(dy, xhat, rstd, dx, scratch):  # per row from here: block by block
+    for dys, xh, rs, dxs, sc in row_views(dy, xhat, rstd, dx, scratch):  # per row: block by block
         np.multiply(dys, w, out=dxs)  # dx̂
         through_rstd = np.multiply(dxs, xh, out=sc).mean(axis=-1, keepdims=True)
         dxs -= dxs.mean(axis=-1, keepdims=True)  # through the mean μ
         dxs -= np.multiply(xh, through_rstd, out=sc)  # through rstd
         dxs *= rs
-    return dx, dw, db
+    return dx
+
+
+def _weight_grads(dy: np.ndarray, cache: LayerNormCache) -> tuple[np.ndarray, np.ndarray]:
+    xhat, _, w = cache
+    features = w.shape[0]
+    dy = np.asarray(dy)
+    dw = (dy * xhat).reshape(-1, features).sum(axis=0)  # sums over every row: done whole, in one order
+    return dw, dy.reshape(-1, features).sum(axis=0)
+
+
+@marked(SOFTMAX_NORM)
+@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
+def layernorm_backward(dy: np.ndarray, cache: LayerNormCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``dy: [..., C]`` -> ``(dx [..., C], dw [C], db [C])``: ``layernorm_backward_input`` and ``_weight`` at once."""
+    return (_input_grad(dy, cache), *_weight_grads(dy, cache))
+
+
+@marked(SOFTMAX_NORM)
+@fp32_inside
+def layernorm_backward_input(dy: np.ndarray, cache: LayerNormCache) -> np.ndarray:
+    """The input gradient alone (the zero-bubble B): ``dy: [..., C]`` -> ``dx [..., C]``."""
+    return _input_grad(dy, cache)
+
+
+@marked(SOFTMAX_NORM)
+@fp32_weight_grads  # 16-bit in: float32 inside and out (parameter gradients)
+def layernorm_backward_weight(dy: np.ndarray, cache: LayerNormCache) -> tuple[np.ndarray, np.ndarray]:
+    """The parameter gradients alone (the zero-bubble W): ``dy: [..., C]`` -> ``(dw = Σ dy·x̂, db = Σ dy)``, ``[C]``."""
+    return _weight_grads(dy, cache)
 
 
 class LayerNorm(Module):
@@ -94,10 +117,15 @@ class LayerNorm(Module):
         return layernorm_forward(x, self.params["weight"], self.params["bias"], self.eps)
 
     def backward(self, dout: np.ndarray, cache: LayerNormCache) -> np.ndarray:
-        dx, dw, db = layernorm_backward(dout, cache)
+        """``dout`` -> ``dx``; adds into ``grads`` (W: ``Module.weight_grad``, which keeps ``dout`` and x̂)."""
+        self.weight_grad(self.add_weight_grads, dout, cache)
+        return layernorm_backward_input(dout, cache)
+
+    def add_weight_grads(self, dout: np.ndarray, cache: LayerNormCache) -> None:
+        """W: ``grads += (Σ dy·x̂, Σ dy)`` over every row."""
+        dw, db = layernorm_backward_weight(dout, cache)
         self.grads["weight"] += dw
         self.grads["bias"] += db
-        return dx
 
     def __repr__(self) -> str:
         return f"LayerNorm({self.features}, eps={self.eps})"

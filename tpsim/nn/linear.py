@@ -40,20 +40,39 @@ def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> tuple[
     return y.reshape(*x.shape[:-1], w.shape[1]), LinearCache(x, w, b is not None)
 
 
+def _input_grad(dy: np.ndarray, cache: LinearCache) -> np.ndarray:
+    w = cache.w  # x is not read: a sequence-parallel layer's cache holds only its shard of it
+    return matmul(dy.reshape(-1, w.shape[1]), w.T).reshape(*dy.shape[:-1], w.shape[0])
+
+
+def _weight_grads(dy: np.ndarray, cache: LinearCache) -> tuple[np.ndarray, np.ndarray | None]:
+    x, w, has_bias = cache
+    fan_in, fan_out = w.shape
+    dy2 = dy.reshape(-1, fan_out)
+    dw = wgrad(x.reshape(-1, fan_in).T, dy2)  # sums the outer products of every row: each row used the same W
+    return dw, (row_sum(dy2) if has_bias else None)
+
+
 @marked(MATMUL)
 def linear_backward(dy: np.ndarray, cache: LinearCache) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Gradients of ``y = x·w + b``: ``dy: [..., out]`` -> ``(dx [..., in], dw [in, out], db [out] or None)``.
 
-    ``db`` is None when the forward had no bias.
+    ``db`` is None when the forward had no bias. The two halves, ``linear_backward_input`` (dx) and
+    ``linear_backward_weight`` (dw, db), give the same bits apart.
     """
-    x, w, has_bias = cache
-    fan_in, fan_out = w.shape
-    dy2 = dy.reshape(-1, fan_out)
-    x2 = x.reshape(-1, fan_in)
-    dx = matmul(dy2, w.T).reshape(x.shape)
-    dw = wgrad(x2.T, dy2)  # sums the outer products of every row: each row used the same W
-    db = row_sum(dy2) if has_bias else None
-    return dx, dw, db
+    return (_input_grad(dy, cache), *_weight_grads(dy, cache))
+
+
+@marked(MATMUL)
+def linear_backward_input(dy: np.ndarray, cache: LinearCache) -> np.ndarray:
+    """The input gradient alone (the zero-bubble B): ``dy: [..., out]`` -> ``dx = dy·wᵀ [..., in]``."""
+    return _input_grad(dy, cache)
+
+
+@marked(MATMUL)
+def linear_backward_weight(dy: np.ndarray, cache: LinearCache) -> tuple[np.ndarray, np.ndarray | None]:
+    """The weight gradients alone (the zero-bubble W): ``dy: [..., out]`` -> ``(dw = xᵀ·dy [in, out], db)``."""
+    return _weight_grads(dy, cache)
 
 
 class Linear(Module):
@@ -96,12 +115,17 @@ class Linear(Module):
         return linear_forward(x, self.params["weight"], self.params.get("bias"))
 
     def backward(self, dout: np.ndarray, cache: LinearCache) -> np.ndarray:
-        """``dout: [..., out]`` -> ``dx: [..., in]``; adds into ``grads["weight"]`` and ``grads["bias"]``."""
-        dx, dw, db = linear_backward(dout, cache)
+        """``dout: [..., out]`` -> ``dx: [..., in]``; adds into ``grads["weight"]`` and ``grads["bias"]`` (W:
+        ``Module.weight_grad``, which keeps the input and ``dout`` for it)."""
+        self.weight_grad(self.add_weight_grads, dout, cache)
+        return linear_backward_input(dout, cache)
+
+    def add_weight_grads(self, dout: np.ndarray, cache: LinearCache) -> None:
+        """W: ``grads["weight"] += xᵀ·dout`` (and the bias's ``Σ dout``)."""
+        dw, db = linear_backward_weight(dout, cache)
         self.grads["weight"] += dw
         if db is not None:
             self.grads["bias"] += db
-        return dx
 
     def __repr__(self) -> str:
         return f"Linear({self.in_features}, {self.out_features}, bias={self.has_bias})"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.nn.embedding import Embedding
-from tpsim.nn.linear import LinearCache, linear_backward, linear_forward
+from tpsim.nn.linear import LinearCache, linear_backward_input, linear_backward_weight, linear_forward
 from tpsim.nn.module import Module
 
 
@@ -26,10 +26,15 @@ class TiedLMHead(Module):
         return linear_forward(h, self.params["weight"].T, None)
 
     def backward(self, dlogits: np.ndarray, cache: LinearCache) -> np.ndarray:
-        """``dlogits: [..., V]`` -> ``dh: [..., dim]``; adds into the tied weight's gradient."""
-        dh, dw_t, _ = linear_backward(dlogits, cache)
+        """``dlogits: [..., V]`` -> ``dh: [..., dim]``; adds into the tied weight's gradient (W:
+        ``Module.weight_grad``)."""
+        self.weight_grad(self.add_weight_grads, dlogits, cache)
+        return linear_backward_input(dlogits, cache)
+
+    def add_weight_grads(self, dlogits: np.ndarray, cache: LinearCache) -> None:
+        """W: ``dW += (hᵀ·dlogits)ᵀ`` ``[V, dim]``, into the buffer the embedding shares when tied."""
+        dw_t, _ = linear_backward_weight(dlogits, cache)
         self.grads["weight"] += dw_t.T
-        return dh
 
 
 class LMHead(TiedLMHead):

@@ -35,11 +35,24 @@ An ``inline`` layer names its children as its parent's own and shares its parent
 linear that runs Llama's q_proj, k_proj and v_proj as one layer sits inside ``self_attn`` without adding a
 level, so the parameters keep Hugging Face's names (``self_attn.q_proj.weight``) and its collectives the
 attention's scope.
+
+**The backward split in two** (for the zero-bubble pipeline, Qi et al. 2023, arXiv:2401.10241): a layer's
+backward is the input gradient (*B*: what the layer below waits for) and its weight gradient (*W*: what only the
+optimizer waits for). Every layer with parameters hands its W to ``self.weight_grad(fn, *args)``, after which it
+computes and returns the input gradient. Outside a deferral ``fn(*args)`` runs at once, so ``backward`` is the
+whole backward, as it always was. Inside ``deferred_weight_grads(module)`` it is queued instead, with exactly
+the tensors it needs (a linear's input and its output's gradient), and runs when the queue's ``run`` is called:
+
+    with deferred_weight_grads(chunk) as w:
+        dx = chunk.backward(dy, cache)      # B: dx; no parameter gradient has moved yet
+    ...
+    w.run()                                 # W: every layer's grads[...] += ..., in the backward's order
 """
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple
+from contextlib import contextmanager
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -56,10 +69,59 @@ class Entry(NamedTuple):
     partition: Partition | None  # where the shard sits in the master tensor; None = replicated
 
 
+class WeightGradients:
+    """The W of one backward: every layer's weight-gradient work, queued in the backward's order, run once.
+
+    Each entry is ``(fn, args)``; ``args`` are the tensors that W reads (a linear's input and output gradient),
+    held here from B until ``run`` — the activation memory a micro-batch keeps between its B and its W.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[Callable, tuple]] = []
+        self.ran = False
+
+    def add(self, fn: Callable, args: tuple) -> None:
+        if self.ran:
+            raise RuntimeError("these weight gradients already ran: a backward cannot add to a W that is done")
+        self._pending.append((fn, args))
+
+    def __len__(self) -> int:
+        """How many layers' weight gradients wait here (0 once run)."""
+        return len(self._pending)
+
+    def run(self) -> None:
+        """W: add every queued weight gradient into its layer's ``grads``; a second call raises."""
+        if self.ran:
+            raise RuntimeError("W ran twice for one backward: its weight gradients would be added twice")
+        self.ran = True
+        pending, self._pending = self._pending[::-1], []  # each entry's tensors go as soon as it has run
+        while pending:
+            fn, args = pending.pop()
+            fn(*args)
+
+
+@contextmanager
+def deferred_weight_grads(module: "Module") -> Iterator[WeightGradients]:
+    """Inside the block, every layer of ``module``'s tree queues its weight gradient (``Module.weight_grad``)
+    on the ``WeightGradients`` this yields instead of adding it; outside, each layer adds at once again."""
+    queue = WeightGradients()
+    modules = list({id(m): m for _, m in module.named_modules()}.values())
+    if any(m.deferral is not None for m in modules):
+        raise RuntimeError(f"{module.path or type(module).__name__}: already inside a weight-gradient deferral")
+    for m in modules:
+        m.deferral = queue
+    try:
+        yield queue
+    finally:
+        for m in modules:
+            del m.deferral  # back to the class's None
+
+
 class Module:
     """Base class: parameters, gradients and child modules by name (Hugging Face-style dotted names)."""
 
     inline = False  # True: this layer's children are named as its parent's, and its path is the parent's
+    deferral: WeightGradients | None = None  # set on the instances only inside ``deferred_weight_grads``
 
     def __init__(self) -> None:
         self.params: dict[str, np.ndarray] = {}
@@ -135,11 +197,19 @@ class Module:
             mod.path = name
         return self
 
+    def weight_grad(self, fn: Callable, *args) -> None:
+        """This layer's W: ``fn(*args)`` adds its weight gradients into ``self.grads``. Runs it now, or, inside
+        ``deferred_weight_grads``, queues it (with ``args``, the tensors it reads) for the deferral's ``run``."""
+        if self.deferral is None:
+            fn(*args)
+        else:
+            self.deferral.add(fn, args)
+
     # --- the contract -----------------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):  # pragma: no cover - interface
         """Return ``(out, cache)``."""
         raise NotImplementedError
 
     def backward(self, dout, cache):  # pragma: no cover - interface
-        """Return the input gradient; add parameter gradients into ``self.grads``."""
+        """Return the input gradient; add parameter gradients into ``self.grads`` (through ``weight_grad``)."""
         raise NotImplementedError

@@ -95,6 +95,10 @@ def row_sum(x: np.ndarray) -> np.ndarray:
     return x.sum(axis=0, dtype=FP32) if x.dtype in HALF_DTYPES else x.sum(axis=0)
 
 
+def _cast_up(args: tuple) -> tuple:
+    return tuple(a.astype(FP32) if getattr(a, "dtype", None) in HALF_DTYPES else a for a in args)
+
+
 def fp32_inside(fn):
     """Decorator for a pure function whose first argument is an activation (or its gradient): given a 16-bit
     one, every 16-bit array argument is cast up to float32, ``fn`` runs in float32, and its activation result
@@ -105,10 +109,20 @@ def fp32_inside(fn):
         half = getattr(x, "dtype", None)
         if half not in HALF_DTYPES:
             return fn(x, *args, **kwargs)
-        args = tuple(a.astype(FP32) if getattr(a, "dtype", None) in HALF_DTYPES else a for a in args)
-        out = fn(x.astype(FP32), *args, **kwargs)
+        out = fn(x.astype(FP32), *_cast_up(args), **kwargs)
         if isinstance(out, tuple):
             first = out[0].astype(half) if isinstance(out[0], np.ndarray) else out[0]
             return (first,) + out[1:]
         return out.astype(half)
+    return wrapper
+
+
+def fp32_weight_grads(fn):
+    """``fp32_inside`` for a function that returns parameter gradients only (a norm's weight-gradient half):
+    16-bit arguments cast up to float32 alike, and nothing rounded back — they stay float32, the main gradient."""
+    @functools.wraps(fn)
+    def wrapper(dy, *args, **kwargs):
+        if getattr(dy, "dtype", None) not in HALF_DTYPES:
+            return fn(dy, *args, **kwargs)
+        return fn(dy.astype(FP32), *_cast_up(args), **kwargs)
     return wrapper

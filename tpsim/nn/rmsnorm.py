@@ -23,7 +23,7 @@ import numpy as np
 
 from tpsim.kinds import SOFTMAX_NORM, marked
 from tpsim.nn.module import Module
-from tpsim.nn.precision import fp32_inside
+from tpsim.nn.precision import fp32_inside, fp32_weight_grads
 
 
 class RMSNormCache(NamedTuple):
@@ -43,16 +43,38 @@ def rmsnorm_forward(x: np.ndarray, w: np.ndarray, eps: float = 1e-6) -> tuple[np
     return xhat * w, RMSNormCache(xhat, rstd, w)
 
 
-@marked(SOFTMAX_NORM)
-@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
-def rmsnorm_backward(dy: np.ndarray, cache: RMSNormCache) -> tuple[np.ndarray, np.ndarray]:
-    """``dy: [..., C]`` -> ``(dx [..., C], dw [C])``."""
+def _input_grad(dy: np.ndarray, cache: RMSNormCache) -> np.ndarray:
     xhat, rstd, w = cache
-    dw = (dy * xhat).reshape(-1, w.shape[0]).sum(axis=0)
     dxhat = dy * w
     dx = dxhat - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True)  # the only path besides x̂ = x·rstd: rstd
     dx *= rstd
-    return dx, dw
+    return dx
+
+
+def _weight_grad(dy: np.ndarray, cache: RMSNormCache) -> np.ndarray:
+    return (dy * cache.xhat).reshape(-1, cache.w.shape[0]).sum(axis=0)
+
+
+@marked(SOFTMAX_NORM)
+@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
+def rmsnorm_backward(dy: np.ndarray, cache: RMSNormCache) -> tuple[np.ndarray, np.ndarray]:
+    """``dy: [..., C]`` -> ``(dx [..., C], dw [C])``: ``rmsnorm_backward_input`` and ``_weight`` at once."""
+    dw = _weight_grad(dy, cache)
+    return _input_grad(dy, cache), dw
+
+
+@marked(SOFTMAX_NORM)
+@fp32_inside
+def rmsnorm_backward_input(dy: np.ndarray, cache: RMSNormCache) -> np.ndarray:
+    """The input gradient alone (the zero-bubble B): ``dy: [..., C]`` -> ``dx [..., C]``."""
+    return _input_grad(dy, cache)
+
+
+@marked(SOFTMAX_NORM)
+@fp32_weight_grads  # 16-bit in: float32 inside and out (a parameter gradient)
+def rmsnorm_backward_weight(dy: np.ndarray, cache: RMSNormCache) -> np.ndarray:
+    """The weight gradient alone (the zero-bubble W): ``dy: [..., C]`` -> ``dw = Σ_rows dy·x̂ [C]``."""
+    return _weight_grad(dy, cache)
 
 
 class RMSNorm(Module):
@@ -71,9 +93,13 @@ class RMSNorm(Module):
         return rmsnorm_forward(x, self.params["weight"], self.eps)
 
     def backward(self, dout: np.ndarray, cache: RMSNormCache) -> np.ndarray:
-        dx, dw = rmsnorm_backward(dout, cache)
-        self.grads["weight"] += dw
-        return dx
+        """``dout`` -> ``dx``; adds into ``grads["weight"]`` (W: ``Module.weight_grad``, keeping ``dout`` and x̂)."""
+        self.weight_grad(self.add_weight_grads, dout, cache)
+        return rmsnorm_backward_input(dout, cache)
+
+    def add_weight_grads(self, dout: np.ndarray, cache: RMSNormCache) -> None:
+        """W: ``grads["weight"] += Σ_rows dy·x̂``."""
+        self.grads["weight"] += rmsnorm_backward_weight(dout, cache)
 
     def __repr__(self) -> str:
         return f"RMSNorm({self.features}, eps={self.eps})"

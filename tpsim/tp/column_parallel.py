@@ -14,6 +14,10 @@ the sequence and f̄ replaces f — all-gather in, reduce-scatter out (``tpsim.t
     forward   x_r [b, s/p, in] --f̄ all-gather--> x [b, s, in] --> y_i = x·A_i + b_i      (cache: x_r, not x)
     backward  x = all_gather(x_r) again; dA_i = xᵀ·dy_i;  dx_r = reduce_scatter(dy_i·A_iᵀ)   [b, s/p, in]
 
+The backward's two halves (``Module.weight_grad``; the zero-bubble pipeline runs them apart): the input
+gradient with f's all-reduce (f̄'s reduce-scatter), and the weight gradient with the all-gather that rebuilds
+x under SP — so a deferred W issues that all-gather itself, and B does not need x at all.
+
 ``column_parallel_forward``/``_backward`` are that arithmetic on given shards; the tied LM head
 (``tpsim.tp.lm_head``) runs the same two on the embedding's shard, transposed.
 
@@ -29,7 +33,8 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.comm import Group
-from tpsim.nn.linear import Linear, LinearCache, linear_backward, linear_forward
+from tpsim.nn.linear import (Linear, LinearCache, linear_backward, linear_backward_input, linear_backward_weight,
+                             linear_forward)
 from tpsim.nn.module import Module
 from tpsim.partition import Partition, shard_range, take_shard
 from tpsim.tp.mappings import GatherFromTPRegion
@@ -62,6 +67,17 @@ def column_parallel_backward(dy: np.ndarray, cache: LinearCache, group: Group,
     """``dy [..., out/p]`` -> ``(dx [..., in] summed over ranks (SP: [b, s/p, in]), dw [in, out/p], db)``."""
     dx, dw, db = linear_backward(dy, cache._replace(x=region.regather(cache.x, group)))
     return region.enter_backward(dx, group), dw, db  # dx: a fresh GEMM output, summed in place
+
+
+def column_parallel_backward_input(dy: np.ndarray, cache: LinearCache, group: Group, region: Region) -> np.ndarray:
+    """B alone: ``dy [..., out/p]`` -> ``dx [..., in]`` summed over ranks (SP: ``[b, s/p, in]``); x is not read."""
+    return region.enter_backward(linear_backward_input(dy, cache), group)
+
+
+def column_parallel_backward_weight(dy: np.ndarray, cache: LinearCache, group: Group,
+                                    region: Region) -> tuple[np.ndarray, np.ndarray | None]:
+    """W alone: ``dy [..., out/p]`` -> ``(dw [in, out/p], db)``; under SP x is all-gathered again here."""
+    return linear_backward_weight(dy, cache._replace(x=region.regather(cache.x, group)))
 
 
 class ColumnParallelLinear(Module):
@@ -111,9 +127,13 @@ class ColumnParallelLinear(Module):
         with self.group.tracer.region(scope=self.path):
             if self.gather_output:
                 dy = GatherFromTPRegion.backward(dy, self.group)
-            dx, dw, db = column_parallel_backward(dy, cache, self.group, self.region)
-            self.add_grads(dw, db)
-            return dx
+            self.weight_grad(self.add_weight_grads, dy, cache)  # W first: SP's all-gather, then f̄'s reduce-scatter
+            return column_parallel_backward_input(dy, cache, self.group, self.region)
+
+    def add_weight_grads(self, dy: np.ndarray, cache: LinearCache) -> None:
+        """W: ``dA_i += xᵀ·dy`` (and ``db_i``), x all-gathered again under SP; traced under this layer's path."""
+        with self.group.tracer.region(scope=self.path):
+            self.add_grads(*column_parallel_backward_weight(dy, cache, self.group, self.region))
 
     def add_grads(self, dw: np.ndarray, db: np.ndarray | None) -> None:
         """Add a backward's ``dw [in, out/p]`` (and ``db [out/p]``) into this shard's gradients."""

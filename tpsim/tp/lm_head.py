@@ -28,7 +28,8 @@ import numpy as np
 
 from tpsim.nn.linear import LinearCache
 from tpsim.nn.module import Module
-from tpsim.tp.column_parallel import column_parallel_backward, column_parallel_forward
+from tpsim.tp.column_parallel import (column_parallel_backward_input, column_parallel_backward_weight,
+                                     column_parallel_forward)
 from tpsim.tp.regions import TP_REGION, Region
 from tpsim.tp.vocab_embedding import VocabParallelEmbedding
 
@@ -63,9 +64,14 @@ class ParallelLMHead(Module):
     def backward(self, dlogits: np.ndarray, cache: LinearCache) -> np.ndarray:
         """``dlogits: [..., Vp/p]`` (this rank's columns) -> ``dh`` shaped as ``h``, summed over the shards."""
         with self.group.tracer.region(scope=self.path):
-            dh, dw_t, _ = column_parallel_backward(dlogits, cache, self.group, self.region)
+            self.weight_grad(self.add_weight_grads, dlogits, cache)  # W first: SP's all-gather, then f̄'s
+            return column_parallel_backward_input(dlogits, cache, self.group, self.region)
+
+    def add_weight_grads(self, dlogits: np.ndarray, cache: LinearCache) -> None:
+        """W: ``dE_r += dlogits_rᵀ·h`` (h all-gathered again under SP), traced under this layer's path."""
+        with self.group.tracer.region(scope=self.path):
+            dw_t, _ = column_parallel_backward_weight(dlogits, cache, self.group, self.region)
             self.grads["weight"] += dw_t.T  # [dim, Vp/p]ᵀ; += so a tied embedding's lookup grads are kept
-            return dh
 
     def __repr__(self) -> str:
         sp = ", sequence_parallel=True" if self.region.splits_sequence else ""

@@ -20,6 +20,9 @@ tp / kv_heads ranks, ``tpsim.tp.gqa_attention``) gets only a partial weight grad
 share of the query heads that read it. ``replica_group`` (the ranks holding the same copy) sums the *new*
 contribution of the ``replicated`` parts in one message — ``[n_parts, in, out/p]``, scope the layer's, phase
 ``backward`` — before it is added into the gradients, so what they held already is not summed again.
+
+The weight gradients, that all-gather of x under SP and that sum are the layer's W (``Module.weight_grad``):
+a zero-bubble pipeline runs them apart from the input gradient, every TP rank at the same action, so they meet.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from tpsim.comm import Group
-from tpsim.nn.linear import LinearCache, linear_backward, linear_forward
+from tpsim.nn.linear import LinearCache, linear_backward_input, linear_backward_weight, linear_forward
 from tpsim.nn.module import Module
 from tpsim.nn.multi_output_linear import MultiOutputLinear, check_parts
 from tpsim.phases import BACKWARD
@@ -94,20 +97,26 @@ class MultiOutputColumnParallelLinear(Module):
     def backward(self, douts: Sequence[np.ndarray], caches: Sequence[LinearCache]) -> np.ndarray:
         """``dy_j [..., out_j/p]`` -> ``dx`` shaped as the input (summed over the parts and the ranks)."""
         with self.group.tracer.region(scope=self.path):
-            full = self.region.regather(caches[0].x, self.group)  # one all-gather under SP, not one per part
-            dx, grads = None, {}
-            for name, dy, cache in zip(self.names, douts, caches):
-                dx_j, dw, db = linear_backward(dy, cache._replace(x=full))
+            self.weight_grad(self.add_weight_grads, tuple(douts), tuple(caches))
+            dx = None
+            for dy, cache in zip(douts, caches):
+                dx_j = linear_backward_input(dy, cache)
                 dx = dx_j if dx is None else np.add(dx, dx_j, out=dx)
-                grads[name] = dw, db
-            dx = self.region.enter_backward(dx, self.group)
+            return self.region.enter_backward(dx, self.group)
+
+    def add_weight_grads(self, douts: tuple[np.ndarray, ...], caches: tuple[LinearCache, ...]) -> None:
+        """W: every part's ``dW_j += xᵀ·dy_j`` (x all-gathered once under SP), the replicated parts' new
+        contributions summed over ``replica_group`` first; traced under this layer's path."""
+        with self.group.tracer.region(scope=self.path):
+            full = self.region.regather(caches[0].x, self.group)  # one all-gather under SP, not one per part
+            grads = {name: linear_backward_weight(dy, cache._replace(x=full))
+                     for name, dy, cache in zip(self.names, douts, caches)}
             if self.replica_group is not None:  # partial sums over this rank's share -> the whole gradient
                 with self.group.tracer.region(phase=BACKWARD):
                     summed = self.replica_group.all_reduce(np.stack([grads[n][0] for n in self.replicated]))
                 grads.update((n, (dw, grads[n][1])) for n, dw in zip(self.replicated, summed))
         for name, part in self.parts().items():
             part.add_grads(*grads[name])
-        return dx
 
     def __repr__(self) -> str:
         return f"MultiOutputColumnParallelLinear({', '.join(self.names)}, tp={self.group.size})"

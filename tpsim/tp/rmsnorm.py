@@ -7,6 +7,7 @@ each rank normalises its s/p positions, so its weight gradient is a partial sum 
     backward  dx_r as serial;  dw = all_reduce(Σ_{rows of r} dy·x̂)                        one [h] all-reduce
 
 traced as scope = the norm's path, phase ``SP_GRAD_SYNC`` (Korthikanti et al. 2022, arXiv:2205.05198, §4.2.2).
+The all-reduce is part of the weight gradient (W, ``Module.weight_grad``): deferred, it moves with it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.comm import Group
-from tpsim.nn.rmsnorm import RMSNorm, RMSNormCache, rmsnorm_backward
+from tpsim.nn.rmsnorm import RMSNorm, RMSNormCache, rmsnorm_backward_weight
 from tpsim.phases import SP_GRAD_SYNC
 
 
@@ -32,12 +33,11 @@ class SequenceParallelRMSNorm(RMSNorm):
         out.params["weight"][...] = norm.params["weight"]
         return out
 
-    def backward(self, dout: np.ndarray, cache: RMSNormCache) -> np.ndarray:
-        """``dout: [b, s/p, h]`` -> ``dx: [b, s/p, h]``; adds the TP-summed dw into ``grads``."""
-        dx, dw = rmsnorm_backward(dout, cache)
+    def add_weight_grads(self, dout: np.ndarray, cache: RMSNormCache) -> None:
+        """W (``backward`` is RMSNorm's): ``grads["weight"] += all_reduce(Σ_{rows of r} dy·x̂)``."""
+        dw = rmsnorm_backward_weight(dout, cache)
         with self.group.tracer.region(scope=self.path, phase=SP_GRAD_SYNC):
             self.grads["weight"] += self.group.all_reduce(dw)
-        return dx
 
     def __repr__(self) -> str:
         return f"SequenceParallelRMSNorm({self.features}, eps={self.eps}, tp={self.group.size})"

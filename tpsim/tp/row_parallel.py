@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.comm import Group
-from tpsim.nn.linear import Linear, LinearCache, linear_backward, linear_forward
+from tpsim.nn.linear import Linear, LinearCache, linear_backward_input, linear_backward_weight, linear_forward
 from tpsim.nn.module import Module
 from tpsim.nn.precision import row_sum
 from tpsim.partition import Partition, take_shard
@@ -83,11 +83,16 @@ class RowParallelLinear(Module):
         """``dz`` shaped as the output -> ``dy`` shaped as the input; adds into the weight shard and the bias."""
         with self.group.tracer.region(scope=self.path):
             dz = self.region.leave_backward(dz, self.group)  # ḡ: the whole sequence's dz
-            dy, dw, _ = linear_backward(dz, cache)
-            self.grads["weight"] += dw
-            if "bias" in self.params:
-                # under SP dz is the gathered whole sequence, so this sum is already complete on every rank
-                self.grads["bias"] += row_sum(dz.reshape(-1, dz.shape[-1]))
+            self.weight_grad(self.add_weight_grads, dz, cache)
+            dy = linear_backward_input(dz, cache)
             if not self.input_is_parallel:
                 dy = ScatterToTPRegion.backward(dy, self.group)
             return dy
+
+    def add_weight_grads(self, dz: np.ndarray, cache: LinearCache) -> None:
+        """W: ``dB_i += y_iᵀ·dz`` and the bias's ``Σ dz`` (dz whole on every rank; no communication)."""
+        dw, _ = linear_backward_weight(dz, cache)
+        self.grads["weight"] += dw
+        if "bias" in self.params:
+            # under SP dz is the gathered whole sequence, so this sum is already complete on every rank
+            self.grads["bias"] += row_sum(dz.reshape(-1, dz.shape[-1]))

@@ -10,7 +10,8 @@ The all-reduce is traced as scope = the LayerNorm's path (``transformer.h.0.ln_1
 (``tpsim.phases``): it is a gradient synchronisation of a replicated parameter, not an activation's operator,
 so a trace keeps it apart from the forward/backward f̄/ḡ traffic. Only the *new* contribution is reduced,
 before it is added to ``grads`` — what ``grads`` held already (previous micro-batches, all ranks equal) must
-not be summed p times.
+not be summed p times. The all-reduce belongs to the weight gradient (W, ``Module.weight_grad``): a deferred W
+takes it along.
 Megatron does the same sum once per step for all such parameters (``sequence_parallel`` attribute,
 coalesced in ``finalize_model_grads``); per layer is the readable version of it.
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.comm import Group
-from tpsim.nn.layernorm import LayerNorm, LayerNormCache, layernorm_backward
+from tpsim.nn.layernorm import LayerNorm, LayerNormCache, layernorm_backward_weight
 from tpsim.phases import SP_GRAD_SYNC
 
 
@@ -46,14 +47,13 @@ class SequenceParallelLayerNorm(LayerNorm):
         out.params["bias"][...] = ln.params["bias"]
         return out
 
-    def backward(self, dout: np.ndarray, cache: LayerNormCache) -> np.ndarray:
-        """``dout: [b, s/p, h]`` -> ``dx: [b, s/p, h]``; adds the TP-summed (dw, db) into ``grads``."""
-        dx, dw, db = layernorm_backward(dout, cache)
+    def add_weight_grads(self, dout: np.ndarray, cache: LayerNormCache) -> None:
+        """W (``backward`` is LayerNorm's): ``grads += all_reduce(Σ_{rows of r} (dy·x̂, dy))``, one [2, h] message."""
+        dw, db = layernorm_backward_weight(dout, cache)
         with self.group.tracer.region(scope=self.path, phase=SP_GRAD_SYNC):
             both = self.group.all_reduce(np.stack([dw, db]))  # one message for the two: [2, h]
         self.grads["weight"] += both[0]
         self.grads["bias"] += both[1]
-        return dx
 
     def __repr__(self) -> str:
         return f"SequenceParallelLayerNorm({self.features}, eps={self.eps}, tp={self.group.size})"

@@ -71,10 +71,14 @@ class VocabParallelEmbedding(Module):
 
         Scatter-adds the rows of ``dout`` whose id this rank owns; ``np.add.at`` keeps repeated ids.
         """
-        mine, local_ids = cache
         dout = ReduceFromTPRegion.backward(dout, self.group)
-        np.add.at(self.grads["weight"], local_ids, dout[mine])
+        self.weight_grad(self.add_weight_grads, dout, cache)  # all of it is W (``Module.weight_grad``)
         return None
+
+    def add_weight_grads(self, dout: np.ndarray, cache: VocabEmbeddingCache) -> None:
+        """W: the rows of ``dout`` whose id this rank owns, scatter-added into its shard's gradient."""
+        mine, local_ids = cache
+        np.add.at(self.grads["weight"], local_ids, dout[mine])
 
     def __repr__(self) -> str:
         return (f"VocabParallelEmbedding({self.vocab_size}, {self.dim}, rows [{self.vocab_start}, "
