@@ -207,10 +207,7 @@ class Pipeline:
         from tpsim.pipeline.check import check  # pure arithmetic, as is the split
         from tpsim.pipeline.schedules import build
         from tpsim.pp.split import split_layers
-        schedule = check(build(self.schedule, par.pp, self.microbatches, self.vp))
-        if schedule.splits_backward:
-            raise ConfigError(f"--schedule {self.schedule} splits the backward into B and W: the live pipeline "
-                              "runs whole backwards only (afab, 1f1b, interleaved)")
+        check(build(self.schedule, par.pp, self.microbatches, self.vp))
         split_layers(layers, par.pp * self.vp, self.stage_layers, vp=self.vp)
         if batch_size % (par.dp * self.microbatches):
             raise ConfigError(f"--batch-size {batch_size} does not split into dp x microbatches = {par.dp} x "

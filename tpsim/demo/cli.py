@@ -77,8 +77,9 @@ def build_parser() -> RankZeroParser:
     g.add_argument("--microbatches", type=int, default=None,
                    help="micro-batches per DP rank per step with --pp > 1 (default: pp)")
     g.add_argument("--schedule", default="1f1b",
-                   help="pipeline schedule: afab (GPipe: all forwards, then all backwards), 1f1b (default) or "
-                        "interleaved (1F1B over --vp model chunks per rank)")
+                   help="pipeline schedule: afab (GPipe: all forwards, then all backwards), 1f1b (default), "
+                        "interleaved (1F1B over --vp model chunks per rank) or zb-h1 (1F1B with every backward "
+                        "split into B, the input gradient, and W, the weight gradient, run later)")
     g.add_argument("--vp", type=int, default=1,
                    help="model chunks per pipeline rank, --schedule interleaved (default 1): chunk c of rank r is "
                         "virtual stage c*pp + r; --microbatches must be a multiple of --pp when vp > 1")

@@ -8,8 +8,9 @@
     6. the pipeline                       peak micro-batches in flight per stage vs the schedule's formula
                                           (``tpsim.predict.pipeline``; interleaved: (micro-batch, chunk) pairs)
     7. communication table, FORMULA CHECK every collective and every send/recv, per rank, against the formulas
-    8. the bubble                         on the live virtual clock (F 1, B 2 a stage, 1/v of that a chunk,
-                                          messages free: ``tpsim.pp.clock``) vs (p − 1)/(v·m + p − 1);
+    8. the bubble                         on the live virtual clock (F 1, B 2 a stage, 1/v of that a chunk;
+                                          zb-h1: F 1, B 1, W 1; messages free: ``tpsim.pp.clock``) vs
+                                          (p − 1)/(v·m + p − 1) (zb-h1: (p − 1)/(3m + p − 1), m ≥ p);
                                           ``pipeline.json`` in the run folder
 """
 
@@ -50,7 +51,16 @@ def peak_formula(schedule: str, vp: int) -> str:
     """The formula ``tpsim.predict.pipeline.peak_in_flight`` computes, in words."""
     if schedule == "afab":
         return "m"
+    if schedule == "zb-h1":
+        return "min(p, m)"
     return "min(2(p − i − 1) + (v − 1)·p + 1, v·m)" if vp > 1 else "min(p − i, m)"
+
+
+def bubble_name(schedule: str, pp: int, m: int, vp: int) -> str:
+    """The bubble formula ``tpsim.predict.pipeline.bubble_fraction`` computes for this pipeline, in words."""
+    if schedule == "zb-h1":
+        return "(p − 1)/(3m + p − 1)" if m >= pp else "(2p − 1 − m)/(2m + 2p − 1) (m < p)"
+    return "(p − 1)/(m + p − 1)" if vp == 1 else "(p − 1)/(v·m + p − 1)"
 
 
 def stage_lines(run: RunConfig, shard) -> list[str]:
@@ -161,9 +171,10 @@ def pipeline_check(grid, run: RunConfig, peaks: list[int] | None) -> tuple[bool,
     want = peak_in_flight(pipe.schedule, grid.pp, pipe.microbatches, pipe.vp)
     ok = peaks == want
     held = "(micro-batch, chunk) pairs" if pipe.vp > 1 else "micro-batches"
+    freed = "each W ran: B keeps W's inputs" if pipe.schedule == "zb-h1" else "each backward ran"
     return ok, (f"PIPELINE CHECK: {'MATCH' if ok else 'MISMATCH'} — peak {held} in flight per stage "
                 f"{peaks}, {pipe.schedule}'s {peak_formula(pipe.schedule, pipe.vp)} = {want} (activations freed as "
-                "each backward ran)")
+                f"{freed})")
 
 
 def p2p_sent(grid, records: list[dict], step: int) -> int:
@@ -185,14 +196,15 @@ def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict],
     end, measured = bubble_measured([clocks[r] for r in chain])
     formula = bubble_fraction(pipe.schedule, grid.pp, pipe.microbatches, pipe.vp)
     ok = abs(measured - formula) <= BUBBLE_TOLERANCE
-    costs = "F 1, B 2" if pipe.vp == 1 else f"F 1, B 2 a stage; a chunk 1/{pipe.vp} of that"
+    costs = ("F 1, B 1, W 1" if pipe.schedule == "zb-h1" else "F 1, B 2" if pipe.vp == 1
+             else f"F 1, B 2 a stage; a chunk 1/{pipe.vp} of that")
     doc = {"schedule": pipe.schedule, "pp": grid.pp, "vp": pipe.vp, "microbatches": pipe.microbatches,
            "clock": f"unit ({costs}, messages free)", "step": step, "step_time": end,
            "bubble_fraction": {"measured": measured, "formula": formula},
            "p2p_bytes": {"measured": p2p_sent(grid, records, step), "formula": p2p_bytes_formula(run)},
            "ranks": [{"rank": rank, "stage": stage, "busy_s": busy, "idle_s": end - busy, "peak_in_flight": peak}
                      for rank, stage, _, busy, peak in sorted(timing)]}
-    name = "(p − 1)/(m + p − 1)" if pipe.vp == 1 else "(p − 1)/(v·m + p − 1)"
+    name = bubble_name(pipe.schedule, grid.pp, pipe.microbatches, pipe.vp)
     line = (f"BUBBLE CHECK: {'MATCH' if ok else 'MISMATCH'} — on the unit clock ({costs}) the pipeline of ranks "
             f"{list(chain)} idled {measured:.6f} of its {end:g}-unit step; {name} = {formula:.6f}")
     return ok, line, doc

@@ -10,7 +10,8 @@ A chunk is a piece of the GPT's (or Llama's) own wiring (``tpsim.models.gpt``), 
 ``forward(x, labels, plan) -> (out, cache)`` (out: the boundary activation, or the micro-batch's mean loss on
 the last stage) and ``backward(dout, cache) -> dx`` (dout: the gradient of the boundary activation, or the loss
 seed; dx None on stage 0, whose input is token ids) keep the layers' contract (``tpsim.nn.module``): parameter
-gradients are *added*, so micro-batches accumulate.
+gradients are *added*, so micro-batches accumulate. Run under ``deferred_weight_grads(chunk)`` the backward is
+the zero-bubble B, and ``backward_weights`` its W.
 
 Every parameter keeps its serial name (``transformer.h.3.mlp.c_fc.weight``): a chunk names its children by
 their full paths, so DP buckets, clipping, the optimizer, ``--init-from`` and the serial twin's comparison read a
@@ -30,7 +31,7 @@ import numpy as np
 
 from tpsim.models.gpt import _Wiring
 from tpsim.nn.dropout import DropoutPlan
-from tpsim.nn.module import Module
+from tpsim.nn.module import Module, WeightGradients
 from tpsim.tp.sequence_parallel import sequence_partition
 
 
@@ -100,6 +101,12 @@ class ModelChunk(_Wiring):
                 self.edge.embed_backward(dx, cache.embed)
                 return None
         return dx
+
+    def backward_weights(self, weights: WeightGradients) -> None:
+        """The W of a split backward: run the weight gradients that ``backward`` queued under
+        ``deferred_weight_grads(self)`` (every layer's ``grads[...] +=``, and the collectives they need)."""
+        with self._span("", "backward"):
+            weights.run()
 
     @property
     def loss(self) -> Module | None:

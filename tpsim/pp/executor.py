@@ -8,13 +8,17 @@ v = chunk·pp + pp_rank):
     SEND_F j   post the output activation to virtual stage v + 1                   (never waits)
     RECV_B j   receive the gradient of micro-batch j's output from virtual stage v + 1
     B j        chunk backward from it (the last stage: from the loss seed); free the cache at once
+    W j        (a split backward, ZB-H1) the weight gradients B j left: B ran inside ``deferred_weight_grads``
+               (``tpsim.nn.module``), so it computed the input gradient only and queued every layer's W
+               with the tensors it reads; W runs that queue
     SEND_B j   post the input's gradient to virtual stage v − 1
 
 Gradients add up over the micro-batches (every layer's backward adds, ``tpsim.nn.module``). A message is tagged
 by (direction, micro-batch, sender's virtual stage), so it meets exactly the RECV the schedule names; posted
 sends are completed at the end of the step. Activations and caches live per (micro-batch, chunk) from F to B:
 ``peak_in_flight`` is the most this rank held at once (1F1B: min(p − i, m) on stage i; AFAB: m; interleaved:
-(micro-batch, chunk) pairs, ``tpsim.predict.pipeline.peak_in_flight``).
+(micro-batch, chunk) pairs, ``tpsim.predict.pipeline.peak_in_flight``); with a split backward a micro-batch is
+held until its W, whose queue keeps W's inputs (ZB-H1: min(p, m), as ``tpsim.pipeline.clock.in_flight``).
 
 Every schedule is checked (``tpsim.pipeline.check.check``) before the executor takes it: a list that would
 hang, or leave a micro-batch half done, is a one-line ``ConfigError`` before any message moves.
@@ -32,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tpsim.comm import Group
+from tpsim.nn.module import deferred_weight_grads
 from tpsim.phases import BACKWARD, FORWARD
 from tpsim.pipeline.actions import Schedule
 from tpsim.pipeline.check import check
@@ -81,8 +86,6 @@ class Executor:
         self.boundary, self.dtype = tuple(boundary), np.dtype(dtype)
         self.actions = schedule.ranks[self.rank]
         self.costs = unit(schedule) if costs is None else costs
-        if any(a.op == "W" for a in self.actions):
-            raise ValueError("this schedule splits the backward into B and W; the chunks run whole backwards only")
 
     def run(self, inputs: list[np.ndarray], labels: list[np.ndarray] | None, plans: list,
             seeds: list[float] | None) -> ExecutorResult:
@@ -94,6 +97,7 @@ class Executor:
         received: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> input or output gradient
         produced: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> what a SEND will post
         caches: dict[tuple[int, int], object] = {}
+        weights: dict[tuple[int, int], object] = {}  # (j, c) -> the WeightGradients its B left for its W
         out = ExecutorResult(clock=LiveClock(self.costs, self.rank))
         for a in self.actions:
             j, c = a.microbatch, a.chunk
@@ -114,16 +118,24 @@ class Executor:
                     out.losses[j] = float(y)
                 else:
                     produced["F", j, c] = y
-                out.peak_in_flight = max(out.peak_in_flight, len(caches))
+                out.peak_in_flight = max(out.peak_in_flight, len(caches) + len(weights))
                 out.ran.append(f"F{j}.{c}")
                 out.clock.compute("F", c, j)
             elif a.op == "B":
                 dy = seeds[j] if chunk.last else received.pop(("B", j, c))
-                dx = chunk.backward(dy, caches.pop((j, c)))  # the cache (activations) goes now
+                if sch.splits_backward:  # the input gradient only; the weight gradients wait for W
+                    with deferred_weight_grads(chunk) as weights[j, c]:
+                        dx = chunk.backward(dy, caches.pop((j, c)))  # the cache goes; what W reads stays
+                else:
+                    dx = chunk.backward(dy, caches.pop((j, c)))  # the cache (activations) goes now
                 if v > 0:
                     produced["B", j, c] = dx
                 out.ran.append(f"B{j}.{c}")
                 out.clock.compute("B", c, j)
+            elif a.op == "W":
+                chunk.backward_weights(weights.pop((j, c)))  # and with them, what they held
+                out.ran.append(f"W{j}.{c}")
+                out.clock.compute("W", c, j)
             else:  # SEND_F / SEND_B
                 direction, phase = (FORWARD_MESSAGE, FORWARD) if a.op == "SEND_F" else (BACKWARD_MESSAGE, BACKWARD)
                 x = produced.pop(("F" if direction == FORWARD_MESSAGE else "B", j, c))
@@ -134,8 +146,8 @@ class Executor:
                     self.group.send(x, a.peer, message_tag(direction, j, v, stages), microbatch=j, chunk=c,
                                     stamp=out.clock.time)
         self.group.wait_sends()
-        left = [*received, *produced, *caches]
+        left = [*received, *produced, *caches, *(("W", j, c) for j, c in weights)]
         if left:
             raise RuntimeError(f"pipeline rank {self.rank}: the schedule left {left[:4]} unused (an F without its B, "
-                               "or a message received and never used)")
+                               "a B without its W, or a message received and never used)")
         return out
