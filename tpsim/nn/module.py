@@ -89,6 +89,24 @@ class WeightGradients:
         """How many layers' weight gradients wait here (0 once run)."""
         return len(self._pending)
 
+    def held(self) -> list[np.ndarray]:
+        """The distinct arrays the queue keeps alive for W, each once: the activations and gradients its entries
+        read (a cache's ``PARAMETERS`` fields point at weights, not at memory W holds, and are left out)."""
+        seen: dict[int, np.ndarray] = {}
+
+        def visit(obj) -> None:
+            if isinstance(obj, np.ndarray):
+                seen.setdefault(id(obj), obj)
+            elif isinstance(obj, tuple):
+                skip = getattr(type(obj), "PARAMETERS", ())
+                for name, value in zip(getattr(obj, "_fields", ()) or [None] * len(obj), obj):
+                    if name not in skip:
+                        visit(value)
+
+        for _, args in self._pending:
+            visit(args)
+        return list(seen.values())
+
     def run(self) -> None:
         """W: add every queued weight gradient into its layer's ``grads``; a second call raises."""
         if self.ran:
