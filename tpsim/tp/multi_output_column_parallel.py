@@ -95,28 +95,38 @@ class MultiOutputColumnParallelLinear(Module):
         return tuple(outs), tuple(caches)
 
     def backward(self, douts: Sequence[np.ndarray], caches: Sequence[LinearCache]) -> np.ndarray:
-        """``dy_j [..., out_j/p]`` -> ``dx`` shaped as the input (summed over the parts and the ranks)."""
+        """``dy_j [..., out_j/p]`` -> ``dx`` shaped as the input (summed over the parts and the ranks).
+
+        W is two entries (``Module.weight_grad``), so that a whole backward keeps its collectives' order — SP's
+        all-gather before f̄'s reduce-scatter, the replicas' sum after f's all-reduce: ``weight_grads_into``
+        fills ``grads``, ``add_weight_grads`` sums the replicated parts and adds them all."""
+        grads: dict[str, tuple] = {}  # filled by W's first entry, emptied by its second
         with self.group.tracer.region(scope=self.path):
-            self.weight_grad(self.add_weight_grads, tuple(douts), tuple(caches))
+            self.weight_grad(self.weight_grads_into, grads, tuple(douts), tuple(caches))
             dx = None
             for dy, cache in zip(douts, caches):
                 dx_j = linear_backward_input(dy, cache)
                 dx = dx_j if dx is None else np.add(dx, dx_j, out=dx)
-            return self.region.enter_backward(dx, self.group)
+            dx = self.region.enter_backward(dx, self.group)
+        self.weight_grad(self.add_weight_grads, grads)
+        return dx
 
-    def add_weight_grads(self, douts: tuple[np.ndarray, ...], caches: tuple[LinearCache, ...]) -> None:
-        """W: every part's ``dW_j += xᵀ·dy_j`` (x all-gathered once under SP), the replicated parts' new
-        contributions summed over ``replica_group`` first; traced under this layer's path."""
+    def weight_grads_into(self, grads: dict, douts: tuple[np.ndarray, ...], caches: tuple[LinearCache, ...]) -> None:
+        """W, first: every part's ``(dW_j = xᵀ·dy_j, db_j)`` into ``grads``, x all-gathered once under SP."""
         with self.group.tracer.region(scope=self.path):
             full = self.region.regather(caches[0].x, self.group)  # one all-gather under SP, not one per part
-            grads = {name: linear_backward_weight(dy, cache._replace(x=full))
-                     for name, dy, cache in zip(self.names, douts, caches)}
-            if self.replica_group is not None:  # partial sums over this rank's share -> the whole gradient
-                with self.group.tracer.region(phase=BACKWARD):
-                    summed = self.replica_group.all_reduce(np.stack([grads[n][0] for n in self.replicated]))
-                grads.update((n, (dw, grads[n][1])) for n, dw in zip(self.replicated, summed))
+            grads.update((name, linear_backward_weight(dy, cache._replace(x=full)))
+                         for name, dy, cache in zip(self.names, douts, caches))
+
+    def add_weight_grads(self, grads: dict) -> None:
+        """W, second: the replicated parts' new contributions summed over ``replica_group`` (scope this layer's,
+        phase backward), then every part's added into its gradients."""
+        if self.replica_group is not None:  # partial sums over this rank's share -> the whole gradient
+            with self.group.tracer.region(scope=self.path, phase=BACKWARD):
+                summed = self.replica_group.all_reduce(np.stack([grads[n][0] for n in self.replicated]))
+            grads.update((n, (dw, grads[n][1])) for n, dw in zip(self.replicated, summed))
         for name, part in self.parts().items():
-            part.add_grads(*grads[name])
+            part.add_grads(*grads.pop(name))
 
     def __repr__(self) -> str:
         return f"MultiOutputColumnParallelLinear({', '.join(self.names)}, tp={self.group.size})"
