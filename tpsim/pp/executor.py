@@ -87,6 +87,14 @@ class Executor:
         self.actions = schedule.ranks[self.rank]
         self.costs = unit(schedule) if costs is None else costs
 
+    def _backward(self, chunk, dy, cache, weights: dict, key: tuple[int, int]):
+        """B: the chunk's backward; for a split schedule the input gradient only, run under a deferral whose
+        queue (``weights[key]``) keeps every layer's weight gradient, and what it reads, for the W action."""
+        if not self.schedule.splits_backward:
+            return chunk.backward(dy, cache)
+        with deferred_weight_grads(chunk) as weights[key]:
+            return chunk.backward(dy, cache)
+
     def run(self, inputs: list[np.ndarray], labels: list[np.ndarray] | None, plans: list,
             seeds: list[float] | None) -> ExecutorResult:
         """One step's schedule. ``inputs[j]``: micro-batch j's token ids (read on the rank holding stage 0);
@@ -123,11 +131,7 @@ class Executor:
                 out.clock.compute("F", c, j)
             elif a.op == "B":
                 dy = seeds[j] if chunk.last else received.pop(("B", j, c))
-                if sch.splits_backward:  # the input gradient only; the weight gradients wait for W
-                    with deferred_weight_grads(chunk) as weights[j, c]:
-                        dx = chunk.backward(dy, caches.pop((j, c)))  # the cache goes; what W reads stays
-                else:
-                    dx = chunk.backward(dy, caches.pop((j, c)))  # the cache (activations) goes now
+                dx = self._backward(chunk, dy, caches.pop((j, c)), weights, (j, c))  # the cache goes now
                 if v > 0:
                     produced["B", j, c] = dx
                 out.ran.append(f"B{j}.{c}")
