@@ -10,6 +10,8 @@ import pytest
 
 from launch_program import run_mpi
 
+pytestmark = pytest.mark.slow  # tests/README.md: every test that launches a whole program (these two take ~8 s)
+
 
 def test_zb_h1_demo_8_ranks_matches_serial_and_the_formulas(tmp_path):
     """PP 4 x TP 2, 8 micro-batches: the bubble (p − 1)/(3m + p − 1) = 3/27 on the unit clock F = B = W = 1,
