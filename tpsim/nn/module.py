@@ -47,6 +47,9 @@ the tensors it needs (a linear's input and its output's gradient), and runs when
         dx = chunk.backward(dy, cache)      # B: dx; no parameter gradient has moved yet
     ...
     w.run()                                 # W: every layer's grads[...] += ..., in the backward's order
+
+The pure functions with parameters come split the same way: ``name_backward_input(dout, cache) -> dx`` and
+``name_backward_weight(dout, cache) -> (dw, ...)``, bit for bit the two halves of ``name_backward``.
 """
 
 from __future__ import annotations
