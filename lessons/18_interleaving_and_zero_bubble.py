@@ -4,8 +4,8 @@
 # Runs on **4 ranks**: `mpirun -n 4 python lessons/18_interleaving_and_zero_bubble.py` (or `tpsim lesson run 18`;
 # as a notebook on as many engines: `tpsim lesson notebook 18`).
 #
-# The SenseParrots article (§1.1) names pipeline parallelism, parallelism between layers, as the answer to the
-# memory of a deeper model, and leaves it aside from §3 on; lesson 17 took it up and found its price: with p
+# The SenseParrots article (§1.1) names pipeline parallelism, parallelism between layers, as one answer to the
+# memory of a deeper model, and sets it aside in §3; lesson 17 took it up and found its price: with p
 # stages and m micro-batches every stage idles (p − 1)/(m + p − 1) of the step, for GPipe's schedule and 1F1B
 # alike, and only more micro-batches shrink that. This lesson takes two ways to a smaller bubble at the same m.
 # *Interleaving* gives every rank v small chunks of layers instead of one block, so the pipe fills and drains v
@@ -17,9 +17,9 @@
 # Megatron-LM", arXiv:2104.04473, §2.2.2 (the interleaved schedule, its bubble (1/v)·(p − 1)/m, v times the
 # communication, m a multiple of p); Megatron-LM's `pipeline_parallel/schedules.py` (the interleaved warm-up
 # count (p − i − 1)·2 + (v − 1)·p); Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
-# Transformer Models", arXiv:2205.05198, §4.2.3 (interleaving multiplies the first stage's activations by
+# Transformer Models", arXiv:2205.05198, §4 (activation memory: interleaving multiplies the first stage's by
 # 1 + (p − 1)/(pv), their m being our v); Qi et al. 2023, "Zero Bubble Pipeline Parallelism", arXiv:2401.10241,
-# §2 (the backward as B and W, the handcrafted ZB-H1 schedule and its bubble) and §3 (why W is free to move).
+# §2 (the backward as B and W; §2.1 the handcrafted ZB-H1 schedule, its bubble and its memory).
 
 # %%
 RANKS = 4
@@ -413,8 +413,8 @@ if lesson.rank == 0:
 #
 # With m ≥ p, every rank of ZB-H1 is idle only before its first B — p − 1 units, a third of 1F1B's 3(p − 1) —
 # and busy 3m, so the step is 3m + p − 1 and the idle share (p − 1)/(3m + p − 1). Memory: a micro-batch is held
-# from its F to its W, and rank i's W's lag its B's by i micro-batches as much as its warm-up is i shorter, so
-# every rank holds min(p, m) — what 1F1B's rank 0 holds, and so the same peak over the pipeline (the later ranks
+# from its F to its W; rank i's warm-up is i forwards shorter than rank 0's and its W's lag its B's by i
+# micro-batches, so every rank holds min(p, m) — what 1F1B's rank 0 holds, and so the same peak over the pipeline (the later ranks
 # hold more than under 1F1B, never more than rank 0).
 
 # %%

@@ -39,10 +39,10 @@ Order = list[tuple[str, int]]
 # --- slips of zb_h1_order -----------------------------------------------------------------------------------
 FUSED = ("every W of yours runs right after its own B: that is the backward cut in two with nothing moved, so the "
          "drain is as idle as it was; ZB-H1 delays stage i's W's to fill it")
-W_LATE = ("your W's start one micro-batch late: stage i's first W comes one B later than ZB-H1's, so one more "
-          "micro-batch is held")
-W_EARLY = ("your W's start one micro-batch early on a stage after the first: the W's of stage i lag its B's by as "
-           "many micro-batches as its warm-up is shorter than stage 0's")
+W_LATE = ("your W's start one micro-batch late: stage i's first W comes one B later than ZB-H1's, so the stage "
+          "holds its micro-batches longer than it needs to")
+W_EARLY = ("your W's start one micro-batch early on the stages after the first: an early W takes a slot that the "
+           "stage's F's and B's need, and its neighbours wait for those, never for a W")
 DELAY_REVERSED = ("your W delay grows the wrong way: it is the first stage that runs its W's without delay, "
                   "and each later stage waits one micro-batch more")
 W_AT_END = ("all your W's wait until every B has run: a legal order, but then the stage holds every micro-batch "
