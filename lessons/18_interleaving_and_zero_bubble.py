@@ -44,6 +44,7 @@ from tpsim.pp.executor import Executor
 from tpsim.pp.split import split_layers
 from tpsim.pp.step import pipeline_grads
 from tpsim.predict.pipeline import bubble_fraction, p2p_bytes
+from tpsim.teach.notebook import show_inline
 from tpsim.teach.runtime import Lesson, table
 from tpsim.tp.random import ExactDropoutRNG
 
@@ -405,7 +406,6 @@ if lesson.rank == 0:
                                 f"ZB-H1 (F = B = W = 1): bubble {steps['ZB-H1'].bubble_fraction:.4f}"])
     lesson.say(f"wrote {path}")
     if lesson.notebook:
-        from tpsim.teach.notebook import show_inline
         show_inline(path)
 
 # %% [markdown]
