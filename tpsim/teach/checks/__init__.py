@@ -11,6 +11,8 @@
     lesson_16       exercise 16: two memory terms of a real-size plan, by hand, against ``tpsim plan``
     lesson_15       mixed precision: bfloat16 rounding on the bits, the loss scaler's rule
     lesson_17       stage i's 1F1B compute order and its peak in flight, then that order on a live pipeline
+    lesson_18       stage i's ZB-H1 order (the W's placed), a schedule's bubble and peak in flight for (p, m, v),
+                    then those predictions against a live interleaved pipeline
 
 Rules about communication (how many collectives, of which kind, how many bytes) are checked from the tracer,
 because the right numbers computed with the wrong collectives miss the point; values are compared first, so
@@ -18,7 +20,7 @@ a wrong value is diagnosed by its symptom before a rule is quoted.
 """
 
 from tpsim.teach.checks import (backward, lesson_12, lesson_13, lesson_14, lesson_15, lesson_16,  # noqa: F401
-                                 lesson_17, lessons_01_05, lessons_06_11, planning)
+                                 lesson_17, lesson_18, lessons_01_05, lessons_06_11, planning)
 from tpsim.teach.checks.registry import CHECKS, exercise  # noqa: F401
 
 __all__ = ["CHECKS", "exercise"]
