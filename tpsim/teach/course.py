@@ -42,7 +42,7 @@ COURSE: dict[str, Stop] = {
     "15": Stop(("08", "11"), "bfloat16 rounding, 16-bit all-reduce bounds, loss scaling, drift", 2),
     "16": Stop(("10", "11", "12", "14", "15"), "tpsim plan taken apart: bytes per parameter, Table 2, 1F1B", 1),
     "17": Stop(("08", "11", "16"), "AFAB and 1F1B live = serial; in flight m vs min(p − i, m); bubble; p2p bytes", 3),
-    "18": Stop(("17",), "interleaving live = serial: bubble ÷ v, p2p bytes, activations; ZB-H1's B/W split, bubble", 5),
+    "18": Stop(("17",), "interleaving and ZB-H1 live = serial: bubble ÷ v, p2p bytes, activations; the B/W split, a third of the idle", 5),
 }
 
 # A one-week course: (day, lessons, what the day is about). Exercises are part of each day.
