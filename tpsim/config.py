@@ -7,7 +7,7 @@
       optimizer    OptimizerSettings(lr, clip, bucket_mb, max_skipped_steps)
       schedule     Schedule(batch_size, seq_len, steps, seed, dropout_rng)
       files        Files(out, export, init_from, timeline_steps, save)
-      pipeline     Pipeline(schedule, microbatches, vp, stage_layers)   how pp > 1 runs (``tpsim.pp``)
+      pipeline     Pipeline(schedule, microbatches, vp, stage_layers, clock, mfu)   how pp > 1 runs (``tpsim.pp``)
 
 It is built and validated once (the demo's command line does it in ``tpsim.demo.cli``, tests and lessons with
 ``RunConfig.of``) and then only read: the model builders, the optimizer set-up, ``predict_step`` and the planner
@@ -34,6 +34,8 @@ from tpsim.nn.precision import DTYPE_NAMES, dtype_of  # DTYPE_NAMES: what --dtyp
 DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 ZERO_STAGES = (0, 1)  # ZeRO stages that run live (and that the planner prices)
 DROPOUT_RNGS = ("exact", "megatron")
+UNIT_CLOCK = "unit"  # the pipeline's virtual clock at the textbook's costs; else a GPU of tpsim.plan.gpus
+DEFAULT_MFU = 0.5  # the planner's default efficiency of the matmuls (tpsim.plan.layout.Layout.mfu)
 
 
 def dtype_alias(name) -> str:
@@ -185,17 +187,32 @@ class Pipeline:
     """How a pipeline runs when ``Parallelism.pp > 1``: the schedule (``tpsim.pipeline.schedules``: afab, 1f1b,
     ...), ``microbatches`` per DP replica per step (the global batch splits into dp × microbatches of them),
     ``vp`` model chunks per rank (``interleaved`` only; chunk c of rank r is virtual stage c·pp + r), and the
-    layers of every virtual stage, pp × vp sizes in virtual-stage order (None: an even split)."""
+    layers of every virtual stage, pp × vp sizes in virtual-stage order (None: an even split). ``clock``: what
+    the live virtual clock charges, ``unit`` (a stage's F 1, B 2, messages free) or a GPU of ``tpsim.plan.gpus``
+    (a unique prefix such as ``h100`` is taken for its full name): the planner's costs of the run's layout at
+    ``mfu`` (``--mfu``, the planner's default 0.5; unit clocks take none)."""
 
     schedule: str = "1f1b"
     microbatches: int = 1
     vp: int = 1
     stage_layers: tuple[int, ...] | None = None
+    clock: str = UNIT_CLOCK
+    mfu: float | None = None
 
     def __post_init__(self) -> None:
         _at_least(1, microbatches=self.microbatches, vp=self.vp)
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", tuple(int(n) for n in self.stage_layers))
+        if self.clock == UNIT_CLOCK:
+            if self.mfu is not None:
+                raise ConfigError(f"--mfu {self.mfu} prices a GPU clock: give --clock GPU too (the unit clock "
+                                  "charges F 1, B 2 a stage)")
+            return
+        object.__setattr__(self, "clock", clock_gpu(self.clock))
+        mfu = DEFAULT_MFU if self.mfu is None else float(self.mfu)
+        if not 0 < mfu <= 1:
+            raise ConfigError(f"--mfu {self.mfu}: must be in (0, 1]")
+        object.__setattr__(self, "mfu", mfu)
 
     def check(self, par: Parallelism, layers: int, batch_size: int) -> None:
         """``ConfigError`` (one line) for a pipeline that cannot run: the schedule and its sizes, the layer split,
@@ -203,6 +220,8 @@ class Pipeline:
         if par.pp == 1:
             if self.microbatches != 1 or self.vp != 1 or self.stage_layers is not None:
                 raise ConfigError("--microbatches, --vp and --pp-layers cut a pipeline: they need --pp > 1")
+            if self.clock != UNIT_CLOCK:
+                raise ConfigError(f"--clock {self.clock} times a pipeline's schedule: it needs --pp > 1")
             return
         from tpsim.pipeline.check import check  # pure arithmetic, as is the split
         from tpsim.pipeline.schedules import build
@@ -215,6 +234,18 @@ class Pipeline:
         if batch_size % (par.dp * self.microbatches):
             raise ConfigError(f"--batch-size {batch_size} does not split into dp x microbatches = {par.dp} x "
                               f"{self.microbatches} equal micro-batches")
+
+
+def clock_gpu(name: str) -> str:
+    """``--clock``'s GPU by its full name (``tpsim.plan.gpus``): the name itself, or the one preset it begins
+    (``h100`` → ``h100-80gb``); ConfigError (one line naming the choices) for anything else."""
+    from tpsim.plan.gpus import GPUS  # pure arithmetic; imported here, as tpsim.plan.gpus imports this module
+
+    found = [g for g in GPUS if g == name] or [g for g in GPUS if g.startswith(f"{name}-")]
+    if len(found) != 1:
+        what = "names more than one GPU" if found else "is neither unit nor a GPU"
+        raise ConfigError(f"--clock {name!r} {what}: choose unit or one of {', '.join(GPUS)}")
+    return found[0]
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,12 @@
     6. the pipeline                       peak micro-batches in flight per stage vs the schedule's formula
                                           (``tpsim.predict.pipeline``; interleaved: (micro-batch, chunk) pairs)
     7. communication table, FORMULA CHECK every collective and every send/recv, per rank, against the formulas
-    8. the bubble                         on the live virtual clock (F 1, B 2 a stage, 1/v of that a chunk,
-                                          messages free: ``tpsim.pp.clock``) vs (p − 1)/(v·m + p − 1);
-                                          ``pipeline.json`` in the run folder
+    8. the bubble                         on the live virtual clock (``tpsim.pp.clock``). ``--clock unit``: F 1,
+                                          B 2 a stage, 1/v of that a chunk, messages free, vs (p − 1)/(v·m + p − 1)
+                                          exactly; ``--clock GPU``: the planner's costs of this layout
+                                          (``tpsim.plan.of_run``), the step vs the planner's makespan to 1e-12,
+                                          the unit formula beside it with why the two differ;
+                                          ``pipeline.json`` and the "virtual clock" tracks of ``timeline.json``
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 
 from tpsim.comm import ProcessGrid
-from tpsim.config import RunConfig
+from tpsim.config import UNIT_CLOCK, RunConfig
 from tpsim.demo.export_check import check_export
 from tpsim.demo.gpt_tour import TOLERANCE, _number, check_against_serial, gather_and_write, header, task_of
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
@@ -33,6 +36,8 @@ from tpsim.demo.zero_demo import grad_bytes_of, state_table
 from tpsim.hf.checkpoint import load_into, to_hf, write_model_folder, write_step0
 from tpsim.hf.folder import load_init
 from tpsim.pipeline.schedules import build as build_schedule
+from tpsim.pipeline.stage_clock import ROUNDING
+from tpsim.plan.of_run import clock_costs, clock_words, model_spec, run_layout
 from tpsim.pp.build import build_pipeline
 from tpsim.pp.clock import bubble_measured
 from tpsim.pp.data import stage_batch
@@ -77,8 +82,9 @@ def build(grid: ProcessGrid, run: RunConfig, tensors):
     grad_sync = make_sync(shard, grid, run)
     schedule = build_schedule(run.pipeline.schedule, grid.pp, run.pipeline.microbatches, run.pipeline.vp)
     s = run.schedule.seq_len // grid.tp if run.parallel.sp else run.schedule.seq_len
-    executor = Executor(schedule, shard.chunks, grid.pp_group, (run.micro_batch, s, run.model.hidden),
-                        run.precision.numpy)
+    boundary = (run.micro_batch, s, run.model.hidden)
+    executor = Executor(schedule, shard.chunks, grid.pp_group, boundary, run.precision.numpy,
+                        costs=clock_costs(run, schedule, boundary, run.precision.numpy))
     say(grid, *stage_lines(run, shard),
         f"DP gradient sync on rank 0's stage: {len(grad_sync.buckets)} bucket(s), "
         f"{human_bytes(grad_sync.total_bytes)} of gradients per rank", "")
@@ -111,13 +117,15 @@ def first_step(grid, shard, run: RunConfig, loss: float, loss_scale: float = 1.0
 
 def train(grid, shard, grad_sync, executor, run: RunConfig):
     """``--steps`` steps (step 0 checked against serial): metrics, step 0's verdict, the optimizer, the largest
-    number of micro-batches this rank held at once, the last step's ``ExecutorResult``."""
+    number of micro-batches this rank held at once, the last step's ``ExecutorResult`` and the virtual-clock
+    spans of the steps the timeline keeps (``{step: spans}``)."""
     tracer, sch, task = grid.tracer, run.schedule, task_of(run)
     optimizer = demo_optimizer(shard, grid, run, grad_sync)
     scale = optimizer.loss_scale
     rng = make_dropout_rng(sch.dropout_rng, sch.seed, grid.tp_rank)
-    clip, metrics, ok, guard, peak = run.optimizer.max_norm, [], True, demo_guard(run), 0
-    for step in range(max(sch.steps, 1)):
+    clip, metrics, ok, guard, peak, virtual = run.optimizer.max_norm, [], True, demo_guard(run), 0, {}
+    steps = max(sch.steps, 1)
+    for step in range(steps):
         tracer.step = step
         t0 = time.perf_counter()
         ids, labels, rows = stage_batch(grid, lambda: task.batch(sch.seed, step, sch.batch_size), sch.batch_size,
@@ -126,6 +134,8 @@ def train(grid, shard, grad_sync, executor, run: RunConfig):
             loss, tokens, result = pipeline_grads(shard, executor, grid, grad_sync, ids, labels, rows=rows, rng=rng,
                                                   step=step, loss_scale=scale)
         peak, last = max(peak, result.peak_in_flight), result
+        if step >= steps - run.files.timeline_steps:
+            virtual[step] = [tuple(span) for span in result.clock.spans]
         if step == 0:
             grad_sync.gather_grads()
             ok = first_step(grid, shard, run, loss, scale)
@@ -146,7 +156,7 @@ def train(grid, shard, grad_sync, executor, run: RunConfig):
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} moved by rank 0")
     say(grid, f"  tok/s measures how this machine schedules {grid.world.size} processes, not a GPU cluster "
               "(docs/performance.md)", "", state_table(shard, optimizer, grid))
-    return metrics, ok, optimizer, peak, last
+    return metrics, ok, optimizer, peak, last, virtual
 
 
 def per_stage(grid: ProcessGrid, value) -> list | None:
@@ -175,26 +185,69 @@ def p2p_sent(grid, records: list[dict], step: int) -> int:
 BUBBLE_TOLERANCE = 1e-9
 
 
+def duration(x: float) -> str:
+    """Modelled seconds in a readable unit: ``12.2 µs``."""
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(x) >= scale:
+            return f"{x / scale:.4g} {unit}"
+    return f"{x * 1e9:.4g} ns"
+
+
+def why_not_formula(terms: dict, run: RunConfig) -> str:
+    """Why a GPU clock's bubble is not the unit formula's, from the planner's timeline of the same layout: the
+    formula assumes equal stages and free messages."""
+    busy = [r["busy_s"] for r in terms["ranks"]]
+    slow = max(range(len(busy)), key=busy.__getitem__)
+    reasons = []
+    if busy[slow] > min(busy) * (1 + ROUNDING):
+        head = " (it holds the LM head)" if slow == len(busy) - 1 else ""
+        uneven = len(set(run.pipeline.stage_layers or ())) > 1
+        reasons.append(f"rank {slow}{head} is busy {busy[slow] / min(busy) - 1:.1%} longer than the least busy rank"
+                       + (", stages uneven (--pp-layers)" if uneven else "") + ", and the others wait for it")
+    exposed = terms["makespan_s"] - terms["makespan_without_p2p_s"]
+    if exposed > ROUNDING * terms["makespan_s"]:
+        reasons.append(f"the messages add {duration(exposed)} of its {duration(terms['makespan_s'])} makespan")
+    return "; ".join(reasons) or "every rank is equally busy and no message waits on the critical path"
+
+
 def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict], step: int) -> tuple[bool, str, dict]:
-    """Rank 0: the last step's bubble on the unit clock, measured on rank 0's pipeline, vs (p − 1)/(v·m + p − 1);
-    ``(ok, BUBBLE CHECK line, pipeline.json's content)``."""
+    """Rank 0: the last step's bubble on the live clock, measured on rank 0's pipeline; ``(ok, BUBBLE CHECK line,
+    pipeline.json's content)``. Unit clock: the idle share vs (p − 1)/(v·m + p − 1) to 1e-9. GPU clock: the
+    step and the idle share vs the planner's timeline of the same layout to 1e-12 relative (``ROUNDING``: the
+    planner sums the same costs in another order), the unit formula beside it with why they differ."""
+    from tpsim.plan.gpus import gpu as gpu_preset
+    from tpsim.plan.pipeline import pipeline_terms
     from tpsim.predict.pipeline_comm import p2p_bytes_formula
 
     pipe, chain = run.pipeline, grid.pp_group.ranks
     clocks = {rank: (end, busy) for rank, _, end, busy, _ in timing}
     end, measured = bubble_measured([clocks[r] for r in chain])
     formula = bubble_fraction(pipe.schedule, grid.pp, pipe.microbatches, pipe.vp)
-    ok = abs(measured - formula) <= BUBBLE_TOLERANCE
-    costs = "F 1, B 2" if pipe.vp == 1 else f"F 1, B 2 a stage; a chunk 1/{pipe.vp} of that"
+    words, gpu = clock_words(run), pipe.clock != UNIT_CLOCK
     doc = {"schedule": pipe.schedule, "pp": grid.pp, "vp": pipe.vp, "microbatches": pipe.microbatches,
-           "clock": f"unit ({costs}, messages free)", "step": step, "step_time": end,
+           "clock": words, "clock_gpu": pipe.clock if gpu else None, "mfu": pipe.mfu,
+           "time_unit": "s" if gpu else "unit", "step": step, "step_time": end,
            "bubble_fraction": {"measured": measured, "formula": formula},
            "p2p_bytes": {"measured": p2p_sent(grid, records, step), "formula": p2p_bytes_formula(run)},
            "ranks": [{"rank": rank, "stage": stage, "busy_s": busy, "idle_s": end - busy, "peak_in_flight": peak}
                      for rank, stage, _, busy, peak in sorted(timing)]}
     name = "(p − 1)/(m + p − 1)" if pipe.vp == 1 else "(p − 1)/(v·m + p − 1)"
-    line = (f"BUBBLE CHECK: {'MATCH' if ok else 'MISMATCH'} — on the unit clock ({costs}) the pipeline of ranks "
-            f"{list(chain)} idled {measured:.6f} of its {end:g}-unit step; {name} = {formula:.6f}")
+    if not gpu:
+        ok = abs(measured - formula) <= BUBBLE_TOLERANCE
+        costs = "F 1, B 2" if pipe.vp == 1 else f"F 1, B 2 a stage; a chunk 1/{pipe.vp} of that"
+        line = (f"BUBBLE CHECK: {'MATCH' if ok else 'MISMATCH'} — on the unit clock ({costs}) the pipeline of ranks "
+                f"{list(chain)} idled {measured:.6f} of its {end:g}-unit step; {name} = {formula:.6f}")
+        return ok, line, doc
+    terms = pipeline_terms(model_spec(run.model), run_layout(run), gpu_preset(pipe.clock))
+    want, want_bubble = terms["makespan_s"], terms["bubble_fraction"]["measured"]
+    ok = abs(end - want) <= ROUNDING * want and abs(measured - want_bubble) <= ROUNDING
+    doc["planner"] = {"makespan_s": want, "makespan_without_p2p_s": terms["makespan_without_p2p_s"],
+                      "bubble_fraction": want_bubble}
+    line = (f"BUBBLE CHECK: {'MATCH' if ok else 'MISMATCH'} — on the {pipe.clock} clock the pipeline of ranks "
+            f"{list(chain)} idled {measured:.6f} of its {duration(end)} step; the planner's clock of this layout "
+            f"(tpsim.plan.pipeline): {want_bubble:.6f} of {duration(want)} ({'equal' if ok else 'NOT equal'} to "
+            f"1e-12 relative). The unit formula {name} = {formula:.6f} assumes equal stages and free messages: "
+            + why_not_formula(terms, run))
     return ok, line, doc
 
 
@@ -239,14 +292,17 @@ def run(demo) -> int:
     grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp, pp=run.parallel.pp)
     say(grid, *header(grid, run))
     shard, grad_sync, executor = build(grid, run, tensors)
-    metrics, ok, optimizer, peak, result = train(grid, shard, grad_sync, executor, run)
+    metrics, ok, optimizer, peak, result, virtual = train(grid, shard, grad_sync, executor, run)
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
     replicas = check_replicas(shard, grid)  # each stage its own parameters
     stage_reports = per_stage(grid, (replicas.ok, replicas.summary(), peak,
                                      (len(grad_sync.buckets), grad_bytes_of(run, grad_sync))))
     with grid.tracer.paused():
         timing = grid.world.gather_objects((grid.rank, grid.pp_rank, result.clock.time, result.clock.busy, peak))
-    records, paths = gather_and_write(grid, run, metrics)
+    chains = per_stage(grid, virtual)  # rank 0's pipeline: one virtual-clock track per pipeline rank
+    tracks = None if chains is None else {"clock": clock_words(run), "seconds": run.pipeline.clock != UNIT_CLOCK,
+                                          "ranks": list(grid.pp_group.ranks), "tracks": chains}
+    records, paths = gather_and_write(grid, run, metrics, virtual=tracks)
     final_ok = final_verdict(grid, shard, optimizer, run, metrics)
     replicas_ok, pipe_ok = True, True
     if grid.rank == 0:
