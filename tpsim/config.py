@@ -30,12 +30,11 @@ import numpy as np
 from tpsim.arch import ARCH_NAMES, architecture, architecture_of
 from tpsim.errors import ConfigError
 from tpsim.nn.precision import DTYPE_NAMES, dtype_of  # DTYPE_NAMES: what --dtype accepts and prints
+from tpsim.plan.clock_choice import UNIT_CLOCK, clock_setting
 
 DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 ZERO_STAGES = (0, 1)  # ZeRO stages that run live (and that the planner prices)
 DROPOUT_RNGS = ("exact", "megatron")
-UNIT_CLOCK = "unit"  # the pipeline's virtual clock at the textbook's costs; else a GPU of tpsim.plan.gpus
-DEFAULT_MFU = 0.5  # the planner's default efficiency of the matmuls (tpsim.plan.layout.Layout.mfu)
 
 
 def dtype_alias(name) -> str:
@@ -187,10 +186,8 @@ class Pipeline:
     """How a pipeline runs when ``Parallelism.pp > 1``: the schedule (``tpsim.pipeline.schedules``: afab, 1f1b,
     ...), ``microbatches`` per DP replica per step (the global batch splits into dp × microbatches of them),
     ``vp`` model chunks per rank (``interleaved`` only; chunk c of rank r is virtual stage c·pp + r), and the
-    layers of every virtual stage, pp × vp sizes in virtual-stage order (None: an even split). ``clock``: what
-    the live virtual clock charges, ``unit`` (a stage's F 1, B 2, messages free) or a GPU of ``tpsim.plan.gpus``
-    (a unique prefix such as ``h100`` is taken for its full name): the planner's costs of the run's layout at
-    ``mfu`` (``--mfu``, the planner's default 0.5; unit clocks take none)."""
+    layers of every virtual stage, pp × vp sizes in virtual-stage order (None: an even split). ``clock``, ``mfu``:
+    what the live virtual clock charges, ``unit`` or a GPU at an efficiency (``tpsim.plan.clock_choice``)."""
 
     schedule: str = "1f1b"
     microbatches: int = 1
@@ -203,15 +200,8 @@ class Pipeline:
         _at_least(1, microbatches=self.microbatches, vp=self.vp)
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", tuple(int(n) for n in self.stage_layers))
-        if self.clock == UNIT_CLOCK:
-            if self.mfu is not None:
-                raise ConfigError(f"--mfu {self.mfu} prices a GPU clock: give --clock GPU too (the unit clock "
-                                  "charges F 1, B 2 a stage)")
-            return
-        object.__setattr__(self, "clock", clock_gpu(self.clock))
-        mfu = DEFAULT_MFU if self.mfu is None else float(self.mfu)
-        if not 0 < mfu <= 1:
-            raise ConfigError(f"--mfu {self.mfu}: must be in (0, 1]")
+        clock, mfu = clock_setting(self.clock, self.mfu)  # tpsim.plan.clock_choice
+        object.__setattr__(self, "clock", clock)
         object.__setattr__(self, "mfu", mfu)
 
     def check(self, par: Parallelism, layers: int, batch_size: int) -> None:
@@ -234,18 +224,6 @@ class Pipeline:
         if batch_size % (par.dp * self.microbatches):
             raise ConfigError(f"--batch-size {batch_size} does not split into dp x microbatches = {par.dp} x "
                               f"{self.microbatches} equal micro-batches")
-
-
-def clock_gpu(name: str) -> str:
-    """``--clock``'s GPU by its full name (``tpsim.plan.gpus``): the name itself, or the one preset it begins
-    (``h100`` → ``h100-80gb``); ConfigError (one line naming the choices) for anything else."""
-    from tpsim.plan.gpus import GPUS  # pure arithmetic; imported here, as tpsim.plan.gpus imports this module
-
-    found = [g for g in GPUS if g == name] or [g for g in GPUS if g.startswith(f"{name}-")]
-    if len(found) != 1:
-        what = "names more than one GPU" if found else "is neither unit nor a GPU"
-        raise ConfigError(f"--clock {name!r} {what}: choose unit or one of {', '.join(GPUS)}")
-    return found[0]
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tpsim.config import DEFAULT_MFU, DTYPE_ALIASES, Parallelism, dtype_alias
+from tpsim.config import DTYPE_ALIASES, Parallelism, dtype_alias
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import ONE_CHUNK, SCHEDULES
+from tpsim.plan.clock_choice import DEFAULT_MFU
 from tpsim.plan.models import ModelSpec
 from tpsim.predict import pipeline as pipeline_formula
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpsim.config import DEFAULT_MFU, UNIT_CLOCK, RunConfig
+from tpsim.config import RunConfig
+from tpsim.plan.clock_choice import DEFAULT_MFU, UNIT_CLOCK
 from tpsim.pipeline.actions import Schedule
 from tpsim.pipeline.clock import Costs, unit
 from tpsim.plan.comm import boundary_bytes, links
