@@ -47,6 +47,9 @@ OUTPUTS = {
     ("docs/guide/pipelines.md", "pipeline: interleaved schedule over 2 stages"): (
         "mpirun", 4, ["-m", "tpsim.demo", "--pp", "2", "--tp", "2", "--schedule", "interleaved", "--vp", "2",
                       "--layers", "4", "--microbatches", "4", "--steps", "5"], {}),
+    ("docs/guide/pipelines.md", "BUBBLE CHECK: MATCH — on the h100-80gb clock"): (
+        "mpirun", 4, ["-m", "tpsim.demo", "--pp", "2", "--tp", "2", "--microbatches", "4", "--steps", "3", "--clock",
+                      "h100"], {}),
     # the grid table is printed before the first step, so one step shows it as the page's 100-step run did
     ("docs/guide/mpi-and-machines.md", "             tp0 tp1   host"): (
         "mpirun", 8, ["-m", "tpsim.demo", "--tp", "2", "--steps", "1"], {"TPSIM_FAKE_HOSTS": "n1*3,n2*3,n3*2"}),
