@@ -85,5 +85,7 @@ def clock_words(run: RunConfig) -> str:
     lay = run_layout(run)
     g = gpu_preset(lay.gpu)
     link = links(lay, g)["pp"]
-    return (f"{g.name} ({g.peak(lay.dtype) / 1e12:g} TFLOP/s x mfu {lay.mfu} from each stage's FLOPs, messages "
-            f"alpha {link.alpha:g} s + bytes / {link.bandwidth:g} B/s on {link.name})")
+    peak = f"{g.peak(lay.dtype) / 1e12:g} TFLOP/s" + (" (the 16-bit peak; the planner has none for float64)"
+                                                      if lay.dtype == "float64" else "")
+    return (f"{g.name}: each stage's FLOPs at {peak} x mfu {lay.mfu}, {lay.dtype} messages of alpha {link.alpha:g} s "
+            f"+ bytes / {link.bandwidth:g} B/s on {link.name}")
