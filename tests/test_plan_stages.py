@@ -114,3 +114,13 @@ def test_a_tied_embedding_is_all_reduced_between_the_first_and_the_last_stage(st
     assert comm.step_comm(LLAMA, LAYOUT, g, stage, 1)["wire_bytes"]["embedding"] == 0
     one = replace(lay, pp=1)
     assert comm.step_comm(gpt3, one, g, 0, stage_param_elements(gpt3, 8, 1, 0))["wire_bytes"]["embedding"] == 0
+
+
+def test_the_report_prints_the_embedding_all_reduce_only_where_there_is_one():
+    from tpsim.plan.report import format_plan
+
+    gpt3 = plan(PRESETS["gpt3-175b"], Layout(tp=8, pp=4, dp=2, seq_len=2048, global_batch=64))
+    t = gpt3["time_s"]
+    assert t["step"] == pytest.approx(t["pipeline"] + t["tp"] + t["dp"] + t["embedding"], rel=1e-12) and t["embedding"]
+    assert "time: tied embedding all-reduce" in format_plan(gpt3)
+    assert "tied embedding" not in format_plan(plan(LLAMA, LAYOUT))  # untied: no such all-reduce
