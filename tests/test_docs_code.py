@@ -50,6 +50,9 @@ OUTPUTS = {
     ("docs/guide/pipelines.md", "pipeline: zb-h1 schedule over 4 stages"): (
         "mpirun", 8, ["-m", "tpsim.demo", "--pp", "4", "--tp", "2", "--layers", "4", "--microbatches", "8",
                       "--schedule", "zb-h1", "--steps", "10"], {}),
+    ("docs/guide/pipelines.md", "BUBBLE CHECK: MATCH — on the h100-80gb clock"): (
+        "mpirun", 4, ["-m", "tpsim.demo", "--pp", "2", "--tp", "2", "--microbatches", "4", "--steps", "3", "--clock",
+                      "h100"], {}),
     # the grid table is printed before the first step, so one step shows it as the page's 100-step run did
     ("docs/guide/mpi-and-machines.md", "             tp0 tp1   host"): (
         "mpirun", 8, ["-m", "tpsim.demo", "--tp", "2", "--steps", "1"], {"TPSIM_FAKE_HOSTS": "n1*3,n2*3,n3*2"}),

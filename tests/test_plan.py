@@ -113,7 +113,7 @@ def test_json_last_line_has_the_documented_fields(capsys):
     assert {"name", "params_total"} <= set(out["model"]) and out["layout"]["gpus"] == 64
     g = out["per_gpu"]
     assert set(g["memory_bytes"]) == {"params", "grads", "optimizer", "activations", "total"}
-    assert set(g["wire_bytes_per_step"]) == {"tp", "dp", "pp"}
+    assert set(g["wire_bytes_per_step"]) == {"tp", "dp", "pp", "embedding"}
     assert {"model_state_bytes_per_param", "activation_bytes_per_layer", "tp_wire_bytes_per_layer_per_microbatch",
             "params"} <= set(g)
     assert set(out["time_s"]) >= {"compute", "tp", "dp", "pp", "bubble", "step"} and out["fits"] is True

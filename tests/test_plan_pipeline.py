@@ -97,7 +97,8 @@ def test_compute_is_the_mean_busy_time_so_the_stage_flops_add_up_to_the_step():
         assert sum(busy) / len(busy) == pytest.approx(p["time_s"]["compute"], rel=1e-12)
         t = p["time_s"]
         assert t["compute"] + t["bubble"] + t["pp"] == pytest.approx(t["pipeline"], rel=1e-12)
-        assert t["step"] == pytest.approx(t["pipeline"] + t["tp"] + t["dp"], rel=1e-12)
+        assert t["step"] == pytest.approx(t["pipeline"] + t["tp"] + t["dp"] + t["embedding"], rel=1e-12)
+        assert (t["embedding"] > 0) == model.tied  # GPT-3's tied embedding: first + last stage (stage 0 here)
 
 
 def test_the_lm_head_makes_the_last_stage_heavier_and_the_bubble_larger():

@@ -95,3 +95,32 @@ def test_a_row_no_stage_claims_fails_loud(monkeypatch):
 def test_a_stage_outside_the_pipeline_is_refused():
     with pytest.raises(ValueError, match="stage 4 of a 4-stage pipeline"):
         comm.step_comm(LLAMA, LAYOUT, gpu("h100-80gb"), 4, 1)
+
+
+@pytest.mark.parametrize("stage", range(4))
+def test_a_tied_embedding_is_all_reduced_between_the_first_and_the_last_stage(stage):
+    """GPT-3 at TP 8 x PP 4, bf16: the first and the last stage all-reduce the [V/t, h] word-embedding shard's
+    fp32 main gradients in a group of two (2·(2 − 1)/2 = once its bytes on the wire, 2 ring steps of alpha on
+    the PP link); the middle stages, an untied Llama and one stage issue none."""
+    gpt3, lay = PRESETS["gpt3-175b"], Layout(tp=8, pp=4, dp=2, seq_len=2048, global_batch=64)
+    g = gpu("h100-80gb")
+    n = stage_param_elements(gpt3, 8, 4, stage)
+    got = comm.step_comm(gpt3, lay, g, stage, n)
+    shard = -(-50257 // 8) * 12288  # V padded to a multiple of t, ÷ t, × h
+    want = shard * 4 if stage in (0, 3) else 0
+    assert got["wire_bytes"]["embedding"] == want
+    link = comm.links(lay, g)["pp"]
+    assert got["time_s"]["embedding"] == (2 * link.alpha + want * link.beta if want else 0)
+    assert comm.step_comm(LLAMA, LAYOUT, g, stage, 1)["wire_bytes"]["embedding"] == 0
+    one = replace(lay, pp=1)
+    assert comm.step_comm(gpt3, one, g, 0, stage_param_elements(gpt3, 8, 1, 0))["wire_bytes"]["embedding"] == 0
+
+
+def test_the_report_prints_the_embedding_all_reduce_only_where_there_is_one():
+    from tpsim.plan.report import format_plan
+
+    gpt3 = plan(PRESETS["gpt3-175b"], Layout(tp=8, pp=4, dp=2, seq_len=2048, global_batch=64))
+    t = gpt3["time_s"]
+    assert t["step"] == pytest.approx(t["pipeline"] + t["tp"] + t["dp"] + t["embedding"], rel=1e-12) and t["embedding"]
+    assert "time: tied embedding all-reduce" in format_plan(gpt3)
+    assert "tied embedding" not in format_plan(plan(LLAMA, LAYOUT))  # untied: no such all-reduce

@@ -7,7 +7,7 @@
       optimizer    OptimizerSettings(lr, clip, bucket_mb, max_skipped_steps)
       schedule     Schedule(batch_size, seq_len, steps, seed, dropout_rng)
       files        Files(out, export, init_from, timeline_steps, save)
-      pipeline     Pipeline(schedule, microbatches, vp, stage_layers)   how pp > 1 runs (``tpsim.pp``)
+      pipeline     Pipeline(schedule, microbatches, vp, stage_layers, clock, mfu)   how pp > 1 runs (``tpsim.pp``)
 
 It is built and validated once (the demo's command line does it in ``tpsim.demo.cli``, tests and lessons with
 ``RunConfig.of``) and then only read: the model builders, the optimizer set-up, ``predict_step`` and the planner
@@ -30,6 +30,7 @@ import numpy as np
 from tpsim.arch import ARCH_NAMES, architecture, architecture_of
 from tpsim.errors import ConfigError
 from tpsim.nn.precision import DTYPE_NAMES, dtype_of  # DTYPE_NAMES: what --dtype accepts and prints
+from tpsim.plan.clock_choice import UNIT_CLOCK, clock_setting
 
 DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 ZERO_STAGES = (0, 1)  # ZeRO stages that run live (and that the planner prices)
@@ -185,17 +186,23 @@ class Pipeline:
     """How a pipeline runs when ``Parallelism.pp > 1``: the schedule (``tpsim.pipeline.schedules``: afab, 1f1b,
     ...), ``microbatches`` per DP replica per step (the global batch splits into dp × microbatches of them),
     ``vp`` model chunks per rank (``interleaved`` only; chunk c of rank r is virtual stage c·pp + r), and the
-    layers of every virtual stage, pp × vp sizes in virtual-stage order (None: an even split)."""
+    layers of every virtual stage, pp × vp sizes in virtual-stage order (None: an even split). ``clock``, ``mfu``:
+    what the live virtual clock charges, ``unit`` or a GPU at an efficiency (``tpsim.plan.clock_choice``)."""
 
     schedule: str = "1f1b"
     microbatches: int = 1
     vp: int = 1
     stage_layers: tuple[int, ...] | None = None
+    clock: str = UNIT_CLOCK
+    mfu: float | None = None
 
     def __post_init__(self) -> None:
         _at_least(1, microbatches=self.microbatches, vp=self.vp)
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", tuple(int(n) for n in self.stage_layers))
+        clock, mfu = clock_setting(self.clock, self.mfu)  # tpsim.plan.clock_choice
+        object.__setattr__(self, "clock", clock)
+        object.__setattr__(self, "mfu", mfu)
 
     def check(self, par: Parallelism, layers: int, batch_size: int) -> None:
         """``ConfigError`` (one line) for a pipeline that cannot run: the schedule and its sizes, the layer split,
@@ -203,6 +210,8 @@ class Pipeline:
         if par.pp == 1:
             if self.microbatches != 1 or self.vp != 1 or self.stage_layers is not None:
                 raise ConfigError("--microbatches, --vp and --pp-layers cut a pipeline: they need --pp > 1")
+            if self.clock != UNIT_CLOCK:
+                raise ConfigError(f"--clock {self.clock} times a pipeline's schedule: it needs --pp > 1")
             return
         from tpsim.pipeline.check import check  # pure arithmetic, as is the split
         from tpsim.pipeline.schedules import build

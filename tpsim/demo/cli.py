@@ -59,6 +59,16 @@ def _model_arguments(m) -> None:
                    help="llama: intermediate size, divisible by tp (default 8h/3 rounded up to a multiple of 32)")
 
 
+def _clock_arguments(g) -> None:
+    """The pipeline's virtual clock (``tpsim.plan.clock_choice``): unit costs, or the planner's on a GPU."""
+    g.add_argument("--clock", default="unit", metavar="unit|GPU",
+                   help="what the pipeline's virtual clock charges: unit (default: a stage's F 1, B 2, messages "
+                        "free) or a GPU of tpsim plan (h100-80gb, or a unique prefix such as h100): the planner's "
+                        "per-stage costs from FLOPs and alpha-beta messages for this run's layout")
+    g.add_argument("--mfu", type=float, default=None,
+                   help="with --clock GPU: the fraction of peak the matmuls reach (default 0.5, the planner's)")
+
+
 def build_parser() -> RankZeroParser:
     p = RankZeroParser(prog="python -m tpsim.demo",
                        description="Tensor parallelism on real MPI ranks: the rank grid, a check against the "
@@ -86,6 +96,7 @@ def build_parser() -> RankZeroParser:
     g.add_argument("--pp-layers", default=None, metavar="A,B,...",
                    help="layers of every pipeline stage (pp x vp sizes in virtual-stage order), summing to "
                         "--layers (default: an even split)")
+    _clock_arguments(g)
     _model_arguments(p.add_argument_group("model"))
     t = p.add_argument_group("training")
     t.add_argument("--batch-size", type=int, default=None,
@@ -204,7 +215,7 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
                                   max_skipped_steps=args.max_skipped_steps)
     model = _model(args)
     pipeline = Pipeline(schedule=args.schedule, microbatches=_microbatches(args), vp=args.vp,
-                        stage_layers=parse_stage_layers(args.pp_layers))
+                        stage_layers=parse_stage_layers(args.pp_layers), clock=args.clock, mfu=args.mfu)
     run = RunConfig(model, Parallelism(tp=tp, dp=dp, pp=args.pp, sp=args.sequence_parallel, zero=args.zero),
                     precision, optimizer, schedule, files, pipeline)
     check_paths(files)

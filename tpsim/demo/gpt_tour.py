@@ -191,16 +191,18 @@ def train(grid, model, grad_sync, run: RunConfig) -> tuple[list[dict], bool, obj
     return metrics, ok, optimizer
 
 
-def gather_and_write(grid, run: RunConfig, metrics) -> tuple[list[dict] | None, list[Path]]:
+def gather_and_write(grid, run: RunConfig, metrics, virtual: dict | None = None) -> tuple[list[dict] | None, list[Path]]:
     """Every rank's records and spans to rank 0, which writes the run's files and figures (silently: the lines
-    come with ``final_report``); ``(records, paths)`` on rank 0, ``(None, [])`` elsewhere."""
+    come with ``final_report``); ``(records, paths)`` on rank 0, ``(None, [])`` elsewhere. ``virtual``: a
+    pipeline's virtual-clock tracks for timeline.json (``tpsim.trace.timeline.virtual_clock_events``)."""
     records = gather_records(grid.tracer, grid.world)
     spans = gather_spans(grid.tracer, grid.world, last_steps=run.files.timeline_steps)
     if grid.rank != 0:
         return None, []
     last = metrics[-1]["step"] if metrics else 0
     return records, write_outputs(Path(run.files.out), records, metrics, grid.world_size, last,
-                                  title=grid_label(grid).replace("(", " ").replace(")", ""), spans=spans)
+                                  title=grid_label(grid).replace("(", " ").replace(")", ""), spans=spans,
+                                  virtual=virtual)
 
 
 def final_report(grid, run: RunConfig, metrics, grad_sync, records, paths, t_start: float) -> bool:

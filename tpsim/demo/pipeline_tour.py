@@ -8,10 +8,13 @@
     6. the pipeline                       peak micro-batches in flight per stage vs the schedule's formula
                                           (``tpsim.predict.pipeline``; interleaved: (micro-batch, chunk) pairs)
     7. communication table, FORMULA CHECK every collective and every send/recv, per rank, against the formulas
-    8. the bubble                         on the live virtual clock (F 1, B 2 a stage, 1/v of that a chunk;
-                                          zb-h1: F 1, B 1, W 1; messages free: ``tpsim.pp.clock``) vs
-                                          (p − 1)/(v·m + p − 1) (zb-h1: (p − 1)/(3m + p − 1), m ≥ p);
-                                          ``pipeline.json`` in the run folder
+    8. the bubble                         on the live virtual clock (``tpsim.pp.clock``). ``--clock unit``: F 1,
+                                          B 2 a stage (zb-h1: B 1, W 1), 1/v of that a chunk, messages free,
+                                          vs (p − 1)/(v·m + p − 1) (zb-h1: (p − 1)/(3m + p − 1)) exactly;
+                                          ``--clock GPU``: the planner's costs of this layout (``tpsim.plan.of_run``),
+                                          the step vs the planner's makespan to 1e-12, the unit formula beside
+                                          it with why the two differ;
+                                          ``pipeline.json`` and the "virtual clock" tracks of ``timeline.json``
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tpsim.config import RunConfig
 from tpsim.demo.export_check import check_export
 from tpsim.demo.gpt_tour import TOLERANCE, _number, check_against_serial, gather_and_write, header, task_of
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
+from tpsim.demo.pipeline_checks import bubble_check, p2p_formula, p2p_sent, pipeline_check
 from tpsim.demo.report import closing_lines, passed, say, step_table
 from tpsim.demo.serial_twin import final_verdict
 from tpsim.demo.trained_model import reverse_lines
@@ -34,33 +38,17 @@ from tpsim.demo.zero_demo import grad_bytes_of, state_table
 from tpsim.hf.checkpoint import load_into, to_hf, write_model_folder, write_step0
 from tpsim.hf.folder import load_init
 from tpsim.pipeline.schedules import build as build_schedule
+from tpsim.plan.clock_choice import UNIT_CLOCK
+from tpsim.plan.of_run import clock_costs, clock_words
 from tpsim.pp.build import build_pipeline
-from tpsim.pp.clock import bubble_measured
 from tpsim.pp.data import stage_batch
 from tpsim.pp.executor import Executor
 from tpsim.pp.gather import gather_stages
 from tpsim.pp.step import pipeline_grads
-from tpsim.predict.pipeline import bubble_fraction, peak_in_flight
 from tpsim.table import human_bytes
 from tpsim.tp.random import make_dropout_rng
 from tpsim.train import apply_update, broadcast_params, check_replicas
 from tpsim.train.nonfinite import report_skip
-
-
-def peak_formula(schedule: str, vp: int) -> str:
-    """The formula ``tpsim.predict.pipeline.peak_in_flight`` computes, in words."""
-    if schedule == "afab":
-        return "m"
-    if schedule == "zb-h1":
-        return "min(p, m)"
-    return "min(2(p − i − 1) + (v − 1)·p + 1, v·m)" if vp > 1 else "min(p − i, m)"
-
-
-def bubble_name(schedule: str, pp: int, m: int, vp: int) -> str:
-    """The bubble formula ``tpsim.predict.pipeline.bubble_fraction`` computes for this pipeline, in words."""
-    if schedule == "zb-h1":
-        return "(p − 1)/(3m + p − 1)" if m >= pp else "(2p − 1 − m)/(2m + 2p − 1) (m < p)"
-    return "(p − 1)/(m + p − 1)" if vp == 1 else "(p − 1)/(v·m + p − 1)"
 
 
 def stage_lines(run: RunConfig, shard) -> list[str]:
@@ -87,8 +75,9 @@ def build(grid: ProcessGrid, run: RunConfig, tensors):
     grad_sync = make_sync(shard, grid, run)
     schedule = build_schedule(run.pipeline.schedule, grid.pp, run.pipeline.microbatches, run.pipeline.vp)
     s = run.schedule.seq_len // grid.tp if run.parallel.sp else run.schedule.seq_len
-    executor = Executor(schedule, shard.chunks, grid.pp_group, (run.micro_batch, s, run.model.hidden),
-                        run.precision.numpy)
+    boundary = (run.micro_batch, s, run.model.hidden)
+    executor = Executor(schedule, shard.chunks, grid.pp_group, boundary, run.precision.numpy,
+                        costs=clock_costs(run, schedule, boundary, run.precision.numpy))
     say(grid, *stage_lines(run, shard),
         f"DP gradient sync on rank 0's stage: {len(grad_sync.buckets)} bucket(s), "
         f"{human_bytes(grad_sync.total_bytes)} of gradients per rank", "")
@@ -121,13 +110,15 @@ def first_step(grid, shard, run: RunConfig, loss: float, loss_scale: float = 1.0
 
 def train(grid, shard, grad_sync, executor, run: RunConfig):
     """``--steps`` steps (step 0 checked against serial): metrics, step 0's verdict, the optimizer, the largest
-    number of micro-batches this rank held at once, the last step's ``ExecutorResult``."""
+    number of micro-batches this rank held at once, the last step's ``ExecutorResult`` and the virtual-clock
+    spans of the steps the timeline keeps (``{step: spans}``)."""
     tracer, sch, task = grid.tracer, run.schedule, task_of(run)
     optimizer = demo_optimizer(shard, grid, run, grad_sync)
     scale = optimizer.loss_scale
     rng = make_dropout_rng(sch.dropout_rng, sch.seed, grid.tp_rank)
-    clip, metrics, ok, guard, peak = run.optimizer.max_norm, [], True, demo_guard(run), 0
-    for step in range(max(sch.steps, 1)):
+    clip, metrics, ok, guard, peak, virtual = run.optimizer.max_norm, [], True, demo_guard(run), 0, {}
+    steps = max(sch.steps, 1)
+    for step in range(steps):
         tracer.step = step
         t0 = time.perf_counter()
         ids, labels, rows = stage_batch(grid, lambda: task.batch(sch.seed, step, sch.batch_size), sch.batch_size,
@@ -136,6 +127,8 @@ def train(grid, shard, grad_sync, executor, run: RunConfig):
             loss, tokens, result = pipeline_grads(shard, executor, grid, grad_sync, ids, labels, rows=rows, rng=rng,
                                                   step=step, loss_scale=scale)
         peak, last = max(peak, result.peak_in_flight), result
+        if step >= steps - run.files.timeline_steps:
+            virtual[step] = [tuple(span) for span in result.clock.spans]
         if step == 0:
             grad_sync.gather_grads()
             ok = first_step(grid, shard, run, loss, scale)
@@ -156,64 +149,13 @@ def train(grid, shard, grad_sync, executor, run: RunConfig):
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} moved by rank 0")
     say(grid, f"  tok/s measures how this machine schedules {grid.world.size} processes, not a GPU cluster "
               "(docs/performance.md)", "", state_table(shard, optimizer, grid))
-    return metrics, ok, optimizer, peak, last
+    return metrics, ok, optimizer, peak, last, virtual
 
 
 def per_stage(grid: ProcessGrid, value) -> list | None:
     """``value`` of every stage's rank in rank 0's pipeline group, on rank 0 (None elsewhere); untraced."""
     with grid.tracer.paused():
         return grid.pp_group.gather_objects(value, root=0)
-
-
-def pipeline_check(grid, run: RunConfig, peaks: list[int] | None) -> tuple[bool, str]:
-    """Rank 0: the peak of micro-batches in flight per stage against the schedule's formula."""
-    pipe = run.pipeline
-    want = peak_in_flight(pipe.schedule, grid.pp, pipe.microbatches, pipe.vp)
-    ok = peaks == want
-    held = "(micro-batch, chunk) pairs" if pipe.vp > 1 else "micro-batches"
-    freed = "each W ran: B keeps W's inputs" if pipe.schedule == "zb-h1" else "each backward ran"
-    return ok, (f"PIPELINE CHECK: {'MATCH' if ok else 'MISMATCH'} — peak {held} in flight per stage "
-                f"{peaks}, {pipe.schedule}'s {peak_formula(pipe.schedule, pipe.vp)} = {want} (activations freed as "
-                f"{freed})")
-
-
-def p2p_sent(grid, records: list[dict], step: int) -> int:
-    """Bytes rank 0's pipeline (one DP replica, one TP rank) sent in ``step``, from the records."""
-    chain = set(grid.pp_group.ranks)
-    return sum(r["bytes"] for r in records if r["op"] == "send" and r["rank"] in chain and r["step"] == step)
-
-
-BUBBLE_TOLERANCE = 1e-9
-
-
-def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict], step: int) -> tuple[bool, str, dict]:
-    """Rank 0: the last step's bubble on the unit clock, measured on rank 0's pipeline, vs (p − 1)/(v·m + p − 1);
-    ``(ok, BUBBLE CHECK line, pipeline.json's content)``."""
-    from tpsim.predict.pipeline_comm import p2p_bytes_formula
-
-    pipe, chain = run.pipeline, grid.pp_group.ranks
-    clocks = {rank: (end, busy) for rank, _, end, busy, _ in timing}
-    end, measured = bubble_measured([clocks[r] for r in chain])
-    formula = bubble_fraction(pipe.schedule, grid.pp, pipe.microbatches, pipe.vp)
-    ok = abs(measured - formula) <= BUBBLE_TOLERANCE
-    costs = ("F 1, B 1, W 1" if pipe.schedule == "zb-h1" else "F 1, B 2" if pipe.vp == 1
-             else f"F 1, B 2 a stage; a chunk 1/{pipe.vp} of that")
-    doc = {"schedule": pipe.schedule, "pp": grid.pp, "vp": pipe.vp, "microbatches": pipe.microbatches,
-           "clock": f"unit ({costs}, messages free)", "step": step, "step_time": end,
-           "bubble_fraction": {"measured": measured, "formula": formula},
-           "p2p_bytes": {"measured": p2p_sent(grid, records, step), "formula": p2p_bytes_formula(run)},
-           "ranks": [{"rank": rank, "stage": stage, "busy_s": busy, "idle_s": end - busy, "peak_in_flight": peak}
-                     for rank, stage, _, busy, peak in sorted(timing)]}
-    name = bubble_name(pipe.schedule, grid.pp, pipe.microbatches, pipe.vp)
-    line = (f"BUBBLE CHECK: {'MATCH' if ok else 'MISMATCH'} — on the unit clock ({costs}) the pipeline of ranks "
-            f"{list(chain)} idled {measured:.6f} of its {end:g}-unit step; {name} = {formula:.6f}")
-    return ok, line, doc
-
-
-def p2p_formula(run: RunConfig) -> str:
-    """The p2p bytes formula in words (``tpsim.predict.pipeline_comm.p2p_bytes_formula`` computes it)."""
-    stages = "(v·p − 1)" if run.pipeline.vp > 1 else "(p − 1)"
-    return f"2·m·{stages}·b·s·h·e" + (" ÷ t" if run.parallel.sp else "")
 
 
 def final_report(grid, run: RunConfig, metrics, stage_sync, records, paths, t_start: float) -> bool:
@@ -251,14 +193,17 @@ def run(demo) -> int:
     grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp, pp=run.parallel.pp)
     say(grid, *header(grid, run))
     shard, grad_sync, executor = build(grid, run, tensors)
-    metrics, ok, optimizer, peak, result = train(grid, shard, grad_sync, executor, run)
+    metrics, ok, optimizer, peak, result, virtual = train(grid, shard, grad_sync, executor, run)
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
     replicas = check_replicas(shard, grid)  # each stage its own parameters
     stage_reports = per_stage(grid, (replicas.ok, replicas.summary(), peak,
                                      (len(grad_sync.buckets), grad_bytes_of(run, grad_sync))))
     with grid.tracer.paused():
         timing = grid.world.gather_objects((grid.rank, grid.pp_rank, result.clock.time, result.clock.busy, peak))
-    records, paths = gather_and_write(grid, run, metrics)
+    chains = per_stage(grid, virtual)  # rank 0's pipeline: one virtual-clock track per pipeline rank
+    tracks = None if chains is None else {"clock": clock_words(run), "seconds": run.pipeline.clock != UNIT_CLOCK,
+                                          "ranks": list(grid.pp_group.ranks), "tracks": chains}
+    records, paths = gather_and_write(grid, run, metrics, virtual=tracks)
     final_ok = final_verdict(grid, shard, optimizer, run, metrics)
     replicas_ok, pipe_ok = True, True
     if grid.rank == 0:

@@ -44,9 +44,10 @@ def step_table(records: list[dict], step: int, ranks: int) -> str:
 
 
 def write_outputs(out: Path, records: list[dict], metrics: list[dict], ranks: int, step: int,
-                  title: str, *, spans: list[dict] | None = None) -> list[Path]:
+                  title: str, *, spans: list[dict] | None = None, virtual: dict | None = None) -> list[Path]:
     """comm.jsonl, metrics.jsonl, loss.png and comm_bytes.png; given the compute ``spans`` (``gather_spans``)
-    also spans.jsonl, timeline.json (Chrome trace of the steps they cover) and timeline.png (rank 0 only)."""
+    also spans.jsonl, timeline.json (Chrome trace of the steps they cover, with a pipeline's ``virtual`` clock
+    tracks when given) and timeline.png (rank 0 only)."""
     from tpsim.trace.run_folder import write_figures
     from tpsim.trace.timeline import chrome_trace, write_chrome_trace
 
@@ -55,7 +56,7 @@ def write_outputs(out: Path, records: list[dict], metrics: list[dict], ranks: in
     paths.append(write_lines(out / "metrics.jsonl", (json.dumps(m) for m in metrics)))
     if spans is not None:
         paths.append(write_jsonl(spans, out / "spans.jsonl"))
-        paths.append(write_chrome_trace(chrome_trace(spans, records), out / "timeline.json"))
+        paths.append(write_chrome_trace(chrome_trace(spans, records, virtual=virtual), out / "timeline.json"))
     # the same function `tpsim plot` calls, so a regenerated figure is the one the run drew
     return paths + write_figures(out, records, metrics, spans, step, ranks, title)
 

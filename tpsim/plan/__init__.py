@@ -19,5 +19,8 @@ models; memory and comm read the schedule's lists from ``tpsim.pipeline.stage_cl
     report    the readable tables
     published Narayanan et al. 2021's runs and the ZeRO paper's example beside the planner
     validate  --validate: small live layouts check every per-layer term (launches mpiexec; the ranks run ``live``)
+              and, in ``validate_pipeline``, the pipeline terms on live pipelines (the ranks run ``live_pipeline``)
+    of_run    a live run as the planner sees it (ModelSpec, Layout) and the costs of its ``--clock GPU``;
+              ``clock_choice``: what ``--clock`` and ``--mfu`` accept
     cli       the ``tpsim plan`` command
 """

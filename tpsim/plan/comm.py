@@ -30,8 +30,13 @@ interleaved, one of each per micro-batch and chunk except at the model's two end
 send m·(2v − 1), the others 2·m·v, 2·m·(v·p − 1) in the pipeline. Each is b·s·h elements (÷ t under SP,
 where the boundary tensor is split); what a stage receives is counted as its neighbour's send. Their time is
 not priced here: the messages run on the virtual clock (``tpsim.plan.pipeline``), which says how much of them
-the schedule exposes. A tied embedding's gradient all-reduce between the first and the last stage
-(Megatron-LM's embedding group, p > 1) is not counted.
+the schedule exposes.
+
+**Embedding** (p > 1, tied embeddings: GPT-2): the first stage's word embedding and the last stage's LM head are
+one weight held twice, so after the last backward their gradients are summed over Megatron-LM's embedding group
+(``_allreduce_word_embedding_grads``; tpsim.pp.step's ``allreduce_word_embedding_grads``): one all-reduce of the
+[V/t, h] shard (V padded to a multiple of t) at the layout's gradient bytes over a group of 2 — wire bytes
+2·(2 − 1)/2 = 1 × its bytes, α-β time on the PP link — issued by a GPU of the first and of the last stage only.
 
 Links: TP on the node's link when the TP group fits in a node, else the inter-node link; PP on the node's link
 while tp·pp GPUs fit in a node (Megatron's order puts TP fastest, PP outermost), DP while the whole job does.
@@ -42,6 +47,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tpsim.cost import alpha_beta_time, ring_steps, wire_bytes
+from tpsim.partition import padded_vocab_size
 from tpsim.phases import FORWARD
 from tpsim.pipeline.stage_clock import compiled
 from tpsim.plan.gpus import GPU
@@ -144,10 +150,22 @@ def boundary_bytes(model: ModelSpec, lay: Layout) -> int:
     return lay.micro_batch * lay.seq_len * model.hidden * ACT_BYTES[lay.dtype] // (lay.tp if lay.sp else 1)
 
 
+EMBEDDING_GROUP = 2  # the first and the last pipeline stage
+
+
+def embedding_collectives(model: ModelSpec, lay: Layout, stage: int) -> list[tuple[str, int]]:
+    """``(op, logical bytes)`` of the tied embedding's gradient sync a GPU of ``stage`` joins per step: one
+    all-reduce of its [V/t, h] gradient shard on the first and the last stage when p > 1 (module docstring)."""
+    if not (model.tied and lay.pp > 1 and stage in (0, lay.pp - 1)):
+        return []
+    shard = padded_vocab_size(model.vocab, lay.tp) // lay.tp * model.hidden
+    return [("all_reduce", shard * STATE_BYTES[lay.dtype][1])]
+
+
 def step_comm(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, stage_params: int) -> dict[str, dict[str, float]]:
-    """``{"wire_bytes": {"tp", "dp", "pp"}, "time_s": {"tp", "dp"}}`` per step on one GPU of ``stage``, which
-    holds ``stage_params`` parameters: that stage's own collectives only (the module docstring; PP's time is the
-    virtual clock's)."""
+    """``{"wire_bytes": {"tp", "dp", "pp", "embedding"}, "time_s": {"tp", "dp", "embedding"}}`` per step on one
+    GPU of ``stage``, which holds ``stage_params`` parameters: that stage's own collectives only (the module
+    docstring; PP's time is the virtual clock's)."""
     if not 0 <= stage < lay.pp:
         raise ValueError(f"stage {stage} of a {lay.pp}-stage pipeline")
     m, per_stage, link = lay.microbatches, rank_layers(model, lay)[stage], links(lay, gpu)
@@ -160,5 +178,10 @@ def step_comm(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, stage_params:
     dp_wire = dp_wire_bytes(lay, stage_params)
     dp_time = sum(alpha_beta_time(ring_steps(op, lay.dp), wire_bytes(op, n, lay.dp), link["dp"].alpha,
                                   link["dp"].beta) for op, n in dp_ops)
-    return {"wire_bytes": {"tp": tp_wire, "dp": dp_wire, "pp": pp_sends(lay, stage) * boundary_bytes(model, lay)},
-            "time_s": {"tp": tp_time, "dp": dp_time}}
+    emb = embedding_collectives(model, lay, stage)
+    emb_wire = sum(wire_bytes(op, n, EMBEDDING_GROUP) for op, n in emb)
+    emb_time = sum(alpha_beta_time(ring_steps(op, EMBEDDING_GROUP), wire_bytes(op, n, EMBEDDING_GROUP),
+                                   link["pp"].alpha, link["pp"].beta) for op, n in emb)
+    return {"wire_bytes": {"tp": tp_wire, "dp": dp_wire, "pp": pp_sends(lay, stage) * boundary_bytes(model, lay),
+                           "embedding": emb_wire},
+            "time_s": {"tp": tp_time, "dp": dp_time, "embedding": emb_time}}

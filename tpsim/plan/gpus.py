@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpsim.config import dtype_name
 from tpsim.errors import ConfigError
 from tpsim.predict.hardware import IB_NDR, NVLINK4_H100, LinkPreset
 
@@ -42,8 +41,10 @@ class GPU:
     intra: LinkPreset
     inter: LinkPreset
 
-    def peak(self, dtype: str) -> float:
-        return self.peak_flops_tf32 if dtype_name(dtype) == "float32" else self.peak_flops_16bit
+    def peak(self, dtype) -> float:
+        """FLOP/s of ``dtype`` (float32, fp32 or np.float32's dtype: TF32; any other: the 16-bit peak). Spelled
+        out here, not through ``tpsim.config.dtype_name``: the configuration reads ``GPUS`` for ``--clock``."""
+        return self.peak_flops_tf32 if str(dtype) in ("float32", "fp32") else self.peak_flops_16bit
 
 
 GB = 10 ** 9

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from tpsim.config import DTYPE_ALIASES, Parallelism, dtype_alias
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import ONE_CHUNK, SCHEDULES
+from tpsim.plan.clock_choice import DEFAULT_MFU
 from tpsim.plan.models import ModelSpec
 from tpsim.predict import pipeline as pipeline_formula
 
@@ -37,7 +38,7 @@ class Layout(Parallelism):
     dtype: str = "bfloat16"
     gpu: str = "h100-80gb"
     gpus_per_node: int = 8
-    mfu: float = 0.5
+    mfu: float = DEFAULT_MFU
     schedule: str = "1f1b"
     vp: int = 1
     pp_layers: tuple[int, ...] | None = None  # layers of each virtual stage; None: L / (pp·vp) each

@@ -101,6 +101,8 @@ def format_plan(p: dict) -> str:
             RULE, *pipeline_rows(p), RULE,
             ["time: compute", seconds(t["compute"]), f"peak {lay['peak_flops'] / 1e12:g} TFLOP/s x mfu {lay['mfu']}"],
             ["time: TP / DP", " / ".join(seconds(t[k]) for k in ("tp", "dp")), f"alpha-beta ring, {stage}'s"],
+            *([["time: tied embedding all-reduce", seconds(t["embedding"]),
+                f"{gb(wire['embedding'])} over the first + last stage"]] if t.get("embedding") else []),
             ["time: bubble / PP exposed", " / ".join(seconds(t[k]) for k in ("bubble", "pp")),
              "virtual clock: stages from FLOPs, p2p alpha-beta"],
             ["step (nothing overlapped)", seconds(t["step"]), f"{p['tflops_per_gpu']:,.0f} TFLOP/s per GPU"],

@@ -24,9 +24,11 @@ included) — also the mean over the pipeline ranks of their busy time on the vi
 times each stage's F, B and W from these FLOPs). ``step_times`` takes the clock's two makespans, with and
 without the point-to-point messages: ``bubble`` = makespan without messages − compute (the schedule's idle time
 at these stage costs; (p − 1)/m of compute under 1F1B only when every stage costs the same), ``pp`` = what the
-messages add to the makespan (the exposed p2p time), TP and DP from ``tpsim.plan.comm``, outside the clock. Two
-step times, stated as such: ``step`` adds everything (the makespan + TP + DP: nothing else overlapped);
-``step_overlapped`` hides DP and PP behind compute (TP stays exposed: it sits between a layer's matmuls).
+messages add to the makespan (the exposed p2p time), TP, DP and the tied embedding's gradient all-reduce
+(``embedding``, first and last stage) from ``tpsim.plan.comm``, outside the clock. Two step times, stated as
+such: ``step`` adds everything (the makespan + TP + DP + embedding: nothing else overlapped); ``step_overlapped``
+hides DP and PP behind compute (TP stays exposed: it sits between a layer's matmuls; so does the embedding's
+all-reduce, which runs after the pipeline's last backward).
 """
 
 from __future__ import annotations
@@ -68,12 +70,13 @@ def narayanan_flops(B: int, s: int, L: int, h: int, V: int, recompute: bool = Fa
 
 
 def step_times(compute: float, comm: dict[str, float], pipeline: float, no_p2p: float) -> dict[str, float]:
-    """``{"compute", "tp", "dp", "pp", "bubble", "pipeline", "step", "step_overlapped"}`` seconds, from the mean
-    compute, TP and DP times ``comm`` and the clock's makespans with (``pipeline``) and without messages."""
-    bubble, pp = no_p2p - compute, pipeline - no_p2p
+    """``{"compute", "tp", "dp", "embedding", "pp", "bubble", "pipeline", "step", "step_overlapped"}`` seconds,
+    from the mean compute, the TP, DP and embedding times ``comm`` (no ``embedding``: 0) and the clock's
+    makespans with (``pipeline``) and without messages."""
+    bubble, pp, emb = no_p2p - compute, pipeline - no_p2p, comm.get("embedding", 0.0)
     if abs(bubble) <= ROUNDING * no_p2p:  # one stage, or equal ones never waiting: the same FLOPs summed twice
         bubble = 0.0
-    exposed = compute + bubble + comm["tp"]
-    return {"compute": compute, "tp": comm["tp"], "dp": comm["dp"], "pp": pp, "bubble": bubble, "pipeline": pipeline,
-            "step": pipeline + comm["tp"] + comm["dp"],
+    exposed = compute + bubble + comm["tp"] + emb
+    return {"compute": compute, "tp": comm["tp"], "dp": comm["dp"], "embedding": emb, "pp": pp, "bubble": bubble,
+            "pipeline": pipeline, "step": pipeline + comm["tp"] + comm["dp"] + emb,
             "step_overlapped": exposed + max(0.0, comm["dp"] + pp - compute)}

@@ -9,8 +9,11 @@ each rank keeps a clock of *modelled* time, charged exactly as the MPI-free cloc
     RECV: clock = max(own clock, the sender's + α + β·bytes)    (unit: messages free; the wait is idle time)
 
 The data still moves through real MPI, so numbers stay real and the time is deterministic: the same run gives
-the same timeline on any machine, loaded or not — and the same numbers as ``simulate(schedule)``, since the
-costs are the same functions. After a step, T = the largest clock of the pipeline; a rank was busy
+the same timeline on any machine, loaded or not — and the same numbers as ``simulate(schedule, costs)``, since
+the costs are the same functions. Under ``--clock GPU`` the costs are the planner's for the run's layout
+(``tpsim.plan.of_run.clock_costs``): per-stage F and B from FLOPs at the GPU's peak × mfu, each message α + β·bytes
+on the pipeline's link. Every compute action and every receive leaves a ``VirtualSpan`` (its start and end on this
+clock: a receive that ends later than it starts waited), the "virtual clock" tracks of ``timeline.json``. After a step, T = the largest clock of the pipeline; a rank was busy
 v·m·(t_F + t_B) of it (its chunks' share) and idle the rest. The idle share is the formula of
 ``tpsim.predict.pipeline.bubble_fraction``: (p − 1)/(m + p − 1) for AFAB and 1F1B, (p − 1)/(v·m + p − 1)
 interleaved (Narayanan et al. 2021, §2.2). MPI-free.
@@ -18,32 +21,48 @@ interleaved (Narayanan et al. 2021, §2.2). MPI-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tpsim.pipeline.clock import Costs
 
 
+class VirtualSpan(NamedTuple):
+    """One action on the virtual clock: ``op`` F, B, W, RECV_F or RECV_B of (``microbatch``, ``chunk``), from
+    ``start`` to ``end`` (a receive: the time it waited for its message, 0 when the message was there)."""
+
+    op: str
+    microbatch: int
+    chunk: int
+    start: float
+    end: float
+
+
 @dataclass
 class LiveClock:
-    """One rank's modelled time in a step: ``time`` now, ``busy`` spent computing (the rest was waiting).
-    ``costs``: what each action costs (``tpsim.pipeline.clock.Costs``), ``rank``: this pipeline rank."""
+    """One rank's modelled time in a step: ``time`` now, ``busy`` spent computing (the rest was waiting), and the
+    ``spans`` of its compute actions and receives in the order they ran. ``costs``: what each action costs
+    (``tpsim.pipeline.clock.Costs``), ``rank``: this pipeline rank."""
 
     costs: Costs
     rank: int
     time: float = 0.0
     busy: float = 0.0
+    spans: list[VirtualSpan] = field(default_factory=list)
 
     def compute(self, op: str, chunk: int, microbatch: int) -> None:
         """A forward or backward of (micro-batch, chunk) ran: the clock moves by its cost."""
-        cost = self.costs.compute[op](self.rank, chunk, microbatch)
-        self.time += cost
+        cost, start = self.costs.compute[op](self.rank, chunk, microbatch), self.time
+        self.time = start + cost
         self.busy += cost
+        self.spans.append(VirtualSpan(op, microbatch, chunk, start, self.time))
 
-    def arrive(self, sent: float, message: tuple[str, int, int]) -> None:
-        """``message`` (direction, micro-batch, sender's virtual stage), sent at the sender's ``sent``, arrived:
-        nothing here can start before it has crossed the link."""
-        c = self.costs
-        self.time = max(self.time, sent + c.alpha + c.beta * c.message_bytes(*message))
+    def arrive(self, sent: float, message: tuple[str, int, int], chunk: int = 0) -> None:
+        """``message`` (direction, micro-batch, sender's virtual stage), sent at the sender's ``sent``, arrived for
+        this rank's ``chunk``: nothing here can start before it has crossed the link."""
+        c, start = self.costs, self.time
+        self.time = max(start, sent + c.alpha + c.beta * c.message_bytes(*message))
+        self.spans.append(VirtualSpan(f"RECV_{message[0]}", message[1], chunk, start, self.time))
 
 
 def bubble_measured(clocks: list[tuple[float, float]]) -> tuple[float, float]:

@@ -25,8 +25,9 @@ hang, or leave a micro-batch half done, is a one-line ``ConfigError`` before any
 
 Traced: every send and recv under scope "pipeline", phase forward (activations) or backward (gradients). Each
 message also carries its sender's virtual clock (``tpsim.pp.clock``: by default the unit costs of
-``tpsim.pipeline.clock.unit`` — a stage's F 1, B 2, a chunk's 1/v of that, messages free), so the result holds
-this rank's modelled time of the step and how much of it was busy.
+``tpsim.pipeline.clock.unit`` — a stage's F 1, B 2, a chunk's 1/v of that, messages free; under ``--clock GPU``
+the planner's costs), so the result holds this rank's modelled time of the step, how much of it was busy, and
+the virtual span of every compute action and receive (``result.clock.spans``).
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ class Executor:
                     x, sent = self.group.recv(self.boundary, self.dtype, a.peer, tag, microbatch=j, chunk=c,
                                               stamped=True)
                 received["F" if forward else "B", j, c] = x
-                out.clock.arrive(sent, sch.message(self.rank, a))
+                out.clock.arrive(sent, sch.message(self.rank, a), chunk=c)
             elif a.op == "F":
                 x = inputs[j] if v == 0 else received.pop(("F", j, c))
                 y, caches[j, c] = chunk.forward(x, labels[j] if chunk.last else None, plans[j])

@@ -8,6 +8,11 @@ Two outputs from the same records (``spans.jsonl`` + ``comm.jsonl``):
 In the Chrome trace each rank is a process (``pid`` = rank) with two threads: ``tid`` 0 "compute" (layer
 spans, and inside them the ``tpsim.kinds`` marks: matmul, elementwise, softmax_norm) and ``tid`` 1
 "communication" (each collective, with a nested "wait" event for the time it waited for its group).
+A pipeline run adds one more process, "virtual clock" (``virtual_clock_events``): a thread per pipeline rank of
+rank 0's pipeline, one event per F, B and W at its start and end on the live virtual clock (``tpsim.pp.clock``)
+and a "wait" event where a receive waited for its message; the steps kept follow one another from 0 (what runs
+between them, the loss broadcast, DP sync and optimizer, is not on that clock). A GPU clock's modelled seconds
+are drawn as seconds, the unit clock's units as milliseconds (the process name says which).
 ``timeline.png`` draws the layer spans only. The viewers draw a track's events as a stack, so events on one track must *nest*
 (a child inside its parent, never a partial overlap). Spans recorded by one rank nest by construction (one
 clock; a parent's starts before and stops after its children's), and times are rounded end by end, which
@@ -26,6 +31,7 @@ from tpsim.trace.records import grid_of
 from tpsim.atomic import save_figure, write_text
 
 COMPUTE_TID, COMM_TID = 0, 1
+UNIT_DRAWN_AS = 1e-3  # seconds of the trace's time axis one unit of the unit clock is drawn as
 PHASE_COLORS = {DATA: "#BBBBBB", FORWARD: "#A6CEE3", DP_SYNC: "#B2DF8A", BACKWARD: "#FDBF6F", OPTIMIZER: "#CAB2D6"}
 LAYER_COLORS = {"embedding": "#F6D55C", "layernorm": "#B39DDB", "attention": "#F28E2B", "mlp": "#59A14F",
                "lm_head": "#E15759", "loss": "#76B7B2", "block": "#D0D0D0", "transformer": "#E8E8E8",
@@ -79,8 +85,44 @@ def collective_args(rec: dict) -> dict:
     return {k: rec[k] for k in keys}
 
 
-def chrome_trace(spans: list[dict], records: list[dict], steps=None) -> dict:
-    """The Chrome trace of ``steps`` (default: every step that has spans) from every rank."""
+def virtual_clock_events(virtual: dict, pid: int, steps) -> list[dict]:
+    """The "virtual clock" process ``pid`` of a pipeline run (module docstring). ``virtual``: ``clock`` (in
+    words), ``seconds`` (a GPU clock: modelled seconds; else units), ``ranks`` (world rank of each pipeline rank)
+    and ``tracks[pipeline rank][step]``, that rank's ``(op, micro-batch, chunk, start, end)`` spans of the step
+    (``tpsim.pp.clock.VirtualSpan``), kept for ``steps`` only."""
+    scale = 1.0 if virtual["seconds"] else UNIT_DRAWN_AS
+    drawn = "modelled seconds" if virtual["seconds"] else "1 unit drawn as 1 ms"
+    events = [{"ph": "M", "pid": pid, "name": "process_name",
+               "args": {"name": f"virtual clock: {virtual['clock']} ({drawn})"}},
+              {"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": pid}}]
+    kept = sorted(set(steps).intersection(*(track.keys() for track in virtual["tracks"])))
+    offsets, at = {}, 0.0
+    for step in kept:  # each step from where the one before ended on its slowest rank
+        offsets[step] = at
+        at += max((span[4] for track in virtual["tracks"] for span in track[step]), default=0.0)
+    for stage, (rank, track) in enumerate(zip(virtual["ranks"], virtual["tracks"])):
+        events += [{"ph": "M", "pid": pid, "tid": stage, "name": "thread_name",
+                    "args": {"name": f"pipeline rank {stage} (world rank {rank})"}},
+                   {"ph": "M", "pid": pid, "tid": stage, "name": "thread_sort_index", "args": {"sort_index": stage}}]
+        for step in kept:
+            for op, j, chunk, start, end in track[step]:
+                args = {"step": step, "microbatch": j, "chunk": chunk, "virtual_start": start, "virtual_end": end}
+                if op.startswith("RECV"):
+                    if end <= start:
+                        continue  # the message was there: no wait
+                    what = "activation" if op == "RECV_F" else "gradient"
+                    name, cat = "wait", "idle"
+                    args["for"] = f"micro-batch {j}'s {what} (chunk {chunk})"
+                else:
+                    name, cat = f"{op}{j}" + (f".{chunk}" if chunk else ""), "virtual"
+                events.append(_complete(name, cat, pid, stage, (offsets[step] + start) * scale,
+                                        (end - start) * scale, args))
+    return events
+
+
+def chrome_trace(spans: list[dict], records: list[dict], steps=None, virtual: dict | None = None) -> dict:
+    """The Chrome trace of ``steps`` (default: every step that has spans) from every rank; ``virtual``: a pipeline
+    run's virtual-clock tracks (``virtual_clock_events``), drawn as one more process."""
     if steps is None:
         steps = {s["step"] for s in spans}
     steps = set(steps)
@@ -110,6 +152,8 @@ def chrome_trace(spans: list[dict], records: list[dict], steps=None) -> dict:
                                    {"scope": r["scope"], "phase": r["phase"], "step": r["step"],
                                     "for": f"the last of {r['group']} group {r['group_ranks']} to arrive"}))
     events = meta + [e for key in sorted(tracks) for e in clamp_nesting(tracks[key])]
+    if virtual is not None:
+        events += virtual_clock_events(virtual, max(ranks, default=-1) + 1, steps)
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"source": "tpsim", "steps": sorted(steps)}}
 

@@ -1,0 +1,52 @@
+"""The pipeline cases' comparison itself (``tpsim.plan.validate_pipeline``), without MPI: ranks that report the
+planner's own numbers match on every term; one rank off by a byte, a micro-batch or a step time beyond 1e-12
+relative is a NO on that term alone; a schedule the live ranks cannot run is skipped with the config's reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpsim.cost import wire_bytes
+from tpsim.plan.comm import EMBEDDING_GROUP, embedding_collectives
+from tpsim.plan.gpus import gpu
+from tpsim.plan.of_run import model_spec, run_layout
+from tpsim.plan.pipeline import pipeline_terms
+from tpsim.plan.validate_pipeline import PIPELINE_CASES, check_pipeline_case, skipped
+
+LIVE = [c for c in PIPELINE_CASES if skipped(c) is None]
+
+
+def planned_ranks(case) -> list[dict]:
+    """What every rank of ``case`` reports when it measures exactly what the planner predicts."""
+    run = case.run()
+    model, lay = model_spec(run.model), run_layout(run)
+    terms = pipeline_terms(model, lay, gpu(lay.gpu))
+    per_rank = terms["p2p_bytes"]["measured"] // terms["messages"]
+    out = []
+    for dp in range(case.dp):
+        for tp in range(case.tp):
+            for r in range(case.pp):
+                emb = sum(wire_bytes(op, n, EMBEDDING_GROUP) for op, n in embedding_collectives(model, lay, r))
+                out.append({"pp_rank": r, "dp_rank": dp, "tp_rank": tp, "clock_end": terms["makespan_s"],
+                            "peak_in_flight": terms["ranks"][r]["peak_in_flight"],
+                            "p2p_sent": terms["ranks"][r]["sends"] * per_rank, "embedding_wire": emb})
+    return out
+
+
+@pytest.mark.parametrize("case", LIVE, ids=lambda c: c.name)
+def test_the_planners_own_numbers_match_and_any_difference_is_a_no(case):
+    ranks = planned_ranks(case)
+    assert all(ok for *_, ok in check_pipeline_case(case, ranks))
+    for key, nudge, term in (("p2p_sent", 1, "p2p bytes per replica"), ("peak_in_flight", 1, "peak in flight"),
+                             ("embedding_wire", 8, "embedding all-reduce"),
+                             ("clock_end", ranks[-1]["clock_end"] * 1e-11, "virtual step time")):
+        bad = [dict(r) for r in ranks]
+        bad[-1][key] += nudge
+        rows = check_pipeline_case(case, bad)
+        assert [t for _, t, _, _, ok in rows if not ok] == [next(t for _, t, *_ in rows if t.startswith(term))]
+
+
+def test_zb_h1_is_skipped_with_the_configurations_reason():
+    [zb] = [c for c in PIPELINE_CASES if c.schedule == "zb-h1"]
+    assert "splits the backward into B and W" in skipped(zb)
+    assert {c.schedule for c in LIVE} == {"1f1b", "interleaved", "afab"} and all(c.ranks == 4 for c in LIVE)

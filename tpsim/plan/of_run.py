@@ -1,0 +1,91 @@
+"""A live run as the planner sees it: the ``ModelSpec`` and ``Layout`` of a ``tpsim.config.RunConfig``.
+
+One mapping, used wherever a live run and the planner must price the same thing — the demo's ``--clock GPU``
+and ``tpsim plan --validate``'s pipeline cases:
+
+    model_spec(config)        the architecture's sizes (vocab, hidden, layers, heads, KV heads, ffn, positions, tied)
+    run_layout(run, gpu, mfu) tp, dp, pp, sp, zero of the run; its sequence length, micro-batch (the DP replica's
+                              rows ÷ micro-batches), global batch, dtype; the schedule, vp and layers per stage
+    clock_costs(run, schedule, boundary, dtype)
+                              what the live virtual clock charges (``tpsim.pipeline.clock.Costs``): ``unit(schedule)``
+                              under ``--clock unit``; under a GPU the planner's own ``stage_costs`` (F, B, W a
+                              (rank, chunk) from FLOPs at the GPU's peak × mfu) and α + β·bytes on the link
+                              ``links`` gives PP, the bytes those of the live boundary tensor
+
+The live boundary (``[b, s, h]``, ``[b, s/t, h]`` under SP, in the run's dtype) must hold exactly the planner's
+``boundary_bytes``, and every message then costs exactly ``message_costs``' entry: both are checked, so a
+mismatch is an error, never a silently different clock. The planner has no float64 peak (``GPU.peak`` gives the
+16-bit one for every dtype but float32): a float64 run is charged at it, its messages at 8 bytes an element.
+Pure arithmetic, no MPI.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.config import RunConfig
+from tpsim.plan.clock_choice import DEFAULT_MFU, UNIT_CLOCK
+from tpsim.pipeline.actions import Schedule
+from tpsim.pipeline.clock import Costs, unit
+from tpsim.plan.comm import boundary_bytes, links
+from tpsim.plan.gpus import gpu as gpu_preset
+from tpsim.plan.layout import Layout
+from tpsim.plan.models import ModelSpec
+from tpsim.plan.pipeline import message_costs, stage_costs
+
+
+def model_spec(config, name: str | None = None) -> ModelSpec:
+    """The planner's ``ModelSpec`` of an architecture's config (``tpsim.arch``: GPTConfig, LlamaConfig)."""
+    c = config
+    return ModelSpec(name or f"live {c.arch}", c.arch, c.vocab, c.hidden, c.layers, c.heads, c.kv_heads, c.ffn,
+                     c.max_positions, c.tied)
+
+
+def run_layout(run: RunConfig, gpu: str | None = None, mfu: float | None = None) -> Layout:
+    """The planner's ``Layout`` of ``run`` (module docstring) on ``gpu`` at ``mfu`` (default: the run's
+    ``--clock`` GPU and ``--mfu``, else h100-80gb at the planner's 0.5)."""
+    pipe, par = run.pipeline, run.parallel
+    gpu = gpu or (pipe.clock if pipe.clock != UNIT_CLOCK else Layout.gpu)
+    mfu = mfu if mfu is not None else pipe.mfu if pipe.mfu is not None else DEFAULT_MFU
+    return Layout(tp=par.tp, dp=par.dp, pp=par.pp, sp=par.sp, zero=par.zero, seq_len=run.schedule.seq_len,
+                  micro_batch=run.micro_batch, global_batch=run.schedule.batch_size, dtype=run.precision.dtype,
+                  gpu=gpu, mfu=mfu, schedule=pipe.schedule, vp=pipe.vp, pp_layers=pipe.stage_layers)
+
+
+def clock_costs(run: RunConfig, schedule: Schedule, boundary: tuple[int, ...], dtype) -> Costs:
+    """What the live clock of ``run`` charges for ``schedule`` (module docstring); ``boundary`` and ``dtype``:
+    the live message tensor's shape and dtype. ValueError when the live message is not the planner's."""
+    if run.pipeline.clock == UNIT_CLOCK:
+        return unit(schedule)
+    model, lay = model_spec(run.model), run_layout(run)
+    if (lay.schedule, lay.pp, lay.microbatches, lay.vp) != (schedule.name, schedule.pp, schedule.microbatches,
+                                                            schedule.vp):
+        raise ValueError(f"the run's layout ({lay.schedule}, pp {lay.pp}, m {lay.microbatches}, vp {lay.vp}) is "
+                         f"not the schedule's ({schedule.name}, pp {schedule.pp}, m {schedule.microbatches}, "
+                         f"vp {schedule.vp})")
+    live = int(np.prod(boundary)) * np.dtype(dtype).itemsize
+    if live != boundary_bytes(model, lay):
+        raise ValueError(f"a live message holds {live} bytes ({np.dtype(dtype).name} {tuple(boundary)}), the "
+                         f"planner's boundary_bytes {boundary_bytes(model, lay)}")
+    g = gpu_preset(lay.gpu)
+    link = links(lay, g)["pp"]
+    if not np.all(message_costs(model, lay, g) == link.alpha + link.beta * live):
+        raise ValueError("the planner's message_costs are not alpha + beta x bytes of one boundary tensor")
+    table = stage_costs(model, lay, g).tolist()  # [rank][chunk][F, B, W] seconds, as Python floats
+    compute = {op: (lambda i: lambda rank, chunk, j: table[rank][chunk][i])(i) for i, op in enumerate("FBW")}
+    return Costs(compute, alpha=link.alpha, beta=link.beta, message_bytes=lambda direction, j, stage: live)
+
+
+def clock_words(run: RunConfig) -> str:
+    """How the clock charges, in words (``pipeline.json``'s ``clock``, the BUBBLE CHECK line)."""
+    pipe = run.pipeline
+    if pipe.clock == UNIT_CLOCK:
+        costs = "F 1, B 2" if pipe.vp == 1 else f"F 1, B 2 a stage; a chunk 1/{pipe.vp} of that"
+        return f"unit ({costs}, messages free)"
+    lay = run_layout(run)
+    g = gpu_preset(lay.gpu)
+    link = links(lay, g)["pp"]
+    peak = f"{g.peak(lay.dtype) / 1e12:g} TFLOP/s" + (" (the 16-bit peak; the planner has none for float64)"
+                                                      if lay.dtype == "float64" else "")
+    return (f"{g.name}: each stage's FLOPs at {peak} x mfu {lay.mfu}, {lay.dtype} messages of alpha {link.alpha:g} s "
+            f"+ bytes / {link.bandwidth:g} B/s on {link.name}")

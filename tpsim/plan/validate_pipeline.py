@@ -1,0 +1,121 @@
+"""``tpsim plan --validate``'s pipeline cases: live pipeline ranks against the planner's pipeline terms.
+
+Each case launches ``python -m tpsim.plan.live_pipeline`` (the toy GPT cut into stages, one traced step, the live
+virtual clock charging the planner's costs on a GPU: ``tpsim.plan.of_run``) and compares, for the same model and
+layout (``run_layout`` of the same ``RunConfig``), on every rank:
+
+    virtual step time       each pipeline's latest clock         vs  pipeline_terms' makespan   (1e-12 relative)
+    p2p bytes per replica   the trace's sends of each pipeline   vs  pipeline_terms' p2p bytes  (exactly)
+    peak in flight          each rank's most pairs held          vs  the schedule's, per rank   (exactly)
+    embedding all-reduce    the trace's tied-embedding records   vs  embedding_collectives      (exactly)
+                            (scope transformer.wte, phase dp_sync; wire bytes of one GPU of each stage)
+
+The step time is a float sum: the planner adds a message's α + β·bytes once where a live receiver adds α, then
+β·bytes, to the sender's stamp, so the two may differ in the last bits — 1e-12 relative is the bound
+(``tpsim.pipeline.stage_clock.ROUNDING``); the rest are integers. A case whose schedule the live pipeline cannot
+run is not launched: it is printed with the configuration's own refusal. Every schedule runs live today, ZB-H1
+included (its chunks split each backward into B and W, ``tpsim.nn.module.deferred_weight_grads``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpsim.cost import wire_bytes
+from tpsim.errors import ConfigError
+from tpsim.launcher import launch
+from tpsim.pipeline.stage_clock import ROUNDING
+from tpsim.plan.comm import EMBEDDING_GROUP, embedding_collectives
+from tpsim.plan.gpus import gpu as gpu_preset
+from tpsim.plan.live_pipeline import pipeline_run
+from tpsim.plan.of_run import model_spec, run_layout
+from tpsim.plan.pipeline import pipeline_terms
+
+CLOCK = "h100-80gb"
+
+
+@dataclass(frozen=True)
+class PipelineCase:
+    """One live pipeline: TP × DP × PP ranks, its schedule, vp, micro-batches and layers of the toy GPT."""
+
+    name: str
+    tp: int
+    dp: int
+    pp: int
+    schedule: str
+    vp: int = 1
+    microbatches: int = 4
+    layers: int = 4
+
+    @property
+    def ranks(self) -> int:
+        return self.tp * self.dp * self.pp
+
+    def run(self):
+        """The ``RunConfig`` the worker runs and the planner prices (ConfigError: the live ranks cannot run it)."""
+        return pipeline_run(self.tp, self.dp, self.pp, self.schedule, self.vp, self.microbatches, self.layers, CLOCK)
+
+
+PIPELINE_CASES = [PipelineCase("PP 2 x TP 2, 1f1b", 2, 1, 2, "1f1b", layers=2),
+                  PipelineCase("PP 2 x DP 2, interleaved vp 2", 1, 2, 2, "interleaved", vp=2),
+                  PipelineCase("PP 4, afab", 1, 1, 4, "afab"),
+                  PipelineCase("PP 4, zb-h1", 1, 1, 4, "zb-h1")]
+
+
+def skipped(case: PipelineCase) -> str | None:
+    """Why the live ranks cannot run ``case`` (the configuration's one line), or None."""
+    try:
+        case.run()
+    except ConfigError as err:
+        return str(err)
+    return None
+
+
+def run_pipeline_case(case: PipelineCase, folder: Path, timeout: float = 120) -> list[dict]:
+    path = folder / f"pipeline_{case.schedule}_pp{case.pp}_tp{case.tp}_dp{case.dp}.json"
+    args = ["-m", "tpsim.plan.live_pipeline", "--tp", str(case.tp), "--dp", str(case.dp), "--pp", str(case.pp),
+            "--schedule", case.schedule, "--vp", str(case.vp), "--microbatches", str(case.microbatches),
+            "--layers", str(case.layers), "--clock", CLOCK, "--json", str(path)]
+    run = launch(case.ranks, args, timeout=timeout)
+    if run.returncode:
+        raise RuntimeError(f"{case.name}: mpiexec exited with {run.returncode}\n"
+                           f"{run.stdout[-2000:]}{run.stderr[-2000:]}")
+    return json.loads(path.read_text())
+
+
+def pipelines(ranks: list[dict]) -> dict[tuple[int, int], list[dict]]:
+    """The ranks of every pipeline (one per DP replica and TP rank), in pipeline-rank order."""
+    out: dict[tuple[int, int], list[dict]] = {}
+    for r in sorted(ranks, key=lambda r: r["pp_rank"]):
+        out.setdefault((r["dp_rank"], r["tp_rank"]), []).append(r)
+    return out
+
+
+def _row(case, term, want, got, ok, fmt="{:,.0f}"):
+    shown = " / ".join(fmt.format(x) for x in sorted(set(got)))
+    return case.name, term, " / ".join(fmt.format(x) for x in sorted(set(want))), shown, ok
+
+
+def check_pipeline_case(case: PipelineCase, ranks: list[dict]) -> list[tuple[str, str, str, str, bool]]:
+    """``(case, term, planner, measured (every rank or pipeline), ok)`` for every pipeline term of one case."""
+    run = case.run()
+    model, lay = model_spec(run.model), run_layout(run)
+    terms = pipeline_terms(model, lay, gpu_preset(lay.gpu))
+    chains = list(pipelines(ranks).values())
+    steps = [max(r["clock_end"] for r in chain) for chain in chains]
+    want = terms["makespan_s"]
+    rows = [_row(case, "virtual step time (s, 1e-12 rel.)", [want], steps,
+                 all(abs(t - want) <= ROUNDING * want for t in steps), "{:.12g}")]
+    sent = [sum(r["p2p_sent"] for r in chain) for chain in chains]
+    p2p = terms["p2p_bytes"]["measured"]
+    rows.append(_row(case, "p2p bytes per replica", [p2p], sent, set(sent) == {p2p}))
+    peaks = [terms["ranks"][r["pp_rank"]]["peak_in_flight"] for r in ranks]
+    rows.append(_row(case, "peak in flight per rank", peaks, [r["peak_in_flight"] for r in ranks],
+                     all(r["peak_in_flight"] == p for r, p in zip(ranks, peaks)), "{}"))
+    emb = [sum(wire_bytes(op, n, EMBEDDING_GROUP) for op, n in embedding_collectives(model, lay, r["pp_rank"]))
+           for r in ranks]
+    rows.append(_row(case, "embedding all-reduce wire bytes", emb, [r["embedding_wire"] for r in ranks],
+                     all(r["embedding_wire"] == e for r, e in zip(ranks, emb))))
+    return rows
