@@ -1,6 +1,6 @@
 """The pipeline cases' comparison itself (``tpsim.plan.validate_pipeline``), without MPI: ranks that report the
 planner's own numbers match on every term; one rank off by a byte, a micro-batch or a step time beyond 1e-12
-relative is a NO on that term alone; a schedule the live ranks cannot run is skipped with the config's reason."""
+relative is a NO on that term alone; a layout the live ranks cannot run is skipped with the config's reason."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tpsim.plan.comm import EMBEDDING_GROUP, embedding_collectives
 from tpsim.plan.gpus import gpu
 from tpsim.plan.of_run import model_spec, run_layout
 from tpsim.plan.pipeline import pipeline_terms
-from tpsim.plan.validate_pipeline import PIPELINE_CASES, check_pipeline_case, skipped
+from tpsim.plan.validate_pipeline import PIPELINE_CASES, PipelineCase, check_pipeline_case, skipped
 
 LIVE = [c for c in PIPELINE_CASES if skipped(c) is None]
 
@@ -46,7 +46,7 @@ def test_the_planners_own_numbers_match_and_any_difference_is_a_no(case):
         assert [t for _, t, _, _, ok in rows if not ok] == [next(t for _, t, *_ in rows if t.startswith(term))]
 
 
-def test_zb_h1_is_skipped_with_the_configurations_reason():
-    [zb] = [c for c in PIPELINE_CASES if c.schedule == "zb-h1"]
-    assert "splits the backward into B and W" in skipped(zb)
-    assert {c.schedule for c in LIVE} == {"1f1b", "interleaved", "afab"} and all(c.ranks == 4 for c in LIVE)
+def test_every_schedule_runs_live_and_a_layout_the_config_refuses_is_skipped_with_its_reason():
+    assert {c.schedule for c in LIVE} == {"1f1b", "interleaved", "afab", "zb-h1"} and all(c.ranks == 4 for c in LIVE)
+    refused = PipelineCase("PP 4, interleaved vp 2, m 6", 1, 1, 4, "interleaved", vp=2, microbatches=6, layers=8)
+    assert "must be a multiple of --pp 4" in skipped(refused)
