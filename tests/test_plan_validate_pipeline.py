@@ -9,6 +9,7 @@ import pytest
 from tpsim.cost import wire_bytes
 from tpsim.plan.comm import EMBEDDING_GROUP, embedding_collectives
 from tpsim.plan.gpus import gpu
+from tpsim.plan.memory import activation_peaks
 from tpsim.plan.of_run import model_spec, run_layout
 from tpsim.plan.pipeline import pipeline_terms
 from tpsim.plan.validate_pipeline import PIPELINE_CASES, PipelineCase, check_pipeline_case, skipped
@@ -22,13 +23,14 @@ def planned_ranks(case) -> list[dict]:
     model, lay = model_spec(run.model), run_layout(run)
     terms = pipeline_terms(model, lay, gpu(lay.gpu))
     per_rank = terms["p2p_bytes"]["measured"] // terms["messages"]
+    held = activation_peaks(model, lay, "total")
     out = []
     for dp in range(case.dp):
         for tp in range(case.tp):
             for r in range(case.pp):
                 emb = sum(wire_bytes(op, n, EMBEDDING_GROUP) for op, n in embedding_collectives(model, lay, r))
                 out.append({"pp_rank": r, "dp_rank": dp, "tp_rank": tp, "clock_end": terms["makespan_s"],
-                            "peak_in_flight": terms["ranks"][r]["peak_in_flight"],
+                            "peak_in_flight": terms["ranks"][r]["peak_in_flight"], "peak_layer_bytes": held[r],
                             "p2p_sent": terms["ranks"][r]["sends"] * per_rank, "embedding_wire": emb})
     return out
 
@@ -38,6 +40,7 @@ def test_the_planners_own_numbers_match_and_any_difference_is_a_no(case):
     ranks = planned_ranks(case)
     assert all(ok for *_, ok in check_pipeline_case(case, ranks))
     for key, nudge, term in (("p2p_sent", 1, "p2p bytes per replica"), ("peak_in_flight", 1, "peak in flight"),
+                             ("peak_layer_bytes", 8, "peak layer activation bytes"),
                              ("embedding_wire", 8, "embedding all-reduce"),
                              ("clock_end", ranks[-1]["clock_end"] * 1e-11, "virtual step time")):
         bad = [dict(r) for r in ranks]

@@ -7,7 +7,7 @@ Builds the toy GPT of ``tpsim.plan.live`` with L layers (float64, dropout 0.1), 
 (``tpsim.pp``), and runs one traced training step of m micro-batches of 2 sequences per DP replica, the live
 virtual clock charging the planner's costs of the run's layout on GPU (``tpsim.plan.of_run.clock_costs``). Every
 rank measures: its clock's end and busy time, the most micro-batches (interleaved: (micro-batch, chunk) pairs) it
-held at once, the bytes it sent point to point and the bytes of the tied embedding's gradient all-reduce (scope
+held at once and the most bytes of layer activations they kept (``tpsim.pp.held``), the bytes it sent point to point and the bytes of the tied embedding's gradient all-reduce (scope
 the embedding's path, phase dp_sync), both from the step's trace. Rank 0 writes every rank's numbers to PATH.
 """
 
@@ -65,7 +65,7 @@ def worker(run: RunConfig, path: str) -> int:
     tied = [e for e in events if e.scope == embedding and e.phase == DP_SYNC and e.group == "embedding"]
     measured = {"rank": grid.rank, "pp_rank": grid.pp_rank, "dp_rank": grid.dp_rank, "tp_rank": grid.tp_rank,
                 "clock_end": result.clock.time, "clock_busy": result.clock.busy,
-                "peak_in_flight": result.peak_in_flight,
+                "peak_in_flight": result.peak_in_flight, "peak_layer_bytes": result.peak_layer_bytes,
                 "p2p_sent": sum(e.bytes for e in events if e.op == "send"),
                 "embedding_bytes": sum(e.bytes for e in tied), "embedding_wire": sum(e.wire_bytes for e in tied)}
     everyone = grid.world.gather_objects(measured)

@@ -129,10 +129,11 @@ def logits_bytes(model: ModelSpec, lay: Layout) -> int:
     return lay.micro_batch * lay.seq_len * padded_vocab_size(model.vocab, lay.tp) // lay.tp * 4
 
 
-def activation_peaks(model: ModelSpec, lay: Layout) -> list[float]:
-    """Each pipeline rank's peak layer activations (bytes, the paper's layer): the schedule's pairs in flight,
-    each weighing its virtual stage's layers × one layer's bytes (module docstring)."""
-    layer = activation_bytes_per_layer(model, lay)["paper"]  # tpsim's extra: not counted
+def activation_peaks(model: ModelSpec, lay: Layout, count: str = "paper") -> list[float]:
+    """Each pipeline rank's peak layer activations (bytes): the schedule's pairs in flight, each weighing its
+    virtual stage's layers × one layer's bytes (module docstring) — the paper's layer, or with ``count="total"``
+    tpsim's own (the paper's + its norms' rstd), which a live rank holds (``tpsim.pp.held``)."""
+    layer = activation_bytes_per_layer(model, lay)[count]
     per = virtual_stage_layers(model, lay)
     weights = [[per[c * lay.pp + r] * layer for c in range(lay.vp)] for r in range(lay.pp)]
     return held_peak(compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp), weights)

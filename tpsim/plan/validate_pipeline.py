@@ -7,6 +7,9 @@ layout (``run_layout`` of the same ``RunConfig``), on every rank:
     virtual step time       each pipeline's latest clock         vs  pipeline_terms' makespan   (1e-12 relative)
     p2p bytes per replica   the trace's sends of each pipeline   vs  pipeline_terms' p2p bytes  (exactly)
     peak in flight          each rank's most pairs held          vs  the schedule's, per rank   (exactly)
+    layer activations held  each rank's peak bytes of its blocks'  vs  activation_peaks: pairs in  (exactly)
+                            caches in flight (tpsim.pp.held)         flight × layers × Korthikanti's
+                                                                     bytes a layer + tpsim's rstd
     embedding all-reduce    the trace's tied-embedding records   vs  embedding_collectives      (exactly)
                             (scope transformer.wte, phase dp_sync; wire bytes of one GPU of each stage)
 
@@ -28,6 +31,7 @@ from tpsim.errors import ConfigError
 from tpsim.launcher import launch
 from tpsim.pipeline.stage_clock import ROUNDING
 from tpsim.plan.comm import EMBEDDING_GROUP, embedding_collectives
+from tpsim.plan.memory import activation_peaks
 from tpsim.plan.gpus import gpu as gpu_preset
 from tpsim.plan.live_pipeline import pipeline_run
 from tpsim.plan.of_run import model_spec, run_layout
@@ -114,6 +118,10 @@ def check_pipeline_case(case: PipelineCase, ranks: list[dict]) -> list[tuple[str
     peaks = [terms["ranks"][r["pp_rank"]]["peak_in_flight"] for r in ranks]
     rows.append(_row(case, "peak in flight per rank", peaks, [r["peak_in_flight"] for r in ranks],
                      all(r["peak_in_flight"] == p for r, p in zip(ranks, peaks)), "{}"))
+    held = activation_peaks(model, lay, "total")
+    rows.append(_row(case, "peak layer activation bytes per rank", [held[r["pp_rank"]] for r in ranks],
+                     [r["peak_layer_bytes"] for r in ranks],
+                     all(r["peak_layer_bytes"] == held[r["pp_rank"]] for r in ranks)))
     emb = [sum(wire_bytes(op, n, EMBEDDING_GROUP) for op, n in embedding_collectives(model, lay, r["pp_rank"]))
            for r in ranks]
     rows.append(_row(case, "embedding all-reduce wire bytes", emb, [r["embedding_wire"] for r in ranks],

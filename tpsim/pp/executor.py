@@ -43,6 +43,7 @@ from tpsim.pipeline.actions import Schedule
 from tpsim.pipeline.check import check
 from tpsim.pipeline.clock import Costs, unit
 from tpsim.pp.clock import LiveClock
+from tpsim.pp.held import Held
 
 PIPELINE_SCOPE = "pipeline"
 FORWARD_MESSAGE, BACKWARD_MESSAGE = 0, 1
@@ -60,6 +61,7 @@ class ExecutorResult:
 
     losses: dict[int, float] = field(default_factory=dict)
     peak_in_flight: int = 0
+    peak_layer_bytes: int = 0  # the most bytes of layer activations held at once (``tpsim.pp.held``)
     ran: list[str] = field(default_factory=list)
     clock: LiveClock | None = None  # modelled time: its end and its busy part
 
@@ -96,6 +98,17 @@ class Executor:
         with deferred_weight_grads(chunk) as weights[key]:
             return chunk.backward(dy, cache)
 
+    def _send(self, a, v: int, produced: dict, stamp: float) -> None:
+        """SEND_F / SEND_B: post what the F or B of (a.microbatch, a.chunk) produced, stamped with this clock."""
+        j, c = a.microbatch, a.chunk
+        direction, phase = (FORWARD_MESSAGE, FORWARD) if a.op == "SEND_F" else (BACKWARD_MESSAGE, BACKWARD)
+        x = produced.pop(("F" if direction == FORWARD_MESSAGE else "B", j, c))
+        if x.shape != self.boundary or x.dtype != self.dtype:
+            raise ValueError(f"{a}: sends {x.dtype} {x.shape}, the receiver expects {self.dtype} {self.boundary}")
+        with self.group.tracer.region(scope=PIPELINE_SCOPE, phase=phase):
+            self.group.send(x, a.peer, message_tag(direction, j, v, self.schedule.stages), microbatch=j, chunk=c,
+                            stamp=stamp)
+
     def run(self, inputs: list[np.ndarray], labels: list[np.ndarray] | None, plans: list,
             seeds: list[float] | None) -> ExecutorResult:
         """One step's schedule. ``inputs[j]``: micro-batch j's token ids (read on the rank holding stage 0);
@@ -108,6 +121,7 @@ class Executor:
         caches: dict[tuple[int, int], object] = {}
         weights: dict[tuple[int, int], object] = {}  # (j, c) -> the WeightGradients its B left for its W
         out = ExecutorResult(clock=LiveClock(self.costs, self.rank))
+        held = Held()  # (j, c) from its F until the backward that frees it: B, or W when split
         for a in self.actions:
             j, c = a.microbatch, a.chunk
             v = sch.virtual_stage(self.rank, c)
@@ -127,30 +141,27 @@ class Executor:
                     out.losses[j] = float(y)
                 else:
                     produced["F", j, c] = y
-                out.peak_in_flight = max(out.peak_in_flight, len(caches) + len(weights))
+                held.take((j, c), caches[j, c].h)
                 out.ran.append(f"F{j}.{c}")
                 out.clock.compute("F", c, j)
             elif a.op == "B":
                 dy = seeds[j] if chunk.last else received.pop(("B", j, c))
                 dx = self._backward(chunk, dy, caches.pop((j, c)), weights, (j, c))  # the cache goes now
+                if not sch.splits_backward:
+                    held.free((j, c))
                 if v > 0:
                     produced["B", j, c] = dx
                 out.ran.append(f"B{j}.{c}")
                 out.clock.compute("B", c, j)
             elif a.op == "W":
                 chunk.backward_weights(weights.pop((j, c)))  # and with them, what they held
+                held.free((j, c))
                 out.ran.append(f"W{j}.{c}")
                 out.clock.compute("W", c, j)
             else:  # SEND_F / SEND_B
-                direction, phase = (FORWARD_MESSAGE, FORWARD) if a.op == "SEND_F" else (BACKWARD_MESSAGE, BACKWARD)
-                x = produced.pop(("F" if direction == FORWARD_MESSAGE else "B", j, c))
-                if x.shape != self.boundary or x.dtype != self.dtype:
-                    raise ValueError(f"{a}: sends {x.dtype} {x.shape}, the receiver expects {self.dtype} "
-                                     f"{self.boundary}")
-                with tracer.region(scope=PIPELINE_SCOPE, phase=phase):
-                    self.group.send(x, a.peer, message_tag(direction, j, v, stages), microbatch=j, chunk=c,
-                                    stamp=out.clock.time)
+                self._send(a, v, produced, out.clock.time)
         self.group.wait_sends()
+        out.peak_in_flight, out.peak_layer_bytes = held.peak_pairs, held.peak_bytes
         left = [*received, *produced, *caches, *(("W", j, c) for j, c in weights)]
         if left:
             raise RuntimeError(f"pipeline rank {self.rank}: the schedule left {left[:4]} unused (an F without its B, "
