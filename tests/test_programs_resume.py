@@ -39,6 +39,9 @@ LAYOUTS = {  # name: (ranks, flags)
     "pp2-tp2-dp2-zero1": (8, ["--pp", "2", "--tp", "2", "--dp", "2", "--zero", "1"]),
     "tp2": (2, ["--tp", "2"]),
     "pp2-vp2": (2, ["--pp", "2", "--tp", "1", "--schedule", "interleaved", "--vp", "2", "--microbatches", "2"]),
+    "tp2-llama": (2, ["--tp", "2", "--arch", "llama"]),  # HF stores its linears transposed: so does the state
+    "pp2-vp2-llama": (2, ["--pp", "2", "--tp", "1", "--schedule", "interleaved", "--vp", "2", "--microbatches", "2",
+                          "--arch", "llama"]),
     "pp2-dp2-zero1": (4, ["--pp", "2", "--tp", "1", "--dp", "2", "--zero", "1"]),
     # 2 layers: at 4, step 0's bfloat16 gradient norm is 1.1e-3 from serial's, beyond the demo's 1e-3 for it
     "tp2-bf16": (2, ["--tp", "2", "--dtype", "bfloat16", "--layers", "2"]),
@@ -126,7 +129,7 @@ def resume_and_compare(source, tmp_path, origin: str, target: str, tol: float | 
 
 
 @pytest.mark.parametrize("origin, target", [("pp4", "pp2-tp2-uneven"), ("tp4-dp2", "pp2-tp2-dp2-zero1"),
-                                            ("tp2", "pp2-vp2")])
+                                            ("tp2", "pp2-vp2"), ("tp2-llama", "pp2-vp2-llama")])
 def test_resumed_on_another_layout_ends_where_the_straight_run_ends(source, tmp_path, origin, target):
     out = resume_and_compare(source, tmp_path, origin, target, TOL)
     assert f"after steps {K}..{N - 1} equals the serial model trained the same way" in out, out[-3000:]
@@ -187,3 +190,14 @@ def test_resume_refuses_a_folder_without_optimizer_state_or_of_two_saves(checkpo
     tensors = read_safetensors(mixed / "model.safetensors")
     (mixed / "model.safetensors").write_bytes(safetensors_bytes({k: a * 2 for k, a in tensors.items()}))
     assert "the folder mixes two saves" in refused(2, [*base, "--resume", str(mixed)])
+
+
+def test_resumed_run_keeps_the_saved_batch_and_names_a_changed_setting(checkpoint, tmp_path):
+    """Without --batch-size the checkpoint's global batch (8 here, not the default 16); a changed --lr is said."""
+    no_batch = SMALL[:SMALL.index("--batch-size")] + SMALL[SMALL.index("--batch-size") + 2:]
+    r = run_mpi(2, ["-m", "tpsim.demo", "--tp", "2", *no_batch, "--steps", str(K + 1), "--lr", "1e-3",
+                    "--out", str(tmp_path / "run"), "--resume", str(checkpoint)], timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "global batch 8 " in r.stdout, r.stdout[:1500]
+    assert "changed since the save: --lr 0.001 (saved: 0.003) — the run goes on, but not as the saved one" in r.stdout
+    assert f"after steps {K}..{K} equals the serial model trained the same way" in r.stdout, r.stdout[-2500:]

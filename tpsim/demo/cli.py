@@ -171,10 +171,17 @@ class DemoConfig:
 
 
 def _default_batch(args: argparse.Namespace, dp: int) -> int:
-    """16 sequences, rounded up so every DP rank (every rank for partial-fc) gets some."""
+    """16 sequences, rounded up so every DP rank (every rank for partial-fc) gets some; with ``--resume``, the
+    checkpoint's global batch where it splits over this layout (the batch an uninterrupted run goes on with;
+    otherwise the run names the change)."""
     if args.batch_size is not None:
         return args.batch_size
     unit = world_size() if args.scenario == "partial-fc" else dp * _microbatches(args)
+    if args.resume and args.scenario == "gpt" and os.path.isdir(args.resume):
+        from tpsim.demo.resume import read_position
+        saved = int(read_position(args.resume)["batch_size"])
+        if saved % unit == 0:
+            return saved
     return unit * -(-DEFAULT_BATCH // unit)
 
 

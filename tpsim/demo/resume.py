@@ -18,7 +18,8 @@ that restores the parameters, the state and the step draws exactly what the unin
 ``check_resume`` refuses, on every rank before any work (one line, exit 2), a folder this run cannot continue:
 no optimizer state, another model or dtype, ``--steps`` not beyond the step reached. Training settings that
 differ from the saved ones (``SETTINGS``: seed, batch, lr, clip, ...) are allowed and named (``resume_lines``):
-such a run continues, but not as the saved one would have. The layout may be anything. Not saved: the count of
+such a run continues, but not as the saved one would have (without ``--batch-size`` the demo's command line
+takes the saved batch where it splits over the new layout). The layout may be anything. Not saved: the count of
 consecutive skipped steps (``--max-skipped-steps``), which restarts at 0.
 """
 
