@@ -177,7 +177,7 @@ def _default_batch(args: argparse.Namespace, dp: int) -> int:
     if args.batch_size is not None:
         return args.batch_size
     unit = world_size() if args.scenario == "partial-fc" else dp * _microbatches(args)
-    if args.resume and args.scenario == "gpt" and os.path.isdir(args.resume):
+    if args.resume and args.scenario not in ("mlp", "partial-fc") and os.path.isdir(args.resume):
         from tpsim.demo.resume import read_position
         saved = int(read_position(args.resume)["batch_size"])
         if saved % unit == 0:
