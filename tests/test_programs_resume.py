@@ -44,6 +44,8 @@ LAYOUTS = {  # name: (ranks, flags)
                           "--arch", "llama"]),
     "pp2-dp2-zero1": (4, ["--pp", "2", "--tp", "1", "--dp", "2", "--zero", "1"]),
     # 2 layers: at 4, step 0's bfloat16 gradient norm is 1.1e-3 from serial's, beyond the demo's 1e-3 for it
+    # float16: the loss scale doubles after every 3 clean steps, so a lost growth counter shows after the resume
+    "tp2-fp16": (2, ["--tp", "2", "--dtype", "float16", "--layers", "2", "--loss-scale-interval", "3"]),
     "tp2-bf16": (2, ["--tp", "2", "--dtype", "bfloat16", "--layers", "2"]),
     "dp2-zero1-bf16": (2, ["--tp", "1", "--dp", "2", "--zero", "1", "--dtype", "bfloat16", "--layers", "2"]),
 }
@@ -73,9 +75,12 @@ def source(tmp_path_factory):
     return get
 
 
+def metrics_of(run_folder) -> list[dict]:
+    return [json.loads(line) for line in (run_folder / "metrics.jsonl").read_text().splitlines()]
+
+
 def losses(run_folder) -> dict[int, float]:
-    rows = [json.loads(line) for line in (run_folder / "metrics.jsonl").read_text().splitlines()]
-    return {row["step"]: row["loss"] for row in rows}
+    return {row["step"]: row["loss"] for row in metrics_of(run_folder)}
 
 
 def worst_by_kind(a: dict, b: dict) -> dict[str, float]:
@@ -135,9 +140,16 @@ def test_resumed_on_another_layout_ends_where_the_straight_run_ends(source, tmp_
     assert f"after steps {K}..{N - 1} equals the serial model trained the same way" in out, out[-3000:]
 
 
-@pytest.mark.parametrize("layout", ["tp2", "pp2-dp2-zero1", "tp2-bf16"])
+@pytest.mark.parametrize("layout", ["tp2", "pp2-dp2-zero1", "tp2-bf16", "tp2-fp16"])
 def test_resumed_on_the_same_layout_is_bit_identical(source, tmp_path, layout):
     resume_and_compare(source, tmp_path, layout, layout, None)
+    if layout == "tp2-fp16":
+        scales = [metrics_of(source(layout) / "straight" / "run"), metrics_of(tmp_path / "run")]
+        want = {row["step"]: row["loss_scale"] for row in scales[0] if row["step"] >= K}
+        assert {row["step"]: row["loss_scale"] for row in scales[1]} == want, scales
+        position = json.loads((source(layout) / "first" / "ckpt" / "training_state.json").read_text())
+        saved = position["loss_scaler"]
+        assert saved["good_steps"] == K and want[K] == 2 * saved["scale"], (saved, want)  # grew at the 3rd step
 
 
 def test_bfloat16_resumed_under_zero1_within_the_16_bit_tolerance(source, tmp_path):

@@ -190,3 +190,18 @@ def test_check_state_names_what_does_not_fit():
     for words, state in cases.items():
         with pytest.raises(CheckpointError, match=words.replace("(", r"\(").replace(")", r"\)")):
             check_state(state, ["exp_avg", "exp_avg_sq"], shapes, np.float64, "f")
+
+
+def test_float16_loss_scaler_state_is_restored_and_a_missing_one_refused(grid):
+    import tpsim.nn.precision as precision
+
+    cfg = config(grid.tp)
+    model = build_gpt(cfg, grid.tp_group, seed=SEED, dtype=precision.dtype_of("float16"))
+    opt, _ = optimizer_for(model, grid, zero=False)
+    assert opt.loss_scaler is not None, "float16 scales the loss"
+    full = WORLD.bcast(gather_state(model, opt, grid))
+    saved = {"scale": 1024.0, "good_steps": 7, "skipped_steps": 2}
+    load_state(model, opt, full, step_count=9, loss_scaler=saved)
+    assert opt.loss_scaler.state_dict() == saved and opt.loss_scale == 1024.0 and opt.step_count == 9
+    with pytest.raises(CheckpointError, match="loss scaler does not fit"):
+        load_state(model, opt, full, step_count=9, loss_scaler=None)
