@@ -60,25 +60,6 @@ def _model_arguments(m) -> None:
                    help="llama: intermediate size, divisible by tp (default 8h/3 rounded up to a multiple of 32)")
 
 
-def _file_arguments(o) -> None:
-    """The input / output group: the run folder, the step-0 export, and the model and checkpoint files."""
-    o.add_argument("--out", default="tpsim-out", help="output folder, written by rank 0 (default tpsim-out/)")
-    o.add_argument("--timeline-steps", type=int, default=2,
-                   help="last steps kept in spans.jsonl and timeline.json (default 2)")
-    o.add_argument("--init-from", metavar="FILE.npz|DIR", default=None,
-                   help="start from these full parameters: a tpsim .npz (HF names, any TP size wrote them) or a "
-                        "Hugging Face folder (config.json + model.safetensors, or an --export folder)")
-    o.add_argument("--export", metavar="DIR", default=None,
-                   help="write config.json, params.npz, grads.npz, batch.npz, step0.json for step 0")
-    o.add_argument("--save", metavar="DIR", default=None,
-                   help="after the last step, write the trained model as a Hugging Face folder (config.json + "
-                        "model.safetensors), for --init-from, tpsim.generate and from_pretrained, and the training "
-                        "checkpoint (optimizer.safetensors + training_state.json), for --resume")
-    o.add_argument("--resume", metavar="DIR", default=None,
-                   help="continue a --save folder's training on this run's layout (any TP, DP, ZeRO-1, PP): its "
-                        "parameters, AdamW state and step; --steps is the total to reach")
-
-
 def build_parser() -> RankZeroParser:
     p = RankZeroParser(prog="python -m tpsim.demo",
                        description="Tensor parallelism on real MPI ranks: the rank grid, a check against the "
@@ -128,6 +109,25 @@ def build_parser() -> RankZeroParser:
     t.add_argument("--classes", type=int, default=1003, help="classes of the classifier (partial-fc scenario)")
     _file_arguments(p.add_argument_group("input / output"))
     return p
+
+
+def _file_arguments(o) -> None:
+    """The input / output group: the run folder, the step-0 export, and the model and checkpoint files."""
+    o.add_argument("--out", default="tpsim-out", help="output folder, written by rank 0 (default tpsim-out/)")
+    o.add_argument("--timeline-steps", type=int, default=2,
+                   help="last steps kept in spans.jsonl and timeline.json (default 2)")
+    o.add_argument("--init-from", metavar="FILE.npz|DIR", default=None,
+                   help="start from these full parameters: a tpsim .npz (HF names, any TP size wrote them) or a "
+                        "Hugging Face folder (config.json + model.safetensors, or an --export folder)")
+    o.add_argument("--export", metavar="DIR", default=None,
+                   help="write config.json, params.npz, grads.npz, batch.npz, step0.json for step 0")
+    o.add_argument("--save", metavar="DIR", default=None,
+                   help="after the last step, write the trained model as a Hugging Face folder (config.json + "
+                        "model.safetensors), for --init-from, tpsim.generate and from_pretrained, and the training "
+                        "checkpoint (optimizer.safetensors + training_state.json), for --resume")
+    o.add_argument("--resume", metavar="DIR", default=None,
+                   help="continue a --save folder's training on this run's layout (any TP, DP, ZeRO-1, PP): its "
+                        "parameters, AdamW state and step; --steps is the total to reach")
 
 
 def choose_grid(world: int, tp: int | None, dp: int | None, pp: int = 1) -> tuple[int, int]:
