@@ -65,6 +65,11 @@ EXCEPTIONS = {
         "a checkpoint manifest abridged by hand ('...' for the other arrays), laid out over lines to be read",
     ("docs/reference/formats.md", '{"step": 0, "loss": 3.4526503473683112'):
         "a metrics.jsonl line of the default 8-rank demo; test_the_metrics_line_has_a_real_runs_fields checks it",
+    ("docs/reference/formats.md", '{"format": "tpsim training state", "version": 1,'):
+        "a training_state.json abridged by hand, its fields annotated; tests/test_programs_resume.py reads real ones",
+    ("docs/guide/hf-checkpoints.md", "resumed from ck/ at step 50"):
+        "the second of two runs (--save, then --resume), which one command cannot show; "
+        "tests/test_programs_resume.py checks these lines of resumed runs",
 }
 
 ALL = [b for page in source_pages() for b in blocks(page)]

@@ -21,7 +21,8 @@ def test_saved_model_reverses_with_generate_and_loads_with_init_from(tmp_path):
     r = run_mpi(4, ["-m", "tpsim.demo", "--tp", "2", "--dp", "2", "--steps", "80", *SMALL, "--save", str(model),
                     "--out", str(tmp_path / "out")], timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert {p.name for p in model.iterdir()} == {"config.json", "model.safetensors"}
+    assert {p.name for p in model.iterdir()} == {"config.json", "model.safetensors", "optimizer.safetensors",
+                                                 "training_state.json"}  # the model, then its training checkpoint
     answers = ANSWER.findall(r.stdout)
     assert len(answers) == 3 and "3 of 3 right" in r.stdout, r.stdout
     assert "FORMULA CHECK: all" in r.stdout, "saving is not training traffic"

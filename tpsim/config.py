@@ -6,7 +6,7 @@
       precision    Precision(dtype, loss_scale_interval)
       optimizer    OptimizerSettings(lr, clip, bucket_mb, max_skipped_steps)
       schedule     Schedule(batch_size, seq_len, steps, seed, dropout_rng)
-      files        Files(out, export, init_from, timeline_steps, save)
+      files        Files(out, export, init_from, timeline_steps, save, resume)
       pipeline     Pipeline(schedule, microbatches, vp, stage_layers, clock, mfu)   how pp > 1 runs (``tpsim.pp``)
 
 It is built and validated once (the demo's command line does it in ``tpsim.demo.cli``, tests and lessons with
@@ -169,13 +169,15 @@ class Schedule:
 class Files:
     """What the run reads and writes: ``out`` (run folder, written by rank 0), ``export`` (step 0's folder),
     ``init_from`` (full parameters to start from), ``timeline_steps`` kept in spans.jsonl and timeline.json,
-    ``save`` (the trained model's folder, written after the last step)."""
+    ``save`` (the trained model's folder and training checkpoint, written after the last step), ``resume`` (a
+    ``save`` folder to continue from: parameters, optimizer state, step)."""
 
     out: str = "tpsim-out"
     export: str | None = None
     init_from: str | None = None
     timeline_steps: int = 2
     save: str | None = None
+    resume: str | None = None
 
     def __post_init__(self) -> None:
         _at_least(0, timeline_steps=self.timeline_steps)

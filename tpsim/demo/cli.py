@@ -7,6 +7,7 @@ exits 2 on all ranks (one line, no traceback, no hang). Flags are stable: later 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 from math import gcd
@@ -101,7 +102,9 @@ def build_parser() -> RankZeroParser:
     t = p.add_argument_group("training")
     t.add_argument("--batch-size", type=int, default=None,
                    help="global batch, sequences per step (default: 16, rounded up to a multiple of dp)")
-    t.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
+    t.add_argument("--steps", type=int, default=100,
+                   help="training steps in total (default 100); with --resume, the run goes on from the saved step "
+                        "to this one")
     t.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
     t.add_argument("--clip", type=float, default=1.0, help="max global grad norm, 0 = off (default 1.0)")
     t.add_argument("--max-skipped-steps", type=int, default=3,
@@ -116,7 +119,12 @@ def build_parser() -> RankZeroParser:
     t.add_argument("--seed", type=int, default=1234, help="seed of the master weights, data and dropout")
     t.add_argument("--tokens", type=int, default=32, help="tokens per TP group (mlp scenario)")
     t.add_argument("--classes", type=int, default=1003, help="classes of the classifier (partial-fc scenario)")
-    o = p.add_argument_group("input / output")
+    _file_arguments(p.add_argument_group("input / output"))
+    return p
+
+
+def _file_arguments(o) -> None:
+    """The input / output group: the run folder, the step-0 export, and the model and checkpoint files."""
     o.add_argument("--out", default="tpsim-out", help="output folder, written by rank 0 (default tpsim-out/)")
     o.add_argument("--timeline-steps", type=int, default=2,
                    help="last steps kept in spans.jsonl and timeline.json (default 2)")
@@ -127,8 +135,11 @@ def build_parser() -> RankZeroParser:
                    help="write config.json, params.npz, grads.npz, batch.npz, step0.json for step 0")
     o.add_argument("--save", metavar="DIR", default=None,
                    help="after the last step, write the trained model as a Hugging Face folder (config.json + "
-                        "model.safetensors), for --init-from, tpsim.generate and from_pretrained")
-    return p
+                        "model.safetensors), for --init-from, tpsim.generate and from_pretrained, and the training "
+                        "checkpoint (optimizer.safetensors + training_state.json), for --resume")
+    o.add_argument("--resume", metavar="DIR", default=None,
+                   help="continue a --save folder's training on this run's layout (any TP, DP, ZeRO-1, PP): its "
+                        "parameters, AdamW state and step; --steps is the total to reach")
 
 
 def choose_grid(world: int, tp: int | None, dp: int | None, pp: int = 1) -> tuple[int, int]:
@@ -172,10 +183,17 @@ class DemoConfig:
 
 
 def _default_batch(args: argparse.Namespace, dp: int) -> int:
-    """16 sequences, rounded up so every DP rank (every rank for partial-fc) gets some."""
+    """16 sequences, rounded up so every DP rank (every rank for partial-fc) gets some; with ``--resume``, the
+    checkpoint's global batch where it splits over this layout (the batch an uninterrupted run goes on with;
+    otherwise the run names the change)."""
     if args.batch_size is not None:
         return args.batch_size
     unit = world_size() if args.scenario == "partial-fc" else dp * _microbatches(args)
+    if args.resume and args.scenario not in ("mlp", "partial-fc") and os.path.isdir(args.resume):
+        from tpsim.demo.resume import read_position
+        saved = int(read_position(args.resume)["batch_size"])
+        if saved % unit == 0:
+            return saved
     return unit * -(-DEFAULT_BATCH // unit)
 
 
@@ -208,9 +226,11 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
     schedule = Schedule(batch_size=batch_size, seq_len=args.seq_len, steps=args.steps, seed=args.seed,
                         dropout_rng=args.dropout_rng)
     files = Files(out=args.out, export=args.export, init_from=args.init_from, timeline_steps=args.timeline_steps,
-                  save=args.save)
+                  save=args.save, resume=args.resume)
     if args.save and args.scenario in ("mlp", "partial-fc"):  # only the gpt scenario trains a model
         raise ConfigError(f"--save writes the trained GPT: it needs --scenario gpt, not {args.scenario}")
+    if args.resume and args.scenario in ("mlp", "partial-fc"):
+        raise ConfigError(f"--resume continues a trained GPT: it needs --scenario gpt, not {args.scenario}")
     optimizer = OptimizerSettings(lr=args.lr, clip=args.clip, bucket_mb=args.bucket_mb,
                                   max_skipped_steps=args.max_skipped_steps)
     model = _model(args)
@@ -219,6 +239,9 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
     run = RunConfig(model, Parallelism(tp=tp, dp=dp, pp=args.pp, sp=args.sequence_parallel, zero=args.zero),
                     precision, optimizer, schedule, files, pipeline)
     check_paths(files)
+    if files.resume:
+        from tpsim.demo.resume import check_resume
+        check_resume(run)  # every refusal of --resume, before any work
     return DemoConfig(args.scenario, run, tokens=args.tokens, classes=args.classes)
 
 
@@ -235,6 +258,10 @@ def check_paths(files: Files) -> None:
         check_output_dir(files.save, "--save")
     if files.init_from:
         check_input_file(files.init_from, "--init-from", folder_with="config.json")
+    if files.resume:
+        if not os.path.isdir(files.resume):
+            raise ConfigError(f"--resume {files.resume}: not a folder (a --save folder is expected)")
+        check_input_file(files.resume, "--resume", folder_with="config.json")
 
 
 def main(argv: list[str] | None = None) -> int:

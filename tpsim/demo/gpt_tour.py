@@ -27,6 +27,7 @@ from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
 from tpsim.demo.tolerances import TOLERANCE  # step 0's, by dtype (pipeline_tour imports it from here too)
 from tpsim.demo.trained_model import gather_trained, reverse_lines
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
+from tpsim.demo.resume import read_resume, restore, resume_lines, save_training, serial_start
 from tpsim.demo.verify_pass import check_zero_padding
 from tpsim.demo.zero_demo import grad_bytes_of, state_table
 from tpsim.hf.folder import load_init
@@ -60,7 +61,8 @@ def read_batch(grid: ProcessGrid, task: ReverseTask, seed: int, step: int, batch
 
 
 def serial_reference(grid, run: RunConfig, loss_scale=1.0) -> tuple[float, dict[str, np.ndarray]]:
-    """The serial model's step-0 loss and full gradients on the global batch, computed on rank 0 only and
+    """The serial model's loss and full gradients at the run's first step (0, or the step ``--resume`` starts
+    at, from its parameters) on the global batch, computed on rank 0 only and
     broadcast in one flat buffer (``broadcast_arrays``): every rank gets the same numbers it used to compute
     itself, and a world of 64 ranks on a few cores does the serial model once instead of 64 times."""
     config, seed, dtype = run.model, run.schedule.seed, run.precision.numpy
@@ -68,11 +70,10 @@ def serial_reference(grid, run: RunConfig, loss_scale=1.0) -> tuple[float, dict[
 
     def step0() -> list:
         serial = run.serial_model()
-        if run.files.init_from:
-            load_into(serial, load_init(run.files.init_from, config, note=None))
-        ids, labels = task_of(run).batch(seed, 0, run.schedule.batch_size)
+        start = serial_start(run, serial)[0]
+        ids, labels = task_of(run).batch(seed, start, run.schedule.batch_size)
         serial.zero_grad()  # the backward starts from float16's loss scale, as the parallel one did
-        loss, cache = serial.forward(ids, labels, DropoutPlan(ExactDropoutRNG(seed), 0))
+        loss, cache = serial.forward(ids, labels, DropoutPlan(ExactDropoutRNG(seed), start))
         serial.backward(loss_scale, cache)
         return [loss, *(g for _, g in serial.named_grads())]
 
@@ -80,8 +81,10 @@ def serial_reference(grid, run: RunConfig, loss_scale=1.0) -> tuple[float, dict[
     return float(loss), {name: g.astype(grad_dtype(dtype), copy=False) for name, g in zip(shapes, grads)}
 
 
-def check_against_serial(grid, model, run: RunConfig, parallel_loss, loss_scale=1.0) -> tuple[bool, str]:
-    """Step 0's loss and gradients (already DP-synced in ``model``) vs the serial model on the global batch."""
+def check_against_serial(grid, model, run: RunConfig, parallel_loss, loss_scale=1.0,
+                         start: int = 0) -> tuple[bool, str]:
+    """The first step's (0, or ``start`` when resumed) loss and gradients (already DP-synced in ``model``) vs the
+    serial model on the global batch."""
     if run.dropout > 0 and run.schedule.dropout_rng == "megatron":
         return True, "  (skipped: Megatron dropout masks depend on the shard, so they never equal serial's)"
     loss, serial_grads = serial_reference(grid, run, loss_scale)
@@ -94,7 +97,7 @@ def check_against_serial(grid, model, run: RunConfig, parallel_loss, loss_scale=
     lines = [f"  serial loss {loss:.12f}   max relative |Δloss| over ranks {both[0]:.2e}",
              f"  max relative |Δgrad| over every parameter shard on every rank {both[1]:.2e}"
              + (f" (rank {grid.rank}'s largest: {worst_name})" if worst > 0 else ""),
-             f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — {grid_label(grid)} step 0 "
+             f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — {grid_label(grid)} step {start} "
              f"{'equals' if ok else 'differs from'} the serial model "
              f"{'within' if ok else 'by more than'} {tol:g} ({run.precision.dtype}, {len(serial_grads)} parameters)"]
     return ok, "\n".join(lines)
@@ -124,10 +127,11 @@ def build(grid: ProcessGrid, run: RunConfig, tensors) -> tuple:
     return model, grad_sync
 
 
-def first_step(grid, model, run: RunConfig, loss, loss_scale=1.0) -> bool:
-    """Step 0: the check against the serial model, the export (``--export``), the training banner."""
-    say(grid, "Step 0 against the serial model (same seed, same global batch):")
-    ok, text = check_against_serial(grid, model, run, loss, loss_scale)
+def first_step(grid, model, run: RunConfig, loss, loss_scale=1.0, start: int = 0) -> bool:
+    """The first step (0, or ``start`` when resumed): the check against the serial model, the export
+    (``--export``), the training banner."""
+    say(grid, f"Step {start} against the serial model (same seed, same global batch):")
+    ok, text = check_against_serial(grid, model, run, loss, loss_scale, start)
     say(grid, text, "")
     sch, task = run.schedule, task_of(run)
     if run.files.export:
@@ -139,7 +143,8 @@ def first_step(grid, model, run: RunConfig, loss, loss_scale=1.0) -> bool:
         say(grid, *lines, "")
         ok = ok and read_ok
     if sch.steps > 0:
-        say(grid, f"Training {sch.steps} steps (AdamW lr {run.optimizer.lr}, clip {run.optimizer.clip or 'off'}) "
+        which = f"steps {start}..{sch.steps - 1}" if start else f"{sch.steps} steps"
+        say(grid, f"Training {which} (AdamW lr {run.optimizer.lr}, clip {run.optimizer.clip or 'off'}) "
                   f"on the reverse task ({task.digits} digits):")
     return ok
 
@@ -149,25 +154,27 @@ def _number(x: float, width: int, digits: int) -> str:
     return f"{x:{width}.{digits}{'f' if abs(x) < 1e5 else 'g'}}"
 
 
-def train(grid, model, grad_sync, run: RunConfig) -> tuple[list[dict], bool, object]:
-    """``--steps`` steps of AdamW (step 0 checked against serial); each step's metrics, step 0's verdict, the
-    optimizer (its state is checked after the last step)."""
+def train(grid, model, grad_sync, run: RunConfig, resume=None) -> tuple[list[dict], bool, object]:
+    """``--steps`` steps of AdamW (the first checked against serial), from step 0 or where ``resume`` (a
+    ``tpsim.demo.resume.Resume``) stopped; each step's metrics, the first step's verdict, the optimizer (its
+    state is checked after the last step)."""
     tracer, sch, task = grid.tracer, run.schedule, task_of(run)
     optimizer = demo_optimizer(model, grid, run, grad_sync)  # ZeRO-1: grad_sync itself
+    start = restore(model, optimizer, resume)  # 0, or the saved step with the saved optimizer state
     scale = optimizer.loss_scale  # float16: the dynamic loss scale; 1 otherwise
     rng = make_dropout_rng(sch.dropout_rng, sch.seed, grid.tp_rank)
     clip = run.optimizer.max_norm
     metrics, ok, guard = [], True, demo_guard(run)
-    for step in range(max(sch.steps, 1)):
+    for step in range(start, max(sch.steps, 1)):
         tracer.step = step
         t0 = time.perf_counter()
         ids, labels, rows = read_batch(grid, task, sch.seed, step, sch.batch_size)
         with guard.quiet():  # a diverging run is reported by the guard, not by NumPy warnings
             loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows),
                                          loss_scale=scale)
-        if step == 0:
+        if step == start:
             grad_sync.gather_grads()  # ZeRO-1 reduced owned slices only: gather them (phase verify) to check all
-            ok = first_step(grid, model, run, loss, scale)
+            ok = first_step(grid, model, run, loss, scale, start)
             if sch.steps == 0:
                 break
         with tracer.span("optimizer", "optimizer"):
@@ -230,11 +237,12 @@ def run(demo) -> int:
     """The tour of ``demo.run`` (a ``tpsim.demo.cli.DemoConfig``, validated on every rank before this)."""
     t_start = time.perf_counter()
     run = demo.run
-    tensors = load_init(run.files.init_from, run.model) if run.files.init_from else None
+    resume = read_resume(run) if run.files.resume else None  # every rank, before any collective
+    tensors = resume.params if resume else load_init(run.files.init_from, run.model) if run.files.init_from else None
     grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp)
-    say(grid, *header(grid, run))
+    say(grid, *header(grid, run), *resume_lines(run, resume))
     model, grad_sync = build(grid, run, tensors)
-    metrics, ok, optimizer = train(grid, model, grad_sync, run)
+    metrics, ok, optimizer = train(grid, model, grad_sync, run, resume)
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
     replicas = check_replicas(model, grid)  # printed after the final verdict, as it reads best
     # Rank 0 writes the files and figures while the last rank trains the serial twin: two cores busy, not one.
@@ -246,10 +254,13 @@ def run(demo) -> int:
         padding_ok, lines = check_zero_padding(grid, run)
         say(grid, *lines, "")
     trained = gather_trained(grid, model, run)  # untraced; --save writes it (rank 0)
+    if run.files.save:
+        save_training(grid, model, optimizer, run)  # untraced: the optimizer state and the position
     formula_ok = final_report(grid, run, metrics, grad_sync, records, paths, t_start)
     if grid.rank == 0:
         say(grid, *reverse_lines(run, trained), "")
-    checks = {"step 0 = serial": ok, "trained = serial": final_ok, "replicas agree": replicas.ok,
+    first = metrics[0]["step"] if metrics else 0  # > 0 when resumed
+    checks = {f"step {first} = serial": ok, "trained = serial": final_ok, "replicas agree": replicas.ok,
               **({"ZeRO-1 padding": padding_ok} if run.parallel.zero else {}), "formulas": formula_ok}
     say(grid, *closing_lines(grid, run.schedule.steps, metrics, run.files.out, checks))
     return 0 if passed(checks) else 1  # a check that cannot decide fails nothing

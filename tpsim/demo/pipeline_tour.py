@@ -31,6 +31,7 @@ from tpsim.demo.gpt_tour import TOLERANCE, _number, check_against_serial, gather
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
 from tpsim.demo.pipeline_checks import bubble_check, p2p_formula, p2p_sent, pipeline_check
 from tpsim.demo.report import closing_lines, passed, say, step_table
+from tpsim.demo.resume import read_resume, restore, resume_lines, save_training
 from tpsim.demo.serial_twin import final_verdict
 from tpsim.demo.trained_model import reverse_lines
 from tpsim.demo.verify_pass import check_zero_padding
@@ -84,11 +85,11 @@ def build(grid: ProcessGrid, run: RunConfig, tensors):
     return shard, grad_sync, executor
 
 
-def first_step(grid, shard, run: RunConfig, loss: float, loss_scale: float = 1.0) -> bool:
+def first_step(grid, shard, run: RunConfig, loss: float, loss_scale: float = 1.0, start: int = 0) -> bool:
     """Step 0: every stage against the serial model; ``--export``: the stages gathered to rank 0, written, read
     back; the training banner."""
-    say(grid, "Step 0 against the serial model (same seed, same global batch):")
-    ok, text = check_against_serial(grid, shard, run, loss, loss_scale)
+    say(grid, f"Step {start} against the serial model (same seed, same global batch):")
+    ok, text = check_against_serial(grid, shard, run, loss, loss_scale, start)
     say(grid, text, "")
     sch = run.schedule
     if run.files.export:
@@ -103,22 +104,24 @@ def first_step(grid, shard, run: RunConfig, loss: float, loss_scale: float = 1.0
         say(grid, *lines, "")
         ok = ok and read_ok
     if sch.steps > 0:
-        say(grid, f"Training {sch.steps} steps (AdamW lr {run.optimizer.lr}, clip {run.optimizer.clip or 'off'}) "
+        which = f"steps {start}..{sch.steps - 1}" if start else f"{sch.steps} steps"
+        say(grid, f"Training {which} (AdamW lr {run.optimizer.lr}, clip {run.optimizer.clip or 'off'}) "
                   f"on the reverse task ({task_of(run).digits} digits):")
     return ok
 
 
-def train(grid, shard, grad_sync, executor, run: RunConfig):
+def train(grid, shard, grad_sync, executor, run: RunConfig, resume=None):
     """``--steps`` steps (step 0 checked against serial): metrics, step 0's verdict, the optimizer, the largest
     number of micro-batches this rank held at once, the last step's ``ExecutorResult`` and the virtual-clock
     spans of the steps the timeline keeps (``{step: spans}``)."""
     tracer, sch, task = grid.tracer, run.schedule, task_of(run)
     optimizer = demo_optimizer(shard, grid, run, grad_sync)
+    start = restore(shard, optimizer, resume)  # 0, or the saved step with the saved optimizer state (--resume)
     scale = optimizer.loss_scale
     rng = make_dropout_rng(sch.dropout_rng, sch.seed, grid.tp_rank)
     clip, metrics, ok, guard, peak, virtual = run.optimizer.max_norm, [], True, demo_guard(run), 0, {}
     steps = max(sch.steps, 1)
-    for step in range(steps):
+    for step in range(start, steps):
         tracer.step = step
         t0 = time.perf_counter()
         ids, labels, rows = stage_batch(grid, lambda: task.batch(sch.seed, step, sch.batch_size), sch.batch_size,
@@ -129,9 +132,9 @@ def train(grid, shard, grad_sync, executor, run: RunConfig):
         peak, last = max(peak, result.peak_in_flight), result
         if step >= steps - run.files.timeline_steps:
             virtual[step] = [tuple(span) for span in result.clock.spans]
-        if step == 0:
+        if step == start:
             grad_sync.gather_grads()
-            ok = first_step(grid, shard, run, loss, scale)
+            ok = first_step(grid, shard, run, loss, scale, start)
             if sch.steps == 0:
                 break
         with tracer.span("optimizer", "optimizer"):
@@ -189,11 +192,12 @@ def run(demo) -> int:
     """The tour of ``demo.run`` with ``run.parallel.pp > 1`` (validated on every rank before this)."""
     t_start = time.perf_counter()
     run = demo.run
-    tensors = load_init(run.files.init_from, run.model) if run.files.init_from else None
+    resume = read_resume(run) if run.files.resume else None  # every rank, before any collective
+    tensors = resume.params if resume else load_init(run.files.init_from, run.model) if run.files.init_from else None
     grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp, pp=run.parallel.pp)
-    say(grid, *header(grid, run))
+    say(grid, *header(grid, run), *resume_lines(run, resume))
     shard, grad_sync, executor = build(grid, run, tensors)
-    metrics, ok, optimizer, peak, result, virtual = train(grid, shard, grad_sync, executor, run)
+    metrics, ok, optimizer, peak, result, virtual = train(grid, shard, grad_sync, executor, run, resume)
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
     replicas = check_replicas(shard, grid)  # each stage its own parameters
     stage_reports = per_stage(grid, (replicas.ok, replicas.summary(), peak,
@@ -222,11 +226,14 @@ def run(demo) -> int:
     trained = gather_stages(shard, grid)  # untraced; --save writes it (rank 0)
     if grid.rank == 0 and run.files.save:
         write_model_folder(run.files.save, run.model, to_hf(trained, run.model))
+    if run.files.save:
+        save_training(grid, shard, optimizer, run)  # untraced: every stage's optimizer state, the position
     formula_ok = final_report(grid, run, metrics, [r[3] for r in stage_reports] if grid.rank == 0 else None,
                               records, paths, t_start)
     if grid.rank == 0:
         say(grid, *reverse_lines(run, trained), "")
-    checks = {"step 0 = serial": ok, "trained = serial": final_ok, "replicas agree": replicas_ok,
+    first = metrics[0]["step"] if metrics else 0  # > 0 when resumed
+    checks = {f"step {first} = serial": ok, "trained = serial": final_ok, "replicas agree": replicas_ok,
               "peak in flight and bubble": pipe_ok, **({"ZeRO-1 padding": padding_ok} if run.parallel.zero else {}),
               "formulas": formula_ok}
     say(grid, *closing_lines(grid, run.schedule.steps, metrics, run.files.out, checks))

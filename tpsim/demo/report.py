@@ -76,8 +76,9 @@ def closing_lines(grid: ProcessGrid, steps: int, metrics: list[dict], out: str,
     failed = [name for name, held in checks.items() if held is False]
     undecided = [name for name, held in checks.items() if held is None]
     held = [name for name, held in checks.items() if held]
-    trained = (f"{steps} step{'' if steps == 1 else 's'}, loss {metrics[0]['loss']:.4f} -> {metrics[-1]['loss']:.4f}"
-               if metrics else "step 0")
+    first = metrics[0].get("step", 0) if metrics else 0  # > 0: a resumed run (--resume), which trained from there
+    span = f"steps {first}..{steps - 1}" if first else f"{steps} step{'' if steps == 1 else 's'}"
+    trained = f"{span}, loss {metrics[0]['loss']:.4f} -> {metrics[-1]['loss']:.4f}" if metrics else "step 0"
     verdict = f"FAILED: {', '.join(failed)} (see above)" if failed else f"every check holds: {', '.join(held)}"
     if undecided:
         verdict += f"; not decided: {', '.join(undecided)} (see above)"

@@ -40,13 +40,12 @@ from tpsim.config import RunConfig
 from tpsim.demo.noise_floor import (DECIDABLE, KINDS, NOISE_FACTOR, SIGNS_SEEDS, floor_ranks, judge, nudge,
                                     state_differences, tolerance)
 from tpsim.demo.report import grid_label, say
+from tpsim.demo.resume import serial_start
 from tpsim.demo.tolerances import TOLERANCE
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.partition import take_shard
 from tpsim.table import format_table
 from tpsim.tp.random import ExactDropoutRNG
-from tpsim.hf.folder import load_init
-from tpsim.hf.checkpoint import load_into
 from tpsim.train.optim import AdamW
 from tpsim.train.protocol import OptimizerProtocol
 from tpsim.train.reference import reference_adamw, reference_clip
@@ -88,24 +87,25 @@ def broadcast_from(grid: ProcessGrid, jobs: Sequence[tuple[Sequence[tuple[int, .
 
 def train_serial(run: RunConfig, task, optimizer: AdamW, skipped: frozenset[int] = frozenset(),
                  nudged: int | None = None) -> list:
-    """On the twin rank: the serial model trained ``run``'s steps; ``[last loss, params..., exp_avg..., exp_avg_sq...]``.
+    """On the twin rank: the serial model trained ``run``'s steps (with ``--resume``, from the saved state and step
+    on); ``[last loss, params..., exp_avg..., exp_avg_sq...]``.
 
     ``optimizer`` is the parallel run's AdamW: only its settings are read (lr, betas, eps, which parameters decay).
     A step whose loss or norm is not finite is skipped, as the training loop skips it, and so is every step in
     ``skipped`` (the steps the parallel run skipped: a fault injected there, or float16's loss-scale overflow).
     ``nudged``: a sign seed; from starting weights one ulp away in that pattern (``noise_floor.nudge``).
     """
-    config, sch = run.model, run.schedule
+    sch = run.schedule
     serial = run.serial_model()
-    if run.files.init_from:
-        load_into(serial, load_init(run.files.init_from, config, note=None))
+    start, t, m, v = serial_start(run, serial)  # --resume: its parameters, AdamW state, step and step count
     names = [name for name, _ in serial.named_parameters()]
     params, grads = [p for _, p in serial.named_parameters()], [g for _, g in serial.named_grads()]
     if nudged is not None:
         nudge(params, nudged)
-    m, v = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params]
-    rng, t, loss = ExactDropoutRNG(sch.seed), 0, float("nan")
-    for step in range(sch.steps):
+    if m is None:
+        m, v = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params]
+    rng, loss = ExactDropoutRNG(sch.seed), float("nan")
+    for step in range(start, sch.steps):
         ids, labels = task.batch(sch.seed, step, sch.batch_size)
         loss = serial.loss_and_grads(ids, labels, DropoutPlan(rng, step))
         norm = reference_clip(grads, run.optimizer.max_norm or math.inf)
@@ -169,15 +169,14 @@ def _check_first_norm(grid: ProcessGrid, run: RunConfig, first: dict) -> bool:
     above already says what the 16-bit checks are."""
     if first["skipped"] or first["grad_norm"] is None:
         return True  # an overflow at step 0: nothing was measured
-    scale, sch, dtype = first.get("loss_scale", 1.0), run.schedule, run.precision.dtype
+    scale, sch, dtype, step = first.get("loss_scale", 1.0), run.schedule, run.precision.dtype, first["step"]
 
     def serial_norm():
         serial = run.serial_model()
-        if run.files.init_from:
-            load_into(serial, load_init(run.files.init_from, run.model, note=None))
-        ids, labels = ReverseTask(run.model.vocab, sch.seq_len).batch(sch.seed, 0, sch.batch_size)
+        serial_start(run, serial)  # the parameters of the run's first step
+        ids, labels = ReverseTask(run.model.vocab, sch.seq_len).batch(sch.seed, step, sch.batch_size)
         serial.zero_grad()
-        _, cache = serial.forward(ids, labels, DropoutPlan(ExactDropoutRNG(sch.seed), 0))
+        _, cache = serial.forward(ids, labels, DropoutPlan(ExactDropoutRNG(sch.seed), step))
         serial.backward(scale, cache)
         return [reference_clip([g for _, g in serial.named_grads()], math.inf) / scale]
 
@@ -185,8 +184,8 @@ def _check_first_norm(grid: ProcessGrid, run: RunConfig, first: dict) -> bool:
     diff = relative_difference(first["grad_norm"], expected, floor=0.0)
     ok = bool(diff <= FIRST_NORM_TOLERANCE[dtype])
     if not ok:
-        say(grid, f"VERDICT: MISMATCH — step 0's |grad| {first['grad_norm']:.4g} differs from the serial model's "
-                  f"{expected:.4g} by {diff:.2e} (tolerance {FIRST_NORM_TOLERANCE[dtype]:g}, {dtype}): are "
+        say(grid, f"VERDICT: MISMATCH — step {step}'s |grad| {first['grad_norm']:.4g} differs from the serial "
+                  f"model's {expected:.4g} by {diff:.2e} (tolerance {FIRST_NORM_TOLERANCE[dtype]:g}, {dtype}): are "
                   "the gradients unscaled before they are measured and clipped?")
     return ok
 
@@ -194,7 +193,8 @@ def _check_first_norm(grid: ProcessGrid, run: RunConfig, first: dict) -> bool:
 def _check_final_state(grid, model, optimizer, run: RunConfig, metrics) -> bool | None:
     if not metrics:
         return True  # --steps 0: step 0's verdict is the final one
-    dtype, steps = run.precision.dtype, run.schedule.steps
+    dtype, steps, first = run.precision.dtype, run.schedule.steps, metrics[0]["step"]  # first: > 0 when resumed
+    span = f"{steps} steps" if first == 0 else f"steps {first}..{steps - 1}"
     if run.dropout > 0 and run.schedule.dropout_rng == "megatron":
         say(grid, "", "Final state vs the serial model: not checked — Megatron dropout masks depend on the shard, "
                       "so no serial run draws the same masks (--dropout-rng exact can be checked)")
@@ -240,13 +240,13 @@ def _check_final_state(grid, model, optimizer, run: RunConfig, metrics) -> bool 
     verdict = judge(worst, tol)
     if grid.rank == 0:
         _, what, name, rank = max(where)
-        say(grid, "", f"Final state vs the serial model trained the same {steps} steps on rank {root} (same "
+        say(grid, "", f"Final state vs the serial model trained the same {span} on rank {root} (same "
                       f"batches, dropout masks, clipping and AdamW; {float(seconds):.1f} s):",
             f"  serial loss at step {metrics[-1]['step']} {loss:.12{'f' if abs(loss) < 1e5 else 'g'}}",
             *_difference_table(worst, floor, f"(worst: {what} of {name}, rank {rank})",
                                None if floor is None else f"ranks {', '.join(map(str, sorted(set(ranks))))}, "
                                                           f"{float(floor_seconds):.1f} s"),
-            _verdict_line(verdict, floor, tol, step0, f"{grid_label(grid)} after {steps} steps",
+            _verdict_line(verdict, floor, tol, step0, f"{grid_label(grid)} after {span}",
                           f"{dtype}; loss, {len(shapes)} parameters, AdamW state"))
     return verdict
 

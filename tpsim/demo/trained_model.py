@@ -54,7 +54,8 @@ def reverse_lines(run: RunConfig, tensors: dict[str, np.ndarray], count: int = P
     lines.append(f"  {right} of {count} right" + ("" if right == count else
                  " — not a failed check: the model is tiny and trained briefly (more --steps helps)"))
     if run.files.save:
-        lines += [f"saved the trained model to {run.files.save}/ (config.json, model.safetensors); decode it with",
+        lines += [f"saved the trained model to {run.files.save}/ (config.json, model.safetensors) and its training "
+                  f"checkpoint (optimizer.safetensors, training_state.json: --resume {run.files.save}); decode it with",
                   f"  mpirun -n {run.parallel.tp} python -m tpsim.generate --init-from {run.files.save} "
                   f"--prompt {_ids(prompts[0])} --max-new-tokens {task.digits}"]
     return lines

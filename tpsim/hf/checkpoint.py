@@ -101,7 +101,13 @@ def full_tensors(model: Module, tp_group: Group, which: str = "params",
         raise ValueError(f"which must be 'params' or 'grads', got {which!r}")
     shapes = model.config.param_shapes() if shapes is None else shapes
     local = dict(model.named_parameters() if which == "params" else model.named_grads())
-    parts = dict(model.named_partitions())
+    return gather_full(local, dict(model.named_partitions()), shapes, tp_group)
+
+
+def gather_full(local: dict[str, np.ndarray], parts: dict, shapes: dict[str, tuple[int, ...]],
+                tp_group: Group) -> dict[str, np.ndarray]:
+    """``full_tensors`` for any shard-shaped arrays by parameter name (parameters, gradients, optimizer state):
+    ``parts`` the parameters' Partitions, ``shapes`` their true shapes. Collective over ``tp_group``."""
     _check_fits(local, parts, shapes)  # before the first collective, so every rank fails alike
     out = {}
     for name, shard in local.items():

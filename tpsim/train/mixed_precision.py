@@ -31,7 +31,7 @@ from tpsim.nn.module import Module
 from tpsim.nn.precision import FP32, is_half
 from tpsim.train.loss_scale import DynamicLossScaler, unscale_and_agree
 from tpsim.train.optim import Optimizer
-from tpsim.train.protocol import Overflow, StatePiece
+from tpsim.train.protocol import MAIN_PARAM, Overflow, StatePiece
 
 if TYPE_CHECKING:  # type-only
     from tpsim.comm import ProcessGrid
@@ -139,7 +139,10 @@ class MixedPrecisionOptimizer:
         self.model.zero_grad()
 
     def state_pieces(self) -> list[StatePiece]:
-        return self.inner.state_pieces()
+        """The inner rule's slots with each parameter's float32 main copy (slot ``main_param``): all a checkpoint
+        needs to continue bit for bit, since rounding the main copy loses what the 16-bit weight does not hold."""
+        return [StatePiece(name, 0, {**slots, MAIN_PARAM: self.main_params[name]})
+                for name, slots in self.inner.state.items()]
 
     def state_bytes(self) -> int:
         """Optimizer state held by this rank: the inner state (float32) plus the float32 main parameters."""

@@ -52,7 +52,11 @@ class StatePiece(NamedTuple):
 
     name: str
     start: int
-    slots: dict[str, np.ndarray]  # e.g. {"exp_avg": ..., "exp_avg_sq": ...}, views of the live state
+    slots: dict[str, np.ndarray]  # e.g. {"exp_avg": ..., "exp_avg_sq": ...}, views of the live state; a 16-bit
+    # model's float32 main parameters are state too: slot MAIN_PARAM
+
+
+MAIN_PARAM = "main_param"  # the slot of a 16-bit model's float32 main parameter in a StatePiece
 
 
 @runtime_checkable

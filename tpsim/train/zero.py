@@ -56,7 +56,7 @@ from tpsim.train.ddp import DEFAULT_BUCKET_CAP_BYTES, GradSync
 from tpsim.train.loss_scale import DynamicLossScaler, unscale_and_agree
 from tpsim.train.mixed_precision import MainParams
 from tpsim.train.optim import Optimizer
-from tpsim.train.protocol import Overflow, StatePiece
+from tpsim.train.protocol import MAIN_PARAM, Overflow, StatePiece
 
 
 class Piece(NamedTuple):
@@ -238,7 +238,9 @@ class DistributedOptimizer:
         self.gather_params()
 
     def state_pieces(self) -> list[StatePiece]:
-        return [StatePiece(p.name, p.start, p.state) for p in self._all_pieces()]
+        """The owned pieces' slots; under mixed precision with their float32 main parameters (``main_param``)."""
+        return [StatePiece(p.name, p.start, {**p.state, MAIN_PARAM: p.param} if self.half else p.state)
+                for p in self._all_pieces()]
 
     def gather_params(self) -> None:
         """All-gather every bucket's owned ranges of the model's parameters into its arrays (phase
