@@ -14,6 +14,7 @@ pytestmark = pytest.mark.slow
 CHECKS = ("VERDICT: MATCH — TP(2) x DP(2) x PP(2) step 0 equals the serial model",
           "VERDICT: MATCH — TP(2) x DP(2) x PP(2) after 20 steps equals the serial model",
           "PIPELINE CHECK: MATCH — peak micro-batches in flight per stage [2, 1], 1f1b's min(p − i, m) = [2, 1]",
+          "ACTIVATION CHECK: MATCH",
           "BUBBLE CHECK: MATCH — on the unit clock (F 1, B 2) the pipeline of ranks [0, 4] idled 0.200000 of its "
           "15-unit step; (p − 1)/(m + p − 1) = 0.200000", "FORMULA CHECK: all", "P2P CHECK: MATCH", "OK: stage 0: replicas consistent",
           "OK: stage 1: replicas consistent")

@@ -28,9 +28,11 @@ def test_zb_h1_demo_8_ranks_matches_serial_and_the_formulas(tmp_path):
                  "[4, 4, 4, 4] (activations freed as each W ran: B keeps W's inputs)",
                  "BUBBLE CHECK: MATCH — on the unit clock (F 1, B 1, W 1) the pipeline of ranks [0, 2, 4, 6] idled "
                  "0.111111 of its 27-unit step; (p − 1)/(3m + p − 1) = 0.111111",
-                 "FORMULA CHECK: all", "P2P CHECK: MATCH", "every check holds"):
+                 "ACTIVATION CHECK: MATCH", "FORMULA CHECK: all", "P2P CHECK: MATCH", "every check holds"):
         assert line in out, line
     pipe = json.loads((tmp_path / "pipeline.json").read_text())
+    held = [r["peak_layer_bytes"] for r in pipe["ranks"]]
+    assert len(set(held)) == 1 and held[0] > 0  # equal stages, each holding min(p, m) micro-batches of one layer
     assert (pipe["schedule"], pipe["pp"], pipe["microbatches"]) == ("zb-h1", pp, m)
     assert pipe["bubble_fraction"]["formula"] == pytest.approx((pp - 1) / (3 * m + pp - 1), abs=1e-12)
     assert pipe["bubble_fraction"]["measured"] == pytest.approx(pipe["bubble_fraction"]["formula"], abs=1e-9)

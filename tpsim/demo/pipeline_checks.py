@@ -47,6 +47,29 @@ def pipeline_check(grid, run: RunConfig, peaks: list[int] | None) -> tuple[bool,
                 f"{freed})")
 
 
+HALF_CACHES = ("tpsim's 16-bit layers keep LayerNorm's x-hat, the GeLU input and the softmax probabilities in float32 "
+               "(the fused-kernel inputs), where Korthikanti et al. count 2 bytes")
+
+
+def activation_check(run: RunConfig, held: list[int]) -> tuple[bool, str]:
+    """Rank 0: each stage's peak bytes of layer activations held (``tpsim.pp.held``, rank 0's pipeline) against
+    the planner's ``activation_peaks`` of this layout — the schedule's pairs in flight × each chunk's layers ×
+    one layer's bytes (Korthikanti et al. 2022, Table 2, + tpsim's norms' rstd). 16-bit runs and a GPT at
+    dropout 0 (the paper's count assumes dropout): reported only, with the reason."""
+    from tpsim.plan.memory import activation_peaks
+
+    want = [round(x) for x in activation_peaks(model_spec(run.model), run_layout(run), "total")]
+    shown = f"peak layer activations held per stage {held} bytes"
+    if run.precision.dtype in ("bfloat16", "float16"):
+        return True, f"ACTIVATION CHECK: not compared — {shown}; {HALF_CACHES}"
+    if run.model.has_dropout and not run.model.dropout:
+        return True, (f"ACTIVATION CHECK: not compared — {shown}; at dropout 0 tpsim keeps no dropout masks or "
+                      "outputs, where Korthikanti et al. always count them")
+    ok = held == want
+    return ok, (f"ACTIVATION CHECK: {'MATCH' if ok else 'MISMATCH'} — {shown}, the planner's in flight × layers × "
+                f"a layer's bytes (tpsim.plan.memory.activation_peaks) = {want}")
+
+
 def p2p_sent(grid, records: list[dict], step: int) -> int:
     """Bytes rank 0's pipeline (one DP replica, one TP rank) sent in ``step``, from the records."""
     chain = set(grid.pp_group.ranks)
@@ -91,7 +114,7 @@ def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict],
     from tpsim.predict.pipeline_comm import p2p_bytes_formula
 
     pipe, chain = run.pipeline, grid.pp_group.ranks
-    clocks = {rank: (end, busy) for rank, _, end, busy, _ in timing}
+    clocks = {rank: (end, busy) for rank, _, end, busy, *_ in timing}
     end, measured = bubble_measured([clocks[r] for r in chain])
     formula = bubble_fraction(pipe.schedule, grid.pp, pipe.microbatches, pipe.vp)
     words, gpu = clock_words(run), pipe.clock != UNIT_CLOCK
@@ -100,8 +123,8 @@ def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict],
            "time_unit": "s" if gpu else "unit", "step": step, "step_time": end,
            "bubble_fraction": {"measured": measured, "formula": formula},
            "p2p_bytes": {"measured": p2p_sent(grid, records, step), "formula": p2p_bytes_formula(run)},
-           "ranks": [{"rank": rank, "stage": stage, "busy_s": busy, "idle_s": end - busy, "peak_in_flight": peak}
-                     for rank, stage, _, busy, peak in sorted(timing)]}
+           "ranks": [{"rank": rank, "stage": stage, "busy_s": busy, "idle_s": end - busy, "peak_in_flight": peak,
+                      "peak_layer_bytes": held} for rank, stage, _, busy, peak, held in sorted(timing)]}
     name = bubble_name(pipe.schedule, grid.pp, pipe.microbatches, pipe.vp)
     if not gpu:
         ok = abs(measured - formula) <= BUBBLE_TOLERANCE

@@ -29,7 +29,7 @@ from tpsim.config import RunConfig
 from tpsim.demo.export_check import check_export
 from tpsim.demo.gpt_tour import TOLERANCE, _number, check_against_serial, gather_and_write, header, task_of
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
-from tpsim.demo.pipeline_checks import bubble_check, p2p_formula, p2p_sent, pipeline_check
+from tpsim.demo.pipeline_checks import activation_check, bubble_check, p2p_formula, p2p_sent, pipeline_check
 from tpsim.demo.report import closing_lines, passed, say, step_table
 from tpsim.demo.resume import read_resume, restore, resume_lines, save_training
 from tpsim.demo.serial_twin import final_verdict
@@ -201,9 +201,10 @@ def run(demo) -> int:
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
     replicas = check_replicas(shard, grid)  # each stage its own parameters
     stage_reports = per_stage(grid, (replicas.ok, replicas.summary(), peak,
-                                     (len(grad_sync.buckets), grad_bytes_of(run, grad_sync))))
+                                     (len(grad_sync.buckets), grad_bytes_of(run, grad_sync)), result.peak_layer_bytes))
     with grid.tracer.paused():
-        timing = grid.world.gather_objects((grid.rank, grid.pp_rank, result.clock.time, result.clock.busy, peak))
+        timing = grid.world.gather_objects((grid.rank, grid.pp_rank, result.clock.time, result.clock.busy, peak,
+                                            result.peak_layer_bytes))
     chains = per_stage(grid, virtual)  # rank 0's pipeline: one virtual-clock track per pipeline rank
     tracks = None if chains is None else {"clock": clock_words(run), "seconds": run.pipeline.clock != UNIT_CLOCK,
                                           "ranks": list(grid.pp_group.ranks), "tracks": chains}
@@ -214,11 +215,12 @@ def run(demo) -> int:
         replicas_ok = all(r[0] for r in stage_reports)
         say(grid, "", *[("OK: " if r[0] else "FAILED: ") + f"stage {i}: " + r[1] for i, r in enumerate(stage_reports)])
         pipe_ok, line = pipeline_check(grid, run, [r[2] for r in stage_reports])
+        held_ok, held_line = activation_check(run, [r[4] for r in stage_reports])
         bubble_ok, bubble_line, doc = bubble_check(grid, run, timing, records, metrics[-1]["step"] if metrics else 0)
         paths.append(Path(run.files.out) / "pipeline.json")
         paths[-1].write_text(json.dumps(doc, indent=1) + "\n")
-        say(grid, "", line, bubble_line, "")
-        pipe_ok = pipe_ok and bubble_ok
+        say(grid, "", line, held_line, bubble_line, "")
+        pipe_ok = pipe_ok and held_ok and bubble_ok
     padding_ok = True
     if run.parallel.zero:
         padding_ok, lines = check_zero_padding(grid, run)
