@@ -106,6 +106,7 @@ def test_a_check_serial_mismatch_names_the_first_step_and_token():
     (["--tp", "3"], "--tp 3 does not match the world size 2"),
     (["--prompt", "1,99"], "--prompt id 99 is outside the vocabulary [0, 29)"),
     (["--max-new-tokens", "20"], "needs 21 positions, the model has 16"),
+    (["--pp", "2"], "--pp 2: tpsim.generate decodes with tensor parallelism only"),
 ])
 def test_generate_errors_are_one_line(tmp_path, args, message):
     write_hf_folder(tmp_path, CFG, dict(serial_gpt(CFG, seed=2).named_parameters()))

@@ -28,6 +28,10 @@ def build_parser() -> RankZeroParser:
     p.add_argument("--init-from", metavar="DIR", required=True,
                    help="a Hugging Face folder (config.json + model.safetensors) or a tpsim --export folder")
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default and only value: the world size)")
+    p.add_argument("--pp", type=int, default=1,
+                   help="pipeline stages: 1 only (decoding runs one token at a time through every layer, so a "
+                        "pipeline of p stages would leave p - 1 of them idle; train with --pp, then generate "
+                        "from the --save folder at any --tp)")
     p.add_argument("--prompt", required=True,
                    help="token ids, comma-separated (1,2,3); several prompts of one length: 1,2;3,4")
     p.add_argument("--max-new-tokens", type=int, default=8, help="tokens to generate (default 8)")
@@ -51,6 +55,10 @@ def parse_prompt(text: str) -> np.ndarray:
 
 def parse(argv: list[str] | None = None):
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.pp != 1:
+        raise ConfigError(f"--pp {args.pp}: tpsim.generate decodes with tensor parallelism only (one token at a time "
+                          "through every layer, a pipeline would leave all but one stage idle); a pipeline run's "
+                          "--save folder generates at any --tp")
     args.tp = world_size() if args.tp is None else args.tp
     if args.tp != world_size():
         raise ConfigError(f"--tp {args.tp} does not match the world size {world_size()}: tpsim.generate runs one "
