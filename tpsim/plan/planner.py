@@ -34,7 +34,7 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
     flops = flops_per_step(model, lay)
     compute = flops / (lay.gpus * g.peak(lay.dtype) * lay.mfu)
     pipe = pipeline_terms(model, lay, g)
-    times = step_times(compute, comm["time_s"], pipe["makespan_s"], pipe["makespan_without_p2p_s"])
+    times = step_times(compute, comm["time_s"], pipe["makespan_without_collectives_s"], pipe["makespan_compute_only_s"])
     memory_bytes = {k: int(round(mem[k])) for k in ("params", "grads", "optimizer", "activations", "total")}
     act = activation_bytes_per_layer(model, lay)
     return {
