@@ -153,8 +153,8 @@ def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict],
             f"{list(chain)} idled {measured:.6f} of its {duration(end)} schedule, its step {duration(total)} with "
             f"the collectives after it; the planner's clock of this layout (tpsim.plan.pipeline): {want_bubble:.6f} "
             f"of {duration(want)}, step {duration(want_step)} ({'equal' if ok else 'NOT equal'} to 1e-12 "
-            f"relative{FP16_STEP if fp16 else ''}). The unit formula {name} = {formula:.6f} assumes equal stages and free messages: "
-            + why_not_formula(terms, run))
+            f"relative{FP16_STEP if fp16 else ''}). The unit formula {name} = {formula:.6f} assumes equal stages "
+            "and free messages: " + why_not_formula(terms, run))
     return ok, line, doc
 
 

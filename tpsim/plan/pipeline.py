@@ -83,9 +83,9 @@ def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray, collectives:
             "bubble_fraction": {"measured": t.bubble_fraction, "formula": bubble},
             "messages": sum(c.sends), "makespan_s": t.step, "makespan_without_p2p_s": free.step,
             "makespan_without_collectives_s": bare.step, "makespan_compute_only_s": alone.step,
-            "finish_s": list(t.finish),
-            "ranks": [{"rank": r, "busy_s": t.busy[r], "idle_s": t.idle[r], "peak_in_flight": round(peaks[r]),
-                       "sends": c.sends[r]} for r in range(p)]}
+            "ranks": [{"rank": r, "busy_s": t.busy[r], "collectives_s": t.busy[r] - bare.busy[r], "idle_s": t.idle[r],
+                       "finish_s": t.finish[r], "peak_in_flight": round(peaks[r]), "sends": c.sends[r]}
+                      for r in range(p)]}
 
 
 def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU) -> dict:
@@ -94,7 +94,7 @@ def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU) -> dict:
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
     comm = stage_comm(model, lay, gpu, split)
     out = simulate(lay, compute, message_costs(model, lay, gpu), comm, start_times(lay, gpu))
-    tail = after_schedule(model, lay, gpu, out.pop("finish_s"))
+    tail = after_schedule(model, lay, gpu, [r["finish_s"] for r in out["ranks"]])
     out["step_s"], out["after_schedule"] = tail.pop("step_s"), tail
     want = formula.p2p_bytes(lay.schedule, lay.pp, lay.microbatches, lay.vp, micro_batch=lay.micro_batch,
                              seq_len=lay.seq_len, hidden=model.hidden, bytes_per_element=ACT_BYTES[lay.dtype],

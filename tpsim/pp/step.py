@@ -55,8 +55,9 @@ def split_microbatches(x: np.ndarray, m: int) -> list[np.ndarray]:
 @contextmanager
 def on_clock(clock: LiveClock, group: Group, name: str, *, patient: bool = False):
     """The collectives of the block, over ``group``, on ``clock`` (the module docstring): first the group's
-    latest clock (untraced), then the block, then clock = that latest + the cost of what it traced."""
-    if not clock.prices_collectives:
+    latest clock (untraced), then the block, then clock = that latest + the cost of what it traced (a group of
+    one: nothing to wait for, nothing to pay)."""
+    if not clock.prices_collectives or group.size == 1:
         yield
         return
     tracer = group.tracer

@@ -13,8 +13,8 @@ rank 0's pipeline, one event per F, B and W at its start and end on the live vir
 and a "wait" event where a receive waited for its message; under a GPU clock also the collectives after the
 schedule (the loss broadcast, the embedding's all-reduce, the DP sync: from the rank's clock to their end at the
 group's latest clock plus their cost). The steps kept follow one another from 0 (the optimizer, between them, is
-not on that clock). A GPU clock's modelled seconds
-are drawn as seconds, the unit clock's units as milliseconds (the process name says which).
+not on that clock). A GPU clock's modelled seconds are drawn as seconds, the unit clock's units as milliseconds
+(the process name says which).
 ``timeline.png`` draws the layer spans only. The viewers draw a track's events as a stack, so events on one track must *nest*
 (a child inside its parent, never a partial overlap). Spans recorded by one rank nest by construction (one
 clock; a parent's starts before and stops after its children's), and times are rounded end by end, which
