@@ -102,6 +102,11 @@ def _seconds(rows, link) -> float:
     return t
 
 
+def ring_seconds(op: str, nbytes: int, size: int, link) -> float:
+    """One collective ``op`` of ``nbytes`` over ``size`` ranks on ``link``: steps·α + wire bytes·β."""
+    return alpha_beta_time(ring_steps(op, size), wire_bytes(op, nbytes, size), link.alpha, link.beta)
+
+
 def links(lay: Layout, gpu: GPU) -> dict:
     """Which link each group uses (see the module docstring)."""
     one_node = lay.gpus <= lay.gpus_per_node
@@ -185,12 +190,10 @@ def step_comm(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, stage_params:
     tp_time = m * (per_stage * _seconds(layer, link["tp"]) + _seconds(ends, link["tp"])) + _seconds(once, link["tp"])
     dp_ops = dp_collectives(lay, stage_params)
     dp_wire = dp_wire_bytes(lay, stage_params)
-    dp_time = sum(alpha_beta_time(ring_steps(op, lay.dp), wire_bytes(op, n, lay.dp), link["dp"].alpha,
-                                  link["dp"].beta) for op, n in dp_ops)
+    dp_time = sum(ring_seconds(op, n, lay.dp, link["dp"]) for op, n in dp_ops)
     emb = embedding_collectives(model, lay, stage)
     emb_wire = sum(wire_bytes(op, n, EMBEDDING_GROUP) for op, n in emb)
-    emb_time = sum(alpha_beta_time(ring_steps(op, EMBEDDING_GROUP), wire_bytes(op, n, EMBEDDING_GROUP),
-                                   link["pp"].alpha, link["pp"].beta) for op, n in emb)
+    emb_time = sum(ring_seconds(op, n, EMBEDDING_GROUP, link["pp"]) for op, n in emb)
     return {"wire_bytes": {"tp": tp_wire, "dp": dp_wire, "pp": pp_sends(lay, stage) * boundary_bytes(model, lay),
                            "embedding": emb_wire},
             "time_s": {"tp": tp_time, "dp": dp_time, "embedding": emb_time}}

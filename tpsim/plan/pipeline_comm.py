@@ -35,10 +35,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from tpsim.cost import alpha_beta_time, ring_steps, wire_bytes
 from tpsim.phases import FORWARD, SP_GRAD_SYNC
 from tpsim.plan.comm import (EMBEDDING_GROUP, _is_layer, _seconds, dp_collectives, embedding_collectives,
-                             end_rows, links, tp_rows)
+                             end_rows, links, ring_seconds, tp_rows)
 from tpsim.plan.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
 from tpsim.plan.memory import stage_param_elements
@@ -92,13 +91,9 @@ def stage_comm(model: ModelSpec, lay: Layout, gpu: GPU, split: bool) -> np.ndarr
     return out
 
 
-def _ring(op: str, nbytes: int, size: int, link) -> float:
-    return alpha_beta_time(ring_steps(op, size), wire_bytes(op, nbytes, size), link.alpha, link.beta)
-
-
 def loss_normalizer_s(lay: Layout, gpu: GPU) -> float:
     """The last stage's all-reduce of its valid-token count over DP, before the schedule (0 at dp 1)."""
-    return _ring("all_reduce", LOSS_BYTES, lay.dp, links(lay, gpu)["dp"]) if lay.dp > 1 else 0.0
+    return ring_seconds("all_reduce", LOSS_BYTES, lay.dp, links(lay, gpu)["dp"]) if lay.dp > 1 else 0.0
 
 
 def start_times(lay: Layout, gpu: GPU) -> list[float]:
@@ -113,11 +108,11 @@ def after_schedule(model: ModelSpec, lay: Layout, gpu: GPU, finish) -> dict:
     loss = [0.0] * p
     loss[-1] = loss_normalizer_s(lay, gpu)  # the loss's own all-reduce over DP: the normalizer's twin
     latest = max(t + c for t, c in zip(finish, loss))
-    bcast = _ring("broadcast", 2 * LOSS_BYTES, p, link["pp"])
-    emb = [sum(_ring(op, n, EMBEDDING_GROUP, link["pp"]) for op, n in embedding_collectives(model, lay, r))
+    bcast = ring_seconds("broadcast", 2 * LOSS_BYTES, p, link["pp"])
+    emb = [sum(ring_seconds(op, n, EMBEDDING_GROUP, link["pp"]) for op, n in embedding_collectives(model, lay, r))
            for r in range(p)]
     layers = rank_layers(model, lay)
-    dp = [sum(_ring(op, n, lay.dp, link["dp"])
+    dp = [sum(ring_seconds(op, n, lay.dp, link["dp"])
               for op, n in dp_collectives(lay, stage_param_elements(model, lay.tp, p, r, layers[r]))[:1])
           for r in range(p)]  # ZeRO-1: the reduce-scatter; its all-gather is the optimizer's
     ends = [latest + bcast + e + d for e, d in zip(emb, dp)]
