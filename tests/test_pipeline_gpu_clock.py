@@ -21,12 +21,14 @@ from tpsim.config import Pipeline, RunConfig
 from tpsim.errors import ConfigError
 from tpsim.pipeline.actions import COMPUTE, RECVS, SENDS
 from tpsim.pipeline.check import walk
-from tpsim.pipeline.clock import simulate, unit
+from tpsim.cost import ring_steps
+from tpsim.pipeline.clock import Costs, simulate, unit
 from tpsim.pipeline.schedules import build
-from tpsim.plan.comm import boundary_bytes
+from tpsim.plan.comm import boundary_bytes, links
 from tpsim.plan.gpus import GPUS, gpu
 from tpsim.plan.of_run import clock_costs, model_spec, run_layout
 from tpsim.plan.pipeline import message_costs, pipeline_terms, stage_costs
+from tpsim.plan.pipeline_comm import stage_comm
 from tpsim.pp.clock import LiveClock
 from tpsim.trace.timeline import UNIT_DRAWN_AS, chrome_trace
 
@@ -91,12 +93,41 @@ def test_a_gpu_clock_charges_the_planners_costs_so_simulate_is_the_planners_make
             assert [costs.compute[op](r, c, 0) for op in "FBW"] == table[r, c].tolist()
     hop = costs.alpha + costs.beta * costs.message_bytes("F", 0, 0)
     assert np.all(message_costs(model, lay, g) == hop)
-    timeline, terms = simulate(sch, costs), pipeline_terms(model, lay, g)
-    assert timeline.step == pytest.approx(terms["makespan_s"], rel=1e-12, abs=0)
-    assert timeline.bubble_fraction == pytest.approx(terms["bubble_fraction"]["measured"], rel=1e-12, abs=0)
-    assert timeline.busy == pytest.approx([r["busy_s"] for r in terms["ranks"]], rel=1e-12, abs=0)
+    terms = pipeline_terms(model, lay, g)
+    timeline = simulate(sch, costs)  # the FLOPs and the messages: the collectives come from the trace, live
+    assert timeline.step == pytest.approx(terms["makespan_without_collectives_s"], rel=1e-12, abs=0)
+    assert timeline.busy == pytest.approx([r["busy_s"] - r["collectives_s"] for r in terms["ranks"]], rel=1e-12)
     assert timeline.p2p_bytes == terms["p2p_bytes"]["measured"]
-    assert timeline.bubble_fraction > terms["bubble_fraction"]["formula"]  # heavier head, uneven, messages
+    # the collectives each action runs, priced by costs.collective from predict_step's rows, as the planner does
+    comm = stage_comm(model, lay, g, sch.splits_backward)
+    full = simulate(sch, with_collectives(run, sch, costs))
+    if lay.dp == 1:  # no loss normalizer: every rank starts at 0, as simulate's do
+        assert full.step == pytest.approx(terms["makespan_s"], rel=1e-12, abs=0)
+        assert full.bubble_fraction == pytest.approx(terms["bubble_fraction"]["measured"], rel=1e-12, abs=0)
+    assert full.busy == pytest.approx([r["busy_s"] for r in terms["ranks"]], rel=1e-12, abs=0)
+    assert (comm > 0).any() == (lay.tp > 1) and terms["step_s"] > terms["makespan_s"]
+    assert full.bubble_fraction > terms["bubble_fraction"]["formula"]  # heavier head, uneven, messages
+
+
+def test_a_gpu_clock_prices_each_collective_on_its_groups_link():
+    run = live_run(*LAYOUTS[1])  # dp 2: the DP link too
+    lay, g = run_layout(run), gpu(run.pipeline.clock)
+    price, on = clock_costs(run, schedule_of(run), *boundary_of(run)).collective, links(lay, g)
+    for group, link in (("tp", "tp"), ("kv", "tp"), ("embedding", "pp"), ("pp", "pp"), ("dp", "dp")):
+        want = ring_steps("all_reduce", 4) * on[link].alpha + 1000 * on[link].beta
+        assert price("all_reduce", group, 4, 1000) == want
+    with pytest.raises(ValueError, match="a collective over group 'world'"):
+        price("all_reduce", "world", 8, 8)
+    assert unit(schedule_of(run)).collective is None  # the textbook's clock: collectives free
+
+
+def with_collectives(run: RunConfig, schedule, costs):
+    """``costs`` with the planner's collectives of each action added (``stage_comm``): what the live GPU clock
+    charges an action once the trace's collectives are priced."""
+    model, lay = model_spec(run.model), run_layout(run)
+    comm = stage_comm(model, lay, gpu(lay.gpu), schedule.splits_backward)
+    return Costs({op: (lambda i, f: lambda r, c, j: f(r, c, j) + comm[r, c, i])(i, costs.compute[op])
+                  for i, op in enumerate("FBW")}, costs.alpha, costs.beta, costs.message_bytes)
 
 
 def test_a_live_message_the_planner_does_not_price_is_refused():
@@ -207,38 +238,49 @@ def demo_run(monkeypatch, args: list[str], out) -> RunConfig:
 @pytest.mark.slow
 @pytest.mark.parametrize("clock", ["h100", "unit"])
 def test_the_demos_virtual_tracks_are_simulates_spans(tmp_path, monkeypatch, clock):
-    """The demo at PP 2 x TP 2: every F, B and wait of timeline.json's virtual tracks at simulate's times exactly,
-    both kept steps; pipeline.json's clock and makespan; the BUBBLE CHECK line of the clock."""
+    """The demo at PP 2 x TP 2: every F, B and wait of timeline.json's virtual tracks at simulate's times (the unit
+    clock exactly; a GPU's with each action's collectives, to 1e-12 relative), both kept steps, and under a GPU the
+    collectives after the schedule drawn; pipeline.json's clock, makespan and step; the BUBBLE CHECK line."""
     args = [*DEMO, "--clock", clock]
     r = run_mpi(4, ["-m", "tpsim.demo", *args, "--out", str(tmp_path)], timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     run = demo_run(monkeypatch, args, tmp_path)
     sch = schedule_of(run)
     costs = clock_costs(run, sch, *boundary_of(run))
+    costs = costs if clock == "unit" else with_collectives(run, sch, costs)
     want = simulated_spans(sch, costs)
     trace = json.loads((tmp_path / "timeline.json").read_text())
     virtual = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] == 4]
+    tol = 0 if clock == "unit" else 1e-12
     for tid, rank in enumerate(want):
-        got = sorted((e for e in virtual if e["tid"] == tid), key=lambda e: e["ts"])
+        got = sorted((e for e in virtual if e["tid"] == tid and e["cat"] != "collective"), key=lambda e: e["ts"])
         drawn = [(op if op in COMPUTE else "wait", j, s, e) for op, j, _, s, e in rank if op in COMPUTE or e > s]
-        assert [(e["name"][0] if e["name"] != "wait" else "wait", e["args"]["microbatch"], e["args"]["virtual_start"],
-                 e["args"]["virtual_end"]) for e in got] == drawn * 2
+        assert [(e["name"][0] if e["name"] != "wait" else "wait", e["args"]["microbatch"]) for e in got] == \
+            [(op, j) for op, j, _, _ in drawn] * 2
+        times = [t for e in got for t in (e["args"]["virtual_start"], e["args"]["virtual_end"])]
+        assert times == pytest.approx([t for *_, s, e in drawn for t in (s, e)] * 2, rel=tol, abs=0)
         assert {e["args"]["step"] for e in got} == {0, 1}
+        after = {e["name"] for e in virtual if e["tid"] == tid and e["cat"] == "collective"}
+        assert after == (set() if clock == "unit" else {"loss broadcast", "embedding all-reduce"})
     pipe = json.loads((tmp_path / "pipeline.json").read_text())
     timeline = simulate(sch, costs)
-    assert pipe["step_time"] == timeline.step  # busy is summed action by action live, span by span here:
+    assert pipe["makespan"] == pytest.approx(timeline.step, rel=tol, abs=0)
     assert pipe["bubble_fraction"]["measured"] == pytest.approx(timeline.bubble_fraction, rel=1e-12, abs=0)
     line = next(x for x in r.stdout.splitlines() if x.startswith("BUBBLE CHECK"))
     if clock == "unit":
         assert pipe["time_unit"] == "unit" and pipe["clock_gpu"] is None and "planner" not in pipe
+        assert pipe["step_time"] == pipe["makespan"]  # nothing charged after the schedule
         assert line.startswith("BUBBLE CHECK: MATCH — on the unit clock (F 1, B 2)")
     else:
         terms = pipeline_terms(model_spec(run.model), run_layout(run), gpu("h100-80gb"))
         assert pipe["clock_gpu"] == "h100-80gb" and pipe["mfu"] == 0.5 and pipe["time_unit"] == "s"
-        assert pipe["step_time"] == pytest.approx(terms["makespan_s"], rel=1e-12, abs=0)
-        assert pipe["planner"]["makespan_s"] == terms["makespan_s"]
+        assert pipe["makespan"] == pytest.approx(terms["makespan_s"], rel=1e-12, abs=0)
+        assert pipe["step_time"] == pytest.approx(terms["step_s"], rel=1e-12, abs=0)
+        assert pipe["step_time"] > pipe["makespan"]  # the loss broadcast and the embedding's all-reduce
+        assert pipe["planner"]["makespan_s"] == terms["makespan_s"] and pipe["planner"]["step_s"] == terms["step_s"]
         assert line.startswith("BUBBLE CHECK: MATCH — on the h100-80gb clock") and "(equal to 1e-12 relative)" in line
         assert "assumes equal stages and free messages: rank 1 (it holds the LM head) is busy" in line
+        assert "the collectives inside F, B and W add" in line
         assert "the messages add" in line and "MISMATCH" not in r.stdout
 
 

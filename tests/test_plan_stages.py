@@ -41,7 +41,8 @@ def llama_sp_stage_tp_bytes(stage: int) -> float:
     if stage == 0:  # the embedding: an all-reduce forward, an all-gather backward (the sequence split); the ids
         per_microbatch += 3 * act * ring(t) + b * s * 8
     if stage == p - 1:  # the LM head: all-gather forward, all-gather + reduce-scatter backward; the loss's three
-        per_microbatch += 3 * act * ring(t) + 3 * 2 * ring(t) * b * s * 2 + norm_sync + b * s * 8  # ...; labels
+        # [b, s] reductions in float32 (Megatron's logits.float()); the final norm's sync; the labels
+        per_microbatch += 3 * act * ring(t) + 3 * 2 * ring(t) * b * s * 4 + norm_sync + b * s * 8
     return m * per_microbatch + 2 * ring(t) * 8  # + the clip norm's float64 all-reduce, once a step
 
 
@@ -78,8 +79,8 @@ def test_one_stage_issues_everything():
     lay = Layout(tp=t, seq_len=s, micro_batch=b, global_batch=b * m)
     act = b * s * model.hidden * 2
     # per micro-batch: 4 all-reduces a layer, the embedding's g, the tied head's f, the loss's three [b, s]
-    # float reductions (2 bytes at the planner's itemsize), the [2, b, s] int64 batch
-    per_microbatch = (4 * model.layers + 2) * 2 * ring(t) * act + 3 * 2 * ring(t) * b * s * 2 + 2 * b * s * 8
+    # float32 reductions (under 16 bits, as Megatron's logits.float()), the [2, b, s] int64 batch
+    per_microbatch = (4 * model.layers + 2) * 2 * ring(t) * act + 3 * 2 * ring(t) * b * s * 4 + 2 * b * s * 8
     got = comm.step_comm(model, lay, gpu("h100-80gb"), 0, stage_param_elements(model, t, 1, 0))["wire_bytes"]
     assert got["tp"] == pytest.approx(m * per_microbatch + 2 * ring(t) * 8, rel=1e-15)
     assert got["pp"] == 0

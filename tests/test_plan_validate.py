@@ -30,7 +30,8 @@ def test_validate_runs_every_pipeline_case_live():
     assert done.returncode == 0, done.stdout + done.stderr
     live = list(PIPELINE_CASES)
     assert {c.schedule for c in live} == {"afab", "1f1b", "interleaved", "zb-h1"}
-    terms = ("virtual step time (s, 1e-12 rel.)", "p2p bytes per replica", "peak in flight per rank",
+    assert any(c.sp for c in live) and any(c.arch == "llama" for c in live)
+    terms = ("virtual makespan (s, 1e-12 rel.)", "virtual step time (s, 1e-12 rel.)", "p2p bytes per replica", "peak in flight per rank",
              "peak layer activation bytes per rank", "embedding all-reduce wire bytes")
     for case in live:
         for term in terms:

@@ -102,10 +102,11 @@ class Group:
 
     # --- the four collectives of tensor parallelism -----------------------------------------------------------
     def all_reduce(self, x: np.ndarray, op: str = "sum", *, inplace: bool = False,
-                   out: np.ndarray | None = None) -> np.ndarray:
+                   out: np.ndarray | None = None, patient: bool = False) -> np.ndarray:
         """Element-wise reduction over the group; every rank gets the result.
 
-        ``inplace`` reuses ``x``; ``out`` writes into a preallocated array (saves a fresh allocation per call).
+        ``inplace`` reuses ``x``; ``out`` writes into a preallocated array (saves a fresh allocation per call);
+        ``patient``: wait by sleeping (``tpsim.comm.waiting``), as ``broadcast`` can.
         """
         if op not in _REDUCE_OPS:
             raise ValueError(f"all_reduce op must be one of {sorted(_REDUCE_OPS)}, got {op!r}")
@@ -114,10 +115,10 @@ class Group:
         t = time.perf_counter()
         if inplace:
             out = x
-            collective(self.comm, "Allreduce", MPI.IN_PLACE, wire_buffer(out), op=mpi_op)
+            collective(self.comm, "Allreduce", MPI.IN_PLACE, wire_buffer(out), op=mpi_op, patient=patient)
         else:
             out = np.empty_like(x) if out is None else out
-            collective(self.comm, "Allreduce", wire_buffer(x), wire_buffer(out), op=mpi_op)
+            collective(self.comm, "Allreduce", wire_buffer(x), wire_buffer(out), op=mpi_op, patient=patient)
         self._record("all_reduce", x, x.shape, t, reduce_op=op)
         return out
 

@@ -3,9 +3,10 @@
     PIPELINE CHECK   the peak of micro-batches in flight per stage vs ``tpsim.predict.pipeline.peak_in_flight``
     BUBBLE CHECK     the last step on the live virtual clock (``tpsim.pp.clock``): under ``--clock unit`` the idle
                      share vs (p − 1)/(v·m + p − 1) exactly (1e-9; zb-h1:
-                     (p − 1)/(3m + p − 1), m ≥ p); under ``--clock GPU`` the step and the idle
-                     share vs the planner's timeline of the same layout (1e-12 relative), the unit formula beside
-                     it with the reasons they differ (uneven stages, the LM head, messages); ``pipeline.json``
+                     (p − 1)/(3m + p − 1), m ≥ p); under ``--clock GPU`` the makespan, the idle share and the
+                     step (the collectives around the schedule included: ``tpsim.pp.step``) vs the planner's
+                     timeline of the same layout (1e-12 relative), the unit formula beside it with the reasons
+                     they differ (uneven stages, the LM head, collectives, messages); ``pipeline.json``
     P2P bytes        what rank 0's pipeline sent in a step, from the records, and the formula in words
 """
 
@@ -77,6 +78,8 @@ def p2p_sent(grid, records: list[dict], step: int) -> int:
 
 
 BUBBLE_TOLERANCE = 1e-9
+FP16_STEP = ("; the step not compared: the planner's float16 gradients are Megatron's 16-bit ones, tpsim's float16 "
+             "all-reduces float32 main gradients after the schedule")
 
 
 def duration(x: float) -> str:
@@ -98,6 +101,9 @@ def why_not_formula(terms: dict, run: RunConfig) -> str:
         uneven = len(set(run.pipeline.stage_layers or ())) > 1
         reasons.append(f"rank {slow}{head} is busy {busy[slow] / min(busy) - 1:.1%} longer than the least busy rank"
                        + (", stages uneven (--pp-layers)" if uneven else "") + ", and the others wait for it")
+    inside = terms["makespan_without_p2p_s"] - terms["makespan_compute_only_s"]
+    if inside > ROUNDING * terms["makespan_s"]:
+        reasons.append(f"the collectives inside F, B and W add {duration(inside)}")
     exposed = terms["makespan_s"] - terms["makespan_without_p2p_s"]
     if exposed > ROUNDING * terms["makespan_s"]:
         reasons.append(f"the messages add {duration(exposed)} of its {duration(terms['makespan_s'])} makespan")
@@ -106,8 +112,9 @@ def why_not_formula(terms: dict, run: RunConfig) -> str:
 
 def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict], step: int) -> tuple[bool, str, dict]:
     """Rank 0: the last step's bubble on the live clock, measured on rank 0's pipeline; ``(ok, BUBBLE CHECK line,
-    pipeline.json's content)``. Unit clock: the idle share vs (p − 1)/(v·m + p − 1) to 1e-9. GPU clock: the
-    step and the idle share vs the planner's timeline of the same layout to 1e-12 relative (``ROUNDING``: the
+    pipeline.json's content)``. ``timing``: every rank's (rank, stage, schedule end, busy, peak in flight, peak
+    layer bytes, step end). Unit clock: the idle share vs (p − 1)/(v·m + p − 1) to 1e-9. GPU clock: the makespan,
+    the idle share and the step vs the planner's timeline of the same layout to 1e-12 relative (``ROUNDING``: the
     planner sums the same costs in another order), the unit formula beside it with why they differ."""
     from tpsim.plan.gpus import gpu as gpu_preset
     from tpsim.plan.pipeline import pipeline_terms
@@ -116,15 +123,16 @@ def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict],
     pipe, chain = run.pipeline, grid.pp_group.ranks
     clocks = {rank: (end, busy) for rank, _, end, busy, *_ in timing}
     end, measured = bubble_measured([clocks[r] for r in chain])
+    total = max(t[6] for t in timing if t[0] in chain)  # the step: the collectives after the schedule too
     formula = bubble_fraction(pipe.schedule, grid.pp, pipe.microbatches, pipe.vp)
     words, gpu = clock_words(run), pipe.clock != UNIT_CLOCK
     doc = {"schedule": pipe.schedule, "pp": grid.pp, "vp": pipe.vp, "microbatches": pipe.microbatches,
            "clock": words, "clock_gpu": pipe.clock if gpu else None, "mfu": pipe.mfu,
-           "time_unit": "s" if gpu else "unit", "step": step, "step_time": end,
+           "time_unit": "s" if gpu else "unit", "step": step, "makespan": end, "step_time": total,
            "bubble_fraction": {"measured": measured, "formula": formula},
            "p2p_bytes": {"measured": p2p_sent(grid, records, step), "formula": p2p_bytes_formula(run)},
            "ranks": [{"rank": rank, "stage": stage, "busy_s": busy, "idle_s": end - busy, "peak_in_flight": peak,
-                      "peak_layer_bytes": held} for rank, stage, _, busy, peak, held in sorted(timing)]}
+                      "peak_layer_bytes": held} for rank, stage, _, busy, peak, held, _ in sorted(timing)]}
     name = bubble_name(pipe.schedule, grid.pp, pipe.microbatches, pipe.vp)
     if not gpu:
         ok = abs(measured - formula) <= BUBBLE_TOLERANCE
@@ -134,15 +142,19 @@ def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict],
                 f"{list(chain)} idled {measured:.6f} of its {end:g}-unit step; {name} = {formula:.6f}")
         return ok, line, doc
     terms = pipeline_terms(model_spec(run.model), run_layout(run), gpu_preset(pipe.clock))
-    want, want_bubble = terms["makespan_s"], terms["bubble_fraction"]["measured"]
-    ok = abs(end - want) <= ROUNDING * want and abs(measured - want_bubble) <= ROUNDING
-    doc["planner"] = {"makespan_s": want, "makespan_without_p2p_s": terms["makespan_without_p2p_s"],
-                      "bubble_fraction": want_bubble}
+    want, want_bubble, want_step = terms["makespan_s"], terms["bubble_fraction"]["measured"], terms["step_s"]
+    fp16 = run.precision.dtype == "float16"  # the planner's float16 gradients are Megatron's 2 bytes
+    ok = (abs(end - want) <= ROUNDING * want and abs(measured - want_bubble) <= ROUNDING
+          and (fp16 or abs(total - want_step) <= ROUNDING * want_step))
+    doc["planner"] = {key: terms[key] for key in ("makespan_s", "makespan_without_p2p_s", "makespan_compute_only_s",
+                                                  "step_s")}
+    doc["planner"]["bubble_fraction"] = want_bubble
     line = (f"BUBBLE CHECK: {'MATCH' if ok else 'MISMATCH'} — on the {pipe.clock} clock the pipeline of ranks "
-            f"{list(chain)} idled {measured:.6f} of its {duration(end)} step; the planner's clock of this layout "
-            f"(tpsim.plan.pipeline): {want_bubble:.6f} of {duration(want)} ({'equal' if ok else 'NOT equal'} to "
-            f"1e-12 relative). The unit formula {name} = {formula:.6f} assumes equal stages and free messages: "
-            + why_not_formula(terms, run))
+            f"{list(chain)} idled {measured:.6f} of its {duration(end)} schedule, its step {duration(total)} with "
+            f"the collectives after it; the planner's clock of this layout (tpsim.plan.pipeline): {want_bubble:.6f} "
+            f"of {duration(want)}, step {duration(want_step)} ({'equal' if ok else 'NOT equal'} to 1e-12 "
+            f"relative{FP16_STEP if fp16 else ''}). The unit formula {name} = {formula:.6f} assumes equal stages "
+            "and free messages: " + why_not_formula(terms, run))
     return ok, line, doc
 
 

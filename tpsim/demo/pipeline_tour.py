@@ -12,8 +12,9 @@
                                           B 2 a stage (zb-h1: B 1, W 1), 1/v of that a chunk, messages free,
                                           vs (p − 1)/(v·m + p − 1) (zb-h1: (p − 1)/(3m + p − 1)) exactly;
                                           ``--clock GPU``: the planner's costs of this layout (``tpsim.plan.of_run``),
-                                          the step vs the planner's makespan to 1e-12, the unit formula beside
-                                          it with why the two differ;
+                                          the makespan and the step (the collectives around
+                                          the schedule included) vs the planner's to 1e-12,
+                                          the unit formula beside it with why the two differ;
                                           ``pipeline.json`` and the "virtual clock" tracks of ``timeline.json``
 """
 
@@ -203,8 +204,8 @@ def run(demo) -> int:
     stage_reports = per_stage(grid, (replicas.ok, replicas.summary(), peak,
                                      (len(grad_sync.buckets), grad_bytes_of(run, grad_sync)), result.peak_layer_bytes))
     with grid.tracer.paused():
-        timing = grid.world.gather_objects((grid.rank, grid.pp_rank, result.clock.time, result.clock.busy, peak,
-                                            result.peak_layer_bytes))
+        timing = grid.world.gather_objects((grid.rank, grid.pp_rank, result.clock.schedule_end, result.clock.busy,
+                                            peak, result.peak_layer_bytes, result.clock.time))
     chains = per_stage(grid, virtual)  # rank 0's pipeline: one virtual-clock track per pipeline rank
     tracks = None if chains is None else {"clock": clock_words(run), "seconds": run.pipeline.clock != UNIT_CLOCK,
                                           "ranks": list(grid.pp_group.ranks), "tracks": chains}

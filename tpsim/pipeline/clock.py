@@ -18,6 +18,12 @@ of it ends at ``max(own clock, stamp + α + β·bytes)`` (the α-β model of ``t
 
 ``unit(schedule)``: F = 1, B = 2 (split: B = 1, W = 1) for a whole stage; with v chunks a rank holds 1/v of a
 stage per chunk, so each chunk's costs are divided by v; messages free. MPI-free.
+
+``Costs.collective`` (None: collectives free, the textbook's picture) prices one collective call
+``(op, group, group size, wire bytes)`` in seconds — the live clock (``tpsim.pp.clock``) charges it for every
+collective traced inside a compute action, and for the collectives after the schedule; the costs here stay
+per-action, so ``simulate`` knows nothing of it (the planner folds the same collectives into its per-stage
+costs, ``tpsim.plan.pipeline``).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from tpsim.pipeline.actions import COMPUTE, SENDS, Schedule
 from tpsim.pipeline.check import check, walk
 
 CostFn = Callable[[int, int, int], float]  # (rank, chunk, micro-batch) -> seconds
+CollectiveFn = Callable[[str, str, int, int], float]  # (op, group, group size, wire bytes) -> seconds
 
 
 def no_bytes(direction: str, microbatch: int, stage: int) -> float:
@@ -38,12 +45,14 @@ def no_bytes(direction: str, microbatch: int, stage: int) -> float:
 @dataclass(frozen=True)
 class Costs:
     """What the clock charges: ``compute[op](rank, chunk, micro-batch)`` for F, B and W; a message
-    ``alpha + beta · message_bytes(direction, micro-batch, sender's virtual stage)``."""
+    ``alpha + beta · message_bytes(direction, micro-batch, sender's virtual stage)``; a collective call
+    ``collective(op, group, group size, wire bytes)`` (None: free)."""
 
     compute: Mapping[str, CostFn]
     alpha: float = 0  # integers stay integers: integer costs give exact integer times
     beta: float = 0
     message_bytes: Callable[[str, int, int], float] = no_bytes
+    collective: CollectiveFn | None = None
 
 
 def uniform(tf: float, tb: float, tw: float = 0.0, **links) -> Costs:

@@ -19,8 +19,8 @@ holds the two equal for every schedule under random costs). Compiling is cached;
 tens of nanoseconds a node. A compute order that lacks an action, repeats one, runs a backward before its
 forward or cannot finish is handed to ``tpsim.pipeline.check``, whose one line says what is wrong.
 
-``timed(compiled, compute, message)`` returns the step (makespan), each rank's busy time and end, and the bubble
-Σ idle / (pp · step); ``held_peak`` weighs the micro-batches in flight (F run, backward — W when split — not
+``timed(compiled, compute, message[, start])`` returns the step (makespan), each rank's busy time and end, and
+the bubble Σ idle / (pp · step); ``held_peak`` weighs the micro-batches in flight (F run, backward — W when split — not
 yet) by a per-chunk weight (its layers' activation bytes) and returns each rank's peak. MPI-free.
 """
 
@@ -147,13 +147,14 @@ class StageTiming:
         return sum(self.idle) / (len(self.busy) * self.step) if self.step else 0.0
 
 
-def timed(c: Compiled, compute, message) -> StageTiming:
+def timed(c: Compiled, compute, message, start: Sequence[float] | None = None) -> StageTiming:
     """Time ``c`` with ``compute[rank][chunk][op]`` seconds (op F, B, W) and ``message[sender stage][direction]``
-    seconds (direction F, B: α + β·bytes of that message)."""
+    seconds (direction F, B: α + β·bytes of that message); each rank's clock starts at ``start[rank]`` (default 0:
+    a rank that waits for a collective before its schedule starts later)."""
     costs = np.asarray(compute, dtype=float).reshape(c.pp * c.vp * 3)
     hops = np.asarray(message, dtype=float).reshape(c.pp * c.vp * 2).tolist()
     table = costs.tolist()
-    clock = [0.0] * c.pp
+    clock = [0.0] * c.pp if start is None else [float(t) for t in start]
     end: list[float] = []
     append = end.append
     for r, k, d, h in zip(c.rank, c.key, c.dep, c.hop):

@@ -10,7 +10,7 @@ and the LM head. Llama's layer has the same f/g pattern (Megatron-LM splits its 
 does GPT's); when tp exceeds the KV heads, each replicated KV head's weight gradients [2, h, d] are all-reduced
 over its tp/kv copies (group "kv", on the TP link), as tpsim.tp.gqa_attention does — gradients, so the planner
 prices them at the layout's gradient bytes (fp32 main gradients under bf16), where ``predict_step`` given an
-itemsize prices every tensor at that size.
+itemsize prices every tensor at that size; the loss's reductions, float32 under 16 bits, likewise.
 Full recompute repeats each layer's forward collectives in the backward (Korthikanti et al. 2022, §5, "from the
 paper": tpsim does not recompute); selective recompute adds none.
 
@@ -67,11 +67,14 @@ def tp_rows(model: ModelSpec, lay: Layout, dtype: str | None = None) -> list[Pre
     one_layer = model.config(layers=1, max_positions=lay.seq_len)
     run = RunConfig.of(one_layer, tp=lay.tp, sp=lay.sp, batch_size=lay.micro_batch, seq_len=lay.seq_len)
     rows = predict_step(run, clip=True, itemsize=e)
-    return [_as_grads(r, e, grad) if r.group == "kv" else r for r in rows if r.group in ("tp", "kv")]
+    loss = max(e, 4)  # the vocab-parallel cross-entropy reduces in float32 under 16 bits (Megatron: logits.float())
+    return [_repriced(r, e, grad) if r.group == "kv" else _repriced(r, e, loss) if r.layer == "loss" else r
+            for r in rows if r.group in ("tp", "kv")]
 
 
-def _as_grads(r: Prediction, itemsize: int, grad: int) -> Prediction:
-    """A row of gradients (the replicated KV heads'), priced at ``grad`` bytes an element, not ``itemsize``."""
+def _repriced(r: Prediction, itemsize: int, grad: int) -> Prediction:
+    """A row priced at ``grad`` bytes an element, not ``itemsize`` (the replicated KV heads' gradients; the
+    loss's float32 reductions)."""
     n = r.bytes // itemsize * grad
     return replace(r, bytes=n, wire_bytes=wire_bytes(r.op, n // (r.calls or 1), r.group_size) * (r.calls or 1))
 
@@ -99,6 +102,11 @@ def _seconds(rows, link) -> float:
     return t
 
 
+def ring_seconds(op: str, nbytes: int, size: int, link) -> float:
+    """One collective ``op`` of ``nbytes`` over ``size`` ranks on ``link``: steps·α + wire bytes·β."""
+    return alpha_beta_time(ring_steps(op, size), wire_bytes(op, nbytes, size), link.alpha, link.beta)
+
+
 def links(lay: Layout, gpu: GPU) -> dict:
     """Which link each group uses (see the module docstring)."""
     one_node = lay.gpus <= lay.gpus_per_node
@@ -122,14 +130,20 @@ def dp_wire_bytes(lay: Layout, stage_params: int) -> int:
 
 def _ends(model: ModelSpec, lay: Layout, stage: int) -> list[Prediction]:
     """The TP rows outside the layers that ``stage`` issues per micro-batch (the module docstring's split)."""
-    names, first, last = model.architecture.config.layer_names, stage == 0, stage == lay.pp - 1
-    out = []
-    for r in tp_rows(model, lay):
+    return end_rows(model, lay, stage == 0, stage == lay.pp - 1)
+
+
+def end_rows(model: ModelSpec, lay: Layout, first: bool, last: bool, rows: list[Prediction] | None = None, *,
+             batch: bool = True) -> list[Prediction]:
+    """The TP rows outside the layers of the model's ``first`` and/or ``last`` stage per micro-batch, from
+    ``rows`` (default ``tp_rows``); ``batch=False`` leaves out the batch broadcast (read before the step)."""
+    names, out = model.architecture.config.layer_names, []
+    for r in tp_rows(model, lay) if rows is None else rows:
         if _is_layer(model, r) or r.layer in PER_STEP:
             continue
         if r.layer == "batch":  # [2, b, s]: ids for the first stage, labels for the last
             half = replace(r, bytes=r.bytes // 2, wire_bytes=r.wire_bytes // 2)
-            out += [half] * (first + last)
+            out += [half] * (first + last) * batch
         elif r.layer == names.embed:
             out += [r] * first
         elif r.layer in (names.final_norm, "lm_head", "loss"):
@@ -176,12 +190,10 @@ def step_comm(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, stage_params:
     tp_time = m * (per_stage * _seconds(layer, link["tp"]) + _seconds(ends, link["tp"])) + _seconds(once, link["tp"])
     dp_ops = dp_collectives(lay, stage_params)
     dp_wire = dp_wire_bytes(lay, stage_params)
-    dp_time = sum(alpha_beta_time(ring_steps(op, lay.dp), wire_bytes(op, n, lay.dp), link["dp"].alpha,
-                                  link["dp"].beta) for op, n in dp_ops)
+    dp_time = sum(ring_seconds(op, n, lay.dp, link["dp"]) for op, n in dp_ops)
     emb = embedding_collectives(model, lay, stage)
     emb_wire = sum(wire_bytes(op, n, EMBEDDING_GROUP) for op, n in emb)
-    emb_time = sum(alpha_beta_time(ring_steps(op, EMBEDDING_GROUP), wire_bytes(op, n, EMBEDDING_GROUP),
-                                   link["pp"].alpha, link["pp"].beta) for op, n in emb)
+    emb_time = sum(ring_seconds(op, n, EMBEDDING_GROUP, link["pp"]) for op, n in emb)
     return {"wire_bytes": {"tp": tp_wire, "dp": dp_wire, "pp": pp_sends(lay, stage) * boundary_bytes(model, lay),
                            "embedding": emb_wire},
             "time_s": {"tp": tp_time, "dp": dp_time, "embedding": emb_time}}

@@ -1,21 +1,23 @@
 """The pipeline side of ``tpsim plan --validate``: one rank of a small live pipeline (run under ``mpiexec``).
 
     mpiexec -n N python -m tpsim.plan.live_pipeline --tp T --dp D --pp P --schedule S [--vp V] --microbatches M
-                                                    --layers L --clock GPU --json PATH
+                                                    --layers L [--sp] [--arch gpt2|llama] --clock GPU --json PATH
 
-Builds the toy GPT of ``tpsim.plan.live`` with L layers (float64, dropout 0.1), cut into pp × vp stages
-(``tpsim.pp``), and runs one traced training step of m micro-batches of 2 sequences per DP replica, the live
-virtual clock charging the planner's costs of the run's layout on GPU (``tpsim.plan.of_run.clock_costs``). Every
-rank measures: its clock's end and busy time, the most micro-batches (interleaved: (micro-batch, chunk) pairs) it
-held at once and the most bytes of layer activations they kept (``tpsim.pp.held``), the bytes it sent point to point and the bytes of the tied embedding's gradient all-reduce (scope
-the embedding's path, phase dp_sync), both from the step's trace. Rank 0 writes every rank's numbers to PATH.
+Builds the toy GPT (or Llama) of ``tpsim.plan.live`` with L layers (float64; the GPT's dropout 0.1), cut into
+pp × vp stages (``tpsim.pp``), and runs one traced training step of m micro-batches of 2 sequences per DP
+replica, the live virtual clock charging the planner's costs of the run's layout on GPU, its collectives
+included (``tpsim.plan.of_run.clock_costs``). Every rank measures: its clock at the end of its schedule and at
+the end of the step (after the DP sync), its busy time and the collectives' part of it, the most micro-batches
+(interleaved: (micro-batch, chunk) pairs) it held at once and the most bytes of layer activations they kept
+(``tpsim.pp.held``), the bytes it sent point to point and the bytes of the tied embedding's gradient all-reduce
+(scope the embedding's path, phase dp_sync), both from the step's trace. Rank 0 writes every rank's numbers to
+PATH.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from pathlib import Path
 
 from tpsim.config import Parallelism, Pipeline, Precision, RunConfig, Schedule
@@ -24,20 +26,24 @@ from tpsim.plan.live import ROWS_PER_REPLICA, SEED, toy_config
 
 
 def pipeline_run(tp: int, dp: int, pp: int, schedule: str, vp: int, microbatches: int, layers: int,
-                 clock: str) -> RunConfig:
+                 clock: str, sp: bool = False, arch: str = "gpt2") -> RunConfig:
     """The live run of one pipeline case: what the worker runs and what the planner prices (``run_layout``).
     ``ConfigError`` for a pipeline the live ranks cannot run (e.g. a schedule that splits the backward)."""
-    model = replace(toy_config("gpt2"), n_layer=layers)
+    from tpsim.plan.of_run import model_spec
+
+    toy = toy_config(arch)
+    model = model_spec(toy).config(layers=layers, dropout=getattr(toy, "dropout", 0.0))
     rows = ROWS_PER_REPLICA * microbatches * dp
-    return RunConfig(model, Parallelism(tp=tp, dp=dp, pp=pp), Precision("float64"),
+    return RunConfig(model, Parallelism(tp=tp, dp=dp, pp=pp, sp=sp), Precision("float64"),
                      schedule=Schedule(batch_size=rows, seq_len=model.max_positions, steps=1, seed=SEED),
                      pipeline=Pipeline(schedule, microbatches, vp, clock=clock))
 
 
-def worker(run: RunConfig, path: str) -> int:
+def one_step(run: RunConfig, grid):
+    """One traced training step of ``run`` on ``grid`` (its ``ProcessGrid``), from a fresh build: this rank's
+    ``ExecutorResult`` (its virtual clock included)."""
     import numpy as np
 
-    from tpsim.comm import ProcessGrid
     from tpsim.pipeline.schedules import build
     from tpsim.plan.of_run import clock_costs
     from tpsim.pp.build import build_pipeline
@@ -48,10 +54,10 @@ def worker(run: RunConfig, path: str) -> int:
     from tpsim.train import GradSync
 
     par, pipe, sch = run.parallel, run.pipeline, run.schedule
-    grid = ProcessGrid(tp=par.tp, dp=par.dp, pp=par.pp)
     shard = build_pipeline(run, grid)
     schedule = build(pipe.schedule, par.pp, pipe.microbatches, pipe.vp)
-    boundary, dtype = (run.micro_batch, sch.seq_len, run.model.hidden), run.precision.numpy
+    seq = sch.seq_len // par.tp if par.sp else sch.seq_len  # SP: the boundary is this TP rank's [b, s/t, h]
+    boundary, dtype = (run.micro_batch, seq, run.model.hidden), run.precision.numpy
     executor = Executor(schedule, shard.chunks, grid.pp_group, boundary, dtype,
                         costs=clock_costs(run, schedule, boundary, dtype))
     sync = GradSync(shard, grid.dp_group) if par.dp > 1 else None
@@ -59,12 +65,21 @@ def worker(run: RunConfig, path: str) -> int:
     rng = make_dropout_rng(sch.dropout_rng, sch.seed, grid.tp_rank)
     grid.tracer.reset()
     mine, labels, rows = stage_batch(grid, lambda: (ids, np.roll(ids, -1, axis=1)), sch.batch_size, sch.seq_len)
-    _, _, result = pipeline_grads(shard, executor, grid, sync, mine, labels, rows=rows, rng=rng, step=0)
+    return pipeline_grads(shard, executor, grid, sync, mine, labels, rows=rows, rng=rng, step=0)[2]
+
+
+def worker(run: RunConfig, path: str) -> int:
+    from tpsim.comm import ProcessGrid
+
+    par = run.parallel
+    grid = ProcessGrid(tp=par.tp, dp=par.dp, pp=par.pp)
+    result = one_step(run, grid)
     events = list(grid.tracer.events)
     embedding = run.model.layer_names.embed
     tied = [e for e in events if e.scope == embedding and e.phase == DP_SYNC and e.group == "embedding"]
     measured = {"rank": grid.rank, "pp_rank": grid.pp_rank, "dp_rank": grid.dp_rank, "tp_rank": grid.tp_rank,
-                "clock_end": result.clock.time, "clock_busy": result.clock.busy,
+                "clock_end": result.clock.time, "schedule_end": result.clock.schedule_end,
+                "clock_busy": result.clock.busy, "clock_collectives": result.clock.comm,
                 "peak_in_flight": result.peak_in_flight, "peak_layer_bytes": result.peak_layer_bytes,
                 "p2p_sent": sum(e.bytes for e in events if e.op == "send"),
                 "embedding_bytes": sum(e.bytes for e in tied), "embedding_wire": sum(e.wire_bytes for e in tied)}
@@ -79,10 +94,13 @@ if __name__ == "__main__":
     for name, default in (("tp", 1), ("dp", 1), ("pp", 2), ("vp", 1), ("microbatches", 4), ("layers", 4)):
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--schedule", default="1f1b")
+    parser.add_argument("--sp", action="store_true")
+    parser.add_argument("--arch", default="gpt2")
     parser.add_argument("--clock", default="h100-80gb")
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
     from tpsim.comm.launch import run_main
 
-    live = pipeline_run(args.tp, args.dp, args.pp, args.schedule, args.vp, args.microbatches, args.layers, args.clock)
+    live = pipeline_run(args.tp, args.dp, args.pp, args.schedule, args.vp, args.microbatches, args.layers, args.clock,
+                        args.sp, args.arch)
     run_main(lambda: worker(live, args.json), prog="tpsim.plan.live_pipeline")

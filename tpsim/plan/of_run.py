@@ -9,8 +9,11 @@ and ``tpsim plan --validate``'s pipeline cases:
     clock_costs(run, schedule, boundary, dtype)
                               what the live virtual clock charges (``tpsim.pipeline.clock.Costs``): ``unit(schedule)``
                               under ``--clock unit``; under a GPU the planner's own ``stage_costs`` (F, B, W a
-                              (rank, chunk) from FLOPs at the GPU's peak × mfu) and α + β·bytes on the link
-                              ``links`` gives PP, the bytes those of the live boundary tensor
+                              (rank, chunk) from FLOPs at the GPU's peak × mfu), α + β·bytes on the link
+                              ``links`` gives PP, the bytes those of the live boundary tensor, and every traced
+                              collective priced as the planner prices it (``collective_seconds``: ``tpsim.cost``'s
+                              steps·α + wire bytes·β on its group's link — tp and kv the TP link, embedding and
+                              pp the PP link, dp the DP link)
 
 The live boundary (``[b, s, h]``, ``[b, s/t, h]`` under SP, in the run's dtype) must hold exactly the planner's
 ``boundary_bytes``, and every message then costs exactly ``message_costs``' entry: both are checked, so a
@@ -24,11 +27,12 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.config import RunConfig
+from tpsim.cost import alpha_beta_time, ring_steps
 from tpsim.plan.clock_choice import DEFAULT_MFU, UNIT_CLOCK
 from tpsim.pipeline.actions import Schedule
 from tpsim.pipeline.clock import Costs, unit
 from tpsim.plan.comm import boundary_bytes, links
-from tpsim.plan.gpus import gpu as gpu_preset
+from tpsim.plan.gpus import GPU, gpu as gpu_preset
 from tpsim.plan.layout import Layout
 from tpsim.plan.models import ModelSpec
 from tpsim.plan.pipeline import message_costs, stage_costs
@@ -52,6 +56,23 @@ def run_layout(run: RunConfig, gpu: str | None = None, mfu: float | None = None)
                   gpu=gpu, mfu=mfu, schedule=pipe.schedule, vp=pipe.vp, pp_layers=pipe.stage_layers)
 
 
+GROUP_LINKS = {"tp": "tp", "kv": "tp", "embedding": "pp", "pp": "pp", "dp": "dp"}  # a group -> its link
+
+
+def collective_seconds(lay: Layout, gpu: GPU):
+    """``(op, group, group size, wire bytes) -> seconds`` of one collective call of ``lay`` on ``gpu``: the α-β
+    time of ``tpsim.cost`` on the link ``links`` gives its group (``GROUP_LINKS``); ValueError for a group the
+    planner puts on no link."""
+    link = links(lay, gpu)
+
+    def seconds(op: str, group: str, size: int, wire: int) -> float:
+        if group not in GROUP_LINKS:
+            raise ValueError(f"a collective over group {group!r}: the planner prices groups {sorted(GROUP_LINKS)}")
+        on = link[GROUP_LINKS[group]]
+        return alpha_beta_time(ring_steps(op, size), wire, on.alpha, on.beta)
+    return seconds
+
+
 def clock_costs(run: RunConfig, schedule: Schedule, boundary: tuple[int, ...], dtype) -> Costs:
     """What the live clock of ``run`` charges for ``schedule`` (module docstring); ``boundary`` and ``dtype``:
     the live message tensor's shape and dtype. ValueError when the live message is not the planner's."""
@@ -73,7 +94,8 @@ def clock_costs(run: RunConfig, schedule: Schedule, boundary: tuple[int, ...], d
         raise ValueError("the planner's message_costs are not alpha + beta x bytes of one boundary tensor")
     table = stage_costs(model, lay, g).tolist()  # [rank][chunk][F, B, W] seconds, as Python floats
     compute = {op: (lambda i: lambda rank, chunk, j: table[rank][chunk][i])(i) for i, op in enumerate("FBW")}
-    return Costs(compute, alpha=link.alpha, beta=link.beta, message_bytes=lambda direction, j, stage: live)
+    return Costs(compute, alpha=link.alpha, beta=link.beta, message_bytes=lambda direction, j, stage: live,
+                 collective=collective_seconds(lay, g))
 
 
 def clock_words(run: RunConfig) -> str:

@@ -9,10 +9,19 @@ m micro-batches and ``--vp`` chunks (``tpsim.pipeline.schedules.build``, checked
   ``tpsim.plan.timing.layer_flops`` splits a layer into F, B (input gradient) and W (weight gradient), the last
   stage adds the LM head (``head_flops``; the first stage's embedding is a gather, no FLOPs). A schedule that
   does not split the backward (afab, 1f1b, interleaved) runs B + W as one B;
+- **the collectives each action issues** (``tpsim.plan.pipeline_comm.stage_comm``: a layer's TP collectives,
+  the embedding's on the first stage, the head's and the loss's on the last; a split backward's weight-gradient
+  ones in W), each steps·α + wire bytes·β on the TP link, added to the action's cost;
 - **point-to-point messages** of b·s·h elements (÷ t under SP) at the layout's bytes, each α + β·bytes on the
-  link ``tpsim.plan.comm.links`` gives PP (NVLink while tp·pp GPUs fit in a node, else InfiniBand).
+  link ``tpsim.plan.comm.links`` gives PP (NVLink while tp·pp GPUs fit in a node, else InfiniBand);
+- **the collectives around the schedule** (``pipeline_comm.after_schedule``): the last stage starts after the
+  loss normalizer's all-reduce over DP; after it the loss's all-reduce and broadcast, the tied embedding's
+  gradient all-reduce and the DP gradient sync end at their group's latest clock plus their cost.
 
-It returns what ``tpsim plan --json`` prints as ``pipeline``: the makespan with and without the messages, the
+It returns what ``tpsim plan --json`` prints as ``pipeline``: ``step_s`` (the step on the clock: the schedule and
+every collective around it, what a live run's ``--clock GPU`` reproduces), ``after_schedule`` (each rank's cost
+of those collectives), the makespan with everything in the schedule, without the messages, without the
+collectives (``makespan_without_collectives_s``) and with neither (``makespan_compute_only_s``), the
 bubble Σ idle / (p · makespan) measured on that timeline beside the schedule's unit-cost formula
 (``tpsim.predict.pipeline.bubble_fraction``), the p2p bytes of one replica from the schedule's sends beside
 2·m·(v·p − 1)·b·s·h·e (÷ t), and per rank its layers, busy and idle seconds, peak micro-batches in flight and
@@ -31,6 +40,7 @@ from tpsim.plan.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
 from tpsim.plan.memory import ACT_BYTES
 from tpsim.plan.models import ModelSpec
+from tpsim.plan.pipeline_comm import after_schedule, stage_comm, start_times
 from tpsim.plan.timing import head_flops, layer_flops
 from tpsim.predict import pipeline as formula
 
@@ -56,25 +66,36 @@ def message_costs(model: ModelSpec, lay: Layout, gpu: GPU) -> np.ndarray:
     return np.full((lay.pp * lay.vp, 2), link.alpha + link.beta * boundary_bytes(model, lay))
 
 
-def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray) -> dict:
-    """Time ``lay``'s schedule under ``compute[rank][chunk][op]`` and ``message[stage][direction]`` seconds: the
-    ``pipeline`` dict (module docstring) less what needs the model (layers, bytes)."""
+def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray, collectives: np.ndarray | None = None,
+             start=None) -> dict:
+    """Time ``lay``'s schedule under ``compute[rank][chunk][op]`` seconds (plus ``collectives``, the same shape),
+    ``message[stage][direction]`` seconds and each rank's ``start``: the ``pipeline`` dict (module docstring)
+    less what needs the model (layers, bytes, the collectives after the schedule)."""
     c = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp)
-    t, free = timed(c, compute, message), timed(c, compute, np.zeros_like(message))
+    charged = compute if collectives is None else compute + collectives
+    quiet = np.zeros_like(message)
+    t, free = timed(c, charged, message, start), timed(c, charged, quiet, start)
+    bare, alone = timed(c, compute, message), timed(c, compute, quiet)
     peaks = held_peak(c, np.ones((lay.pp, lay.vp)))
     p, m, v = lay.pp, lay.microbatches, lay.vp
     bubble = formula.bubble_fraction(lay.schedule, p, m, v)
     return {"schedule": lay.schedule, "pp": p, "vp": v, "microbatches": m,
             "bubble_fraction": {"measured": t.bubble_fraction, "formula": bubble},
             "messages": sum(c.sends), "makespan_s": t.step, "makespan_without_p2p_s": free.step,
-            "ranks": [{"rank": r, "busy_s": t.busy[r], "idle_s": t.idle[r], "peak_in_flight": round(peaks[r]),
-                       "sends": c.sends[r]} for r in range(p)]}
+            "makespan_without_collectives_s": bare.step, "makespan_compute_only_s": alone.step,
+            "ranks": [{"rank": r, "busy_s": t.busy[r], "collectives_s": t.busy[r] - bare.busy[r], "idle_s": t.idle[r],
+                       "finish_s": t.finish[r], "peak_in_flight": round(peaks[r]), "sends": c.sends[r]}
+                      for r in range(p)]}
 
 
 def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU) -> dict:
     """The planner's pipeline terms of ``lay`` (a valid layout) on ``gpu`` (module docstring)."""
     compute = stage_costs(model, lay, gpu)
-    out = simulate(lay, compute, message_costs(model, lay, gpu))
+    split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
+    comm = stage_comm(model, lay, gpu, split)
+    out = simulate(lay, compute, message_costs(model, lay, gpu), comm, start_times(lay, gpu))
+    tail = after_schedule(model, lay, gpu, [r["finish_s"] for r in out["ranks"]])
+    out["step_s"], out["after_schedule"] = tail.pop("step_s"), tail
     want = formula.p2p_bytes(lay.schedule, lay.pp, lay.microbatches, lay.vp, micro_batch=lay.micro_batch,
                              seq_len=lay.seq_len, hidden=model.hidden, bytes_per_element=ACT_BYTES[lay.dtype],
                              tp=lay.tp, sequence_parallel=lay.sp)
@@ -86,5 +107,6 @@ def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU) -> dict:
     for s, n in enumerate(virtual_stage_layers(model, lay)):
         r, c = s % lay.pp, s // lay.pp
         out["stages"].append({"virtual_stage": s, "rank": r, "chunk": c, "layers": n,
-                              **{f"{op}_s": float(compute[r, c, i]) for i, op in enumerate("FBW")}})
+                              **{f"{op}_s": float(compute[r, c, i]) for i, op in enumerate("FBW")},
+                              **{f"{op}_collectives_s": float(comm[r, c, i]) for i, op in enumerate("FBW")}})
     return out

@@ -20,7 +20,8 @@ SOURCES = {
                                   "what tpsim's layers cache, checked by --validate)",
     "tp_wire_bytes": "tpsim.predict.formulas.predict_step (checked against every live run's trace)",
     "pp": "the schedule's own action lists (tpsim.pipeline) on the virtual clock: per-stage F, B, W from FLOPs at "
-          "peak x mfu, alpha-beta p2p messages; the bubble formula and p2p bytes of tpsim.predict.pipeline beside",
+          "peak x mfu plus the alpha-beta TP collectives each issues, alpha-beta p2p messages, then the loss, "
+          "embedding and DP collectives (step_s); the bubble formula and p2p bytes of tpsim.predict.pipeline beside",
     "flops": "Narayanan et al. 2021: 72·B·s·L·h²·(1 + s/6h + V/12Lh); full recompute repeats the layers' forward",
 }
 
@@ -34,7 +35,7 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
     flops = flops_per_step(model, lay)
     compute = flops / (lay.gpus * g.peak(lay.dtype) * lay.mfu)
     pipe = pipeline_terms(model, lay, g)
-    times = step_times(compute, comm["time_s"], pipe["makespan_s"], pipe["makespan_without_p2p_s"])
+    times = step_times(compute, comm["time_s"], pipe["makespan_without_collectives_s"], pipe["makespan_compute_only_s"])
     memory_bytes = {k: int(round(mem[k])) for k in ("params", "grads", "optimizer", "activations", "total")}
     act = activation_bytes_per_layer(model, lay)
     return {

@@ -54,7 +54,8 @@ def pipeline_rows(p: dict) -> list[list[str]]:
             ["in flight at the peak", str(held), "(micro-batch, chunk) pairs" if lay["vp"] > 1 else "micro-batches"],
             ["bubble: measured / formula", f"{bubble['measured']:.4f} / {bubble['formula']:.4f}",
              "virtual clock / unit costs (tpsim.predict.pipeline)"],
-            ["p2p per step, one replica", gb(p2p["measured"]), f"{pipe['messages']:,} messages, 2m(v*p - 1)"]]
+            ["p2p per step, one replica", gb(p2p["measured"]), f"{pipe['messages']:,} messages, 2m(v*p - 1)"],
+            ["step on the pipeline's clock", seconds(pipe["step_s"]), "the schedule, its collectives, the DP sync"]]
 
 
 def why_bubble(p: dict) -> list[str]:

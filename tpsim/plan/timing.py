@@ -21,9 +21,10 @@ loss's softmax elementwise: neither is counted, here as in Narayanan et al.'s fo
 
 Time: ``compute = F / (N · peak · mfu)`` with N = tp·pp·dp GPUs (``--mfu`` is the kernels' efficiency, bubble not
 included) — also the mean over the pipeline ranks of their busy time on the virtual clock (``tpsim.plan.pipeline``
-times each stage's F, B and W from these FLOPs). ``step_times`` takes the clock's two makespans, with and
-without the point-to-point messages: ``bubble`` = makespan without messages − compute (the schedule's idle time
-at these stage costs; (p − 1)/m of compute under 1F1B only when every stage costs the same), ``pp`` = what the
+times each stage's F, B and W from these FLOPs). ``step_times`` takes the clock's two makespans without the
+collectives (``tpsim.plan.pipeline``'s ``makespan_without_collectives_s`` and ``makespan_compute_only_s``: the
+additive picture, which adds TP, DP and the embedding on its own), with and without the point-to-point
+messages: ``bubble`` = makespan without messages − compute (the schedule's idle time at these stage costs; (p − 1)/m of compute under 1F1B only when every stage costs the same), ``pp`` = what the
 messages add to the makespan (the exposed p2p time), TP, DP and the tied embedding's gradient all-reduce
 (``embedding``, first and last stage) from ``tpsim.plan.comm``, outside the clock. Two step times, stated as
 such: ``step`` adds everything (the makespan + TP + DP + embedding: nothing else overlapped); ``step_overlapped``

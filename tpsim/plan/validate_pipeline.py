@@ -1,10 +1,13 @@
 """``tpsim plan --validate``'s pipeline cases: live pipeline ranks against the planner's pipeline terms.
 
-Each case launches ``python -m tpsim.plan.live_pipeline`` (the toy GPT cut into stages, one traced step, the live
-virtual clock charging the planner's costs on a GPU: ``tpsim.plan.of_run``) and compares, for the same model and
-layout (``run_layout`` of the same ``RunConfig``), on every rank:
+Each case launches ``python -m tpsim.plan.live_pipeline`` (the toy GPT or Llama cut into stages, one traced step,
+the live virtual clock charging the planner's costs on a GPU, collectives included: ``tpsim.plan.of_run``) and
+compares, for the same model and layout (``run_layout`` of the same ``RunConfig``), on every rank:
 
-    virtual step time       each pipeline's latest clock         vs  pipeline_terms' makespan   (1e-12 relative)
+    virtual makespan        each pipeline's latest clock at the  vs  pipeline_terms' makespan   (1e-12 relative)
+                            end of its schedule (TP collectives inside F, B, W priced)
+    virtual step time       each pipeline's latest clock after   vs  pipeline_terms' step_s     (1e-12 relative)
+                            the DP sync (the loss, embedding and DP collectives at their group's latest clock)
     p2p bytes per replica   the trace's sends of each pipeline   vs  pipeline_terms' p2p bytes  (exactly)
     peak in flight          each rank's most pairs held          vs  the schedule's, per rank   (exactly)
     layer activations held  each rank's peak bytes of its blocks'  vs  activation_peaks: pairs in  (exactly)
@@ -52,6 +55,8 @@ class PipelineCase:
     vp: int = 1
     microbatches: int = 4
     layers: int = 4
+    sp: bool = False
+    arch: str = "gpt2"
 
     @property
     def ranks(self) -> int:
@@ -59,13 +64,16 @@ class PipelineCase:
 
     def run(self):
         """The ``RunConfig`` the worker runs and the planner prices (ConfigError: the live ranks cannot run it)."""
-        return pipeline_run(self.tp, self.dp, self.pp, self.schedule, self.vp, self.microbatches, self.layers, CLOCK)
+        return pipeline_run(self.tp, self.dp, self.pp, self.schedule, self.vp, self.microbatches, self.layers, CLOCK,
+                            self.sp, self.arch)
 
 
 PIPELINE_CASES = [PipelineCase("PP 2 x TP 2, 1f1b", 2, 1, 2, "1f1b", layers=2),
                   PipelineCase("PP 2 x DP 2, interleaved vp 2", 1, 2, 2, "interleaved", vp=2),
                   PipelineCase("PP 4, afab", 1, 1, 4, "afab"),
-                  PipelineCase("PP 4, zb-h1", 1, 1, 4, "zb-h1")]
+                  PipelineCase("PP 4, zb-h1", 1, 1, 4, "zb-h1"),
+                  PipelineCase("PP 2 x TP 2, zb-h1, SP", 2, 1, 2, "zb-h1", layers=2, sp=True),
+                  PipelineCase("Llama PP 2 x TP 2, 1f1b", 2, 1, 2, "1f1b", layers=2, arch="llama")]
 
 
 def skipped(case: PipelineCase) -> str | None:
@@ -78,10 +86,12 @@ def skipped(case: PipelineCase) -> str | None:
 
 
 def run_pipeline_case(case: PipelineCase, folder: Path, timeout: float = 120) -> list[dict]:
-    path = folder / f"pipeline_{case.schedule}_pp{case.pp}_tp{case.tp}_dp{case.dp}.json"
+    path = folder / (f"pipeline_{case.arch}_{case.schedule}_pp{case.pp}_tp{case.tp}_dp{case.dp}"
+                     + "_sp" * case.sp + ".json")
     args = ["-m", "tpsim.plan.live_pipeline", "--tp", str(case.tp), "--dp", str(case.dp), "--pp", str(case.pp),
             "--schedule", case.schedule, "--vp", str(case.vp), "--microbatches", str(case.microbatches),
-            "--layers", str(case.layers), "--clock", CLOCK, "--json", str(path)]
+            "--layers", str(case.layers), "--arch", case.arch, "--clock", CLOCK, "--json", str(path)]
+    args += ["--sp"] * case.sp
     run = launch(case.ranks, args, timeout=timeout)
     if run.returncode:
         raise RuntimeError(f"{case.name}: mpiexec exited with {run.returncode}\n"
@@ -108,10 +118,11 @@ def check_pipeline_case(case: PipelineCase, ranks: list[dict]) -> list[tuple[str
     model, lay = model_spec(run.model), run_layout(run)
     terms = pipeline_terms(model, lay, gpu_preset(lay.gpu))
     chains = list(pipelines(ranks).values())
-    steps = [max(r["clock_end"] for r in chain) for chain in chains]
-    want = terms["makespan_s"]
-    rows = [_row(case, "virtual step time (s, 1e-12 rel.)", [want], steps,
-                 all(abs(t - want) <= ROUNDING * want for t in steps), "{:.12g}")]
+    rows = []
+    for term, key, want in (("virtual makespan (s, 1e-12 rel.)", "schedule_end", terms["makespan_s"]),
+                            ("virtual step time (s, 1e-12 rel.)", "clock_end", terms["step_s"])):
+        got = [max(r[key] for r in chain) for chain in chains]
+        rows.append(_row(case, term, [want], got, all(abs(t - want) <= ROUNDING * want for t in got), "{:.12g}"))
     sent = [sum(r["p2p_sent"] for r in chain) for chain in chains]
     p2p = terms["p2p_bytes"]["measured"]
     rows.append(_row(case, "p2p bytes per replica", [p2p], sent, set(sent) == {p2p}))

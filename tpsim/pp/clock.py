@@ -4,19 +4,30 @@ Wall-clock time on an oversubscribed CPU cannot show a bubble (an idle rank hand
 each rank keeps a clock of *modelled* time, charged exactly as the MPI-free clock charges a schedule
 (``tpsim.pipeline.clock``; the live run uses its ``unit(schedule)`` costs, the textbook's picture):
 
-    F: clock += t_F            B: clock += t_B            (unit: 1 and 2 a stage; a chunk of v: 1/v and 2/v)
+    F, B, W: clock += t_op + Σ α-β time of the collectives traced inside it    (unit: 1 and 2 a stage, a chunk
+                                                                                1/v of that; collectives free)
     SEND: the message carries the sender's clock (8 bytes after the payload, not counted as model traffic)
     RECV: clock = max(own clock, the sender's + α + β·bytes)    (unit: messages free; the wait is idle time)
+    a collective after the schedule: clock = the group's latest clock + its α-β cost   (unit: not charged)
 
 The data still moves through real MPI, so numbers stay real and the time is deterministic: the same run gives
 the same timeline on any machine, loaded or not — and the same numbers as ``simulate(schedule, costs)``, since
 the costs are the same functions. Under ``--clock GPU`` the costs are the planner's for the run's layout
-(``tpsim.plan.of_run.clock_costs``): per-stage F and B from FLOPs at the GPU's peak × mfu, each message α + β·bytes
-on the pipeline's link. Every compute action and every receive leaves a ``VirtualSpan`` (its start and end on this
-clock: a receive that ends later than it starts waited), the "virtual clock" tracks of ``timeline.json``. After a step, T = the largest clock of the pipeline; a rank was busy
-v·m·(t_F + t_B) of it (its chunks' share) and idle the rest. The idle share is the formula of
-``tpsim.predict.pipeline.bubble_fraction``: (p − 1)/(m + p − 1) for AFAB and 1F1B, (p − 1)/(v·m + p − 1)
-interleaved (Narayanan et al. 2021, §2.2). MPI-free.
+(``tpsim.plan.of_run.clock_costs``): per-stage F, B and W from FLOPs at the GPU's peak × mfu; each collective
+traced inside an action (the TP group's, and the KV heads' gradient sum) steps·α + wire bytes·β on the link the
+planner gives its group (``tpsim.cost``, the same formulas); each message α + β·bytes on the pipeline's link.
+Every TP rank of a stage runs the same actions with the same collectives, so a TP group's latest arrival is its
+own clock: inside an action nothing needs exchanging. After the schedule the clocks of a group differ (the
+first and the last stage in the embedding group), so ``tpsim.pp.step`` exchanges them untraced and ends the
+collective at the latest plus its cost (``LiveClock.collective``).
+
+Every compute action, receive and collective after the schedule leaves a ``VirtualSpan`` (its start and end on
+this clock: a receive that ends later than it starts waited), the "virtual clock" tracks of ``timeline.json``.
+``schedule_end`` is the clock when the rank's last action ran: the bubble is measured there — T = the largest
+``schedule_end`` of the pipeline; a rank was busy v·m·(t_F + t_B) of it (its chunks' share) and idle the rest.
+The idle share is the formula of ``tpsim.predict.pipeline.bubble_fraction``: (p − 1)/(m + p − 1) for AFAB and
+1F1B, (p − 1)/(v·m + p − 1) interleaved (Narayanan et al. 2021, §2.2). ``time`` after the step is the step's
+virtual time, its collectives included. MPI-free.
 """
 
 from __future__ import annotations
@@ -29,7 +40,8 @@ from tpsim.pipeline.clock import Costs
 
 class VirtualSpan(NamedTuple):
     """One action on the virtual clock: ``op`` F, B, W, RECV_F or RECV_B of (``microbatch``, ``chunk``), from
-    ``start`` to ``end`` (a receive: the time it waited for its message, 0 when the message was there)."""
+    ``start`` to ``end`` (a receive: the time it waited for its message, 0 when the message was there); a
+    collective after the schedule: ``op`` its name, ``microbatch`` −1, from this rank's clock to its end."""
 
     op: str
     microbatch: int
@@ -42,20 +54,46 @@ class VirtualSpan(NamedTuple):
 class LiveClock:
     """One rank's modelled time in a step: ``time`` now, ``busy`` spent computing (the rest was waiting), and the
     ``spans`` of its compute actions and receives in the order they ran. ``costs``: what each action costs
-    (``tpsim.pipeline.clock.Costs``), ``rank``: this pipeline rank."""
+    (``tpsim.pipeline.clock.Costs``), ``rank``: this pipeline rank. ``comm``: the part of ``busy`` its
+    collectives took; ``schedule_end``: the clock when its schedule ended (set by the executor)."""
 
     costs: Costs
     rank: int
     time: float = 0.0
     busy: float = 0.0
+    comm: float = 0.0
+    schedule_end: float = 0.0
     spans: list[VirtualSpan] = field(default_factory=list)
 
-    def compute(self, op: str, chunk: int, microbatch: int) -> None:
-        """A forward or backward of (micro-batch, chunk) ran: the clock moves by its cost."""
+    @property
+    def prices_collectives(self) -> bool:
+        return self.costs.collective is not None
+
+    def priced(self, events) -> float:
+        """Seconds of the collective calls ``events`` (``tpsim.comm.tracer.CommEvent``s) one after the other."""
+        price, t = self.costs.collective, 0.0
+        for e in events:
+            t += price(e.op, e.group, e.group_size, e.wire_bytes)
+        return t
+
+    def compute(self, op: str, chunk: int, microbatch: int, collectives=()) -> None:
+        """A forward or backward of (micro-batch, chunk) ran, issuing the traced ``collectives``: the clock moves
+        by its cost (plus theirs, when the costs price collectives)."""
         cost, start = self.costs.compute[op](self.rank, chunk, microbatch), self.time
+        if self.prices_collectives:
+            comm = self.priced(collectives)
+            cost += comm
+            self.comm += comm
         self.time = start + cost
         self.busy += cost
         self.spans.append(VirtualSpan(op, microbatch, chunk, start, self.time))
+
+    def collective(self, name: str, latest: float, events) -> None:
+        """A collective after the schedule, ``events`` its traced calls: it ends at ``latest`` (the group's
+        latest clock, this one's included) plus their cost."""
+        start = self.time
+        self.time = latest + self.priced(events)
+        self.spans.append(VirtualSpan(name, -1, 0, start, self.time))
 
     def arrive(self, sent: float, message: tuple[str, int, int], chunk: int = 0) -> None:
         """``message`` (direction, micro-batch, sender's virtual stage), sent at the sender's ``sent``, arrived for

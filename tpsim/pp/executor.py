@@ -27,7 +27,9 @@ Traced: every send and recv under scope "pipeline", phase forward (activations) 
 message also carries its sender's virtual clock (``tpsim.pp.clock``: by default the unit costs of
 ``tpsim.pipeline.clock.unit`` — a stage's F 1, B 2, a chunk's 1/v of that, messages free; under ``--clock GPU``
 the planner's costs), so the result holds this rank's modelled time of the step, how much of it was busy, and
-the virtual span of every compute action and receive (``result.clock.spans``).
+the virtual span of every compute action and receive (``result.clock.spans``). A clock that prices collectives
+(a GPU's) charges each compute action the collectives the tracer recorded while it ran, so it needs the tracer
+enabled (a ``RuntimeError`` otherwise: an untraced step would run on a clock with its collectives free).
 """
 
 from __future__ import annotations
@@ -64,6 +66,12 @@ class ExecutorResult:
     peak_layer_bytes: int = 0  # the most bytes of layer activations held at once (``tpsim.pp.held``)
     ran: list[str] = field(default_factory=list)
     clock: LiveClock | None = None  # modelled time: its end and its busy part
+
+
+def _ran(out: ExecutorResult, op: str, chunk: int, microbatch: int, collectives) -> None:
+    """Compute action ``op`` of (micro-batch, chunk) ran, issuing the traced ``collectives``: listed, and charged."""
+    out.ran.append(f"{op}{microbatch}.{chunk}")
+    out.clock.compute(op, chunk, microbatch, collectives)
 
 
 class Executor:
@@ -110,20 +118,23 @@ class Executor:
                             stamp=stamp)
 
     def run(self, inputs: list[np.ndarray], labels: list[np.ndarray] | None, plans: list,
-            seeds: list[float] | None) -> ExecutorResult:
+            seeds: list[float] | None, clock: LiveClock | None = None) -> ExecutorResult:
         """One step's schedule. ``inputs[j]``: micro-batch j's token ids (read on the rank holding stage 0);
         ``labels[j]`` and ``seeds[j]`` (the loss gradient the backward starts from) on the last stage's rank;
-        ``plans[j]``: micro-batch j's dropout plan (its global rows)."""
+        ``plans[j]``: micro-batch j's dropout plan (its global rows); ``clock``: this rank's virtual clock, where
+        the step has already charged it (default: a fresh one of ``costs`` at 0)."""
         sch, tracer = self.schedule, self.group.tracer
         stages = sch.stages
         received: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> input or output gradient
         produced: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> what a SEND will post
         caches: dict[tuple[int, int], object] = {}
         weights: dict[tuple[int, int], object] = {}  # (j, c) -> the WeightGradients its B left for its W
-        out = ExecutorResult(clock=LiveClock(self.costs, self.rank))
+        out = ExecutorResult(clock=LiveClock(self.costs, self.rank) if clock is None else clock)
+        if out.clock.prices_collectives and not tracer.enabled:
+            raise RuntimeError("a clock that prices collectives reads them from the trace: enable the tracer")
         held = Held()  # (j, c) from its F until the backward that frees it: B, or W when split
         for a in self.actions:
-            j, c = a.microbatch, a.chunk
+            j, c, since = a.microbatch, a.chunk, len(tracer.events)
             v = sch.virtual_stage(self.rank, c)
             chunk = self.chunks[c]
             if a.op in ("RECV_F", "RECV_B"):
@@ -142,8 +153,7 @@ class Executor:
                 else:
                     produced["F", j, c] = y
                 held.take((j, c), caches[j, c].h)
-                out.ran.append(f"F{j}.{c}")
-                out.clock.compute("F", c, j)
+                _ran(out, "F", c, j, tracer.events[since:])
             elif a.op == "B":
                 dy = seeds[j] if chunk.last else received.pop(("B", j, c))
                 dx = self._backward(chunk, dy, caches.pop((j, c)), weights, (j, c))  # the cache goes now
@@ -151,16 +161,15 @@ class Executor:
                     held.free((j, c))
                 if v > 0:
                     produced["B", j, c] = dx
-                out.ran.append(f"B{j}.{c}")
-                out.clock.compute("B", c, j)
+                _ran(out, "B", c, j, tracer.events[since:])
             elif a.op == "W":
                 chunk.backward_weights(weights.pop((j, c)))  # and with them, what they held
                 held.free((j, c))
-                out.ran.append(f"W{j}.{c}")
-                out.clock.compute("W", c, j)
+                _ran(out, "W", c, j, tracer.events[since:])
             else:  # SEND_F / SEND_B
                 self._send(a, v, produced, out.clock.time)
         self.group.wait_sends()
+        out.clock.schedule_end = out.clock.time
         out.peak_in_flight, out.peak_layer_bytes = held.peak_pairs, held.peak_bytes
         left = [*received, *produced, *caches, *(("W", j, c) for j, c in weights)]
         if left:

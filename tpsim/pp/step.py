@@ -19,16 +19,27 @@ last stage spun 16 ms of each 89 ms step in it). After the last backward:
     DP sync               the buckets, as without a pipeline (or ZeRO-1's reduce-scatter)
 
 then the optimizer step of ``tpsim.train.step.apply_update``, whose gradient norm sums over every stage.
+
+On a clock that prices collectives (``--clock GPU``, ``tpsim.pp.clock``) each of these — the normalizer, the
+loss's all-reduce and broadcast, the embedding's all-reduce, the DP sync (ZeRO-1: its reduce-scatter) — ends at
+its group's latest clock plus its traced calls' α-β cost: the clocks are exchanged first (an all-reduce of one
+float, max, untraced: clock bookkeeping, like a message's stamp, is not model traffic), so the normalizer
+starts the last stage's schedule late, and ``result.clock.time`` is the step's virtual time from the batch read
+to the DP sync (the optimizer step, with ZeRO-1's all-gather and the clip norm's all-reduce, is not on it).
+Under the unit clock nothing is exchanged and nothing charged.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
-from tpsim.comm import ProcessGrid
+from tpsim.comm import Group, ProcessGrid
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.phases import DP_SYNC
 from tpsim.pp.chunk import PipelineShard
+from tpsim.pp.clock import LiveClock
 from tpsim.pp.executor import Executor, ExecutorResult
 
 LOSS_SCOPE = "loss_normalizer"
@@ -41,34 +52,53 @@ def split_microbatches(x: np.ndarray, m: int) -> list[np.ndarray]:
     return list(np.split(np.asarray(x), m))
 
 
-def _normalizer(grid: ProcessGrid, n_local: int) -> int:
+@contextmanager
+def on_clock(clock: LiveClock, group: Group, name: str, *, patient: bool = False):
+    """The collectives of the block, over ``group``, on ``clock`` (the module docstring): first the group's
+    latest clock (untraced), then the block, then clock = that latest + the cost of what it traced (a group of
+    one: nothing to wait for, nothing to pay)."""
+    if not clock.prices_collectives or group.size == 1:
+        yield
+        return
+    tracer = group.tracer
+    with tracer.paused():
+        latest = float(group.all_reduce(np.array([clock.time]), op="max", patient=patient)[0])
+    since = len(tracer.events)
+    yield
+    clock.collective(name, latest, tracer.events[since:])
+
+
+def _normalizer(grid: ProcessGrid, n_local: int, clock: LiveClock) -> int:
     """N, the global batch's valid tokens: the last stage's Σ_j n_dj summed over DP."""
     if grid.dp == 1:
         return n_local
-    with grid.tracer.region(scope=LOSS_SCOPE, phase=DP_SYNC):
+    with grid.tracer.region(scope=LOSS_SCOPE, phase=DP_SYNC), on_clock(clock, grid.dp_group, "loss normalizer"):
         return int(grid.dp_group.all_reduce(np.array([n_local], dtype=np.float64))[0])
 
 
-def _global_loss(grid: ProcessGrid, weighted: float, n_global: int) -> tuple[float, int]:
+def _global_loss(grid: ProcessGrid, weighted: float, n_global: int, clock: LiveClock) -> tuple[float, int]:
     """The last stage's Σ n_dj·L_dj over DP, ÷ N, then on every stage: ``(loss, N)``."""
     total = np.array([weighted, n_global], dtype=np.float64)
     tracer = grid.tracer
     with tracer.region(scope=LOSS_SCOPE, phase=DP_SYNC):
         if grid.last_stage and grid.dp > 1:
-            total[0] = grid.dp_group.all_reduce(total[:1])[0]
-        if grid.pp > 1:
-            grid.pp_group.broadcast(total, root=grid.pp - 1, patient=True)
+            with on_clock(clock, grid.dp_group, "loss all-reduce"):
+                total[0] = grid.dp_group.all_reduce(total[:1])[0]
+        if grid.pp > 1:  # the stages reach it as the drain frees them: wait by sleeping
+            with on_clock(clock, grid.pp_group, "loss broadcast", patient=True):
+                grid.pp_group.broadcast(total, root=grid.pp - 1, patient=True)
     n = int(total[1])
     return (float(total[0] / n) if n else 0.0), n
 
 
-def allreduce_word_embedding_grads(shard: PipelineShard, grid: ProcessGrid) -> None:
+def allreduce_word_embedding_grads(shard: PipelineShard, grid: ProcessGrid, clock: LiveClock) -> None:
     """The tied embedding's gradient summed over the first and the last stage (both then hold the full one)."""
     emb = shard.shared_embedding
     if emb is None:
         return
-    with grid.tracer.region(scope=emb.path, phase=DP_SYNC):
-        grid.embedding_group.all_reduce(emb.grads["weight"], op="sum", inplace=True)
+    group = grid.embedding_group
+    with grid.tracer.region(scope=emb.path, phase=DP_SYNC), on_clock(clock, group, "embedding all-reduce"):
+        group.all_reduce(emb.grads["weight"], op="sum", inplace=True)
 
 
 def pipeline_grads(shard: PipelineShard, executor: Executor, grid: ProcessGrid, grad_sync,
@@ -82,7 +112,7 @@ def pipeline_grads(shard: PipelineShard, executor: Executor, grid: ProcessGrid, 
     them). ``loss_scale``: float16's S, the backward starts from S·seed. ``grad_sync``: a ``GradSync`` or ZeRO-1's
     optimizer over the DP group, or None when dp == 1.
     """
-    m = executor.schedule.microbatches
+    m, clock = executor.schedule.microbatches, LiveClock(executor.costs, grid.pp_rank)
     rows_mb = split_microbatches(rows, m)
     plans = [DropoutPlan(rng, step, r) for r in rows_mb]
     ids_mb = split_microbatches(ids_local, m) if grid.first_stage else None
@@ -91,13 +121,14 @@ def pipeline_grads(shard: PipelineShard, executor: Executor, grid: ProcessGrid, 
         labels_mb = split_microbatches(labels_local, m)
         ignore = shard.chunks[-1].loss.ignore_index
         counts = [int(np.count_nonzero(lab != ignore)) for lab in labels_mb]
-        n_global = _normalizer(grid, sum(counts))
+        n_global = _normalizer(grid, sum(counts), clock)
         seeds = [(grid.dp * n / n_global if n_global else 0.0) * loss_scale for n in counts]
     shard.zero_grad()
-    result = executor.run(ids_mb, labels_mb, plans, seeds)
+    result = executor.run(ids_mb, labels_mb, plans, seeds, clock=clock)
     weighted = sum(n * result.losses[j] for j, n in enumerate(counts) if n)  # 0 off the last stage
-    loss, n_global = _global_loss(grid, weighted, n_global)
-    allreduce_word_embedding_grads(shard, grid)
+    loss, n_global = _global_loss(grid, weighted, n_global, clock)
+    allreduce_word_embedding_grads(shard, grid, clock)
     if grad_sync is not None:
-        grad_sync.sync()
+        with on_clock(clock, grid.dp_group, "DP sync"):
+            grad_sync.sync()
     return loss, n_global, result

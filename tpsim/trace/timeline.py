@@ -10,9 +10,11 @@ spans, and inside them the ``tpsim.kinds`` marks: matmul, elementwise, softmax_n
 "communication" (each collective, with a nested "wait" event for the time it waited for its group).
 A pipeline run adds one more process, "virtual clock" (``virtual_clock_events``): a thread per pipeline rank of
 rank 0's pipeline, one event per F, B and W at its start and end on the live virtual clock (``tpsim.pp.clock``)
-and a "wait" event where a receive waited for its message; the steps kept follow one another from 0 (what runs
-between them, the loss broadcast, DP sync and optimizer, is not on that clock). A GPU clock's modelled seconds
-are drawn as seconds, the unit clock's units as milliseconds (the process name says which).
+and a "wait" event where a receive waited for its message; under a GPU clock also the collectives after the
+schedule (the loss broadcast, the embedding's all-reduce, the DP sync: from the rank's clock to their end at the
+group's latest clock plus their cost). The steps kept follow one another from 0 (the optimizer, between them, is
+not on that clock). A GPU clock's modelled seconds are drawn as seconds, the unit clock's units as milliseconds
+(the process name says which).
 ``timeline.png`` draws the layer spans only. The viewers draw a track's events as a stack, so events on one track must *nest*
 (a child inside its parent, never a partial overlap). Spans recorded by one rank nest by construction (one
 clock; a parent's starts before and stops after its children's), and times are rounded end by end, which
@@ -107,7 +109,9 @@ def virtual_clock_events(virtual: dict, pid: int, steps) -> list[dict]:
         for step in kept:
             for op, j, chunk, start, end in track[step]:
                 args = {"step": step, "microbatch": j, "chunk": chunk, "virtual_start": start, "virtual_end": end}
-                if op.startswith("RECV"):
+                if j < 0:  # a collective after the schedule (tpsim.pp.step), from this rank's clock to its end
+                    name, cat = op, "collective"
+                elif op.startswith("RECV"):
                     if end <= start:
                         continue  # the message was there: no wait
                     what = "activation" if op == "RECV_F" else "gradient"
