@@ -2,10 +2,11 @@
 
 At pp 8 the warm-up of 1F1B is p − i − 1 = 7 forwards on the first rank and none on the last, and the tied
 embedding's two copies sit seven hops apart; a schedule or a send that is right at pp 2 and 4 can still be wrong
-here. Per schedule — afab and 1f1b over 8 layers (GPT-2 and Llama), interleaved over 16 layers with vp 2 — step 0's
+here. Per schedule — afab, 1f1b and zb-h1 over 8 layers (GPT-2 and Llama), interleaved over 16 layers with vp 2 — step 0's
 loss and every gradient of every stage equal the serial model's (float64, 1e-12), the peak of micro-batches in
-flight is the schedule's formula on every rank (afab m; 1f1b min(p − i, m); interleaved
-``tpsim.predict.pipeline.peak_in_flight``), and the live unit clock's bubble is (p − 1)/(v·m + p − 1).
+flight is the schedule's formula on every rank (afab m; 1f1b min(p − i, m); zb-h1 min(p, m); interleaved
+``tpsim.predict.pipeline.peak_in_flight``), and the live unit clock's bubble is the schedule's formula
+((p − 1)/(v·m + p − 1); zb-h1 (p − 1)/(3m + p − 1) at m ≥ p).
 Runs at world 8 only (skipped elsewhere).
 """
 
@@ -90,7 +91,7 @@ def check_step0(arch: str, schedule: str, vp: int, m: int) -> None:
 
     want = peak_in_flight(schedule, PP, m, vp)[grid.pp_rank]
     if vp == 1:  # the formulas in words, independently of tpsim.predict
-        assert want == (m if schedule == "afab" else min(PP - grid.pp_rank, m))
+        assert want == {"afab": m, "1f1b": min(PP - grid.pp_rank, m), "zb-h1": min(PP, m)}[schedule]
     assert_everywhere(result.peak_in_flight == want, f"peak in flight {result.peak_in_flight}, expected {want}")
     peaks = WORLD.allgather(result.peak_in_flight)
     if schedule == "1f1b":
@@ -111,3 +112,11 @@ def test_pp8_interleaved_vp2_step0_equals_serial_with_the_formulas_peaks():
     """16 layers, two chunks per rank (virtual stages r and 8 + r), m = 16 (a multiple of pp, as interleaving
     needs): the embedding on rank 0's chunk 0, the head on rank 7's chunk 1."""
     check_step0("gpt2", "interleaved", vp=2, m=2 * PP)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+@pytest.mark.parametrize("m", [M, 3])
+def test_pp8_zb_h1_step0_equals_serial_with_its_peaks_and_bubble(arch, m):
+    """ZB-H1 over 8 layers, the backward split into B and W on every stage: m ≥ p (bubble (p − 1)/(3m + p − 1),
+    every rank holds min(p, m) until its W's) and m < p ((2p − 1 − m)/(2m + 2p − 1))."""
+    check_step0(arch, "zb-h1", vp=1, m=m)
