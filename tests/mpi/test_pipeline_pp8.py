@@ -3,10 +3,10 @@
 At pp 8 the warm-up of 1F1B is p − i − 1 = 7 forwards on the first rank and none on the last, and the tied
 embedding's two copies sit seven hops apart; a schedule or a send that is right at pp 2 and 4 can still be wrong
 here. Per schedule — afab, 1f1b and zb-h1 over 8 layers (GPT-2 and Llama), interleaved over 16 layers with
-vp 2 — step 0's loss and every gradient of every stage equal the serial model's (float64, 1e-12), the peak of micro-batches in
-flight is the schedule's formula on every rank (afab m; 1f1b min(p − i, m); zb-h1 min(p, m); interleaved
-``tpsim.predict.pipeline.peak_in_flight``), and the live unit clock's bubble is the schedule's formula
-((p − 1)/(v·m + p − 1); zb-h1 (p − 1)/(3m + p − 1) at m ≥ p).
+vp 2 — step 0's loss and every gradient of every stage equal the serial model's (float64, 1e-12), the peak of
+micro-batches in flight is the schedule's formula on every rank (afab m; 1f1b min(p − i, m); zb-h1 min(p, m);
+interleaved ``tpsim.predict.pipeline.peak_in_flight``), and the live unit clock's bubble is the schedule's
+formula ((p − 1)/(v·m + p − 1); zb-h1 (p − 1)/(3m + p − 1) at m ≥ p).
 Runs at world 8 only (skipped elsewhere).
 """
 
