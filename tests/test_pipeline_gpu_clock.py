@@ -285,6 +285,21 @@ def test_the_demos_virtual_tracks_are_simulates_spans(tmp_path, monkeypatch, clo
 
 
 @pytest.mark.slow
+def test_the_step_prices_each_dp_bucket_the_run_cut(tmp_path, monkeypatch):
+    """PP 2 x DP 2 with one DP bucket per tensor (--bucket-mb 0): the live step pays α on every bucket's
+    all-reduce, and the planner given the run's buckets says the same step; one bucket a stage would be less."""
+    args = ["--pp", "2", "--dp", "2", "--microbatches", "2", "--steps", "1", "--bucket-mb", "0", "--clock", "h100"]
+    r = run_mpi(4, ["-m", "tpsim.demo", *args, "--out", str(tmp_path)], timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "BUBBLE CHECK: MATCH — on the h100-80gb clock" in r.stdout and "MISMATCH" not in r.stdout
+    pipe = json.loads((tmp_path / "pipeline.json").read_text())
+    assert pipe["step_time"] == pytest.approx(pipe["planner"]["step_s"], rel=1e-12, abs=0)
+    run = demo_run(monkeypatch, args, tmp_path)
+    coarse = pipeline_terms(model_spec(run.model), run_layout(run), gpu("h100-80gb"))["step_s"]
+    assert coarse < pipe["step_time"]  # one all-reduce a stage pays α once, not once a tensor
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["--pp", "2", "--clock", "tpu"], "--clock 'tpu' is neither unit nor a GPU: choose unit or one of h100-80gb"),
     (["--pp", "2", "--clock", "a100"], "--clock 'a100' names more than one GPU"),

@@ -110,12 +110,15 @@ def why_not_formula(terms: dict, run: RunConfig) -> str:
     return "; ".join(reasons) or "every rank is equally busy and no message waits on the critical path"
 
 
-def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict], step: int) -> tuple[bool, str, dict]:
+def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict], step: int,
+                 dp_buckets: list[list[int]] | None = None) -> tuple[bool, str, dict]:
     """Rank 0: the last step's bubble on the live clock, measured on rank 0's pipeline; ``(ok, BUBBLE CHECK line,
     pipeline.json's content)``. ``timing``: every rank's (rank, stage, schedule end, busy, peak in flight, peak
     layer bytes, step end). Unit clock: the idle share vs (p − 1)/(v·m + p − 1) to 1e-9. GPU clock: the makespan,
     the idle share and the step vs the planner's timeline of the same layout to 1e-12 relative (``ROUNDING``: the
-    planner sums the same costs in another order), the unit formula beside it with why they differ."""
+    planner sums the same costs in another order), the unit formula beside it with why they differ.
+    ``dp_buckets``: each stage's DP gradient buckets in bytes (this run's), which the planner then prices one
+    collective each."""
     from tpsim.plan.gpus import gpu as gpu_preset
     from tpsim.plan.pipeline import pipeline_terms
     from tpsim.predict.pipeline_comm import p2p_bytes_formula
@@ -141,7 +144,7 @@ def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict],
         line = (f"BUBBLE CHECK: {'MATCH' if ok else 'MISMATCH'} — on the unit clock ({costs}) the pipeline of ranks "
                 f"{list(chain)} idled {measured:.6f} of its {end:g}-unit step; {name} = {formula:.6f}")
         return ok, line, doc
-    terms = pipeline_terms(model_spec(run.model), run_layout(run), gpu_preset(pipe.clock))
+    terms = pipeline_terms(model_spec(run.model), run_layout(run), gpu_preset(pipe.clock), dp_buckets)
     want, want_bubble, want_step = terms["makespan_s"], terms["bubble_fraction"]["measured"], terms["step_s"]
     fp16 = run.precision.dtype == "float16"  # the planner's float16 gradients are Megatron's 2 bytes
     ok = (abs(end - want) <= ROUNDING * want and abs(measured - want_bubble) <= ROUNDING

@@ -202,7 +202,8 @@ def run(demo) -> int:
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
     replicas = check_replicas(shard, grid)  # each stage its own parameters
     stage_reports = per_stage(grid, (replicas.ok, replicas.summary(), peak,
-                                     (len(grad_sync.buckets), grad_bytes_of(run, grad_sync)), result.peak_layer_bytes))
+                                     (len(grad_sync.buckets), grad_bytes_of(run, grad_sync)), result.peak_layer_bytes,
+                                     [b.nbytes for b in grad_sync.buckets]))
     with grid.tracer.paused():
         timing = grid.world.gather_objects((grid.rank, grid.pp_rank, result.clock.schedule_end, result.clock.busy,
                                             peak, result.peak_layer_bytes, result.clock.time))
@@ -217,7 +218,8 @@ def run(demo) -> int:
         say(grid, "", *[("OK: " if r[0] else "FAILED: ") + f"stage {i}: " + r[1] for i, r in enumerate(stage_reports)])
         pipe_ok, line = pipeline_check(grid, run, [r[2] for r in stage_reports])
         held_ok, held_line = activation_check(run, [r[4] for r in stage_reports])
-        bubble_ok, bubble_line, doc = bubble_check(grid, run, timing, records, metrics[-1]["step"] if metrics else 0)
+        bubble_ok, bubble_line, doc = bubble_check(grid, run, timing, records, metrics[-1]["step"] if metrics else 0,
+                                                   [r[5] for r in stage_reports])
         paths.append(Path(run.files.out) / "pipeline.json")
         paths[-1].write_text(json.dumps(doc, indent=1) + "\n")
         say(grid, "", line, held_line, bubble_line, "")

@@ -88,13 +88,14 @@ def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray, collectives:
                       for r in range(p)]}
 
 
-def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU) -> dict:
-    """The planner's pipeline terms of ``lay`` (a valid layout) on ``gpu`` (module docstring)."""
+def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU, dp_buckets=None) -> dict:
+    """The planner's pipeline terms of ``lay`` (a valid layout) on ``gpu`` (module docstring); ``dp_buckets``: each
+    rank's DP gradient buckets in bytes when they are known (a live run's), else one bucket a stage."""
     compute = stage_costs(model, lay, gpu)
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
     comm = stage_comm(model, lay, gpu, split)
     out = simulate(lay, compute, message_costs(model, lay, gpu), comm, start_times(lay, gpu))
-    tail = after_schedule(model, lay, gpu, [r["finish_s"] for r in out["ranks"]])
+    tail = after_schedule(model, lay, gpu, [r["finish_s"] for r in out["ranks"]], dp_buckets)
     out["step_s"], out["after_schedule"] = tail.pop("step_s"), tail
     want = formula.p2p_bytes(lay.schedule, lay.pp, lay.microbatches, lay.vp, micro_batch=lay.micro_batch,
                              seq_len=lay.seq_len, hidden=model.hidden, bytes_per_element=ACT_BYTES[lay.dtype],

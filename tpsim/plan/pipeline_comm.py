@@ -101,9 +101,11 @@ def start_times(lay: Layout, gpu: GPU) -> list[float]:
     return [0.0] * (lay.pp - 1) + [loss_normalizer_s(lay, gpu)]
 
 
-def after_schedule(model: ModelSpec, lay: Layout, gpu: GPU, finish) -> dict:
+def after_schedule(model: ModelSpec, lay: Layout, gpu: GPU, finish, dp_buckets=None) -> dict:
     """The collectives after the schedule from each rank's ``finish`` on the clock: ``{"loss_s", "embedding_s",
-    "dp_s"}`` (each rank's cost of each) and ``ends`` (each rank's clock after them), ``step_s`` (their latest)."""
+    "dp_s"}`` (each rank's cost of each) and ``ends`` (each rank's clock after them), ``step_s`` (their latest).
+    ``dp_buckets``: each pipeline rank's DP gradient buckets in bytes, each its own all-reduce (ZeRO-1: its own
+    reduce-scatter), as a live run's ``GradSync`` cut them; None: one bucket of the stage's gradients."""
     link, p = links(lay, gpu), lay.pp
     loss = [0.0] * p
     loss[-1] = loss_normalizer_s(lay, gpu)  # the loss's own all-reduce over DP: the normalizer's twin
@@ -115,6 +117,10 @@ def after_schedule(model: ModelSpec, lay: Layout, gpu: GPU, finish) -> dict:
     dp = [sum(ring_seconds(op, n, lay.dp, link["dp"])
               for op, n in dp_collectives(lay, stage_param_elements(model, lay.tp, p, r, layers[r]))[:1])
           for r in range(p)]  # ZeRO-1: the reduce-scatter; its all-gather is the optimizer's
+    if dp_buckets is not None:  # the live run's own buckets: one collective each, α paid per bucket
+        op = "reduce_scatter" if lay.zero else "all_reduce"
+        dp = [sum(ring_seconds(op, n, lay.dp, link["dp"]) for n in buckets) if lay.dp > 1 else 0.0
+              for buckets in dp_buckets]
     ends = [latest + bcast + e + d for e, d in zip(emb, dp)]
     return {"loss_s": [c + bcast for c in loss], "embedding_s": emb, "dp_s": dp, "ends": ends,
             "step_s": max(ends)}
