@@ -22,7 +22,6 @@ from tpsim.arch import architecture_of
 from tpsim.compare import relative_difference
 from tpsim.errors import ConfigError
 from tpsim.nn.dropout import DropoutPlan
-from tpsim.partition import take_shard
 from tpsim.pipeline.actions import Schedule
 from tpsim.pipeline.clock import simulate
 from tpsim.pipeline.schedules import build
@@ -38,7 +37,8 @@ from tpsim.train.optim import AdamW
 from tpsim.train.reference import reference_adamw, reference_clip
 from tpsim.train.step import apply_update
 from conftest import WORLD
-from test_pipeline_parallel import SEED, SEQ, TOL, assert_everywhere, get_grid, global_batch, model_config
+from test_pipeline_parallel import (SEED, SEQ, TOL, assert_everywhere, assert_grads_equal_serial,
+                                    assert_params_equal_serial, get_grid, global_batch, model_config)
 
 N = WORLD.Get_size()
 VP, B_MICRO = 2, 2
@@ -79,13 +79,7 @@ def serial_step(serial, batch, step):
 def check_equal_serial(grid, serial, shard, loss, batch):
     loss_s = serial_step(serial, batch, 0)
     assert_everywhere(relative_difference(loss, loss_s, floor=0.0) <= TOL, f"loss {loss} vs serial {loss_s}")
-    ref = dict(serial.named_grads())
-    worst = {e.name: relative_difference(e.grad, take_shard(ref[e.name], e.partition), floor=1e-300)
-             for e in shard.named_entries()}
-    bad = {k: f"{v:.1e}" for k, v in worst.items() if v > TOL}
-    assert_everywhere(not bad, f"gradients differ from serial: {bad}")
-    held = set().union(*WORLD.allgather(set(worst)))
-    assert held == set(ref), f"parameters no chunk holds: {sorted(set(ref) - held)}"
+    assert_grads_equal_serial(shard, serial)
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
@@ -133,10 +127,7 @@ def test_training_with_clipping_equals_serial_training(layout, arch):
         assert_everywhere(relative_difference(loss, loss_s, floor=0.0) <= TOL, f"step {step} loss")
     assert_everywhere(all(relative_difference(a, b, floor=0.0) <= TOL for a, b in norms), f"norms {norms}")
     assert all(b > clip for _, b in norms), "the threshold must clip every step for this test to mean something"
-    ref = dict(zip([n for n, _ in serial.named_parameters()], params))
-    worst = max(relative_difference(e.param, take_shard(ref[e.name], e.partition), floor=1.0)
-                for e in shard.named_entries())
-    assert_everywhere(worst <= 1e-10, f"parameters after 3 steps differ by {worst:.1e}")
+    assert_params_equal_serial(shard, serial, params)
 
 
 def pipeline_messages(grid):

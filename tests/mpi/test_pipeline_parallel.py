@@ -87,6 +87,25 @@ def assert_everywhere(ok: bool, what: str) -> None:
     assert not bad, "; ".join(bad)
 
 
+def assert_grads_equal_serial(shard, serial) -> None:
+    """Every gradient of every stage = the serial model's (``TOL``), and every serial parameter held by a stage."""
+    ref = dict(serial.named_grads())
+    worst = {e.name: relative_difference(e.grad, take_shard(ref[e.name], e.partition), floor=1e-300)
+             for e in shard.named_entries()}
+    bad = {k: f"{v:.1e}" for k, v in worst.items() if v > TOL}
+    assert_everywhere(not bad, f"gradients differ from serial: {bad}")
+    held = set().union(*WORLD.allgather(set(worst)))
+    assert held == set(ref), f"parameters no stage holds: {sorted(set(ref) - held)}"
+
+
+def assert_params_equal_serial(shard, serial, params, steps: int = 3) -> None:
+    """Every stage's parameters = ``params``, the serial reference's after ``steps`` steps (in ``serial``'s order)."""
+    ref = dict(zip([n for n, _ in serial.named_parameters()], params))
+    worst = max(relative_difference(e.param, take_shard(ref[e.name], e.partition), floor=1.0)
+                for e in shard.named_entries())
+    assert_everywhere(worst <= 1e-10, f"parameters after {steps} steps differ by {worst:.1e}")
+
+
 def check_step0(grid, cfg, schedule, sp=False):
     shard, sync, ex = pipeline(cfg, grid, schedule, sp=sp)
     loss, tokens, result = run_step(cfg, grid, shard, sync, ex)
@@ -95,13 +114,7 @@ def check_step0(grid, cfg, schedule, sp=False):
     loss_s = serial.loss_and_grads(ids, labels, DropoutPlan(ExactDropoutRNG(SEED), 0))
     assert_everywhere(relative_difference(loss, loss_s, floor=0.0) <= TOL, f"loss {loss} vs serial {loss_s}")
     assert_everywhere(tokens == int(np.count_nonzero(labels != -100)), f"tokens {tokens}")
-    ref = dict(serial.named_grads())
-    worst = {e.name: relative_difference(e.grad, take_shard(ref[e.name], e.partition), floor=1e-300)
-             for e in shard.named_entries()}
-    bad = {k: f"{v:.1e}" for k, v in worst.items() if v > TOL}
-    assert_everywhere(not bad, f"gradients differ from serial: {bad}")
-    held = set().union(*WORLD.allgather(set(worst)))
-    assert held == set(ref), f"parameters no stage holds: {sorted(set(ref) - held)}"
+    assert_grads_equal_serial(shard, serial)
     expect = M if schedule == "afab" else min(grid.pp - grid.pp_rank, M)
     assert_everywhere(result.peak_in_flight == expect, f"peak in flight {result.peak_in_flight}, expected {expect}")
     clocks = WORLD.allgather((grid.rank, result.clock.time, result.clock.busy))
@@ -153,10 +166,7 @@ def test_training_with_clipping_equals_serial_training(layout, arch):
         assert_everywhere(relative_difference(loss, loss_s, floor=0.0) <= TOL, f"step {step} loss")
     assert_everywhere(all(relative_difference(a, b, floor=0.0) <= TOL for a, b in norms), f"norms {norms}")
     assert all(b > clip for _, b in norms), "the threshold must clip every step for this test to mean something"
-    ref = dict(zip([n for n, _ in serial.named_parameters()], params))
-    worst = max(relative_difference(e.param, take_shard(ref[e.name], e.partition), floor=1.0)
-                for e in shard.named_entries())
-    assert_everywhere(worst <= 1e-10, f"parameters after 3 steps differ by {worst:.1e}")
+    assert_params_equal_serial(shard, serial, params)
 
 
 @pytest.mark.parametrize("schedule", ["afab", "1f1b"])

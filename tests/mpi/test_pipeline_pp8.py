@@ -19,7 +19,6 @@ from tpsim.arch import GPTConfig, LlamaConfig, architecture_of
 from tpsim.comm import ProcessGrid
 from tpsim.compare import relative_difference
 from tpsim.nn.dropout import DropoutPlan
-from tpsim.partition import take_shard
 from tpsim.pipeline.schedules import build
 from tpsim.pp.build import pipeline_from_serial
 from tpsim.pp.clock import bubble_measured
@@ -29,6 +28,7 @@ from tpsim.pp.step import pipeline_grads
 from tpsim.predict.pipeline import bubble_fraction, peak_in_flight
 from tpsim.tp.random import ExactDropoutRNG
 from conftest import WORLD
+from test_pipeline_parallel import assert_everywhere, assert_grads_equal_serial
 
 PP = 8
 TOL = 1e-12
@@ -59,10 +59,6 @@ def global_batch(cfg, rows: int):
     return ids, labels
 
 
-def assert_everywhere(ok: bool, what: str) -> None:
-    reports = WORLD.allgather(None if ok else what)
-    bad = [f"rank {r}: {m}" for r, m in enumerate(reports) if m]
-    assert not bad, "; ".join(bad)
 
 
 def check_step0(arch: str, schedule: str, vp: int, m: int) -> None:
@@ -81,13 +77,7 @@ def check_step0(arch: str, schedule: str, vp: int, m: int) -> None:
     loss_s = serial.loss_and_grads(ids, labels, DropoutPlan(ExactDropoutRNG(SEED), 0))
     assert_everywhere(relative_difference(loss, loss_s, floor=0.0) <= TOL, f"loss {loss} vs serial {loss_s}")
     assert_everywhere(tokens == int(np.count_nonzero(labels != -100)), f"tokens {tokens}")
-    ref = dict(serial.named_grads())
-    worst = {e.name: relative_difference(e.grad, take_shard(ref[e.name], e.partition), floor=1e-300)
-             for e in shard.named_entries()}
-    bad = {k: f"{v:.1e}" for k, v in worst.items() if v > TOL}
-    assert_everywhere(not bad, f"gradients differ from serial: {bad}")
-    held = set().union(*WORLD.allgather(set(worst)))
-    assert held == set(ref), f"parameters no stage holds: {sorted(set(ref) - held)}"
+    assert_grads_equal_serial(shard, serial)
 
     want = peak_in_flight(schedule, PP, m, vp)[grid.pp_rank]
     if vp == 1:  # the formulas in words, independently of tpsim.predict
