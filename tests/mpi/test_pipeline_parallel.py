@@ -98,6 +98,28 @@ def assert_grads_equal_serial(shard, serial) -> None:
     assert held == set(ref), f"parameters no stage holds: {sorted(set(ref) - held)}"
 
 
+def train_against_serial(grid, shard, opt, serial, live_step) -> None:
+    """Three AdamW steps (lr 1e-2, weight decay 0.01) clipped at 0.05, a threshold every step crosses, live and on
+    the serial reference (``tpsim.train.reference``): each step's loss and clip norm equal (``TOL``) — the norm
+    must sum over every stage and count a tied embedding once —, the parameters after them too.
+    ``live_step(step) -> (loss, the global batch (ids, labels) it trained on)``."""
+    params, grads = [p for _, p in serial.named_parameters()], [g for _, g in serial.named_grads()]
+    m, v = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params]
+    clip, norms = 0.05, []
+    for step in range(3):
+        loss, batch = live_step(step)
+        norm = apply_update(shard, opt, grid, clip)
+        loss_s = serial.loss_and_grads(*batch, DropoutPlan(ExactDropoutRNG(SEED), step))
+        norm_s = reference_clip(grads, clip)
+        for i in range(len(params)):
+            reference_adamw(params[i], grads[i], m[i], v[i], step + 1, 1e-2, (0.9, 0.999), 1e-8, 0.01)
+        norms.append((norm, norm_s))
+        assert_everywhere(relative_difference(loss, loss_s, floor=0.0) <= TOL, f"step {step} loss")
+    assert_everywhere(all(relative_difference(a, b, floor=0.0) <= TOL for a, b in norms), f"norms {norms}")
+    assert all(b > clip for _, b in norms), "the threshold must clip every step for this test to mean something"
+    assert_params_equal_serial(shard, serial, params)
+
+
 def assert_params_equal_serial(shard, serial, params, steps: int = 3) -> None:
     """Every stage's parameters = ``params``, the serial reference's after ``steps`` steps (in ``serial``'s order)."""
     ref = dict(zip([n for n, _ in serial.named_parameters()], params))
@@ -151,22 +173,8 @@ def test_training_with_clipping_equals_serial_training(layout, arch):
     shard, sync, ex = pipeline(cfg, grid, "1f1b")
     opt = AdamW(shard, lr=1e-2, weight_decay=0.01)
     serial = architecture_of(cfg).serial(cfg, seed=SEED)
-    params, grads = [p for _, p in serial.named_parameters()], [g for _, g in serial.named_grads()]
-    m, v = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params]
-    clip, norms = 0.05, []
-    for step in range(3):
-        loss, _, _ = run_step(cfg, grid, shard, sync, ex, step=step)
-        norm = apply_update(shard, opt, grid, clip)
-        ids, labels = global_batch(cfg, B_MICRO * M * grid.dp, seed=step)
-        loss_s = serial.loss_and_grads(ids, labels, DropoutPlan(ExactDropoutRNG(SEED), step))
-        norm_s = reference_clip(grads, clip)
-        for i in range(len(params)):
-            reference_adamw(params[i], grads[i], m[i], v[i], step + 1, 1e-2, (0.9, 0.999), 1e-8, 0.01)
-        norms.append((norm, norm_s))
-        assert_everywhere(relative_difference(loss, loss_s, floor=0.0) <= TOL, f"step {step} loss")
-    assert_everywhere(all(relative_difference(a, b, floor=0.0) <= TOL for a, b in norms), f"norms {norms}")
-    assert all(b > clip for _, b in norms), "the threshold must clip every step for this test to mean something"
-    assert_params_equal_serial(shard, serial, params)
+    train_against_serial(grid, shard, opt, serial, lambda step: (
+        run_step(cfg, grid, shard, sync, ex, step=step)[0], global_batch(cfg, B_MICRO * M * grid.dp, seed=step)))
 
 
 @pytest.mark.parametrize("schedule", ["afab", "1f1b"])
