@@ -50,10 +50,11 @@ from tpsim.train.optim import AdamW
 from tpsim.train.protocol import OptimizerProtocol
 from tpsim.train.reference import reference_adamw, reference_clip
 
-# 16 bits, step 0's gradient norm vs the serial model's (``_check_first_norm``): measured ≤ 1.2e-5 relative on the
-# demo's defaults (GPT-2 and Llama, TP 4 x DP 2, with and without ZeRO-1), so 1e-3 leaves ~100× room, while an
-# unscaled norm is off by the loss scale itself (2^16).
-FIRST_NORM_TOLERANCE = {"bfloat16": 1e-3, "float16": 1e-3}
+# 16 bits, step 0's gradient norm vs the serial model's (``_check_first_norm``): the norm is a function of the
+# gradients step 0's verdict already holds to TOLERANCE, so it is held to the same (a fixed 1e-3 failed a small
+# bfloat16 GPT — 4 layers, h 32 — at 1.12e-3 with nothing wrong; the demo's defaults measure ≤ 1.2e-5). What the
+# check is for, a norm taken before unscaling, is off by the loss scale itself (2^16), far beyond either.
+FIRST_NORM_TOLERANCE = {dtype: TOLERANCE[dtype] for dtype in ("bfloat16", "float16")}
 STATE = KINDS[1:]  # ("param", "exp_avg", "exp_avg_sq"): what is compared per parameter, in the broadcast's order
 
 
