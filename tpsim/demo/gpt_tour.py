@@ -22,7 +22,7 @@ from tpsim.compare import relative_difference, shard_differences
 from tpsim.data import ReverseTask
 from tpsim.config import RunConfig
 from tpsim.demo.export_check import check_export
-from tpsim.demo.report import closing_lines, grid_label, passed, say, step_table, write_outputs
+from tpsim.demo.report import closing_lines, grid_label, passed, say, step_table, training_line, write_outputs
 from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
 from tpsim.demo.tolerances import TOLERANCE  # step 0's, by dtype (pipeline_tour imports it from here too)
 from tpsim.demo.trained_model import gather_trained, reverse_lines
@@ -143,9 +143,7 @@ def first_step(grid, model, run: RunConfig, loss, loss_scale=1.0, start: int = 0
         say(grid, *lines, "")
         ok = ok and read_ok
     if sch.steps > 0:
-        which = f"steps {start}..{sch.steps - 1}" if start else f"{sch.steps} steps"
-        say(grid, f"Training {which} (AdamW lr {run.optimizer.lr}, clip {run.optimizer.clip or 'off'}) "
-                  f"on the reverse task ({task.digits} digits):")
+        say(grid, training_line(run, start, task.digits))
     return ok
 
 

@@ -31,7 +31,7 @@ from tpsim.demo.export_check import check_export
 from tpsim.demo.gpt_tour import TOLERANCE, _number, check_against_serial, gather_and_write, header, task_of
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
 from tpsim.demo.pipeline_checks import activation_check, bubble_check, p2p_formula, p2p_sent, pipeline_check
-from tpsim.demo.report import closing_lines, passed, say, step_table
+from tpsim.demo.report import closing_lines, passed, say, step_table, training_line
 from tpsim.demo.resume import read_resume, restore, resume_lines, save_training
 from tpsim.demo.serial_twin import final_verdict
 from tpsim.demo.trained_model import reverse_lines
@@ -105,9 +105,7 @@ def first_step(grid, shard, run: RunConfig, loss: float, loss_scale: float = 1.0
         say(grid, *lines, "")
         ok = ok and read_ok
     if sch.steps > 0:
-        which = f"steps {start}..{sch.steps - 1}" if start else f"{sch.steps} steps"
-        say(grid, f"Training {which} (AdamW lr {run.optimizer.lr}, clip {run.optimizer.clip or 'off'}) "
-                  f"on the reverse task ({task_of(run).digits} digits):")
+        say(grid, training_line(run, start, task_of(run).digits))
     return ok
 
 

@@ -61,6 +61,14 @@ def write_outputs(out: Path, records: list[dict], metrics: list[dict], ranks: in
     return paths + write_figures(out, records, metrics, spans, step, ranks, title)
 
 
+def training_line(run, start: int, digits: int) -> str:
+    """The line before the step table: which steps (``start`` > 0 when resumed), the optimizer, the task."""
+    sch, opt = run.schedule, run.optimizer
+    which = f"steps {start}..{sch.steps - 1}" if start else f"{sch.steps} steps"
+    return (f"Training {which} (AdamW lr {opt.lr}, clip {opt.clip or 'off'}) on the reverse task "
+            f"({digits} digits):")
+
+
 def passed(checks: dict[str, bool | None]) -> bool:
     """Whether a run passes (exit status 0): no check failed; one that could not decide (None) fails nothing."""
     return all(held is not False for held in checks.values())
