@@ -42,6 +42,10 @@ class Layout(Parallelism):
     schedule: str = "1f1b"
     vp: int = 1
     pp_layers: tuple[int, ...] | None = None  # layers of each virtual stage; None: L / (pp·vp) each
+    overlap_grad_reduce: bool = False  # DP gradient buckets reduced during the last backward (Megatron's flag)
+    overlap_param_gather: bool = False  # ZeRO-1's parameter all-gather hidden under the next forward
+    tp_comm_overlap: bool = False  # SP's all-gather / reduce-scatter pipelined with the neighbouring GEMMs
+    bucket_mb: float = 25.0  # DP gradient bucket cap in MiB (tpsim's and torch DDP's default; 0: one a tensor)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", dtype_alias(self.dtype))  # one spelling; unknown names: problems()

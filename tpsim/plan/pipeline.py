@@ -45,19 +45,30 @@ from tpsim.plan.timing import head_flops, layer_flops
 from tpsim.predict import pipeline as formula
 
 
+def layer_seconds(model: ModelSpec, lay: Layout, gpu: GPU) -> dict[str, float]:
+    """``{"F", "B", "W"}`` seconds of one layer for one micro-batch on one GPU of its TP group."""
+    seconds = lay.micro_batch * lay.seq_len / (lay.tp * gpu.peak(lay.dtype) * lay.mfu)
+    return {op: f * seconds for op, f in layer_flops(model, lay).items()}
+
+
+def head_seconds(model: ModelSpec, lay: Layout, gpu: GPU) -> dict[str, float]:
+    """``{"F", "B", "W"}`` seconds of the LM head for one micro-batch on one GPU of its TP group."""
+    seconds = lay.micro_batch * lay.seq_len / (lay.tp * gpu.peak(lay.dtype) * lay.mfu)
+    return {op: f * seconds for op, f in head_flops(model).items()}
+
+
 def stage_costs(model: ModelSpec, lay: Layout, gpu: GPU) -> np.ndarray:
     """Seconds of F, B and W of one micro-batch on one GPU: ``[rank][chunk][op]`` (module docstring)."""
     layers, last = virtual_stage_layers(model, lay), lay.pp * lay.vp - 1
-    per_layer, head = layer_flops(model, lay), head_flops(model)
+    per_layer, head = layer_seconds(model, lay, gpu), head_seconds(model, lay, gpu)
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
-    seconds = lay.micro_batch * lay.seq_len / (lay.tp * gpu.peak(lay.dtype) * lay.mfu)
     out = np.zeros((lay.pp, lay.vp, 3))
     for r in range(lay.pp):
         for c in range(lay.vp):
             s = c * lay.pp + r
             f, b, w = (layers[s] * per_layer[op] + (s == last) * head[op] for op in ("F", "B", "W"))
             out[r, c] = (f, b, w) if split else (f, b + w, 0.0)
-    return out * seconds
+    return out
 
 
 def message_costs(model: ModelSpec, lay: Layout, gpu: GPU) -> np.ndarray:
