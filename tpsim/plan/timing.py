@@ -81,3 +81,8 @@ def step_times(compute: float, comm: dict[str, float], pipeline: float, no_p2p: 
     return {"compute": compute, "tp": comm["tp"], "dp": comm["dp"], "embedding": emb, "pp": pp, "bubble": bubble,
             "pipeline": pipeline, "step": pipeline + comm["tp"] + comm["dp"] + emb,
             "step_overlapped": exposed + max(0.0, comm["dp"] + pp - compute)}
+
+
+def gemm_seconds(m: int, n: int, k: int, lay: Layout, gpu) -> float:
+    """Seconds of one [m, k] × [k, n] matmul on one GPU (2·m·n·k FLOPs at its peak × ``lay.mfu``)."""
+    return 2.0 * m * n * k / (gpu.peak(lay.dtype) * lay.mfu)
