@@ -4,7 +4,7 @@ As in ``test_exercise_diagnoses.py``: the reference solution with one function r
 learner's file. The model-state slips are the ZeRO paper's 2 + 2 + 12 (the 2-byte gradients of a bf16 run), fp16
 without Megatron's fp32 main-gradient buffer, and an answer in GiB or GB; the activation slips are Table 2
 multiplied by 2 bytes again (it is already in bytes), the attention scores kept under selective recompute, and
-full recompute divided by t under SP. A number near zero must not pass for "in GiB".
+full recompute not divided by t under SP. A number near zero must not pass for "in GiB".
 """
 
 from __future__ import annotations
@@ -48,12 +48,12 @@ MISTAKES = {
         def gpt_layer_activation_bytes(s, b, h, a, t, sp, recompute):
             return _right(s, b, h, a, t, sp, "none" if recompute == "selective" else recompute)
         """, "selective recompute kept the attention scores"),
-    "full_recompute_split_by_sp": ("""
+    "full_recompute_whole_under_sp": ("""
         _right = gpt_layer_activation_bytes
         def gpt_layer_activation_bytes(s, b, h, a, t, sp, recompute):
             out = _right(s, b, h, a, t, sp, recompute)
-            return out / t if recompute == "full" and sp else out
-        """, "full recompute under SP divided by t"),
+            return out * t if recompute == "full" and sp else out
+        """, "full recompute under SP kept the whole input"),
 }
 
 

@@ -28,8 +28,11 @@ from tpsim.plan.layout import Layout
 from tpsim.plan.memory import activation_bytes_per_layer, busiest_stage, logits_bytes, stage_memory
 from tpsim.plan.models import PRESETS
 from tpsim.plan.pipeline import simulate
+from tpsim.plan.gpus import gpu as gpu_preset
+from tpsim.plan.timing import flops_per_step
+from tpsim.partition import padded_vocab_size
 from tpsim.plan.planner import plan
-from tpsim.plan.published import NARAYANAN_TABLE_1, format_narayanan, predict
+from tpsim.plan.published import compare, load, row_layout, row_model
 from tpsim.plan.search import search
 from tpsim.plan.timing import head_flops, layer_flops
 from tpsim.predict import pipeline as formula
@@ -86,25 +89,34 @@ def test_at_unit_costs_the_planners_bubble_and_in_flight_are_the_formulas(name, 
 
 
 def test_compute_is_the_mean_busy_time_so_the_stage_flops_add_up_to_the_step():
-    """Σ of every stage's F + B + W FLOPs = Narayanan's count: the clock's mean busy time is ``compute``."""
+    """Under the flat ``--mfu``, Σ of every stage's F + B + W FLOPs = Narayanan's count: the clock's mean busy
+    time is ``compute``; the step's parts add up to it under either time model."""
     for model, lay in ((LLAMA70, LAYOUT), (LLAMA70, replace(LAYOUT, schedule="interleaved", vp=2)),
                        (LLAMA70, replace(LAYOUT, schedule="zb-h1", recompute="full")),
                        (LLAMA405, Layout(tp=8, pp=16, dp=8, sp=True, seq_len=8192, global_batch=1024,
                                          pp_layers=META_405B)),
                        (GPT3, Layout(tp=8, pp=8, dp=4, recompute="none", seq_len=2048, global_batch=512))):
-        p = plan(model, lay)
-        busy = [r["busy_s"] - r["collectives_s"] for r in p["pipeline"]["ranks"]]  # the FLOPs' share
-        assert sum(busy) / len(busy) == pytest.approx(p["time_s"]["compute"], rel=1e-12)
-        t = p["time_s"]
-        assert t["compute"] + t["bubble"] + t["pp"] == pytest.approx(t["pipeline"], rel=1e-12)
-        assert t["step"] == pytest.approx(t["pipeline"] + t["tp"] + t["dp"] + t["embedding"], rel=1e-12)
-        assert (t["embedding"] > 0) == model.tied  # GPT-3's tied embedding: first + last stage (stage 0 here)
+        flat = plan(model, replace(lay, mfu=0.5))
+        busy = [r["busy_s"] - r["collectives_s"] for r in flat["pipeline"]["ranks"]]  # the FLOPs' share
+        peak = gpu_preset(lay.gpu).peak(lay.dtype)
+        assert sum(busy) / len(busy) == pytest.approx(flat["time_s"]["compute"], rel=1e-12)
+        padded = replace(model, vocab=padded_vocab_size(model.vocab, lay.tp))  # the head computes Vp/t columns
+        assert flat["time_s"]["compute"] * lay.gpus * peak * 0.5 == pytest.approx(flops_per_step(padded, lay),
+                                                                                   rel=1e-12)
+        for p in (flat, plan(model, lay)):
+            t = p["time_s"]
+            assert t["compute"] + t["tp"] + t["bubble"] + t["pp"] == pytest.approx(t["pipeline"], rel=1e-12)
+            parts = ("compute", "tp", "bubble", "pp", "loss", "embedding", "dp", "optimizer", "dp_gather")
+            assert t["step"] == pytest.approx(sum(t[k] for k in parts), rel=1e-12)
+            assert t["step"] == pytest.approx(p["pipeline"]["step_s"] + t["optimizer"] + t["dp_gather"], rel=1e-12)
+            assert (t["embedding"] > 0) == model.tied  # GPT-3's tied embedding: first + last stage
 
 
 def test_the_lm_head_makes_the_last_stage_heavier_and_the_bubble_larger():
     """1F1B with p − 1 equal stages and a heavier last one: the makespan is (p − 1)(t_f + t_b) to fill and
-    drain plus m (t_f' + t_b') of the last stage, whose pace the others wait for."""
-    p = plan(LLAMA70, LAYOUT)
+    drain plus m (t_f' + t_b') of the last stage, whose pace the others wait for. Priced flat (time ∝ FLOPs),
+    the head's 2·h·V a token weighs what it does in FLOPs."""
+    p = plan(LLAMA70, replace(LAYOUT, mfu=0.5))
     pipe, stages, m = p["pipeline"], p["pipeline"]["stages"], LAYOUT.microbatches
     assert stages[3]["F_s"] > stages[0]["F_s"] == stages[1]["F_s"] == stages[2]["F_s"]
     fill = 3 * (stages[0]["F_s"] + stages[0]["B_s"])
@@ -211,12 +223,12 @@ def test_search_runs_the_schedule_it_is_given():
 
 def test_published_runs_use_their_scripts_interleaving_and_it_raises_the_planners_numbers():
     """Megatron-LM's sc21/run_table_1.sh: 5 layers a virtual stage at PP 8 (v 2), 1 at PP 35 (v 3)."""
-    assert [(r.vp, r.model.layers // (r.pp * r.vp)) for r in NARAYANAN_TABLE_1] == [(2, 5), (3, 1)]
-    text = format_narayanan()
-    assert "interleaved vp 2" in text and "interleaved vp 3" in text
-    for run in NARAYANAN_TABLE_1:
-        interleaved, plain = predict(run), predict(replace(run, vp=1))
-        assert interleaved["layout"]["schedule"] == "interleaved" and plain["layout"]["schedule"] == "1f1b"
+    rows = {r["name"]: r for r in load()}
+    for name, vp, per in (("N21-145.6B", 2, 5), ("N21-529.6B", 3, 1)):
+        lay, model = row_layout(rows[name]), row_model(rows[name])
+        assert (lay.schedule, lay.vp, model.layers // (lay.pp * lay.vp)) == ("interleaved", vp, per)
+        interleaved, plain = compare([rows[name]])["rows"][0]["plan"], plan(model, replace(lay, schedule="1f1b",
+                                                                                            vp=1))
         assert interleaved["tflops_per_gpu"] > plain["tflops_per_gpu"]
         assert interleaved["time_s"]["bubble"] < plain["time_s"]["bubble"]
 

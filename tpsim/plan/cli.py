@@ -3,10 +3,12 @@
     tpsim plan --model NAME | --config config.json --tp T --pp P --dp D [--sp] [--zero 0|1]
                [--recompute none|selective|full] --seq-len S --micro-batch b --global-batch B
                [--schedule afab|1f1b|interleaved|zb-h1] [--vp V] [--pp-layers a,b,...]
-               [--dtype bfloat16|float16|float32] [--gpu h100-80gb|...] [--gpus-per-node 8] [--mfu 0.5] [--json]
+               [--dtype bfloat16|float16|float32|fp8] [--attention unfused|fused] [--gpu h100-80gb|...]
+               [--gpus-per-node 8] [--mfu F | --gemm-efficiency F --hbm-efficiency F]
+               [--overlap-grad-reduce] [--overlap-param-gather] [--tp-comm-overlap] [--bucket-mb 25] [--json]
     tpsim plan --model NAME --gpus N --search [...] [--top 10] [--json]
     tpsim plan --validate          live runs check every per-layer term (``tpsim.plan.validate``)
-    tpsim plan --published         Narayanan et al. 2021's runs beside the planner's predictions
+    tpsim plan --published         18 published runs' step times beside the planner's (``tpsim.plan.published``)
 
 Pure arithmetic, no MPI (``--validate`` launches ``mpiexec`` in a subprocess). ``--json`` prints one JSON object
 as the last line (README, "Planning a real run", documents every field). A bad layout: one line, exit 2.
@@ -21,7 +23,7 @@ import sys
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import SCHEDULES
 from tpsim.plan.gpus import GPUS
-from tpsim.plan.layout import DTYPE_CHOICES, DTYPES, RECOMPUTE, Layout
+from tpsim.plan.layout import ATTENTION, DTYPE_CHOICES, DTYPES, RECOMPUTE, Layout
 from tpsim.plan.models import PRESETS, resolve
 
 
@@ -44,17 +46,36 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--vp", type=int, default=1, help="model chunks per pipeline rank (--schedule interleaved)")
     p.add_argument("--pp-layers", metavar="a,b,...",
                    help="layers of each (virtual) stage, in model order (default: equal stages)")
-    p.add_argument("--dtype", default="bfloat16", choices=DTYPE_CHOICES, metavar="{" + ",".join(DTYPES) + "}",
-                   help="bfloat16 (default; bf16), float16 (fp16) or float32 (fp32): Megatron's bytes per parameter")
+    p.add_argument("--dtype", default="bfloat16", choices=[*DTYPE_CHOICES, "fp8"],
+                   metavar="{" + ",".join(DTYPES) + ",fp8}",
+                   help="bfloat16 (default; bf16), float16 (fp16) or float32 (fp32): Megatron's bytes per parameter; "
+                        "fp8: bfloat16 with the layers' matmuls at the FP8 peak (H100/H200)")
+    p.add_argument("--attention", default="unfused", choices=ATTENTION,
+                   help="fused: a flash-style attention kernel, no s x s scores kept (default unfused)")
     p.add_argument("--gpu", default="h100-80gb", choices=list(GPUS))
     p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--mfu", type=float, default=0.5, help="fraction of peak the matmuls reach (default 0.5)")
+    p.add_argument("--mfu", type=float, default=None,
+                   help="every matmul at this fraction of peak, other kernels free (default: each kernel from its "
+                        "shape, tpsim.plan.kernel_time)")
+    p.add_argument("--gemm-efficiency", type=float, default=None, help="the kernel model's matmul efficiency "
+                   "(default: the fitted 0.70)")
+    p.add_argument("--hbm-efficiency", type=float, default=None, help="its memory-bandwidth efficiency "
+                   "(default: the fitted 0.75)")
+    o = p.add_argument_group("overlap (Megatron-LM's flags)")
+    o.add_argument("--overlap-grad-reduce", action="store_true",
+                   help="DP gradient buckets reduced during the last micro-batch's backward")
+    o.add_argument("--overlap-param-gather", action="store_true",
+                   help="ZeRO-1's parameter all-gather hidden under the next forward (needs --zero 1)")
+    o.add_argument("--tp-comm-overlap", action="store_true",
+                   help="SP's all-gather / reduce-scatter pipelined with the GEMMs beside them (needs --sp)")
+    o.add_argument("--bucket-mb", type=float, default=25.0, help="DP gradient bucket cap in MiB (default 25)")
     p.add_argument("--gpus", type=int, help="with --search: the number of GPUs to lay out")
     p.add_argument("--search", action="store_true", help="rank every tp x pp x dp = --gpus layout that fits")
     p.add_argument("--top", type=int, default=10, help="--search: rows to print (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--validate", action="store_true", help="check the planner's terms against live runs")
-    p.add_argument("--published", action="store_true", help="compare with Narayanan et al. 2021's runs")
+    p.add_argument("--published", action="store_true",
+                   help="step time vs 18 published runs (Narayanan et al. 2021, Korthikanti et al. 2022)")
     return p
 
 
@@ -70,10 +91,15 @@ def stage_layers(text: str | None) -> tuple[int, ...] | None:
 
 def layout_of(args, model) -> Layout:
     seq = args.seq_len or min(model.positions, 8192)
+    fp8 = args.dtype == "fp8"
     return Layout(tp=args.tp, pp=args.pp, dp=args.dp, sp=args.sp, zero=args.zero, recompute=args.recompute,
-                  seq_len=seq, micro_batch=args.micro_batch, global_batch=args.global_batch, dtype=args.dtype,
+                  seq_len=seq, micro_batch=args.micro_batch, global_batch=args.global_batch,
+                  dtype="bfloat16" if fp8 else args.dtype, fp8=fp8, attention=args.attention,
                   gpu=args.gpu, gpus_per_node=args.gpus_per_node, mfu=args.mfu, schedule=args.schedule,
-                  vp=args.vp, pp_layers=stage_layers(args.pp_layers))
+                  vp=args.vp, pp_layers=stage_layers(args.pp_layers), gemm_efficiency=args.gemm_efficiency,
+                  hbm_efficiency=args.hbm_efficiency, overlap_grad_reduce=args.overlap_grad_reduce,
+                  overlap_param_gather=args.overlap_param_gather, tp_comm_overlap=args.tp_comm_overlap,
+                  bucket_mb=args.bucket_mb)
 
 
 def run(args) -> int:
@@ -85,8 +111,8 @@ def run(args) -> int:
         from tpsim.plan.validate import main as validate_main
         return validate_main()
     if args.published:
-        from tpsim.plan.published import format_narayanan
-        print(format_narayanan())
+        from tpsim.plan.published import format_published
+        print(format_published())
         return 0
     if not (args.model or args.config):
         raise ConfigError("give --model NAME or --config config.json")

@@ -1,18 +1,28 @@
-"""GPU presets for the planner: memory, peak dense matmul throughput, and the links inside and between nodes.
+"""GPU presets for the planner: memory, peak dense matmul throughput, memory bandwidth, and the links inside and
+between nodes.
 
 Nominal vendor figures, **not measurements** (α, the per-step latency, is an assumption of the right order, as in
 ``tpsim.predict.hardware``). Peak throughput is the dense (no sparsity) tensor-core figure for 16-bit inputs; for
-``--dtype fp32`` the planner uses the TF32 figure (what a framework runs fp32 matmuls on). Bandwidth is per GPU
-per direction, what one ring step uses; inter-node is one NIC per GPU, as in NVIDIA's DGX systems.
+``--dtype fp32`` the planner uses the TF32 figure (what a framework runs fp32 matmuls on), for ``--dtype fp8``
+the FP8 one (Hopper only). HBM bandwidth prices the memory-bound kernels (``tpsim.plan.kernel_time``). Link
+bandwidth is per GPU per direction, what one ring step uses; inter-node is one NIC per GPU, as in NVIDIA's DGX
+systems.
 
-    h100-80gb   NVIDIA H100 SXM5 datasheet: 80 GB HBM3, BF16 989 TFLOP/s, TF32 495; NVLink 4 900 GB/s total
-                (450 each way); DGX H100: ConnectX-7 InfiniBand NDR 400 Gb/s (50 GB/s) per GPU
-    h200-141gb  NVIDIA H200 SXM datasheet: 141 GB HBM3e, same compute and links as the H100 SXM
-    a100-80gb   NVIDIA A100 SXM4 datasheet: 80 GB HBM2e, BF16 312 TFLOP/s, TF32 156; NVLink 3 600 GB/s total
-                (300 each way); DGX A100: ConnectX-6 InfiniBand HDR 200 Gb/s (25 GB/s) per GPU
-    a100-40gb   the same with 40 GB HBM2 (Narayanan et al. 2021 trained on 80 GB A100s)
-    v100-32gb   NVIDIA V100 SXM2 datasheet: 32 GB HBM2, FP16 125 TFLOP/s; NVLink 2 300 GB/s total (150 each
-                way); DGX-2 era InfiniBand EDR 100 Gb/s (12.5 GB/s) per GPU
+    h100-80gb   NVIDIA H100 SXM5 datasheet: 80 GB HBM3 at 3.35 TB/s, BF16 989 TFLOP/s, FP8 1979, TF32 495;
+                NVLink 4 900 GB/s total (450 each way); DGX H100: ConnectX-7 InfiniBand NDR 400 Gb/s (50 GB/s)
+    h200-141gb  NVIDIA H200 SXM datasheet: 141 GB HBM3e at 4.8 TB/s, same compute and links as the H100 SXM
+    a100-80gb   NVIDIA A100 SXM4 datasheet: 80 GB HBM2e at 2.039 TB/s, BF16 312 TFLOP/s, TF32 156; NVLink 3
+                600 GB/s total (300 each way); DGX A100: ConnectX-6 InfiniBand HDR 200 Gb/s (25 GB/s) per GPU
+    a100-40gb   the same with 40 GB HBM2 at 1.555 TB/s (Narayanan et al. 2021 trained on 80 GB A100s)
+    v100-32gb   NVIDIA V100 SXM2 datasheet: 32 GB HBM2 at 900 GB/s, FP16 125 TFLOP/s; NVLink 2 300 GB/s total
+                (150 each way); DGX-2 era InfiniBand EDR 100 Gb/s (12.5 GB/s) per GPU
+
+**Memory a GPU has** (``memory_bytes``): what the card reports, not the datasheet's decimal gigabytes —
+``nvidia-smi``'s memory.total: an H100 80GB 81,559 MiB (85.5·10⁹ B), an H200 143,771 MiB, an A100 40GB
+40,960 MiB (its deviceQuery: 42,405,855,232 B usable by CUDA); the A100 80GB and the V100 32GB are taken as
+their 81,920 and 32,768 MiB of HBM (no card's report was at hand to check them). A run cannot use all of it:
+``RESERVED_BYTES`` (1 GiB, an estimate of the right order, not a measurement) stands for the CUDA context,
+cuBLAS's workspaces and NCCL's buffers, so a plan fits when its bytes ≤ memory_bytes − RESERVED_BYTES.
 """
 
 from __future__ import annotations
@@ -40,20 +50,32 @@ class GPU:
     peak_flops_tf32: float
     intra: LinkPreset
     inter: LinkPreset
+    hbm_bytes_per_s: float
+    peak_flops_fp8: float | None = None  # None: no FP8 tensor cores
 
     def peak(self, dtype) -> float:
-        """FLOP/s of ``dtype`` (float32, fp32 or np.float32's dtype: TF32; any other: the 16-bit peak). Spelled
-        out here, not through ``tpsim.config.dtype_name``: the configuration reads ``GPUS`` for ``--clock``."""
+        """FLOP/s of ``dtype`` (float32, fp32 or np.float32's dtype: TF32; float8/fp8: FP8; any other: the 16-bit
+        peak). Spelled out here, not through ``tpsim.config.dtype_name``: the configuration reads ``GPUS``."""
+        if str(dtype) in ("float8", "fp8"):
+            if self.peak_flops_fp8 is None:
+                raise ConfigError(f"--dtype fp8: the {self.name} has no FP8 tensor cores (an H100 or H200 has)")
+            return self.peak_flops_fp8
         return self.peak_flops_tf32 if str(dtype) in ("float32", "fp32") else self.peak_flops_16bit
 
+    @property
+    def usable_bytes(self) -> int:
+        """What a run's tensors can hold: the reported memory less ``RESERVED_BYTES``."""
+        return self.memory_bytes - RESERVED_BYTES
 
-GB = 10 ** 9
+
+MiB = 2 ** 20
+RESERVED_BYTES = 2 ** 30  # CUDA context, cuBLAS workspaces, NCCL buffers: an estimate (module docstring)
 GPUS = {g.name: g for g in [
-    GPU("h100-80gb", 80 * GB, 989e12, 495e12, NVLINK4_H100, IB_NDR),
-    GPU("h200-141gb", 141 * GB, 989e12, 495e12, NVLINK4_H100, IB_NDR),
-    GPU("a100-80gb", 80 * GB, 312e12, 156e12, NVLINK3_A100, IB_HDR),
-    GPU("a100-40gb", 40 * GB, 312e12, 156e12, NVLINK3_A100, IB_HDR),
-    GPU("v100-32gb", 32 * GB, 125e12, 125e12, NVLINK2_V100, IB_EDR),
+    GPU("h100-80gb", 81_559 * MiB, 989e12, 495e12, NVLINK4_H100, IB_NDR, 3.35e12, 1979e12),
+    GPU("h200-141gb", 143_771 * MiB, 989e12, 495e12, NVLINK4_H100, IB_NDR, 4.8e12, 1979e12),
+    GPU("a100-80gb", 81_920 * MiB, 312e12, 156e12, NVLINK3_A100, IB_HDR, 2.039e12),
+    GPU("a100-40gb", 40_960 * MiB, 312e12, 156e12, NVLINK3_A100, IB_HDR, 1.555e12),
+    GPU("v100-32gb", 32_768 * MiB, 125e12, 125e12, NVLINK2_V100, IB_EDR, 0.9e12),
 ]}
 
 

@@ -17,13 +17,13 @@ from dataclasses import asdict, dataclass
 from tpsim.config import DTYPE_ALIASES, Parallelism, dtype_alias
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import ONE_CHUNK, SCHEDULES
-from tpsim.plan.clock_choice import DEFAULT_MFU
 from tpsim.plan.models import ModelSpec
 from tpsim.predict import pipeline as pipeline_formula
 
 DTYPES = ("bfloat16", "float16", "float32")  # the planner prices these (``bf16``, ``fp16``, ``fp32`` accepted)
 DTYPE_CHOICES = (*DTYPES, *(a for a, name in DTYPE_ALIASES.items() if name in DTYPES))
 RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("unfused", "fused")
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,15 @@ class Layout(Parallelism):
     dtype: str = "bfloat16"
     gpu: str = "h100-80gb"
     gpus_per_node: int = 8
-    mfu: float = DEFAULT_MFU
+    mfu: float | None = None  # None: each kernel from its shape (tpsim.plan.kernel_time); a number: flat
     schedule: str = "1f1b"
     vp: int = 1
     pp_layers: tuple[int, ...] | None = None  # layers of each virtual stage; None: L / (pp·vp) each
+    gemm_efficiency: float | None = None  # None: tpsim.plan.kernel_time's fitted GEMM_EFFICIENCY
+    hbm_efficiency: float | None = None  # None: its fitted HBM_EFFICIENCY
+    p2p_scatter_gather: bool = True  # Megatron's: each TP rank sends 1/t of a message, NVLink all-gathers it
+    fp8: bool = False  # ``--dtype fp8``: the layers' weight matmuls at the FP8 peak, everything else bfloat16
+    attention: str = "unfused"  # "fused": a flash-style kernel (no s² scores in memory)
     overlap_grad_reduce: bool = False  # DP gradient buckets reduced during the last backward (Megatron's flag)
     overlap_param_gather: bool = False  # ZeRO-1's parameter all-gather hidden under the next forward
     tp_comm_overlap: bool = False  # SP's all-gather / reduce-scatter pipelined with the neighbouring GEMMs
@@ -136,8 +141,21 @@ def problems(model: ModelSpec, lay: Layout) -> list[str]:
         out.append(f"--recompute {lay.recompute!r}: one of {', '.join(RECOMPUTE)}")
     if lay.dtype not in DTYPES:
         out.append(f"--dtype {lay.dtype!r}: one of {', '.join(DTYPES)}")
-    if not 0 < lay.mfu <= 1:
+    if lay.mfu is not None and not 0 < lay.mfu <= 1:
         out.append(f"--mfu {lay.mfu}: must be in (0, 1]")
+    for name, x in (("--gemm-efficiency", lay.gemm_efficiency), ("--hbm-efficiency", lay.hbm_efficiency)):
+        if x is not None and not 0 < x <= 1:
+            out.append(f"{name} {x}: must be in (0, 1]")
+    if lay.attention not in ATTENTION:
+        out.append(f"--attention {lay.attention!r}: one of {', '.join(ATTENTION)}")
+    if lay.fp8 and lay.dtype != "bfloat16":
+        out.append(f"--dtype fp8 runs the matmuls in FP8 and keeps the rest in bfloat16, not {lay.dtype}")
+    if lay.overlap_param_gather and not lay.zero:
+        out.append("--overlap-param-gather overlaps ZeRO-1's parameter all-gather: it needs --zero 1")
+    if lay.tp_comm_overlap and not (lay.sp and lay.tp > 1):
+        out.append("--tp-comm-overlap pipelines sequence parallelism's all-gather and reduce-scatter with the GEMMs "
+                   "next to them: it needs --sp and tp > 1 (plain TP's all-reduce feeds the next op: nothing to "
+                   "hide it behind)")
     return out
 
 

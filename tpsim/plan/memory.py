@@ -17,14 +17,17 @@ fp16 row keeps a 4-byte fp32 main-gradient buffer — hence 16 vs 20, and 4 + 12
 
 - GPT: exactly Korthikanti et al. 2022 (arXiv:2205.05198), Table 2 — 16-bit activations, 1-byte dropout masks:
   TP sbh(10 + 24/t + 5as/(ht)); TP + SP sbh/t(34 + 5as/h); selective recompute drops the 5as/h attention
-  term (sbh(10 + 24/t), sbh·34/t); full recompute keeps only the layer's input, 2sbh. Priced at the run's dtype
+  term (sbh(10 + 24/t), sbh·34/t), and so does ``--attention fused`` (a flash-style kernel keeps no scores, only
+  each row's float32 log-sum-exp, 4·a·s·b/t bytes); full recompute keeps only the layer's input, 2sbh — its
+  sequence shard 2sbh/t under SP (Megatron-LM checkpoints the [s/t, b, h] tensor). Priced at the run's dtype
   through ``tpsim.predict.gpt_memory.korthikanti_layer_elements`` (itemsize per float, 1 per mask).
   tpsim's own extra term, shown apart: LayerNorm's saved rstd, 2bs/r floats (r = t under SP, else 1).
 - Llama (RMSNorm, RoPE, grouped-query attention with g KV heads, SwiGLU of f columns, no dropout), derived from
   the architecture in Megatron's way of counting — in elements, 4sbh/r (both norms' inputs and outputs) + 2sbh/t
   (q after RoPE, the context) + 2·s·b·d·g_t (k and v after RoPE; g_t = g/t KV heads a rank, or 1 when t > g and
   they are replicated) + 3sbf/t (gate, up, and their product, the down projection's input) + a·s²·b/t (softmax
-  output; removed by selective recompute); full recompute keeps sbh. tpsim's own extra terms, shown apart:
+  output; removed by selective recompute or fused attention); full recompute keeps sbh (sbh/t under SP).
+  tpsim's own extra terms, shown apart:
   RMSNorm's rstd 2bs/r, k and v repeated to every local q head (2sbh/t − 2·s·b·d·g_t), SiLU's output kept beside
   the product (sbf/t) and RoPE's cos/sin tables (2·s·d). Paper + extra is exactly what tpsim's Llama layers cache
   (``--validate``'s Llama cases, with ``tpsim.models.llama``).
@@ -104,13 +107,17 @@ def total_params(model: ModelSpec) -> int:
     return V * h * (1 if model.tied else 2) + table + layers + config.norm_params * h
 
 
-def layer_activation_elements(model: ModelSpec, b: int, s: int, t: int, sp: bool, recompute: str
-                              ) -> tuple[float, float, float]:
+def layer_activation_elements(model: ModelSpec, b: int, s: int, t: int, sp: bool, recompute: str,
+                              attention: str = "unfused") -> tuple[float, float, float]:
     """``(floats, masks, tpsim_extra_floats)`` one layer keeps per micro-batch on one GPU (module docstring):
     the architecture's count, tpsim's norms' rstd (2bs/r) added to its own terms."""
-    if recompute == "full":
-        return float(s * b * model.hidden), 0.0, 0.0
-    floats, masks, own = model.architecture.memory.paper_layer_elements(model, b, s, t, sp, recompute == "selective")
+    if recompute == "full":  # the layer's input only: under SP its sequence shard (Megatron keeps [s/t, b, h])
+        return float(s * b * model.hidden / (t if sp else 1)), 0.0, 0.0
+    fused = attention == "fused"
+    floats, masks, own = model.architecture.memory.paper_layer_elements(model, b, s, t, sp,
+                                                                        recompute == "selective" or fused)
+    if fused:  # no scores kept; the kernel saves each row's float32 log-sum-exp, a·s·b/t of them (two 16-bit)
+        floats += 2 * model.heads * s * b / t
     return floats, masks, 2 * b * s / (t if sp else 1) + own
 
 
@@ -119,7 +126,7 @@ def activation_bytes_per_layer(model: ModelSpec, lay: Layout, dtype: str | None 
     GPT, the derivation above for Llama)."""
     e = ACT_BYTES[dtype_name(dtype or lay.dtype)]
     floats, masks, extra = layer_activation_elements(model, lay.micro_batch, lay.seq_len, lay.tp, lay.sp,
-                                                     lay.recompute)
+                                                     lay.recompute, lay.attention)
     paper = e * floats + masks
     return {"paper": paper, "tpsim_extra": e * extra, "total": paper + e * extra}
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from tpsim.config import RunConfig
 from tpsim.cost import alpha_beta_time, ring_steps
-from tpsim.plan.clock_choice import DEFAULT_MFU, UNIT_CLOCK
+from tpsim.plan.clock_choice import UNIT_CLOCK
 from tpsim.pipeline.actions import Schedule
 from tpsim.pipeline.clock import Costs, unit
 from tpsim.plan.comm import boundary_bytes, links
@@ -50,10 +50,11 @@ def run_layout(run: RunConfig, gpu: str | None = None, mfu: float | None = None)
     ``--clock`` GPU and ``--mfu``, else h100-80gb at the planner's 0.5)."""
     pipe, par = run.pipeline, run.parallel
     gpu = gpu or (pipe.clock if pipe.clock != UNIT_CLOCK else Layout.gpu)
-    mfu = mfu if mfu is not None else pipe.mfu if pipe.mfu is not None else DEFAULT_MFU
+    mfu = mfu if mfu is not None else pipe.mfu
     return Layout(tp=par.tp, dp=par.dp, pp=par.pp, sp=par.sp, zero=par.zero, seq_len=run.schedule.seq_len,
                   micro_batch=run.micro_batch, global_batch=run.schedule.batch_size, dtype=run.precision.dtype,
-                  gpu=gpu, mfu=mfu, schedule=pipe.schedule, vp=pipe.vp, pp_layers=pipe.stage_layers)
+                  gpu=gpu, mfu=mfu, schedule=pipe.schedule, vp=pipe.vp, pp_layers=pipe.stage_layers,
+                  p2p_scatter_gather=False)  # tpsim sends the whole boundary tensor
 
 
 GROUP_LINKS = {"tp": "tp", "kv": "tp", "embedding": "pp", "pp": "pp", "dp": "dp"}  # a group -> its link

@@ -35,26 +35,14 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.pipeline.stage_clock import compiled, held_peak, timed
-from tpsim.plan.comm import boundary_bytes, links
+from tpsim.plan.comm import boundary_bytes, links, ring_seconds
 from tpsim.plan.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
 from tpsim.plan.memory import ACT_BYTES
 from tpsim.plan.models import ModelSpec
 from tpsim.plan.pipeline_comm import after_schedule, stage_comm, start_times
-from tpsim.plan.timing import head_flops, layer_flops
+from tpsim.plan.kernel_time import head_seconds, layer_seconds
 from tpsim.predict import pipeline as formula
-
-
-def layer_seconds(model: ModelSpec, lay: Layout, gpu: GPU) -> dict[str, float]:
-    """``{"F", "B", "W"}`` seconds of one layer for one micro-batch on one GPU of its TP group."""
-    seconds = lay.micro_batch * lay.seq_len / (lay.tp * gpu.peak(lay.dtype) * lay.mfu)
-    return {op: f * seconds for op, f in layer_flops(model, lay).items()}
-
-
-def head_seconds(model: ModelSpec, lay: Layout, gpu: GPU) -> dict[str, float]:
-    """``{"F", "B", "W"}`` seconds of the LM head for one micro-batch on one GPU of its TP group."""
-    seconds = lay.micro_batch * lay.seq_len / (lay.tp * gpu.peak(lay.dtype) * lay.mfu)
-    return {op: f * seconds for op, f in head_flops(model).items()}
 
 
 def stage_costs(model: ModelSpec, lay: Layout, gpu: GPU) -> np.ndarray:
@@ -71,10 +59,20 @@ def stage_costs(model: ModelSpec, lay: Layout, gpu: GPU) -> np.ndarray:
     return out
 
 
+def message_seconds(model: ModelSpec, lay: Layout, gpu: GPU) -> float:
+    """One message: α + β·bytes on the PP link; with Megatron's scatter/gather (``p2p_scatter_gather``, plain
+    TP: every TP rank holds the whole [s, b, h] tensor) each TP rank sends 1/t of it and the receivers
+    all-gather it on the TP link (Narayanan et al. 2021 §4.1)."""
+    link, nbytes = links(lay, gpu), boundary_bytes(model, lay)
+    if lay.p2p_scatter_gather and lay.tp > 1 and not lay.sp:
+        return link["pp"].alpha + link["pp"].beta * nbytes / lay.tp + ring_seconds("all_gather", nbytes, lay.tp,
+                                                                                   link["tp"])
+    return link["pp"].alpha + link["pp"].beta * nbytes
+
+
 def message_costs(model: ModelSpec, lay: Layout, gpu: GPU) -> np.ndarray:
-    """Seconds of one message, ``[sender's virtual stage][direction F, B]``: α + β·bytes on the PP link."""
-    link = links(lay, gpu)["pp"]
-    return np.full((lay.pp * lay.vp, 2), link.alpha + link.beta * boundary_bytes(model, lay))
+    """Seconds of one message, ``[sender's virtual stage][direction F, B]`` (``message_seconds``)."""
+    return np.full((lay.pp * lay.vp, 2), message_seconds(model, lay, gpu))
 
 
 def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray, collectives: np.ndarray | None = None,

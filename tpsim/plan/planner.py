@@ -5,13 +5,27 @@
 
 from __future__ import annotations
 
-from tpsim.plan.comm import step_comm, tp_wire_bytes_per_layer
+from tpsim.plan.comm import dp_collectives, links, ring_seconds, step_comm, tp_wire_bytes_per_layer
 from tpsim.plan.gpus import gpu as gpu_preset
+from tpsim.plan.kernel_time import optimizer_seconds
 from tpsim.plan.layout import Layout, check
 from tpsim.plan.memory import activation_bytes_per_layer, busiest_stage, state_bytes_per_param, total_params
 from tpsim.plan.models import ModelSpec
 from tpsim.plan.pipeline import pipeline_terms
 from tpsim.plan.timing import flops_per_step, step_times
+
+
+def optimizer_s(model: ModelSpec, lay: Layout, g, params: int) -> float:
+    """The optimizer step of the busiest stage: its kernels and the clip norm's all-reduce over the world."""
+    norm = ring_seconds("all_reduce", 4, lay.gpus, links(lay, g)["dp" if lay.gpus > lay.tp else "tp"])
+    return optimizer_seconds(params, lay, g) + (norm if lay.gpus > 1 else 0.0)
+
+
+def zero_gather_s(lay: Layout, g, params: int) -> float:
+    """ZeRO-1's all-gather of the updated parameters over DP, exposed unless ``--overlap-param-gather``."""
+    if not lay.zero or lay.dp == 1 or lay.overlap_param_gather:
+        return 0.0
+    return sum(ring_seconds(op, n, lay.dp, links(lay, g)["dp"]) for op, n in dp_collectives(lay, params)[1:])
 
 SOURCES = {
     "model_state_bytes_per_param": "Megatron-LM distributed-optimizer table (docs/source/api-guide/dist_optimizer.md)",
@@ -33,14 +47,15 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
     mem = busiest_stage(model, lay)
     comm = step_comm(model, lay, g, int(mem["stage"]), int(mem["param_count"]))  # that stage's own
     flops = flops_per_step(model, lay)
-    compute = flops / (lay.gpus * g.peak(lay.dtype) * lay.mfu)
     pipe = pipeline_terms(model, lay, g)
-    times = step_times(compute, comm["time_s"], pipe["makespan_without_collectives_s"], pipe["makespan_compute_only_s"])
+    times = step_times(pipe, optimizer_s(model, lay, g, int(mem["param_count"])),
+                       zero_gather_s(lay, g, int(mem["param_count"])))
     memory_bytes = {k: int(round(mem[k])) for k in ("params", "grads", "optimizer", "activations", "total")}
     act = activation_bytes_per_layer(model, lay)
     return {
         "model": {**model.as_dict(), "params_total": total_params(model)},
-        "layout": {**lay.as_dict(), "gpu_memory_bytes": g.memory_bytes, "peak_flops": g.peak(lay.dtype)},
+        "layout": {**lay.as_dict(), "gpu_memory_bytes": g.memory_bytes, "gpu_usable_bytes": g.usable_bytes,
+                   "peak_flops": g.peak(lay.dtype)},
         "per_gpu": {
             "params": int(mem["param_count"]),
             "stage": int(mem["stage"]),
@@ -54,6 +69,6 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
         "time_s": times,
         "flops_per_step": flops,
         "tflops_per_gpu": flops / lay.gpus / times["step"] / 1e12,
-        "fits": memory_bytes["total"] <= g.memory_bytes,
+        "fits": memory_bytes["total"] <= g.usable_bytes,
         "sources": SOURCES,
     }

@@ -1,21 +1,27 @@
-"""Published numbers beside the planner: Narayanan et al. 2021's training runs and the ZeRO paper's 7.5B example.
+"""Published training runs beside the planner: step time predicted vs published, row by row, in the open.
 
-Narayanan et al. 2021 (arXiv:2104.04473), Table 1 — GPT models of vocabulary 51,200 and sequence 2048 on 80 GB
-A100s (DGX A100 nodes of 8, InfiniBand HDR), mixed precision, activation recomputation; the achieved TFLOP/s per
-GPU count the recomputation (their 96·B·s·L·h² formula). Two rows: the 145.6 B model (the GPT-3-scale row:
-h 12288 as GPT-3 175B, 80 layers) and the 529.6 B one. The table gives no micro-batch size; the planner takes 1.
-Both ran the interleaved schedule: Megatron-LM's ``examples/academic_paper_scripts/sc21/run_table_1.sh`` sets
-``--num-layers-per-virtual-pipeline-stage`` 5 for the 145.6 B model (80 layers / PP 8 = 10 a rank: v = 2) and
-1 for the 529.6 B one (105 / 35 = 3 a rank: v = 3); the planner runs that schedule on its virtual clock.
+The development rows (``tpsim/plan/data/published_runs_dev.json``, each naming where its numbers were read):
 
-The planner's prediction uses its defaults — ``--mfu 0.5``, full recompute, ``--dtype fp16``, nothing tuned to
-these rows — so the comparison shows what the model leaves out (kernel efficiency that varies with the shapes,
-the scatter/gather optimisation, overlap of the DP all-reduce) rather than hiding it.
+- Narayanan et al. 2021 (arXiv:2104.04473), Table 1 — all 10 GPT models, 1.7 B to 1008 B parameters, on 80 GB
+  A100s (DGX A100, InfiniBand HDR), float16, full recompute; TP, PP, micro-batch and the interleaved schedule's
+  chunks as Megatron-LM's ``examples/academic_paper_scripts/sc21/run_table_1.sh`` sets them. The published
+  number is TFLOP/s a GPU; the step time is it converted with the paper's own FLOP count,
+  96·B·s·L·h²·(1 + s/6h + V/16Lh).
+- Korthikanti et al. 2022 (arXiv:2205.05198), Table 5 — 22 B, 175 B, 530 B and 1 T, each with full recompute
+  and with selective recompute + sequence parallelism, the iteration time as published (configurations as
+  Calculon's ``validation/seqsel/`` transcribes them).
+
+The planner predicts each with its defaults (``Layout``'s: the kernel model of ``tpsim.plan.kernel_time``,
+nothing overlapped, as those runs ran): the same two fitted efficiencies for every row, nothing per row. The
+table gives published and predicted seconds, their ratio, and the median and worst |ratio − 1|.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import statistics
+from dataclasses import replace
+from pathlib import Path
 
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import ZERO_PAPER_STATE_BYTES, state_bytes_per_param
@@ -23,44 +29,60 @@ from tpsim.plan.models import ModelSpec, gpt
 from tpsim.plan.planner import plan
 from tpsim.table import RULE, format_table
 
-
-@dataclass(frozen=True)
-class PublishedRun:
-    model: ModelSpec
-    tp: int
-    pp: int
-    gpus: int
-    batch: int
-    tflops_per_gpu: float  # achieved, as published
-    vp: int = 1  # model chunks a pipeline rank (interleaved when > 1), as the run's script sets them
+DEV_ROWS = Path(__file__).with_name("data") / "published_runs_dev.json"
+DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 
-NARAYANAN_TABLE_1 = [
-    PublishedRun(gpt("145.6B (Narayanan T1)", 51200, 12288, 80, 96, 2048), 8, 8, 1536, 2304, 148.0, vp=2),
-    PublishedRun(gpt("529.6B (Narayanan T1)", 51200, 20480, 105, 128, 2048), 8, 35, 2520, 2520, 163.0, vp=3),
-]
+def load(path: Path = DEV_ROWS) -> list[dict]:
+    """The published rows of ``path`` (the module docstring's JSON: ``rows`` of name, source, model, layout,
+    published)."""
+    return json.loads(Path(path).read_text())["rows"]
 
 
-def predict(run: PublishedRun, mfu: float = 0.5) -> dict:
-    lay = Layout(tp=run.tp, pp=run.pp, dp=run.gpus // (run.tp * run.pp), recompute="full", seq_len=2048,
-                 micro_batch=1, global_batch=run.batch, dtype="float16", gpu="a100-80gb", mfu=mfu,
-                 schedule="interleaved" if run.vp > 1 else "1f1b", vp=run.vp)
-    return plan(run.model, lay)
+def row_model(row: dict) -> ModelSpec:
+    m = row["model"]
+    return gpt(row["name"], m["vocab"], m["hidden"], m["layers"], m["heads"], m["seq_len"])
 
 
-def format_narayanan(mfu: float = 0.5) -> str:
-    rows = [["model", "GPUs", "TP x PP x DP", "schedule", "batch", "published TFLOP/s", "planner TFLOP/s", "ratio",
-             "memory/GPU", "step"], RULE]
-    for r in NARAYANAN_TABLE_1:
-        p = predict(r, mfu)
-        lay = p["layout"]
-        rows.append([r.model.name, f"{r.gpus:,}", f"{lay['tp']} x {lay['pp']} x {lay['dp']}",
-                     lay["schedule"] + (f" vp {lay['vp']}" if lay["vp"] > 1 else ""), str(r.batch),
-                     f"{r.tflops_per_gpu:.0f}", f"{p['tflops_per_gpu']:.0f}",
-                     f"{p['tflops_per_gpu'] / r.tflops_per_gpu:.2f}",
-                     f"{p['per_gpu']['memory_bytes']['total'] / 1e9:.1f} GB", f"{p['time_s']['step']:.1f} s"])
-    title = f"Narayanan et al. 2021, Table 1, vs tpsim plan (A100 80 GB, fp16, full recompute, micro-batch 1, --mfu {mfu})"
-    return format_table(rows, right=(1, 2, *range(4, 10)), title=title)
+def row_layout(row: dict, **changes) -> Layout:
+    """The planner's ``Layout`` of a published row (``changes``: any field instead, e.g. the efficiencies)."""
+    lay, m = row["layout"], row["model"]
+    schedule = "1f1b" if lay["schedule"] == "none" else lay["schedule"]  # one stage: every schedule is F then B
+    out = Layout(tp=lay["tp"], pp=lay["pp"], dp=lay["dp"], sp=lay["sp"], recompute=lay["recompute"],
+                 seq_len=m["seq_len"], micro_batch=lay["micro_batch"], global_batch=lay["global_batch"],
+                 dtype=DTYPES[lay["dtype"]], gpu=lay["gpu"], schedule=schedule, vp=lay["vp"])
+    return replace(out, **changes)
+
+
+def compare(rows: list[dict] | None = None, **changes) -> dict:
+    """``{"rows": [{"name", "published_s", "predicted_s", "ratio", "plan"}], "median", "worst"}`` (errors as
+    |ratio − 1|) for ``rows`` (default: the development rows) under ``changes`` to every layout."""
+    out = []
+    for row in load() if rows is None else rows:
+        p = plan(row_model(row), row_layout(row, **changes))
+        want = row["published"]["time_s"]
+        out.append({"name": row["name"], "published_s": want, "predicted_s": p["time_s"]["step"],
+                    "ratio": p["time_s"]["step"] / want, "plan": p, "source": row["source"]})
+    errors = [abs(r["ratio"] - 1) for r in out]
+    return {"rows": out, "median": statistics.median(errors), "worst": max(errors)}
+
+
+def format_published(result: dict | None = None) -> str:
+    """The comparison as a table (≤ 100 columns), the median and worst error under it."""
+    result = compare() if result is None else result
+    rows = [["run", "GPUs", "TP x PP x DP", "schedule", "mb", "recompute", "published", "planner", "ratio"], RULE]
+    for r in result["rows"]:
+        lay = r["plan"]["layout"]
+        sched = "-" if lay["pp"] == 1 else lay["schedule"] + (f" vp {lay['vp']}" if lay["vp"] > 1 else "")
+        recompute = lay["recompute"] + (" + SP" if lay["sp"] else "")
+        rows.append([r["name"], f"{lay['gpus']:,}", f"{lay['tp']} x {lay['pp']} x {lay['dp']}", sched,
+                     str(lay["micro_batch"]), recompute, f"{r['published_s']:.2f} s", f"{r['predicted_s']:.2f} s",
+                     f"{r['ratio']:.3f}"])
+    title = ("Published step times vs tpsim plan (A100 80 GB, float16; N21 = Narayanan et al. 2021 Table 1, "
+             "K22 = Korthikanti et al. 2022 Table 5)")
+    foot = (f"|predicted / published - 1|: median {result['median']:.1%}, worst {result['worst']:.1%} over "
+            f"{len(result['rows'])} runs; one pair of fitted efficiencies for all (tpsim.plan.kernel_time)")
+    return format_table(rows, right=(1, 2, 4, 6, 7, 8), title=title) + "\n" + foot
 
 
 def zero_paper_example(params: float = 7.5e9, dp: int = 64) -> dict[str, float]:

@@ -12,9 +12,9 @@ def gb(x: float) -> str:
     return f"{x / GB:,.2f} GB"
 
 
-def capacity(x: float) -> str:
-    """A GPU's memory as the planner takes it, the unit in sight: ``80·10⁹ B`` (a datasheet's "80 GB")."""
-    return f"{x / GB:g}·10⁹ B"
+def capacity(lay: dict) -> str:
+    """A GPU's memory as the planner takes it: what the card reports, less what the CUDA context reserves."""
+    return f"{lay['gpu_usable_bytes'] / GB:,.2f} GB ({lay['gpu_memory_bytes'] / 2**20:,.0f} MiB - 1 GiB)"
 
 
 def seconds(x: float) -> str:
@@ -75,14 +75,46 @@ def why_bubble(p: dict) -> list[str]:
             f"than the least busy rank{uneven},", f"and the others wait for it; {p2p}"]
 
 
+def compute_source(lay: dict) -> str:
+    if lay["mfu"] is not None:
+        return f"matmuls at peak {lay['peak_flops'] / 1e12:g} TFLOP/s x mfu {lay['mfu']}"
+    from tpsim.plan.kernel_time import GEMM_EFFICIENCY, HBM_EFFICIENCY
+    gemm = GEMM_EFFICIENCY if lay["gemm_efficiency"] is None else lay["gemm_efficiency"]
+    hbm = HBM_EFFICIENCY if lay["hbm_efficiency"] is None else lay["hbm_efficiency"]
+    return f"kernels' roofline: GEMM {gemm:g}, HBM {hbm:g}" + (", FP8 matmuls" if lay["fp8"] else "")
+
+
+def time_rows(p: dict) -> list[list[str]]:
+    """The step's critical path in parts that add up to it (``tpsim.plan.timing``), what each hides."""
+    t, lay, wire = p["time_s"], p["layout"], p["per_gpu"]["wire_bytes_per_step"]
+    dp_how = "hidden in part by the backward" if lay["overlap_grad_reduce"] else "after the schedule"
+    rows = [["time: compute", seconds(t["compute"]), compute_source(lay)],
+            ["time: TP exposed", seconds(t["tp"]), "inside F/B/W" + (", SP's pipelined with GEMMs"
+                                                                     if lay["tp_comm_overlap"] else "")],
+            ["time: bubble / PP exposed", " / ".join(seconds(t[k]) for k in ("bubble", "pp")),
+             "idle on the virtual clock / what messages add"],
+            ["time: loss + embedding", seconds(t["loss"] + t["embedding"]),
+             f"after the schedule; embedding {gb(wire['embedding'])}" if t["embedding"] else "after the schedule"],
+            ["time: DP exposed", seconds(t["dp"]), dp_how],
+            ["time: optimizer", seconds(t["optimizer"]), "its kernels at HBM speed + the clip norm"]]
+    if lay["zero"]:
+        rows.append(["time: ZeRO-1 all-gather", seconds(t["dp_gather"]),
+                     "hidden under the next forward" if lay["overlap_param_gather"] else "exposed"])
+    rows.append(["step (critical path)", seconds(t["step"]), f"{p['tflops_per_gpu']:,.0f} TFLOP/s per GPU (model "
+                                                             "FLOPs)"])
+    return rows
+
+
 def format_plan(p: dict) -> str:
-    m, lay, g, t = p["model"], p["layout"], p["per_gpu"], p["time_s"]
+    m, lay, g = p["model"], p["layout"], p["per_gpu"]
     mem, act, state, wire = g["memory_bytes"], g["activation_bytes_per_layer"], g["model_state_bytes_per_param"], \
         g["wire_bytes_per_step"]
     head = [f"{m['name']} ({m['arch']}, {m['params_total'] / 1e9:,.2f} B parameters) on {lay['gpus']} x {lay['gpu']}"
             f" ({lay['gpus_per_node']} per node): {layout_name(lay)}",
             f"  batch {lay['global_batch']} x {lay['seq_len']} tokens, micro-batch {lay['micro_batch']}, "
-            f"{lay['microbatches']} micro-batches per replica, {lay['dtype']}"]
+            f"{lay['microbatches']} micro-batches per replica, {lay['dtype']}" + (" (FP8 matmuls)" if lay["fp8"]
+                                                                                   else "")
+            + (", fused attention" if lay["attention"] == "fused" else "")]
     stage = f"stage {g['stage']}"
     rows = [[f"per GPU of {stage} (most memory)", "value", "source"], RULE,
             ["parameters", f"{g['params']:,}", ""],
@@ -91,8 +123,7 @@ def format_plan(p: dict) -> str:
             ["optimizer", gb(mem["optimizer"]), f"{state['optimizer']:g} B/param" + (" (ZeRO-1 / dp)" if lay["zero"]
                                                                                      else "")],
             ["activations", gb(mem["activations"]), "layers x in flight + logits"],
-            ["total", gb(mem["total"]), f"of {capacity(lay['gpu_memory_bytes'])}: " + ("fits" if p["fits"] else
-                                                                                  "DOES NOT FIT")],
+            ["total", gb(mem["total"]), f"of {capacity(lay)}: " + ("fits" if p["fits"] else "DOES NOT FIT")],
             RULE,
             ["activations per layer", gb(act["paper"]), architecture(m["arch"]).memory.ACTIVATION_SOURCE],
             ["  + tpsim's own terms", f"{act['tpsim_extra']:,.0f} B", "apart (not in the total)"],
@@ -100,27 +131,19 @@ def format_plan(p: dict) -> str:
             ["wire per step: TP / DP / PP", " / ".join(gb(wire[k]) for k in ("tp", "dp", "pp")),
              f"{stage}'s own sends; PP the schedule's"],
             RULE, *pipeline_rows(p), RULE,
-            ["time: compute", seconds(t["compute"]), f"peak {lay['peak_flops'] / 1e12:g} TFLOP/s x mfu {lay['mfu']}"],
-            ["time: TP / DP", " / ".join(seconds(t[k]) for k in ("tp", "dp")), f"alpha-beta ring, {stage}'s"],
-            *([["time: tied embedding all-reduce", seconds(t["embedding"]),
-                f"{gb(wire['embedding'])} over the first + last stage"]] if t.get("embedding") else []),
-            ["time: bubble / PP exposed", " / ".join(seconds(t[k]) for k in ("bubble", "pp")),
-             "virtual clock: stages from FLOPs, p2p alpha-beta"],
-            ["step (nothing overlapped)", seconds(t["step"]), f"{p['tflops_per_gpu']:,.0f} TFLOP/s per GPU"],
-            ["step (DP, PP hidden by compute)", seconds(t["step_overlapped"]), ""]]
+            *time_rows(p)]
     return "\n".join([*head, format_table(rows, right=(1,)), *why_bubble(p)])
 
 
 def format_search(plans: list[dict], gpus: int, top: int = 10) -> str:
     if not plans:
         return f"no layout of {gpus} GPUs fits"
-    rows = [["#", "layout", "memory/GPU", "step", "overlapped", "compute", "TP", "DP", "PP", "bubble", "TFLOP/s"],
-            RULE]
+    rows = [["#", "layout", "memory/GPU", "step", "compute", "TP", "DP", "PP", "bubble", "TFLOP/s"], RULE]
     for i, p in enumerate(plans[:top], 1):
         t = p["time_s"]
         rows.append([str(i), layout_name(p["layout"]), gb(p["per_gpu"]["memory_bytes"]["total"]),
-                     *(seconds(t[k]) for k in ("step", "step_overlapped", "compute", "tp", "dp", "pp", "bubble")),
+                     *(seconds(t[k]) for k in ("step", "compute", "tp", "dp", "pp", "bubble")),
                      f"{p['tflops_per_gpu']:,.0f}"])
     name = plans[0]["model"]["name"]
-    return format_table(rows, right=range(2, 11), title=f"{name} on {gpus} GPUs: {len(plans)} layouts fit, "
+    return format_table(rows, right=range(2, 10), title=f"{name} on {gpus} GPUs: {len(plans)} layouts fit, "
                                                          f"fastest first (top {min(top, len(plans))})")

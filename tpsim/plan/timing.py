@@ -1,4 +1,4 @@
-"""Compute time: the model's FLOPs per step at the GPU's peak × MFU, the pipeline bubble, and the step.
+"""Time: the model's FLOPs per step, and the step as the critical path of the virtual clock, broken into parts.
 
 FLOPs (Narayanan et al. 2021, arXiv:2104.04473, Appendix): a matmul of a [tokens, k] by a [k, n] costs 2·k·n
 FLOPs a token forward and twice that backward, so training costs 6 FLOPs per weight per token, plus attention's
@@ -19,17 +19,25 @@ rule above. Recomputation runs before the gradients, so it joins B: full recompu
 The LM head (``head_flops``, the last stage) is one matmul: F = B = W = 2·h·V. The embedding is a gather and the
 loss's softmax elementwise: neither is counted, here as in Narayanan et al.'s formula.
 
-Time: ``compute = F / (N · peak · mfu)`` with N = tp·pp·dp GPUs (``--mfu`` is the kernels' efficiency, bubble not
-included) — also the mean over the pipeline ranks of their busy time on the virtual clock (``tpsim.plan.pipeline``
-times each stage's F, B and W from these FLOPs). ``step_times`` takes the clock's two makespans without the
-collectives (``tpsim.plan.pipeline``'s ``makespan_without_collectives_s`` and ``makespan_compute_only_s``: the
-additive picture, which adds TP, DP and the embedding on its own), with and without the point-to-point
-messages: ``bubble`` = makespan without messages − compute (the schedule's idle time at these stage costs; (p − 1)/m of compute under 1F1B only when every stage costs the same), ``pp`` = what the
-messages add to the makespan (the exposed p2p time), TP, DP and the tied embedding's gradient all-reduce
-(``embedding``, first and last stage) from ``tpsim.plan.comm``, outside the clock. Two step times, stated as
-such: ``step`` adds everything (the makespan + TP + DP + embedding: nothing else overlapped); ``step_overlapped``
-hides DP and PP behind compute (TP stays exposed: it sits between a layer's matmuls; so does the embedding's
-all-reduce, which runs after the pipeline's last backward).
+Time (``step_times``) is not a sum of terms: it is the pipeline's virtual clock at real size
+(``tpsim.plan.pipeline``: every F, B and W of the schedule from its kernels, ``tpsim.plan.kernel_time``, with
+the TP collectives it issues; the p2p messages; the loss, tied-embedding and DP collectives after the
+schedule), then the optimizer step and ZeRO-1's parameter all-gather. The breakdown splits that critical path
+into parts that add up to it exactly, each what the step *exposes*:
+
+    compute      the ranks' mean busy time in F, B, W kernels
+    tp           the ranks' mean time in TP collectives inside the actions (sequence parallelism's with
+                 ``--tp-comm-overlap``: only what the GEMMs beside them do not hide)
+    bubble       the makespan without messages − compute − tp: the schedule's idle time at these costs
+    pp           what the messages add to the makespan (exposed p2p)
+    loss, embedding, dp
+                 the collectives after the schedule on the rank that finishes last (dp: its gradient sync —
+                 with ``--overlap-grad-reduce`` only the part the backward did not hide)
+    optimizer    the optimizer step's kernels (``optimizer_seconds``) and the clip norm's all-reduce
+    dp_gather    ZeRO-1's all-gather of the updated parameters (0 with ``--overlap-param-gather``: hidden under
+                 the next forward)
+
+``step`` is their sum; ``hidden`` says what ran under compute instead (DP seconds overlapped).
 """
 
 from __future__ import annotations
@@ -70,19 +78,26 @@ def narayanan_flops(B: int, s: int, L: int, h: int, V: int, recompute: bool = Fa
     return 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
 
 
-def step_times(compute: float, comm: dict[str, float], pipeline: float, no_p2p: float) -> dict[str, float]:
-    """``{"compute", "tp", "dp", "embedding", "pp", "bubble", "pipeline", "step", "step_overlapped"}`` seconds,
-    from the mean compute, the TP, DP and embedding times ``comm`` (no ``embedding``: 0) and the clock's
-    makespans with (``pipeline``) and without messages."""
-    bubble, pp, emb = no_p2p - compute, pipeline - no_p2p, comm.get("embedding", 0.0)
-    if abs(bubble) <= ROUNDING * no_p2p:  # one stage, or equal ones never waiting: the same FLOPs summed twice
+def step_times(pipe: dict, optimizer: float, dp_gather: float) -> dict[str, float]:
+    """The module docstring's breakdown from the planner's ``pipeline`` dict (``tpsim.plan.pipeline``) and the
+    optimizer's and ZeRO-1's all-gather's seconds: every part and ``step``, their sum."""
+    ranks, tail = pipe["ranks"], pipe["after_schedule"]
+    compute = sum(r["busy_s"] - r["collectives_s"] for r in ranks) / len(ranks)
+    tp = sum(r["collectives_s"] for r in ranks) / len(ranks)
+    bubble, pp = pipe["makespan_without_p2p_s"] - compute - tp, pipe["makespan_s"] - pipe["makespan_without_p2p_s"]
+    if abs(bubble) <= ROUNDING * pipe["makespan_without_p2p_s"]:  # one stage, or equal ones never waiting
         bubble = 0.0
-    exposed = compute + bubble + comm["tp"] + emb
-    return {"compute": compute, "tp": comm["tp"], "dp": comm["dp"], "embedding": emb, "pp": pp, "bubble": bubble,
-            "pipeline": pipeline, "step": pipeline + comm["tp"] + comm["dp"] + emb,
-            "step_overlapped": exposed + max(0.0, comm["dp"] + pp - compute)}
+    last = max(range(len(ranks)), key=lambda r: tail["ends"][r])
+    dp, embedding = tail["dp_s"][last], tail["embedding_s"][last]
+    loss = pipe["step_s"] - pipe["makespan_s"] - dp - embedding
+    parts = {"compute": compute, "tp": tp, "bubble": bubble, "pp": pp, "loss": loss, "embedding": embedding,
+             "dp": dp, "optimizer": optimizer, "dp_gather": dp_gather}
+    return {**parts, "step": pipe["step_s"] + optimizer + dp_gather, "pipeline": pipe["makespan_s"]}
 
 
 def gemm_seconds(m: int, n: int, k: int, lay: Layout, gpu) -> float:
-    """Seconds of one [m, k] × [k, n] matmul on one GPU (2·m·n·k FLOPs at its peak × ``lay.mfu``)."""
-    return 2.0 * m * n * k / (gpu.peak(lay.dtype) * lay.mfu)
+    """Seconds of one [m, k] × [k, n] matmul on one GPU: ``tpsim.plan.kernel_time``'s roofline (or the flat
+    ``--mfu``)."""
+    from tpsim.plan.kernel_time import kernel_seconds
+    from tpsim.plan.kernels import Kernel
+    return kernel_seconds(Kernel("gemm", m, n, k), lay, gpu)

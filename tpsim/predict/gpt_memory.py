@@ -145,3 +145,23 @@ def paper_layer_elements(shape, b: int, s: int, t: int, sp: bool, selective: boo
         a = shape.heads
         floats, masks = floats - 2 * a * s * s * b / t, masks - a * s * s * b / t
     return floats, masks, 0.0
+
+
+ATTENTION_DROPOUT = True  # GPT-2 drops out attention probabilities (tpsim.plan.kernels prices the pass)
+
+
+def layer_matmuls(shape, tp: int) -> list[tuple[str, int, int]]:
+    """One layer's weight matmuls on one TP rank as ``(name, in, out)`` in forward order (``tpsim.plan.kernels``):
+    QKV h → 3h/t, the projection h/t → h, the MLP h → 4h/t → h."""
+    h, f = shape.hidden, shape.ffn
+    return [("qkv", h, 3 * h // tp), ("proj", h // tp, h), ("fc1", h, f // tp), ("fc2", f // tp, h)]
+
+
+def layer_passes(shape, tokens: int, tp: int, sp: bool, e: int) -> list[tuple[str, float, int]]:
+    """One layer's memory-bound forward passes as ``(name, bytes, slot)`` in forward order, scores apart (slot k:
+    after the k-th of qkv, attention, proj, the MLP's first and second matmul; 0 before qkv): LayerNorm
+    (read, write), fused bias-dropout-add (read the output and the residual, write, a 1-byte mask), LayerNorm,
+    fused bias-GeLU on the 4h/t columns, bias-dropout-add; the norm regions hold tokens/t rows under SP."""
+    rows = tokens * shape.hidden / (tp if sp else 1)
+    return [("norm", 2 * e * rows, 0), ("bias_dropout_add", (3 * e + 1) * rows, 3), ("norm", 2 * e * rows, 3),
+            ("bias_gelu", 2 * e * tokens * shape.ffn / tp, 4), ("bias_dropout_add", (3 * e + 1) * rows, 5)]

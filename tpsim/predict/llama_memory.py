@@ -78,3 +78,25 @@ def paper_layer_elements(shape, b: int, s: int, t: int, sp: bool, selective: boo
     # tpsim's Llama layers also keep: k and v repeated to every local q head, SiLU's output beside the product,
     # RoPE's cos and sin tables [s, hd]
     return floats, 0.0, 2 * sbh / t - kv + sbf / t + 2 * s * hd
+
+
+ATTENTION_DROPOUT = False  # Llama has no dropout
+
+
+def layer_matmuls(shape, tp: int) -> list[tuple[str, int, int]]:
+    """One layer's weight matmuls on one TP rank as ``(name, in, out)`` in forward order (``tpsim.plan.kernels``):
+    q, k, v h → (a/t + 2·k_t)·d (k_t this rank's KV heads), o_proj a·d/t → h, gate | up h → 2F/t, down F/t → h."""
+    h, d, f = shape.hidden, shape.head_dim, shape.ffn
+    return [("qkv", h, (shape.heads // tp + 2 * kv_heads_per_rank(shape, tp)) * d), ("proj", shape.heads * d // tp, h),
+            ("gate_up", h, 2 * f // tp), ("down", f // tp, h)]
+
+
+def layer_passes(shape, tokens: int, tp: int, sp: bool, e: int) -> list[tuple[str, float, int]]:
+    """One layer's memory-bound forward passes as ``(name, bytes, slot)`` in forward order, scores apart (slot as
+    in ``tpsim.predict.gpt_memory.layer_passes``): RMSNorm (read,
+    write), RoPE on q and k (read, write), the residual add (read two, write one), RMSNorm, SwiGLU (read gate and
+    up, write their product); the norm regions hold tokens/t rows under SP."""
+    rows = tokens * shape.hidden / (tp if sp else 1)
+    rope = 2 * e * (shape.heads // tp + kv_heads_per_rank(shape, tp)) * shape.head_dim * tokens
+    return [("norm", 2 * e * rows, 0), ("rope", rope, 1), ("residual", 3 * e * rows, 3), ("norm", 2 * e * rows, 3),
+            ("swiglu", 3 * e * tokens * shape.ffn / tp, 4), ("residual", 3 * e * rows, 5)]

@@ -61,8 +61,8 @@ def activation_symptoms(s, b, h, a, t, sp, recompute, want: float) -> dict:
         out["selective recompute kept the attention scores (the 5as/h term)"] = \
             sbh / t * (34 + scores) if sp else sbh * (10 + 24 / t + scores / t)
     if recompute == "full" and sp:
-        out["full recompute under SP divided by t: Table 2's full-recompute row does not shrink with SP"] = \
-            2 * sbh / t
+        out["full recompute under SP kept the whole input: each GPU keeps only its s/t rows of it, 2sbh/t"] = \
+            2 * sbh
     return out
 
 
@@ -72,8 +72,8 @@ def activation_symptoms(s, b, h, a, t, sp, recompute, want: float) -> dict:
                                      "ZeRO-1 divides only the optimizer column by dp: 18 → 6 + 12/d"),
           gpt_layer_activation_bytes=("which parts of a layer does TP split, and which does every rank keep whole?",
                                       "TP sbh(10 + 24/t + 5as/(ht)); TP + SP sbh/t(34 + 5as/h)",
-                                      "selective drops the 5as/h term; full recompute keeps the input, 2sbh, SP or "
-                                      "not"))
+                                      "selective drops the 5as/h term; full recompute keeps the input, 2sbh, or "
+                                      "its sequence shard 2sbh/t under SP"))
 def check_16(r: Report) -> None:
     for params, dtype, zero, dp in [(1_000_003, "bf16", 0, 1), (2_270_756_864, "bf16", 1, 2), (7, "fp16", 0, 4),
                                     (7_500_000_000, "fp16", 1, 64), (123_457, "fp32", 1, 8), (10, "bf16", 0, 8)]:

@@ -1,0 +1,123 @@
+"""One transformer layer as the kernels a GPU runs: every matmul with its shape, every memory-bound pass with its
+bytes — what the planner's time of a layer is built from (``tpsim.plan.kernel_time`` prices them).
+
+Per micro-batch of T = b·s tokens on one GPU of a TP group of t (r = t under sequence parallelism, else 1: the
+norm, dropout and residual regions hold T/r tokens; e the activation bytes, 2 in 16 bits; a heads, g KV heads,
+d = h/a), in the order Megatron-LM's layer runs them with its fused kernels (fused LayerNorm, fused
+scale-mask-softmax, fused bias-GeLU, fused bias-dropout-add; Korthikanti et al. 2022 §4.1 list the same
+tensors):
+
+    GPT forward      norm 2e·Th/r · QKV matmul [T, h]×[h, 3h/t] · scores a/t × [s, d]×[d, s] (per sequence)
+                     · softmax 2e·S · dropout (2e + 1)·S · context a/t × [s, s]×[s, d] · proj [T, h/t]×[h/t, h]
+                     · bias-dropout-add (3e + 1)·Th/r · norm 2e·Th/r · FC1 [T, h]×[h, 4h/t] · bias-GeLU
+                     2e·4Th/t · FC2 [T, 4h/t]×[4h/t, h] · bias-dropout-add (3e + 1)·Th/r
+    Llama forward    RMSNorm, QKV [T, h]×[h, (a + 2g)d/t], RoPE 2e·(a + g)dT/t, scores, softmax 2e·S, context,
+                     proj, residual add 3e·Th/r, RMSNorm, gate|up [T, h]×[h, 2f/t], SwiGLU 3e·Tf/t, down
+                     [T, f/t]×[f/t, h], residual add 3e·Th/r         (S = b·(a/t)·s² scores; no dropout)
+
+A matmul's bytes are its two inputs and its output; the backward's input-gradient half (B) runs each matmul's
+dX (its forward's FLOPs), both attention products' two gradients, and every memory-bound pass at twice its
+forward bytes (it reads the saved tensor and the incoming gradient and writes one: an assumption, stated);
+the weight-gradient half (W) runs each weight matmul's dW. Full recompute repeats the forward in B; selective
+recompute repeats the scores, softmax, dropout and context. ``--attention fused`` (a flash-style kernel, Dao et
+al. 2022) replaces scores → context by one kernel that reads q, k, v and writes the context — no S in memory:
+its forward does the two products' FLOPs, its backward their four gradients plus the scores again (Dao et al.
+2022 §3.1: the backward recomputes S from q and k), so selective recompute has nothing left to repeat.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from tpsim.partition import padded_vocab_size
+from tpsim.plan.layout import Layout
+from tpsim.plan.memory import ACT_BYTES
+from tpsim.plan.models import ModelSpec
+
+
+class Kernel(NamedTuple):
+    """One kernel: a matmul (``batch`` × [m, k]×[k, n]) or a memory-bound pass of ``nbytes`` (m = n = k = 0)."""
+
+    name: str
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+    nbytes: float = 0.0
+
+    @property
+    def is_matmul(self) -> bool:
+        return self.m > 0
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.m * self.n * self.k
+
+    def matmul_bytes(self, e: int) -> float:
+        return float(self.batch * e * (self.m * self.k + self.k * self.n + self.m * self.n))
+
+
+def _weights(model: ModelSpec, lay: Layout) -> list[tuple[str, int, int]]:
+    """The layer's weight matmuls as ``(name, in, out)`` on one TP rank, in forward order (the architecture's)."""
+    return model.architecture.memory.layer_matmuls(model, lay.tp)
+
+
+def _passes(model: ModelSpec, lay: Layout) -> list[tuple[str, float, int]]:
+    """The layer's memory-bound forward passes as ``(name, bytes, slot)``, the attention's scores apart."""
+    return model.architecture.memory.layer_passes(model, lay.micro_batch * lay.seq_len, lay.tp, lay.sp,
+                                                  ACT_BYTES[lay.dtype])
+
+
+def attention(model: ModelSpec, lay: Layout, op: str) -> list[Kernel]:
+    """The attention core's kernels for ``op`` "F" (forward) or "B" (its gradients; recompute apart)."""
+    e, s, d, b = ACT_BYTES[lay.dtype], lay.seq_len, model.head_dim, lay.micro_batch
+    heads = b * model.heads // lay.tp
+    scores = heads * s * s
+    if lay.attention == "fused":
+        qkvo = 4 * e * heads * s * d
+        products = 2 if op == "F" else 5  # forward QKᵀ, PV; backward dP, dV, dS→dQ, dK and S again
+        return [Kernel("flash_attention", s, s, d, heads * products, 0.0)._replace(nbytes=qkvo * (1 + (op != "F")))]
+    passes = [Kernel("softmax", nbytes=2 * e * scores)]
+    if model.architecture.memory.ATTENTION_DROPOUT:
+        passes.append(Kernel("attention_dropout", nbytes=(2 * e + 1) * scores))
+    if op == "F":
+        return [Kernel("scores", s, s, d, heads), *passes, Kernel("context", s, d, s, heads)]
+    grads = [Kernel("d_context_v", s, d, s, heads), Kernel("d_probs", s, s, d, heads)]
+    return grads + [p._replace(nbytes=2 * p.nbytes) for p in passes] + [
+        Kernel("d_q", s, d, s, heads), Kernel("d_k", s, d, s, heads)]
+
+
+def forward(model: ModelSpec, lay: Layout) -> list[Kernel]:
+    """One layer's forward kernels in the order they run (the module docstring's table): the architecture's
+    passes each in its slot between qkv, the attention core, proj and the MLP's two matmuls."""
+    T = lay.micro_batch * lay.seq_len
+    mm = [Kernel(name, T, n, k) for name, k, n in _weights(model, lay)]
+    steps = [[mm[0]], attention(model, lay, "F"), [mm[1]], [mm[2]], [mm[3]]]
+    out: list[Kernel] = []
+    for slot in range(len(steps) + 1):
+        out += [Kernel(name, nbytes=n) for name, n, at in _passes(model, lay) if at == slot]
+        out += steps[slot] if slot < len(steps) else []
+    return out
+
+
+def layer(model: ModelSpec, lay: Layout, recompute: str | None = None) -> dict[str, list[Kernel]]:
+    """``{"F", "B", "W"}``: one layer's kernels for one micro-batch on one GPU (the module docstring)."""
+    recompute = lay.recompute if recompute is None else recompute
+    T = lay.micro_batch * lay.seq_len
+    fwd = forward(model, lay)
+    redo = {"full": fwd, "selective": [] if lay.attention == "fused" else attention(model, lay, "F")}
+    dx = [Kernel(f"d_{name}_input", T, k, n) for name, k, n in _weights(model, lay)[::-1]]
+    passes = [Kernel(f"d_{name}", nbytes=2 * n) for name, n, _ in _passes(model, lay)]
+    dw = [Kernel(f"d_{name}_weight", k, n, T) for name, k, n in _weights(model, lay)[::-1]]
+    return {"F": fwd, "B": [*redo.get(recompute, []), *dx, *passes, *attention(model, lay, "B")], "W": dw}
+
+
+def head(model: ModelSpec, lay: Layout) -> dict[str, list[Kernel]]:
+    """The LM head and the loss: the logits matmul [T, h]×[h, V/t], its dX and dW, and the vocab-parallel
+    cross-entropy's passes over the float32 logits (Megatron: ``logits.float()``; read, write, softmax's max,
+    sum and normalise: 4 passes of 4 bytes forward, 2 backward)."""
+    T, v = lay.micro_batch * lay.seq_len, padded_vocab_size(model.vocab, lay.tp) // lay.tp
+    logits = 4.0 * T * v
+    return {"F": [Kernel("logits", T, v, model.hidden), Kernel("cross_entropy", nbytes=4 * logits)],
+            "B": [Kernel("d_cross_entropy", nbytes=2 * logits), Kernel("d_logits_input", T, model.hidden, v)],
+            "W": [Kernel("d_logits_weight", model.hidden, v, T)]}
