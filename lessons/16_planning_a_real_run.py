@@ -169,8 +169,9 @@ lesson.equal("idle units per stage, simulated", idle(P, M, TF, TB), [(P - 1) * (
 # %% [markdown]
 # The plan of the opening question, with `tpsim plan --model llama3-70b --tp 8 --pp 4 --dp 2 --sp --recompute
 # selective --seq-len 8192 --global-batch 256`: 128 micro-batches a replica, 4 in flight on stage 0. The planner
-# runs the same 1F1B lists on the virtual clock, each stage costing its own FLOPs: stage 3 also has the LM head
-# (2·h·V a token, about one more layer), so it sets the pace and the others wait — a bubble above the formula's
+# runs the same 1F1B lists on the virtual clock, each stage costing its own kernels: stage 3 also has the LM head
+# (2·h·V FLOPs a token, about one more layer) and the loss, so it sets the pace and the others wait — a bubble
+# above the formula's
 # (p − 1)/(m + p − 1) = 3/131 of the step, which holds for equal stages.
 
 # %%
@@ -258,27 +259,27 @@ lesson.equal("DP bytes: fp32 reduce-scatter + bf16 all-gather over 2", z1["per_g
 # ## Searching the layouts
 #
 # `--search` tries every tp × pp × dp = N (tp inside a node, divisibility of heads, KV heads, layers and batch),
-# drops what does not fit, and ranks the rest by estimated step time — compute at peak × MFU, TP, DP and PP on
-# α-β links, and the bubble. The ranking is an estimate on nominal links, a way to compare layouts, not a
-# measurement.
+# drops what does not fit, and ranks the rest by estimated step time — the pipeline's virtual clock at real size,
+# each layer's kernels from their shapes, TP, DP and PP on α-β links (lesson 19 takes that clock apart). The
+# ranking is an estimate on nominal links, a way to compare layouts, not a measurement.
 #
-# "Fits" means at most the datasheet's 80 GB read as 80·10⁹ bytes. nvidia-smi reports an H100 80GB as
-# 81,559 MiB, 85.52·10⁹ bytes: the planner leaves the difference, 5.52·10⁹ bytes (6.5 %), unplanned, a margin for
-# the CUDA context, the communication library's buffers and fragmentation — not a measurement of them.
+# "Fits" means at most what the card reports less a reserve: nvidia-smi reports an H100 80GB as 81,559 MiB
+# (85.52·10⁹ bytes, more than the datasheet's "80 GB"), and the planner keeps 1 GiB of it back for the CUDA
+# context, the communication library's buffers and cuBLAS's workspaces — an estimate, not a measurement of them.
 
 # %%
 lesson.section("Searching the layouts")
 plans = search(LLAMA, LAYOUT, 64)
 lesson.say(format_search(plans, 64))
-capacity = gpu("h100-80gb").memory_bytes
-lesson.expect("every layout listed fits in 80·10⁹ B and they come fastest first")
+capacity = gpu("h100-80gb").usable_bytes
+lesson.expect("every layout listed fits in 81,559 MiB - 1 GiB and they come fastest first")
 steps = [q["time_s"]["step"] for q in plans]
 lesson.check("layouts that fit, sorted by step time", f"{len(plans)} layouts",
              bool(plans) and steps == sorted(steps) and all(q["per_gpu"]["memory_bytes"]["total"] <= capacity
                                                             for q in plans))
-lesson.expect("the planner's H100 is 80·10⁹ B; 81,559 MiB leaves 5.52·10⁹ B unplanned")
-lesson.equal("planner's capacity vs 80·10⁹ B", capacity, 80 * 10 ** 9)
-lesson.equal("81,559 MiB - 80·10⁹ B, in 10⁹ B", round((81_559 * 2 ** 20 - capacity) / 1e9, 2), 5.52)
+lesson.expect("the planner's H100 holds 81,559 MiB - 1 GiB = 84.45·10⁹ B of tensors")
+lesson.equal("planner's usable bytes vs 81,559 MiB - 1 GiB", capacity, 81_559 * 2 ** 20 - 2 ** 30)
+lesson.equal("in 10⁹ B", round(capacity / 1e9, 2), 84.45)
 
 # %% [markdown]
 # ## The per-layer terms, measured
@@ -328,7 +329,8 @@ lesson.say("tpsim plan --validate runs: " + "; ".join(c.name for c in CASES))
 #   whole model; with equal stages the bubble is (p − 1)/m of the compute, and a heavier last stage adds to it.
 # * TP sends hundreds of times DP's bytes between matmuls: keep it on the node's links.
 # * The per-layer terms are checked against live runs; the pipeline terms come from the schedule on the virtual
-#   clock, the time terms from the papers' FLOPs and nominal links.
+#   clock, the time terms from each layer's kernels (fitted once on published runs: `tpsim plan --published`)
+#   and nominal links.
 #
 # Exercise: `ex16_planning_a_real_run.py`: `tpsim lesson start 16` copies it into your work folder (`tpsim-work/`),
 # then `tpsim check 16`.

@@ -25,7 +25,8 @@ def gpt_layer_activation_bytes(s: int, b: int, h: int, a: int, t: int, sp: bool,
 
     ``s`` sequence, ``b`` micro-batch, ``h`` hidden, ``a`` heads, ``t`` TP size; ``sp``: sequence parallelism;
     ``recompute``: "none", "selective" (the attention scores are recomputed) or "full" (only the layer's input
-    is kept: 2sbh as in Table 2, SP or not — the paper's row). Table 2's rows are already in bytes, with
+    is kept: 2sbh as in Table 2 — under SP its sequence shard, 2sbh/t, as Megatron-LM keeps it). Table 2's rows are
+    already in bytes, with
     16-bit activations and 1-byte dropout masks.
     """
     # TODO: one line of Table 2 per case.

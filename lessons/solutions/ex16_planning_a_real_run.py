@@ -14,7 +14,7 @@ def model_state_bytes_per_gpu(params: int, dtype: str, zero: int, dp: int) -> fl
 
 def gpt_layer_activation_bytes(s: int, b: int, h: int, a: int, t: int, sp: bool, recompute: str) -> float:
     if recompute == "full":
-        return 2 * s * b * h
+        return 2 * s * b * h / (t if sp else 1)  # the layer's input; under SP each GPU keeps its s/t rows
     scores = 0 if recompute == "selective" else 5 * a * s / h
     if sp:
         return s * b * h / t * (34 + scores)
