@@ -70,18 +70,18 @@ def compare(rows: list[dict] | None = None, **changes) -> dict:
 def format_published(result: dict | None = None) -> str:
     """The comparison as a table (≤ 100 columns), the median and worst error under it."""
     result = compare() if result is None else result
-    rows = [["run", "GPUs", "TP x PP x DP", "schedule", "mb", "recompute", "published", "planner", "ratio"], RULE]
+    rows = [["run", "GPUs", "TPxPPxDP", "schedule", "mb", "recompute", "published", "planner", "ratio"], RULE]
     for r in result["rows"]:
         lay = r["plan"]["layout"]
         sched = "-" if lay["pp"] == 1 else lay["schedule"] + (f" vp {lay['vp']}" if lay["vp"] > 1 else "")
         recompute = lay["recompute"] + (" + SP" if lay["sp"] else "")
-        rows.append([r["name"], f"{lay['gpus']:,}", f"{lay['tp']} x {lay['pp']} x {lay['dp']}", sched,
+        rows.append([r["name"], f"{lay['gpus']:,}", f"{lay['tp']}x{lay['pp']}x{lay['dp']}", sched,
                      str(lay["micro_batch"]), recompute, f"{r['published_s']:.2f} s", f"{r['predicted_s']:.2f} s",
                      f"{r['ratio']:.3f}"])
-    title = ("Published step times vs tpsim plan (A100 80 GB, float16; N21 = Narayanan et al. 2021 Table 1, "
-             "K22 = Korthikanti et al. 2022 Table 5)")
+    title = ("Published step times vs tpsim plan (A100 80 GB, float16)\n"
+             "N21 = Narayanan et al. 2021 Table 1, K22 = Korthikanti et al. 2022 Table 5")
     foot = (f"|predicted / published - 1|: median {result['median']:.1%}, worst {result['worst']:.1%} over "
-            f"{len(result['rows'])} runs; one pair of fitted efficiencies for all (tpsim.plan.kernel_time)")
+            f"{len(result['rows'])} runs,\none pair of fitted efficiencies for every row (tpsim.plan.kernel_time)")
     return format_table(rows, right=(1, 2, 4, 6, 7, 8), title=title) + "\n" + foot
 
 
