@@ -41,7 +41,6 @@ DEMO_OUTPUT = DOCS / "demo-output.txt"  # a real run of `mpirun -n 8 python -m t
 # (page, the block's first line) -> the run it shows: a file of a real run, ("tpsim", ARGS) run now, or
 # ("mpirun", RANKS, ARGS, ENV) run now
 OUTPUTS = {
-    ("docs/guide/planner.md", "model                   GPUs  TP x PP x DP"): ("tpsim", ["plan", "--published"]),
     ("docs/guide/failing-well.md", "  step   36  SKIPPED"): ("mpirun", 8, ["-m", "tpsim.demo", "--lr", "1e6", "--clip",
                                                                       "0"], {}),
     ("docs/guide/pipelines.md", "pipeline: interleaved schedule over 2 stages"): (

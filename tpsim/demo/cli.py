@@ -67,7 +67,8 @@ def _clock_arguments(g) -> None:
                         "free) or a GPU of tpsim plan (h100-80gb, or a unique prefix such as h100): the planner's "
                         "per-stage costs from FLOPs and alpha-beta messages for this run's layout")
     g.add_argument("--mfu", type=float, default=None,
-                   help="with --clock GPU: the fraction of peak the matmuls reach (default 0.5, the planner's)")
+                   help="with --clock GPU: every matmul at this fraction of peak (default: the planner's kernel "
+                        "model, each kernel on the GPU's roofline)")
 
 
 def build_parser() -> RankZeroParser:

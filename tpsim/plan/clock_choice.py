@@ -3,7 +3,8 @@ is made (``tpsim.config.Pipeline``). Pure arithmetic, no MPI.
 
     unit   the textbook's costs: a stage's F 1, B 2, messages free (``tpsim.pipeline.clock.unit``); no --mfu
     GPU    a preset of ``tpsim.plan.gpus`` by its name or the one name it begins (``h100`` → ``h100-80gb``):
-           the planner's costs of the run's layout at ``--mfu`` (default the planner's 0.5), ``tpsim.plan.of_run``
+           the planner's costs of the run's layout (``tpsim.plan.of_run``): each kernel on the GPU's roofline
+           (``tpsim.plan.kernel_time``), or with ``--mfu F`` every matmul at F of the peak
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from tpsim.errors import ConfigError
 from tpsim.plan.gpus import GPUS
 
 UNIT_CLOCK = "unit"
-DEFAULT_MFU = 0.5  # the planner's default efficiency of the matmuls (tpsim.plan.layout.Layout.mfu)
 
 
 def clock_gpu(name: str) -> str:
@@ -26,14 +26,16 @@ def clock_gpu(name: str) -> str:
 
 
 def clock_setting(clock: str, mfu: float | None) -> tuple[str, float | None]:
-    """``(clock, mfu)`` as a run holds them: ``("unit", None)`` or ``(GPU's full name, mfu or 0.5)``;
+    """``(clock, mfu)`` as a run holds them: ``("unit", None)`` or ``(GPU's full name, mfu or None)``;
     ConfigError for an unknown clock, an --mfu without a GPU, an --mfu outside (0, 1]."""
     if clock == UNIT_CLOCK:
         if mfu is not None:
             raise ConfigError(f"--mfu {mfu} prices a GPU clock: give --clock GPU too (the unit clock charges F 1, "
                               "B 2 a stage)")
         return clock, None
-    mfu = DEFAULT_MFU if mfu is None else float(mfu)
+    if mfu is None:
+        return clock_gpu(clock), None  # the planner's kernel model
+    mfu = float(mfu)
     if not 0 < mfu <= 1:
         raise ConfigError(f"--mfu {mfu:g}: must be in (0, 1]")
     return clock_gpu(clock), mfu

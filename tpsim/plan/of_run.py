@@ -110,5 +110,7 @@ def clock_words(run: RunConfig) -> str:
     link = links(lay, g)["pp"]
     peak = f"{g.peak(lay.dtype) / 1e12:g} TFLOP/s" + (" (the 16-bit peak; the planner has none for float64)"
                                                       if lay.dtype == "float64" else "")
-    return (f"{g.name}: each stage's FLOPs at {peak} x mfu {lay.mfu}, {lay.dtype} messages of alpha {link.alpha:g} s "
-            f"+ bytes / {link.bandwidth:g} B/s on {link.name}")
+    costs = (f"each stage's kernels on its roofline (peak {peak}, HBM {g.hbm_bytes_per_s / 1e12:g} TB/s)"
+             if lay.mfu is None else f"each stage's FLOPs at {peak} x mfu {lay.mfu}")
+    return (f"{g.name}: {costs}, {lay.dtype} messages of alpha {link.alpha:g} s + bytes / {link.bandwidth:g} B/s "
+            f"on {link.name}")

@@ -13,7 +13,7 @@ each rank keeps a clock of *modelled* time, charged exactly as the MPI-free cloc
 The data still moves through real MPI, so numbers stay real and the time is deterministic: the same run gives
 the same timeline on any machine, loaded or not — and the same numbers as ``simulate(schedule, costs)``, since
 the costs are the same functions. Under ``--clock GPU`` the costs are the planner's for the run's layout
-(``tpsim.plan.of_run.clock_costs``): per-stage F, B and W from FLOPs at the GPU's peak × mfu; each collective
+(``tpsim.plan.of_run.clock_costs``): per-stage F, B and W from its kernels on the GPU's roofline; each collective
 traced inside an action (the TP group's, and the KV heads' gradient sum) steps·α + wire bytes·β on the link the
 planner gives its group (``tpsim.cost``, the same formulas); each message α + β·bytes on the pipeline's link.
 Every TP rank of a stage runs the same actions with the same collectives, so a TP group's latest arrival is its
