@@ -5,8 +5,8 @@
     plan_tp_placement.png       TP 8 inside a node (NVLink) vs spread over two nodes (InfiniBand), real models
 
 The planner's terms are the ones ``tpsim plan --validate`` checks against live runs; the pipeline's come from the
-1F1B schedule on the virtual clock (``tpsim.plan.pipeline``), the time terms from the papers' FLOP count
-(Narayanan et al. 2021) and nominal link figures (``tpsim.plan.gpus``).
+1F1B schedule on the virtual clock (``tpsim.plan.pipeline``), each layer's time from its kernels on the GPU's
+roofline (``tpsim.plan.kernel_time``) and nominal link figures (``tpsim.plan.gpus``).
 """
 
 from __future__ import annotations

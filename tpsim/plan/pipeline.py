@@ -84,6 +84,7 @@ def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray, collectives:
     charged = compute if collectives is None else compute + collectives
     quiet = np.zeros_like(message)
     t, free = timed(c, charged, message, start), timed(c, charged, quiet, start)
+    on_time = free if start is None else timed(c, charged, quiet)  # the last stage not held back
     bare, alone = timed(c, compute, message), timed(c, compute, quiet)
     peaks = held_peak(c, np.ones((lay.pp, lay.vp)))
     p, m, v = lay.pp, lay.microbatches, lay.vp
@@ -92,6 +93,7 @@ def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray, collectives:
             "bubble_fraction": {"measured": t.bubble_fraction, "formula": bubble},
             "messages": sum(c.sends), "makespan_s": t.step, "makespan_without_p2p_s": free.step,
             "makespan_without_collectives_s": bare.step, "makespan_compute_only_s": alone.step,
+            "start_exposed_s": free.step - on_time.step,
             "ranks": [{"rank": r, "busy_s": t.busy[r], "collectives_s": t.busy[r] - bare.busy[r], "idle_s": t.idle[r],
                        "finish_s": t.finish[r], "peak_in_flight": round(peaks[r]), "sends": c.sends[r]}
                       for r in range(p)]}

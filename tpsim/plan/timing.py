@@ -28,10 +28,12 @@ into parts that add up to it exactly, each what the step *exposes*:
     compute      the ranks' mean busy time in F, B, W kernels
     tp           the ranks' mean time in TP collectives inside the actions (sequence parallelism's with
                  ``--tp-comm-overlap``: only what the GEMMs beside them do not hide)
-    bubble       the makespan without messages − compute − tp: the schedule's idle time at these costs
+    bubble       the makespan without messages − compute − tp: the schedule's idle time at these costs (less
+                 the loss normalizer's delay of the last stage, counted in loss)
     pp           what the messages add to the makespan (exposed p2p)
     loss, embedding, dp
-                 the collectives after the schedule on the rank that finishes last (dp: its gradient sync —
+                 the collectives after the schedule on the rank that finishes last, and what the loss normalizer
+                 before it delays the step (dp: its gradient sync —
                  with ``--overlap-grad-reduce`` only the part the backward did not hide)
     optimizer    the optimizer step's kernels (``optimizer_seconds``) and the clip norm's all-reduce
     dp_gather    ZeRO-1's all-gather of the updated parameters (0 with ``--overlap-param-gather``: hidden under
@@ -84,12 +86,14 @@ def step_times(pipe: dict, optimizer: float, dp_gather: float) -> dict[str, floa
     ranks, tail = pipe["ranks"], pipe["after_schedule"]
     compute = sum(r["busy_s"] - r["collectives_s"] for r in ranks) / len(ranks)
     tp = sum(r["collectives_s"] for r in ranks) / len(ranks)
-    bubble, pp = pipe["makespan_without_p2p_s"] - compute - tp, pipe["makespan_s"] - pipe["makespan_without_p2p_s"]
+    late = pipe["start_exposed_s"]  # the loss normalizer before the last stage's schedule, where it delays it
+    bubble = pipe["makespan_without_p2p_s"] - late - compute - tp
+    pp = pipe["makespan_s"] - pipe["makespan_without_p2p_s"]
     if abs(bubble) <= ROUNDING * pipe["makespan_without_p2p_s"]:  # one stage, or equal ones never waiting
         bubble = 0.0
     last = max(range(len(ranks)), key=lambda r: tail["ends"][r])
     dp, embedding = tail["dp_s"][last], tail["embedding_s"][last]
-    loss = pipe["step_s"] - pipe["makespan_s"] - dp - embedding
+    loss = pipe["step_s"] - pipe["makespan_s"] - dp - embedding + late
     parts = {"compute": compute, "tp": tp, "bubble": bubble, "pp": pp, "loss": loss, "embedding": embedding,
              "dp": dp, "optimizer": optimizer, "dp_gather": dp_gather}
     return {**parts, "step": pipe["step_s"] + optimizer + dp_gather, "pipeline": pipe["makespan_s"]}
