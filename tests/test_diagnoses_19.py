@@ -1,6 +1,6 @@
 """Exercise 19 (the exposed seconds of an overlapped DP sync, and the Playbook's inequality bucket by bucket):
 each classic slip, fed to ``tpsim check``, is named by what the result looks like, and neither the answer nor a
-hint is printed; the reference answer passes.
+hint is printed; the reference answer passes, the live PP 2 × DP 2 step included.
 
 As in ``test_diagnoses_18.py``: the reference solution with one function redefined is written to a temporary
 file and checked on real ranks like a learner's file. The test asserts the slip's symptom sentence appears (the
@@ -88,10 +88,23 @@ def test_each_slip_is_named_and_the_answer_is_not_printed(capfd, tmp_path, monke
     assert "Traceback" not in out, out
 
 
-def test_the_reference_answer_passes(capfd, tmp_path, monkeypatch):
+def test_the_reference_answer_passes_with_the_live_step(capfd, tmp_path, monkeypatch):
     code, out = check_19(capfd, tmp_path, monkeypatch, "")
     assert code == 0, out
     assert "exercise 19 OK: exposed_dp_seconds, hides_fully match" in out, out
+
+
+def test_an_answer_right_on_paper_but_not_on_the_live_clock_is_caught(capfd, tmp_path, monkeypatch):
+    """Right on every hand-made schedule (compute_end of seconds), twice too large on the live step's (microseconds):
+    only the live DP sync can tell it."""
+    code, out = check_19(capfd, tmp_path, monkeypatch, """
+        _right = exposed_dp_seconds
+        def exposed_dp_seconds(ready, durations, compute_end):
+            return _right(ready, durations, compute_end) * (1 if compute_end > 1e-3 else 2)
+        """)
+    assert code == 1, out
+    assert "of a live PP 2 × DP 2 step" in out and "against its virtual clock's DP sync" in out, out
+    assert "Traceback" not in out, out
 
 
 def test_a_verdict_that_is_not_true_or_false_gets_one_sentence(capfd, tmp_path, monkeypatch):

@@ -5,7 +5,8 @@ Both functions are arithmetic: no collective, no group. The backward produces th
 ``ready[k]`` (seconds, in bucket order); bucket k's all-reduce lasts ``durations[k]`` seconds on a communication
 stream that runs the buckets one after the other, in order, beside the compute; the backward's last kernel ends
 at ``compute_end``. The check compares both with the reference on many bucket schedules — one bucket, buckets
-that queue, buckets ready at the very end, schedules that hide exactly.
+that queue, buckets ready at the very end, schedules that hide exactly — then holds ``exposed_dp_seconds`` to the
+DP sync of a live PP 2 × DP 2 step on the virtual clock, where nothing overlaps.
 Check it:   tpsim check 19           (4 ranks)
 The reference answer: tpsim lesson solution 19 (prints where it is) — try first.
 """

@@ -12,6 +12,10 @@ the buckets in order beside the compute, which ends at compute_end:
    compared at once as one vector on rank 0, against the stream simulated here.
 2. ``hides_fully(ready, durations, compute_end)`` on the same schedules, as a vector of 0/1 on the next rank,
    against whether the simulated stream ends by compute_end.
+3. If every answer was right on every rank: one step of a tiny GPT on live ranks, PP 2 × DP 2 under 1F1B, the
+   virtual clock at an H100's costs (``tpsim.plan.live_pipeline``), whose DP sync starts after the schedule —
+   every bucket ready then, nothing overlapped. Each rank's buckets, read from its trace (scope ``ddp.bucket{i}``),
+   priced as the clock prices them, go to ``exposed_dp_seconds``, which must give the clock's own DP sync span.
 
 All values are multiples of 1/4, so every sum is exact and "exactly covered" is exactly 0. Every process makes
 every call (a call is collective); each vector is compared by one process, so each finding is reported once.
@@ -25,7 +29,7 @@ import numpy as np
 
 from tpsim.teach.checks.registry import exercise
 from tpsim.teach.returned import as_numbers, describe
-from tpsim.teach.verdict import Report
+from tpsim.teach.verdict import BROKE, FOUND, OK, WRONG, Report, Stop
 
 Case = tuple[list[float], list[float], float]
 
@@ -136,6 +140,26 @@ def one_number(got, what: str, r: Report, allowed: str) -> float | None:
     return float(numbers[0].reshape(-1)[0])
 
 
+def live_sync(r: Report) -> tuple[list[float], list[float], float, float]:
+    """One live step on PP 2 × DP 2 (the module docstring, 3.): this rank's ``(ready, durations, compute_end,
+    the DP sync span's length)``, every bucket ready when its sync starts."""
+    from tpsim.comm import ProcessGrid
+    from tpsim.phases import DP_SYNC
+    from tpsim.plan.gpus import gpu
+    from tpsim.plan.live_pipeline import one_step, pipeline_run
+    from tpsim.plan.of_run import collective_seconds, run_layout
+
+    run = pipeline_run(tp=1, dp=2, pp=2, schedule="1f1b", vp=1, microbatches=4, layers=4, clock="h100")
+    grid = ProcessGrid(tp=1, dp=2, pp=2, tracer=r.tracer)
+    result = one_step(run, grid)
+    lay = run_layout(run)
+    price = collective_seconds(lay, gpu(lay.gpu))
+    calls = [e for e in grid.tracer.events if e.scope.startswith("ddp.bucket") and e.phase == DP_SYNC]
+    durations = [price(e.op, e.group, e.group_size, e.wire_bytes) for e in calls]
+    span = next(s for s in result.clock.spans if s.op == "DP sync")
+    return [span.start] * len(calls), durations, span.start, span.end - span.start
+
+
 @exercise("19", "exposed_dp_seconds", "hides_fully",
           exposed_dp_seconds=("follow the communication stream one bucket at a time: when can bucket k's "
                               "all-reduce start, when does it end, and which part of the stream does the step "
@@ -173,3 +197,17 @@ def check_19(r: Report) -> None:
             r.compare(f"hides_fully on {len(CASES)} bucket schedules, one verdict each (1 = hides fully), against "
                       "whether the in-order stream ends by compute_end", np.array(values), right, tol=0,
                       symptoms=hides_symptoms())
+    agreed = r.agree_on(OK)
+    if agreed[BROKE]:
+        raise Stop(WRONG, "")
+    if agreed[FOUND]:
+        return
+    ready, durations, end, span = live_sync(r)  # every answer right on every rank: hold them to live ranks
+    got = r.call("exposed_dp_seconds", ready, durations, end)
+    if r.rank == 0:
+        value = one_number(got, "exposed_dp_seconds on the live step's buckets", r, "a number of seconds (a float)")
+        if value is not None:
+            buckets = f"{len(durations)} bucket" + "s" * (len(durations) != 1)
+            r.compare(f"exposed_dp_seconds on the {buckets} of a live PP 2 × DP 2 step ({r.world_size} MPI ranks, "
+                      "every bucket ready when the schedule ends), against its virtual clock's DP sync", value, span,
+                      tol=1e-9 * span)
