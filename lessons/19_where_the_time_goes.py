@@ -32,6 +32,9 @@ import numpy as np
 from tpsim.arch import GPTConfig
 from tpsim.comm import ProcessGrid
 from tpsim.config import Pipeline, RunConfig
+from tpsim.pipeline.actions import COMPUTE, SENDS
+from tpsim.pipeline.clock import Timeline
+from tpsim.pipeline.figure import draw_on
 from tpsim.pipeline.schedules import build
 from tpsim.pipeline.stage_clock import ROUNDING
 from tpsim.plan.comm import dp_collectives, links, ring_seconds
@@ -128,12 +131,13 @@ steps = on_every_rank(grid_dp, [result_dp.clock.time, result_dp.clock.schedule_e
 live_step_s, live_makespan = max(s[0] for s in steps), max(s[1] for s in steps)
 rows = [["pipeline rank", "action", "start (µs)", "end (µs)"]]
 spans_dp = of_replica_0(grid_dp, [x for span in result_dp.clock.spans for x in (span.start, span.end)])
-names_dp = lesson.gather([span.op + (str(span.microbatch) if span.microbatch >= 0 else "")
-                          for span in result_dp.clock.spans])
+names_dp = lesson.gather([span.op for span in result_dp.clock.spans])
+microbatches = lesson.gather([span.microbatch for span in result_dp.clock.spans])
 if lesson.rank == 0:
     for r in (0, 1):
-        for name, (a, b) in zip(names_dp[grid_dp.pp_group.ranks[r]], np.reshape(spans_dp[r], (-1, 2))):
-            rows.append([str(r), name, f"{a * US:.4f}", f"{b * US:.4f}"])
+        world = grid_dp.pp_group.ranks[r]
+        for name, j, (a, b) in zip(names_dp[world], microbatches[world], np.reshape(spans_dp[r], (-1, 2))):
+            rows.append([str(r), name + (str(j) if j >= 0 else ""), f"{a * US:.4f}", f"{b * US:.4f}"])
     lesson.say("replica 0's clock, one line a span (RECV: the wait for a message; after the schedule its "
                "collectives):", table(rows, right=(2, 3)))
     lesson.say(f"GradSync over DP(2): {', '.join(str(len(b)) for b in buckets)} buckets on stages 0, 1; "
@@ -214,50 +218,79 @@ lesson.expect("the trace: 2 TP all-reduces in each layer's forward (attention's 
 lesson.equal("TP all-reduces traced in the layers' forwards ÷ (layers × m)", per_layer_fwd / (n_layers * M), 2.0)
 
 # %% [markdown]
-# Both timelines drawn, replica 0 (TP rank 0): a row per pipeline rank; F and B as boxes, the dark band in each
-# the share of it its TP collectives take (drawn at its end: the clock charges them inside the action), hatched
-# the waits, and after the schedule the loss's, the embedding's and the DP sync's collectives.
+# Both timelines drawn, replica 0 (TP rank 0), with lessons 17–18's figure (`tpsim.pipeline.figure`: a row per
+# rank, F and B as boxes with their micro-batch, idle hatched), the live spans as its timeline; on top, the dark
+# band in each box is the share its TP collectives take (drawn at its end: the clock charges them inside the
+# action), and around the schedule the loss's, the embedding's and the DP sync's collectives.
 
 # %%
 spans_tp = of_replica_0(grid_tp, [x for span in result_tp.clock.spans for x in (span.start, span.end)])
 names_tp = lesson.gather([span.op for span in result_tp.clock.spans])
+
+
+def live_timeline(names: list[list[str]], spans: list[list[float]]) -> Timeline:
+    """The schedule's ``Timeline`` from the live spans of its two ranks: each compute action and receive takes the
+    next span of its kind, a send takes no time, the collectives around the schedule are left out."""
+    schedule, out = build("1f1b", 2, M), []
+    for actions, ops, flat in zip(schedule.ranks, names, spans):
+        mine = iter([(a, b) for op, (a, b) in zip(ops, np.reshape(flat, (-1, 2))) if op in COMPUTE
+                     or op.startswith("RECV")])
+        rank, now = [], 0.0
+        for action in actions:
+            span = (now, now) if action.op in SENDS else next(mine)
+            now = span[1]
+            rank.append(span)
+        out.append(tuple(rank))
+    return Timeline(schedule, tuple(out), 0)
+
+
 if lesson.rank == 0:
     from matplotlib.patches import Patch
+    from matplotlib.ticker import FuncFormatter
 
     plt = lesson.pyplot()
-    colours = {"F": "#4C72B0", "B": "#55A868", "loss": "#DD8452", "embedding": "#8172B2", "DP sync": "#C44E52"}
-    fig, axes = plt.subplots(2, 1, figsize=(11, 4.6))
-    panels = ((axes[0], spans_dp, names_dp, grid_dp, None, "PP 2 × DP 2: the DP sync after the schedule (the kernels' nanoseconds too thin to see)"),
+    colours = {"loss": "#DD8452", "embedding": "#C9A227", "DP sync": "#C44E52"}
+    fig, axes = plt.subplots(2, 1, figsize=(11, 5.4))
+    panels = ((axes[0], spans_dp, names_dp, grid_dp, None,
+               "PP 2 × DP 2: the DP sync after the schedule (the kernels' nanoseconds too thin to see)"),
               (axes[1], spans_tp, names_tp, grid_tp, comm_tp, "PP 2 × TP 2: TP collectives inside F and B"))
     for ax, spans, names, g, comm, title in panels:
-        end = max(spans[0][-1], spans[1][-1]) * US
-        pairs = [dict(zip(names[g.pp_group.ranks[r]], np.reshape(spans[r], (-1, 2)) * US)) for r in (0, 1)]
+        ops = [names[g.pp_group.ranks[r]] for r in (0, 1)]
+        end = max(spans[0][-1], spans[1][-1])
+        timeline = live_timeline(ops, spans)
+        for r in (0, 1):  # the idle background to the step's end, under draw_on's (which ends with the schedule)
+            ax.broken_barh([(0, end)], (r - 0.4, 0.8), facecolor="white", edgecolor="#999999", hatch="///",
+                           linewidth=0)
+        draw_on(ax, timeline, title, step=end)
+        if max(b - a for actions, rank in zip(timeline.schedule.ranks, timeline.spans)
+               for x, (a, b) in zip(actions, rank) if x.op in COMPUTE) < 0.01 * end:
+            for text in list(ax.texts):  # the micro-batch numbers of boxes too thin to see: they only overlap
+                text.remove()
+        pairs = [dict(zip(ops[r], np.reshape(spans[r], (-1, 2)))) for r in (0, 1)]
         both = {n: max(pairs[0][n][0], pairs[1][n][0]) for n in ("loss broadcast", "embedding all-reduce")
                 if n in pairs[0] and n in pairs[1]}  # a collective of both stages starts when the later one comes
         for r in (0, 1):
-            ax.broken_barh([(0, end)], (r - 0.4, 0.8), facecolor="white", edgecolor="#999999", hatch="///",
-                           linewidth=0)
-            for name, (a, b) in zip(names[g.pp_group.ranks[r]], np.reshape(spans[r], (-1, 2)) * US):
-                kind = name if name in ("F", "B", "DP sync") else "loss" if "loss" in name else \
-                    "embedding" if "embedding" in name else None
+            for name, (a, b) in zip(ops[r], np.reshape(spans[r], (-1, 2))):
+                kind = "loss" if "loss" in name else "embedding" if "embedding" in name else \
+                    "DP sync" if name == "DP sync" else None
                 a = both.get(name, a)  # the wait for the other stage is idle, not the collective
-                if kind is None or b <= a:
-                    continue  # a receive: its wait shows as the hatched background
-                ax.broken_barh([(a, b - a)], (r - 0.4, 0.8), facecolor=colours[kind], edgecolor="black",
-                               linewidth=0.4)
-                if comm is not None and kind in ("F", "B"):
-                    c = comm[r, 0, "FB".index(kind)] * US
-                    ax.broken_barh([(b - c, c)], (r - 0.4, 0.25), facecolor="black", linewidth=0)
-        ax.set_xlim(0, end)
-        ax.set_ylim(1.5, -0.5)
+                if kind is not None and b > a:
+                    ax.broken_barh([(a, b - a)], (r - 0.4, 0.8), facecolor=colours[kind], edgecolor="black",
+                                   linewidth=0.4)
+            for action, (a, b) in zip(timeline.schedule.ranks[r], timeline.spans[r]):
+                if comm is not None and action.op in COMPUTE:
+                    c = comm[r, 0, "FB".index(action.op)]
+                    ax.broken_barh([(b - c, c)], (r - 0.4, 0.2), facecolor="black", linewidth=0)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x * US:g}"))
+        ax.set_xlabel("virtual time (µs, H100 costs)")
         ax.set_yticks([0, 1], ["stage 0", "stage 1"])
-        ax.set_title(title, fontsize=9)
-    axes[1].set_xlabel("virtual time (µs, H100 costs)")
-    handles = [Patch(facecolor=c, label=k) for k, c in colours.items()]
-    handles += [Patch(facecolor="black", label="TP collectives (share)"),
-                Patch(facecolor="white", edgecolor="#999999", hatch="///", label="idle")]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+        handles = list(ax.get_legend().legend_handles)
+        handles += [Patch(facecolor=c, label=k) for k, c in colours.items()
+                    if any(k.split()[0].lower() in n.lower() for n in ops[0] + ops[1])]
+        handles += [Patch(facecolor="black", label="TP collectives (share)")] * (comm is not None)
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=len(handles), fontsize=7,
+                  frameon=False)
+    fig.tight_layout()
     lesson.save(fig, "19_step_timelines_pp2.png")
 
 # %% [markdown]
