@@ -71,9 +71,11 @@ def relative(a: float, b: float) -> float:
 #
 # A GPT-2 of 4 layers on a pipeline of 2 stages, each stage replicated twice (PP 2 × DP 2), 1F1B over m = 4
 # micro-batches. Its virtual clock (lesson 17) charges not units but the planner's own prices for this layout on
-# an H100 (`--clock GPU`, `tpsim.plan.of_run.clock_costs`): each F and B the FLOPs of its layers at the GPU's
-# peak × 0.5, each message α + β·bytes on NVLink, and after the schedule the loss's collectives, the tied
-# embedding's all-reduce and the DP gradient sync, each at its group's latest clock plus its α-β cost. The DP
+# an H100 (`--clock GPU`, `tpsim.plan.of_run.clock_costs`): each F and B the FLOPs of its layers (and of the LM
+# head on the last stage) at the GPU's peak × 0.5, each message α + β·bytes on NVLink; before the schedule the
+# last stage's loss normalizer (its valid tokens summed over DP, `tpsim.pp.step`), after it the loss's
+# collectives, the tied embedding's all-reduce and the DP gradient sync, each at its group's latest clock plus its
+# α-β cost. The DP
 # sync is `tpsim.train.GradSync` with small buckets (48 KiB, so that there are several: lesson 08), and it
 # starts when the schedule is over — nothing is overlapped. The planner, handed the same buckets
 # (`pipeline_terms(..., dp_buckets=...)`), must land on the same step time, to the rounding.
@@ -537,25 +539,28 @@ lesson.equal("g all-reduces in the graph of one layer", len(tp_free), int(per_la
 # every stage its 12 layers, the LM head and the messages left out — 1F1B and interleaved give exactly their unit
 # formulas: the bubble depends only on p, m and v while F and B cost the same on every stage. ZB-H1 gives
 # Qi et al.'s (p − 1)(T_F + T_B − T_W) idle a rank, which is the unit formula only when T_F = T_B = T_W. Then the
-# planner's own timeline: the last stage also runs the LM head, a [2048, 12288] × [12288, 6400] matmul a
-# micro-batch on each GPU, so it is slower, and the others wait for it: the measured bubble is larger.
+# planner's stages: the last one also runs the LM head, a [2048, 12288] × [12288, 6400] matmul a micro-batch on
+# each GPU (its F, B and W), so it is slower, and the others wait for it: the bubble is larger. The planner's
+# whole timeline adds the TP collectives inside every action and the messages, which the stages wait for too.
 
 # %%
 lesson.section("The bubble at real size")
 row = next(r for r in load() if r["name"] == "K22-175B-seqsel")
 model_k = row_model(row)
-rows, equal_ok, head_ok = [["schedule", "equal stages", "formula", "planner (head, messages)"]], True, True
+rows = [["schedule", "equal stages", "formula", "+ LM head", "planner (+ TP, messages)"]]
+equal_ok, head_ok, order_ok = True, True, True
 for schedule, vp in (("1f1b", 1), ("interleaved", 3), ("zb-h1", 1)):
     lay = row_layout(row, schedule=schedule, vp=vp)
     g = gpu(lay.gpu)
-    per = layer_seconds(model_k, lay, g)
+    per, head = layer_seconds(model_k, lay, g), head_seconds(model_k, lay, g)
     p, m = lay.pp, lay.microbatches
-    split = build(schedule, p, 1 if schedule != "interleaved" else p, vp=vp).splits_backward
+    split = build(schedule, p, m, vp=vp).splits_backward  # ZB-H1 times B and W apart
+    quiet = np.zeros((p * vp, 2))  # no messages
     equal = np.zeros((p, vp, 3))
     for s, n in enumerate(virtual_stage_layers(model_k, lay)):
         f, b, w = (n * per[op] for op in "FBW")
         equal[s % p, s // p] = (f, b, w) if split else (f, b + w, 0.0)
-    eq = plan_simulate(lay, equal, np.zeros((p * vp, 2)))
+    eq = plan_simulate(lay, equal, quiet)
     got = eq["bubble_fraction"]["measured"]
     want = bubble_fraction(schedule, p, m, vp)
     if schedule == "zb-h1":
@@ -564,16 +569,22 @@ for schedule, vp in (("1f1b", 1), ("interleaved", 3), ("zb-h1", 1)):
         want = idle / (m * (f + b + w) + idle)
         equal_ok &= all(relative(r["idle_s"], idle) <= 1e-9 for r in eq["ranks"])
     equal_ok &= relative(got, want) <= 1e-9
+    headed = plan_simulate(lay, stage_costs(model_k, lay, g), quiet)  # the planner's stages: the head on the last
+    extra = headed["ranks"][-1]["busy_s"] - headed["ranks"][0]["busy_s"]
+    head_ok &= relative(extra, m * sum(head.values())) <= 1e-9
     real = pipeline_terms(model_k, lay, g)
-    head_ok &= real["bubble_fraction"]["measured"] > got
+    order_ok &= got < headed["bubble_fraction"]["measured"] < real["bubble_fraction"]["measured"]
     rows.append([schedule + (f" v {vp}" if vp > 1 else ""), f"{got:.4f}", f"{want:.4f}",
-                 f"{real['bubble_fraction']['measured']:.4f}"])
-lesson.say(table(rows, right=(1, 2, 3)))
+                 f"{headed['bubble_fraction']['measured']:.4f}", f"{real['bubble_fraction']['measured']:.4f}"])
+lesson.say(table(rows, right=(1, 2, 3, 4)))
 lesson.expect("equal stages: 1F1B (p - 1)/(m + p - 1), interleaved (p - 1)/(v·m + p - 1), ZB-H1 "
               "(p - 1)(T_F + T_B - T_W) idle a rank over m(T_F + T_B + T_W) + that")
 lesson.check("equal stages vs the formulas (1e-9 relative)", "see the table", equal_ok)
-lesson.expect("with the LM head on the last stage (and the messages) every bubble is larger")
-lesson.check("planner's bubble > the equal-stage bubble, three schedules", "see the table", head_ok)
+lesson.expect("with the head the last rank works m·(F + B + W of the head) more than rank 0, every schedule")
+lesson.check("last rank's busy - rank 0's vs m × the head's seconds", f"{m * sum(head.values()):.3f} s a step",
+             head_ok)
+lesson.expect("so every bubble grows with the head, and again with the TP collectives and the messages")
+lesson.check("equal < + head < the planner's, three schedules", "see the table", order_ok)
 
 # %% [markdown]
 # ## One published run, taken apart
