@@ -4,14 +4,14 @@
 # Runs on **4 ranks**: `mpirun -n 4 python lessons/19_where_the_time_goes.py` (or `tpsim lesson run 19`;
 # as a notebook on as many engines: `tpsim lesson notebook 19`).
 #
-# The SenseParrots article weighs every split by what it must send; lessons 11 and 16 priced those bytes, and
-# lessons 17 and 18 put the layers on a pipeline whose clock counted idle time. This lesson asks where a step's
-# seconds go on a GPU: into the kernels, into collectives on the critical path, into the bubble, into the
-# gradient sync at the end — and which of them could run *beside* the compute instead of after it. First live
-# pipelines on 4 ranks, their virtual clocks charging the planner's own GPU costs, every second of the step
-# accounted for; then the arithmetic of hiding the data-parallel sync under the backward, and why tensor
-# parallelism's collectives cannot hide that way; then the bubble of lessons 17–18 at real size; last, one
-# published run taken apart by the planner and held to its measured step time.
+# The SenseParrots article combines data and tensor parallelism the Megatron way (§3.1, lesson 08); lessons 11
+# and 16 priced what such a run sends, and lessons 17 and 18 put its layers on a pipeline whose clock counted
+# idle time. This lesson asks where a step's seconds go on a GPU: into the kernels, into collectives on the
+# critical path, into the bubble, into the gradient sync at the end — and which of them could run *beside* the
+# compute instead of after it. First live pipelines on 4 ranks, their virtual clocks charging the planner's own
+# GPU costs, every second of the step accounted for; then the arithmetic of hiding the data-parallel sync under
+# the backward, and why tensor parallelism's collectives cannot hide that way; then the bubble of lessons 17–18
+# at real size; last, one published run taken apart by the planner and held to its measured step time.
 #
 # Sources: the Ultra-Scale Playbook (Hugging Face, 2025: DP's all-reduce overlaps the backward and hides when the
 # backward compute covers it, t_compute_backward ≥ t_comm in its simple form; plain TP's collectives sit on the
