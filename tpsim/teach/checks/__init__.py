@@ -13,6 +13,8 @@
     lesson_17       stage i's 1F1B compute order and its peak in flight, then that order on a live pipeline
     lesson_18       stage i's ZB-H1 order (the W's placed), a schedule's bubble and peak in flight for (p, m, v),
                     then those predictions against a live interleaved pipeline
+    lesson_19       the exposed seconds of an overlapped DP sync's bucket schedule, and the Playbook's inequality
+                    read bucket by bucket
 
 Rules about communication (how many collectives, of which kind, how many bytes) are checked from the tracer,
 because the right numbers computed with the wrong collectives miss the point; values are compared first, so
@@ -20,7 +22,7 @@ a wrong value is diagnosed by its symptom before a rule is quoted.
 """
 
 from tpsim.teach.checks import (backward, lesson_12, lesson_13, lesson_14, lesson_15, lesson_16,  # noqa: F401
-                                 lesson_17, lesson_18, lessons_01_05, lessons_06_11, planning)
+                                 lesson_17, lesson_18, lesson_19, lessons_01_05, lessons_06_11, planning)
 from tpsim.teach.checks.registry import CHECKS, exercise  # noqa: F401
 
 __all__ = ["CHECKS", "exercise"]
