@@ -66,18 +66,33 @@ def _at_least(minimum: float, **values) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= {minimum:g}, got {value}")
 
 
+def tp_comm_overlap_problem(par) -> str | None:
+    """Why ``par`` (a ``Parallelism`` or a planner ``Layout``) cannot run ``--tp-comm-overlap``, or None."""
+    if not par.tp_comm_overlap:
+        return None
+    if not par.sp:
+        return ("--tp-comm-overlap needs --sequence-parallel: it pipelines SP's all-gather and reduce-scatter with "
+                "the GEMM beside them, chunk by chunk; plain TP's all-reduce cannot hide, its output is the next "
+                "op's input and nothing independent runs beside it")
+    if par.tp < 2:
+        return f"--tp-comm-overlap needs --tp > 1 (at tp {par.tp} there is no collective to hide)"
+    return None
+
+
 @dataclass(frozen=True)
 class Parallelism:
     """How the ranks split the work: ``tp × pp × dp`` ranks, Megatron's order (TP fastest, PP outermost).
 
     ``sp``: Megatron sequence parallelism inside the TP group (Korthikanti et al. 2022); ``zero``: the ZeRO
-    stage of the optimizer over the DP group (Rajbhandari et al. 2019; 0 = plain DDP)."""
+    stage of the optimizer over the DP group (Rajbhandari et al. 2019; 0 = plain DDP); ``tp_comm_overlap``: SP's
+    collectives pipelined chunk by chunk with the GEMMs beside them (``tpsim.tp.collective_matmul``)."""
 
     tp: int = 1
     dp: int = 1
     pp: int = 1
     sp: bool = False
     zero: int = 0
+    tp_comm_overlap: bool = False  # SP's all-gather / reduce-scatter pipelined with the GEMMs beside them
 
     def check(self) -> "Parallelism":
         """Raise ``ConfigError`` naming the first size a run cannot have (a ``plan.Layout`` lists them all
@@ -87,6 +102,9 @@ class Parallelism:
                 raise ConfigError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if self.zero not in ZERO_STAGES:
             raise ConfigError(f"--zero {self.zero}: the ZeRO stages here are {', '.join(map(str, ZERO_STAGES))}")
+        problem = tp_comm_overlap_problem(self)
+        if problem:
+            raise ConfigError(problem)
         return self
 
     @property
@@ -277,7 +295,8 @@ class RunConfig:
         """This rank's shard of the run's model over ``tp_group`` (sequence-parallel layers when ``sp``): the
         serial master drawn from ``schedule.seed``, sharded, dropped. Imports the builders (MPI) on first use."""
         return architecture_of(self.model).build(self.model, tp_group, self.schedule.seed, self.precision.numpy,
-                                                 sequence_parallel=self.parallel.sp)
+                                                 sequence_parallel=self.parallel.sp,
+                                                 tp_comm_overlap=self.parallel.tp_comm_overlap)
 
     def replace(self, **parts) -> "RunConfig":
         """A copy with whole parts replaced (validated again), e.g. ``run.replace(parallel=...)``."""
@@ -286,10 +305,11 @@ class RunConfig:
     @classmethod
     def of(cls, model, *, tp: int = 1, dp: int = 1, sp: bool = False, zero: int = 0, dtype: str = "float64",
            batch_size: int = 16, seq_len: int | None = None, steps: int = 1, seed: int = 0, pp: int = 1,
-           pipeline: Pipeline | None = None, **optimizer) -> "RunConfig":
+           pipeline: Pipeline | None = None, tp_comm_overlap: bool = False, **optimizer) -> "RunConfig":
         """The short form for tests, lessons and figures: the fields most runs set, the rest at defaults;
         ``seq_len`` defaults to the model's positions; extra keywords go to ``OptimizerSettings``."""
-        return cls(model, Parallelism(tp=tp, dp=dp, pp=pp, sp=sp, zero=zero), Precision(dtype),
+        return cls(model, Parallelism(tp=tp, dp=dp, pp=pp, sp=sp, zero=zero, tp_comm_overlap=tp_comm_overlap),
+                   Precision(dtype),
                    OptimizerSettings(**optimizer),
                    Schedule(batch_size=batch_size, seq_len=seq_len or model.max_positions, steps=steps, seed=seed),
                    pipeline=pipeline or Pipeline())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tpsim.config import DTYPE_ALIASES, Parallelism, dtype_alias
+from tpsim.config import DTYPE_ALIASES, Parallelism, dtype_alias, tp_comm_overlap_problem
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import ONE_CHUNK, SCHEDULES
 from tpsim.plan.clock_choice import DEFAULT_MFU
@@ -73,7 +73,8 @@ class Layout(Parallelism):
     @property
     def parallel(self) -> Parallelism:
         """The run's part of the layout: what ``tpsim.config.RunConfig`` holds as ``parallel``."""
-        return Parallelism(tp=self.tp, dp=self.dp, pp=self.pp, sp=self.sp, zero=self.zero)
+        return Parallelism(tp=self.tp, dp=self.dp, pp=self.pp, sp=self.sp, zero=self.zero,
+                           tp_comm_overlap=self.tp_comm_overlap)
 
 
 def virtual_stage_layers(model: ModelSpec, lay: Layout) -> tuple[int, ...]:
@@ -130,6 +131,8 @@ def problems(model: ModelSpec, lay: Layout) -> list[str]:
     out += pipeline_problems(model, lay)
     if lay.sp and lay.seq_len % lay.tp:
         out.append(f"sequence length {lay.seq_len} not divisible by tp {lay.tp} (sequence parallelism)")
+    if tp_comm_overlap_problem(lay):
+        out.append(tp_comm_overlap_problem(lay))
     if lay.zero not in (0, 1):
         out.append(f"--zero {lay.zero}: the planner models ZeRO stage 0 or 1")
     if lay.recompute not in RECOMPUTE:

@@ -51,7 +51,8 @@ def run_layout(run: RunConfig, gpu: str | None = None, mfu: float | None = None)
     pipe, par = run.pipeline, run.parallel
     gpu = gpu or (pipe.clock if pipe.clock != UNIT_CLOCK else Layout.gpu)
     mfu = mfu if mfu is not None else pipe.mfu if pipe.mfu is not None else DEFAULT_MFU
-    return Layout(tp=par.tp, dp=par.dp, pp=par.pp, sp=par.sp, zero=par.zero, seq_len=run.schedule.seq_len,
+    return Layout(tp=par.tp, dp=par.dp, pp=par.pp, sp=par.sp, zero=par.zero, tp_comm_overlap=par.tp_comm_overlap,
+                  seq_len=run.schedule.seq_len,
                   micro_batch=run.micro_batch, global_batch=run.schedule.batch_size, dtype=run.precision.dtype,
                   gpu=gpu, mfu=mfu, schedule=pipe.schedule, vp=pipe.vp, pp_layers=pipe.stage_layers)
 
