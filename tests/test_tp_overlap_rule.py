@@ -99,3 +99,22 @@ def test_a_layout_without_sp_or_at_tp_one_is_refused_with_the_reason():
                for p in problems(model, Layout(tp=2, sp=False, tp_comm_overlap=True)))
     assert any("needs --tp > 1" in p for p in problems(model, Layout(tp=1, sp=True, tp_comm_overlap=True)))
     assert not problems(model, Layout(tp=4, sp=True, tp_comm_overlap=True))
+
+
+def test_llama_gemm_shapes_keep_a_rank_s_columns_and_replicated_kv_heads():
+    """Llama-3 8B (h 4096, 32 query heads of 128, 8 KV heads, ffn 14336) at tp 8 and 16 (KV heads replicated)."""
+    from tpsim.plan.tp_overlap import layer_overlaps
+    model, m = PRESETS["llama3-8b"], 2 * 1024
+    for tp, kv_cols in ((8, 128), (16, 128)):
+        lay = Layout(tp=tp, sp=True, seq_len=1024, micro_batch=2, gpus_per_node=16)
+        got = {(o.layer.rsplit(".", 1)[1], o.phase, o.op): o.gemms for o in layer_overlaps(model, lay)["F"]
+               + layer_overlaps(model, lay)["B"]}
+        q, f = 4096 // tp, 14336 // tp
+        assert got["self_attn", "forward", "all_gather"] == ((m, q, 4096), (m, kv_cols, 4096), (m, kv_cols, 4096))
+        assert got["self_attn", "forward", "reduce_scatter"] == ((m, 4096, q),)
+        assert got["self_attn", "backward", "reduce_scatter"] == ((m, 4096, q), (m, 4096, kv_cols),
+                                                                  (m, 4096, kv_cols))
+        assert got["self_attn", "backward", "all_gather"] == ((m, q, 4096),)
+        assert got["mlp", "forward", "all_gather"] == ((m, f, 4096), (m, f, 4096))
+        assert got["mlp", "backward", "all_gather"] == ((m, f, 4096),)
+        assert layer_overlaps(model, lay)["W"] == []  # the re-gathers stay whole

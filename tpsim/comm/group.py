@@ -13,7 +13,7 @@ caller's scope and phase. Shapes:
 
 Sequence parallelism's reduce-scatter in a fixed order (``reduce_scatter_in_rank_order``: an all-to-all, then
 the chunks added in rank order) and its collectives in chunks for ``--tp-comm-overlap`` (``post_chunk``,
-``expect_chunk``, ``take_chunk``: one record per step) sit in their own section (``tpsim.tp.collective_matmul``).
+``expect_chunk``, ``take_chunk``: one record per step) are ``Group`` methods too, in ``tpsim.comm.chunked``.
 
 Point-to-point (the pipeline's activations and gradients): ``send`` posts a non-blocking ``Isend`` and keeps the
 buffer until the send completes (``wait_sends``, at the end of a step, or found complete by a later send);
@@ -38,7 +38,7 @@ from mpi4py import MPI
 
 from tpsim.cost import wire_bytes
 from tpsim.comm.half import NATIVE_OPS, reduce_op, wire_buffer
-from tpsim.comm.ordered import sum_in_rank_order
+from tpsim.comm.chunked import ChunkedCollectives
 from tpsim.comm.tracer import Tracer
 from tpsim.comm.waiting import collective, wait_politely
 
@@ -53,8 +53,8 @@ def _stamped(buf: np.ndarray, stamp: float) -> np.ndarray:
     return wire
 
 
-class Group:
-    """A named group of ranks ("tp", "dp", "world") with traced collectives."""
+class Group(ChunkedCollectives):
+    """A named group of ranks ("tp", "dp", "world") with traced collectives (SP's in chunks: ``ChunkedCollectives``)."""
 
     def __init__(self, comm: MPI.Comm, name: str, ranks: tuple[int, ...], tracer: Tracer) -> None:
         self.comm = comm
@@ -210,54 +210,6 @@ class Group:
     def pending_sends(self) -> int:
         """Sends posted and not yet known to be complete."""
         return len(self._outbox)
-
-    # --- sequence parallelism's collectives in chunks (tpsim.tp.collective_matmul, --tp-comm-overlap) ---------
-    def reduce_scatter_in_rank_order(self, chunks: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-        """``chunks [p, ...]``: chunk j for group rank j; one ``Alltoall``, then the p chunks this rank received
-        added in group-rank order (``tpsim.comm.ordered``) -> ``[...]``. Recorded as one reduce_scatter of the
-        logical tensor ``shape`` (the bytes and wire bytes of ``reduce_scatter``)."""
-        chunks = np.ascontiguousarray(chunks)
-        if chunks.shape[0] != self.size:
-            raise ValueError(f"reduce_scatter_in_rank_order: {chunks.shape[0]} chunks for {self.size} ranks")
-        t = time.perf_counter()
-        received = np.empty_like(chunks)
-        collective(self.comm, "Alltoall", wire_buffer(chunks), wire_buffer(received))
-        out = sum_in_rank_order(list(received))
-        self._record("reduce_scatter", chunks, tuple(shape), t, reduce_op="sum")
-        return out
-
-    def post_chunk(self, x: np.ndarray, peer: int, tag: int) -> MPI.Request:
-        """Post contiguous ``x`` to group rank ``peer`` (``Isend``); the caller keeps ``x`` until ``finish_chunks``.
-        Recorded by the step that receives its twin (``take_chunk``): one record per step of the collective."""
-        self._check_peer(peer)
-        return self.comm.Isend(wire_buffer(x), dest=peer, tag=tag)
-
-    def expect_chunk(self, shape: tuple[int, ...], dtype, peer: int, tag: int) -> tuple[MPI.Request, np.ndarray]:
-        """Post the receive of a chunk of ``shape`` from group rank ``peer`` (``Irecv``): ``(request, buffer)``."""
-        self._check_peer(peer)
-        out = np.empty(shape, dtype=dtype)
-        return self.comm.Irecv(wire_buffer(out), source=peer, tag=tag), out
-
-    def take_chunk(self, pending: tuple[MPI.Request, np.ndarray], op: str, step: int, steps: int,
-                   gemms: tuple[tuple[int, int, int], ...]) -> np.ndarray:
-        """Wait (sleep-polling, ``wait_politely``) for a chunk ``expect_chunk`` posted and record step ``step`` of
-        ``steps`` of collective ``op`` (an ``OverlapEvent``: this rank sent a chunk of the same size in the step)."""
-        request, out = pending
-        t = time.perf_counter()
-        wait_politely(request)
-        tr = self.tracer
-        if tr.enabled:
-            tr.record_overlap(op=op, reduce_op="sum" if op == "reduce_scatter" else "", group=self.name,
-                              group_size=self.size, group_ranks=self.ranks, dtype=self._dtype_name(out.dtype),
-                              shape=tuple(out.shape), bytes=out.nbytes, wire_bytes=out.nbytes, start=t - tr.t0,
-                              duration=time.perf_counter() - t, gemms=tuple(gemms), overlap_step=step,
-                              overlap_steps=steps)
-        return out
-
-    def finish_chunks(self, requests: list[MPI.Request]) -> None:
-        """Complete the sends ``post_chunk`` posted (untraced: each step was recorded by ``take_chunk``)."""
-        for request in requests:
-            wait_politely(request)
 
     def _check_peer(self, peer: int) -> None:
         if not 0 <= peer < self.size or peer == self.rank:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tpsim.config import DTYPE_ALIASES, Parallelism, dtype_alias, tp_comm_overlap_problem
+from tpsim.config import DTYPE_ALIASES, Parallelism, dtype_alias
+from tpsim.plan.tp_overlap_choice import tp_comm_overlap_problem
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import ONE_CHUNK, SCHEDULES
 from tpsim.plan.clock_choice import DEFAULT_MFU

@@ -40,6 +40,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import NamedTuple
 
+from tpsim.arch.shape import kv_heads_per_rank
 from tpsim.cost import wire_bytes
 from tpsim.partition import padded_vocab_size
 from tpsim.phases import BACKWARD, FORWARD
@@ -102,22 +103,34 @@ def _merge(*parts: dict[str, list[Overlap]], recompute: str = "none") -> dict[st
     return out
 
 
+def sublayer_weights(model: ModelSpec, part: str) -> list[tuple[int, int]]:
+    """The full ``[in, out]`` matmul weights of block 0's ``part`` (attention or the MLP) in the architecture's
+    own order (``param_shapes``): column-parallel parts that share one f̄ (GPT-2's fused c_attn; Llama's q, k, v),
+    then the row-parallel one last (c_proj, o_proj, down_proj)."""
+    config = model.config(layers=1)
+    prefix = f"{config.layer_names.block}.0.{part}."
+    return [s for name, s in config.param_shapes().items() if name.startswith(prefix) and len(s) == 2]
+
+
+def _sublayer(model: ModelSpec, lay: Layout, part: str, m: int, nbytes: int) -> tuple[dict, dict]:
+    """One sublayer's column and row overlaps: each column part keeps out/t columns of its master (a KV
+    projection of attention kv_heads_per_rank·d: replicated heads when tp exceeds them), the row part in/t rows."""
+    names, t = model.architecture.config.layer_names, lay.tp
+    *columns, (rows, out) = sublayer_weights(model, part)
+    kv = model.kv_heads * model.head_dim
+    ns = tuple(kv_heads_per_rank(model, t) * model.head_dim if part == names.attn and n == kv else n // t
+               for _, n in columns)
+    layer = f"{names.block}.0.{part}"
+    return _column(layer, m, columns[0][0], ns, nbytes), _row(layer, m, rows // t, out, nbytes)
+
+
 def layer_overlaps(model: ModelSpec, lay: Layout) -> dict[str, list[Overlap]]:
     """``{"F", "B", "W"}``: the collectives one layer pipelines per micro-batch (W: none — dW sums over the
     rows the re-gather brings, so that all-gather stays whole), in the order the layer issues them."""
     names = model.architecture.config.layer_names
-    t, h, m = lay.tp, model.hidden, lay.micro_batch * lay.seq_len
-    nbytes, blk = m * h * ACT_BYTES[lay.dtype], f"{names.block}.0"
-    attn, mlp = f"{blk}.{names.attn}", f"{blk}.{names.mlp}"
-    if model.arch == "llama":
-        d = model.head_dim
-        kv = (model.kv_heads // t if model.kv_heads % t == 0 else 1) * d  # replicated KV heads: one a rank
-        q = model.heads * d // t
-        parts = (_column(attn, m, h, (q, kv, kv), nbytes), _row(attn, m, q, h, nbytes),
-                 _column(mlp, m, h, (model.ffn // t,) * 2, nbytes), _row(mlp, m, model.ffn // t, h, nbytes))
-    else:
-        parts = (_column(attn, m, h, (3 * h // t,), nbytes), _row(attn, m, h // t, h, nbytes),
-                 _column(mlp, m, h, (model.ffn // t,), nbytes), _row(mlp, m, model.ffn // t, h, nbytes))
+    m = lay.micro_batch * lay.seq_len
+    nbytes = m * model.hidden * ACT_BYTES[lay.dtype]
+    parts = (*_sublayer(model, lay, names.attn, m, nbytes), *_sublayer(model, lay, names.mlp, m, nbytes))
     forward = [o for p in parts for o in p["F"]]
     backward = [o for p in reversed(parts) for o in p["B"]]
     return _merge({"F": forward, "B": backward}, recompute=lay.recompute)
