@@ -118,3 +118,17 @@ def test_llama_gemm_shapes_keep_a_rank_s_columns_and_replicated_kv_heads():
         assert got["mlp", "forward", "all_gather"] == ((m, f, 4096), (m, f, 4096))
         assert got["mlp", "backward", "all_gather"] == ((m, f, 4096),)
         assert layer_overlaps(model, lay)["W"] == []  # the re-gathers stay whole
+
+
+def test_the_validate_case_tells_overlap_from_none_beyond_its_tolerance():
+    """On plan --validate's toy layout the GEMMs are tiny beside α, yet pricing the flag moves each rank's TP time
+    far more than the 1e-12 the case allows: a live clock that ignored the flag would fail there."""
+    from tpsim.pipeline.stage_clock import ROUNDING
+    from tpsim.plan.of_run import model_spec, run_layout
+    from tpsim.plan.validate_pipeline import PIPELINE_CASES
+    case = next(c for c in PIPELINE_CASES if c.tp_comm_overlap)
+    run = case.run()
+    model, lay = model_spec(run.model), run_layout(run)
+    on = stage_comm(model, lay, gpu(lay.gpu), split=False).sum(axis=(1, 2))
+    off = stage_comm(model, replace(lay, tp_comm_overlap=False), gpu(lay.gpu), split=False).sum(axis=(1, 2))
+    assert np.all(off - on > 1e3 * ROUNDING * off)
