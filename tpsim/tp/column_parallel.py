@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.comm import Group
+from tpsim.kinds import MATMUL_MARK
 from tpsim.nn.linear import Linear, LinearCache, linear_backward_weight
 from tpsim.nn.module import Module
 from tpsim.partition import Partition, shard_range, take_shard
@@ -59,7 +60,8 @@ def column_parallel_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, 
     """
     (y,) = region.enter_matmul(x, [w], group)  # under SP per sequence chunk (tpsim.tp.collective_matmul)
     if b is not None:
-        y += b  # y is a fresh array
+        with MATMUL_MARK:  # the bias add rides along with its GEMM (tpsim.kinds)
+            y += b  # y is a fresh array
     return y, LinearCache(x, w, b is not None)
 
 
