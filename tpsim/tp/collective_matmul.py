@@ -16,10 +16,10 @@ each sequence position alone, so they split into t chunks of s/t positions — c
 (``Group.take_chunk``: the chunk's bytes, the GEMMs' shapes), while the GEMM of a chunk already here runs;
 ``overlap=False``: one blocking all-gather (or all-to-all) moves them all first. **The GEMMs are the same in
 both**: per chunk, on a contiguous [b, s/t, k] block. That is what makes the two bit-identical: OpenBLAS's
-result for a row of a matmul depends on how many rows the call has — measured here (numpy 2.4, one thread),
-one [m, k] GEMM against t GEMMs of m/t rows differed in 7,206 of 16,200 shapes, every float32 chunk size but
-12, 24 and 48 rows, float64 chunks of 1, 2, 3 and 6 rows — so the blocking path runs the very calls the
-overlapped one does. The reduce-scatter's sum is this rank's own, in rank order, in both — an MPI
+result for a row of a matmul depends on how many rows the call has — measured here (numpy 2.4, one thread, t
+of 2, 4, 8): one [m, k] GEMM against t GEMMs of m/t rows differed in 7,206 of 16,200 shapes tried; a second
+sweep by chunk size found float32 chunks of every size tried but 12, 24 and 48 rows differing, float64 chunks
+of 1, 2, 3 and 6 rows — so the blocking path runs the very calls the overlapped one does. The reduce-scatter's sum is this rank's own, in rank order, in both — an MPI
 reduction adds in its algorithm's order, which changes with p and the message size.
 
 The weight gradient dW = xᵀ·dy sums over the rows the re-gather delivers: split into chunks its rounding would
