@@ -32,7 +32,8 @@ def test_validate_runs_every_pipeline_case_live():
     assert {c.schedule for c in live} == {"afab", "1f1b", "interleaved", "zb-h1"}
     assert any(c.sp for c in live) and any(c.arch == "llama" for c in live)
     terms = ("virtual makespan (s, 1e-12 rel.)", "virtual step time (s, 1e-12 rel.)", "p2p bytes per replica", "peak in flight per rank",
-             "peak layer activation bytes per rank", "embedding all-reduce wire bytes")
+             "peak layer activation bytes per rank", "embedding all-reduce wire bytes",
+             "TP collectives on the clock per rank (s, 1e-12 rel.)")
     for case in live:
         for term in terms:
             line = next(x for x in done.stdout.splitlines() if x.startswith(case.name) and term in x)

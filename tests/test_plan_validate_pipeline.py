@@ -29,10 +29,13 @@ def planned_ranks(case) -> list[dict]:
         for tp in range(case.tp):
             for r in range(case.pp):
                 emb = sum(wire_bytes(op, n, EMBEDDING_GROUP) for op, n in embedding_collectives(model, lay, r))
+                tp_s = lay.microbatches * sum(s[f"{op}_collectives_s"] for s in terms["stages"] if s["rank"] == r
+                                              for op in "FBW")
                 out.append({"pp_rank": r, "dp_rank": dp, "tp_rank": tp, "schedule_end": terms["makespan_s"],
                             "clock_end": terms["after_schedule"]["ends"][r],
                             "peak_in_flight": terms["ranks"][r]["peak_in_flight"], "peak_layer_bytes": held[r],
-                            "p2p_sent": terms["ranks"][r]["sends"] * per_rank, "embedding_wire": emb})
+                            "p2p_sent": terms["ranks"][r]["sends"] * per_rank, "embedding_wire": emb,
+                            "clock_collectives": tp_s})
     return out
 
 
@@ -44,7 +47,9 @@ def test_the_planners_own_numbers_match_and_any_difference_is_a_no(case):
                              ("peak_layer_bytes", 8, "peak layer activation bytes"),
                              ("embedding_wire", 8, "embedding all-reduce"),
                              ("schedule_end", ranks[-1]["schedule_end"] * 1e-11, "virtual makespan"),
-                             ("clock_end", ranks[-1]["clock_end"] * 1e-11, "virtual step time")):
+                             ("clock_end", ranks[-1]["clock_end"] * 1e-11, "virtual step time"),
+                             ("clock_collectives", max(r["clock_collectives"] for r in ranks) * 1e-11 or 1e-9,
+                              "TP collectives on")):  # 0 s at tp 1: a nudge of a nanosecond
         bad = [dict(r) for r in ranks]
         latest = max(range(len(bad)), key=lambda i: bad[i][key])  # a clock compared as its pipeline's latest
         bad[latest][key] += nudge
@@ -55,5 +60,6 @@ def test_the_planners_own_numbers_match_and_any_difference_is_a_no(case):
 def test_every_schedule_runs_live_and_a_layout_the_config_refuses_is_skipped_with_its_reason():
     assert {c.schedule for c in LIVE} == {"1f1b", "interleaved", "afab", "zb-h1"} and all(c.ranks == 4 for c in LIVE)
     assert any(c.sp for c in LIVE) and any(c.arch == "llama" and c.tp > 1 for c in LIVE)
+    assert any(c.tp_comm_overlap and c.sp and c.tp > 1 for c in LIVE)
     refused = PipelineCase("PP 4, interleaved vp 2, m 6", 1, 1, 4, "interleaved", vp=2, microbatches=6, layers=8)
     assert "must be a multiple of --pp 4" in skipped(refused)

@@ -2,7 +2,7 @@
 
     RunConfig
       model        GPTConfig | LlamaConfig      the architecture and its sizes (``tpsim.arch``)
-      parallel     Parallelism(tp, dp, pp, sp, zero)   how the ranks split the work
+      parallel     Parallelism(tp, dp, pp, sp, zero, tp_comm_overlap)   how the ranks split the work
       precision    Precision(dtype, loss_scale_interval)
       optimizer    OptimizerSettings(lr, clip, bucket_mb, max_skipped_steps)
       schedule     Schedule(batch_size, seq_len, steps, seed, dropout_rng)
@@ -16,9 +16,9 @@ planner's own fields added, so a layout and a run say "tp", "sp" and "zero" the 
 one field of ``Parallelism``; how a pipeline (pp > 1) runs — its schedule, micro-batches, model chunks and
 layers per stage — is the ``Pipeline`` part, checked with the rest before any work.
 
-One vocabulary for dtypes (NumPy's names: float64, float32, bfloat16, float16; ``fp32``, ``bf16``, ``fp16``,
-``fp64`` accepted as input and printed in the long form) and one for architectures (``tpsim.arch``: gpt2,
-llama; ``gpt`` accepted). Pure arithmetic, no MPI.
+One vocabulary for dtypes (NumPy's names: float64, float32, bfloat16, float16; ``fp32``, ``bf16``, ``fp16``, ``fp64``
+accepted as input and printed in the long form) and one for architectures (``tpsim.arch``: gpt2, llama; ``gpt``
+accepted). Pure arithmetic, no MPI.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 from tpsim.arch import ARCH_NAMES, architecture, architecture_of
 from tpsim.errors import ConfigError
 from tpsim.nn.precision import DTYPE_NAMES, dtype_of  # DTYPE_NAMES: what --dtype accepts and prints
-from tpsim.plan.clock_choice import UNIT_CLOCK, clock_setting
+from tpsim.plan import clock_choice, tp_overlap_choice  # pure: --clock and --mfu; --tp-comm-overlap
 
 DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 ZERO_STAGES = (0, 1)  # ZeRO stages that run live (and that the planner prices)
@@ -78,6 +78,7 @@ class Parallelism:
     pp: int = 1
     sp: bool = False
     zero: int = 0
+    tp_comm_overlap: bool = False  # SP's collectives pipelined with their GEMMs (tpsim.tp.collective_matmul)
 
     def check(self) -> "Parallelism":
         """Raise ``ConfigError`` naming the first size a run cannot have (a ``plan.Layout`` lists them all
@@ -87,6 +88,7 @@ class Parallelism:
                 raise ConfigError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if self.zero not in ZERO_STAGES:
             raise ConfigError(f"--zero {self.zero}: the ZeRO stages here are {', '.join(map(str, ZERO_STAGES))}")
+        tp_overlap_choice.check_tp_comm_overlap(self)
         return self
 
     @property
@@ -195,16 +197,15 @@ class Pipeline:
     microbatches: int = 1
     vp: int = 1
     stage_layers: tuple[int, ...] | None = None
-    clock: str = UNIT_CLOCK
+    clock: str = clock_choice.UNIT_CLOCK
     mfu: float | None = None
 
     def __post_init__(self) -> None:
         _at_least(1, microbatches=self.microbatches, vp=self.vp)
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", tuple(int(n) for n in self.stage_layers))
-        clock, mfu = clock_setting(self.clock, self.mfu)  # tpsim.plan.clock_choice
-        object.__setattr__(self, "clock", clock)
-        object.__setattr__(self, "mfu", mfu)
+        for name, value in zip(("clock", "mfu"), clock_choice.clock_setting(self.clock, self.mfu)):
+            object.__setattr__(self, name, value)
 
     def check(self, par: Parallelism, layers: int, batch_size: int) -> None:
         """``ConfigError`` (one line) for a pipeline that cannot run: the schedule and its sizes, the layer split,
@@ -212,7 +213,7 @@ class Pipeline:
         if par.pp == 1:
             if self.microbatches != 1 or self.vp != 1 or self.stage_layers is not None:
                 raise ConfigError("--microbatches, --vp and --pp-layers cut a pipeline: they need --pp > 1")
-            if self.clock != UNIT_CLOCK:
+            if self.clock != clock_choice.UNIT_CLOCK:
                 raise ConfigError(f"--clock {self.clock} times a pipeline's schedule: it needs --pp > 1")
             return
         from tpsim.pipeline.check import check  # pure arithmetic, as is the split
@@ -277,7 +278,8 @@ class RunConfig:
         """This rank's shard of the run's model over ``tp_group`` (sequence-parallel layers when ``sp``): the
         serial master drawn from ``schedule.seed``, sharded, dropped. Imports the builders (MPI) on first use."""
         return architecture_of(self.model).build(self.model, tp_group, self.schedule.seed, self.precision.numpy,
-                                                 sequence_parallel=self.parallel.sp)
+                                                 sequence_parallel=self.parallel.sp,
+                                                 tp_comm_overlap=self.parallel.tp_comm_overlap)
 
     def replace(self, **parts) -> "RunConfig":
         """A copy with whole parts replaced (validated again), e.g. ``run.replace(parallel=...)``."""
@@ -286,13 +288,12 @@ class RunConfig:
     @classmethod
     def of(cls, model, *, tp: int = 1, dp: int = 1, sp: bool = False, zero: int = 0, dtype: str = "float64",
            batch_size: int = 16, seq_len: int | None = None, steps: int = 1, seed: int = 0, pp: int = 1,
-           pipeline: Pipeline | None = None, **optimizer) -> "RunConfig":
+           pipeline: Pipeline | None = None, tp_comm_overlap: bool = False, **optimizer) -> "RunConfig":
         """The short form for tests, lessons and figures: the fields most runs set, the rest at defaults;
         ``seq_len`` defaults to the model's positions; extra keywords go to ``OptimizerSettings``."""
-        return cls(model, Parallelism(tp=tp, dp=dp, pp=pp, sp=sp, zero=zero), Precision(dtype),
-                   OptimizerSettings(**optimizer),
-                   Schedule(batch_size=batch_size, seq_len=seq_len or model.max_positions, steps=steps, seed=seed),
-                   pipeline=pipeline or Pipeline())
+        par = Parallelism(tp, dp, pp, sp, zero, tp_comm_overlap)
+        sch = Schedule(batch_size=batch_size, seq_len=seq_len or model.max_positions, steps=steps, seed=seed)
+        return cls(model, par, Precision(dtype), OptimizerSettings(**optimizer), sch, pipeline=pipeline or Pipeline())
 
 
 __all__ = ["ARCH_NAMES", "DTYPE_ALIASES", "DTYPE_NAMES", "Files", "OptimizerSettings", "Parallelism", "Pipeline",

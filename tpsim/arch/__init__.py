@@ -68,12 +68,13 @@ class Architecture:
         """The TP model from the serial master: ``parallel(serial, tp_group, *, sequence_parallel=False)``."""
         return self._resolve(self.parallel_builder)
 
-    def build(self, config, group, seed: int = 0, dtype=None, *, sequence_parallel: bool = False):
+    def build(self, config, group, seed: int = 0, dtype=None, *, sequence_parallel: bool = False,
+              tp_comm_overlap: bool = False):
         """This rank's TP model straight from a seed: checked at the group's size before anything is drawn (a
         bad config fails fast and the same on every rank), the serial master drawn, sharded and dropped."""
         config.check(group.size)
         serial = self.serial(config, seed=seed) if dtype is None else self.serial(config, seed=seed, dtype=dtype)
-        return self.parallel(serial, group, sequence_parallel=sequence_parallel)
+        return self.parallel(serial, group, sequence_parallel=sequence_parallel, tp_comm_overlap=tp_comm_overlap)
 
 
 ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (

@@ -11,6 +11,10 @@ caller's scope and phase. Shapes:
     send(x, peer, tag)            x: [...] to group rank peer    -> posted, never waits (``Isend``)
     recv(shape, dtype, peer, tag) from group rank peer           -> [...]            (waits for it)
 
+Sequence parallelism's reduce-scatter in a fixed order (``reduce_scatter_in_rank_order``: an all-to-all, then
+the chunks added in rank order) and its collectives in chunks for ``--tp-comm-overlap`` (``post_chunk``,
+``expect_chunk``, ``take_chunk``: one record per step) are ``Group`` methods too, in ``tpsim.comm.chunked``.
+
 Point-to-point (the pipeline's activations and gradients): ``send`` posts a non-blocking ``Isend`` and keeps the
 buffer until the send completes (``wait_sends``, at the end of a step, or found complete by a later send);
 ``recv`` waits for its message — politely, sleep-polling like a patient collective, because a pipeline rank
@@ -34,6 +38,7 @@ from mpi4py import MPI
 
 from tpsim.cost import wire_bytes
 from tpsim.comm.half import NATIVE_OPS, reduce_op, wire_buffer
+from tpsim.comm.chunked import ChunkedCollectives
 from tpsim.comm.tracer import Tracer
 from tpsim.comm.waiting import collective, wait_politely
 
@@ -48,8 +53,8 @@ def _stamped(buf: np.ndarray, stamp: float) -> np.ndarray:
     return wire
 
 
-class Group:
-    """A named group of ranks ("tp", "dp", "world") with traced collectives."""
+class Group(ChunkedCollectives):
+    """A named group of ranks ("tp", "dp", "world") with traced collectives (SP's in chunks: ``ChunkedCollectives``)."""
 
     def __init__(self, comm: MPI.Comm, name: str, ranks: tuple[int, ...], tracer: Tracer) -> None:
         self.comm = comm

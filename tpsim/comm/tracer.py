@@ -1,6 +1,7 @@
 """The communication tracer: one record per collective call, tagged with the layer and phase that issued it.
 A pipeline's point-to-point message is recorded at both ends (``P2PEvent``: op "send" or "recv", the peer, the
-micro-batch and the model chunk).
+micro-batch and the model chunk). A collective pipelined with a GEMM (``--tp-comm-overlap``) is recorded once per
+step (``OverlapEvent``: the chunk's bytes and the GEMMs it hid behind).
 
 Layers do not pass their names to the communication layer by hand. They open a *region*:
 
@@ -88,6 +89,24 @@ class P2PEvent(CommEvent):
         d = {name: getattr(self, name) for name in (*_COMM_SLOTS, *P2PEvent.__slots__)}
         d["shape"] = list(self.shape)
         d["group_ranks"] = list(self.group_ranks)
+        return d
+
+
+@dataclass(slots=True)
+class OverlapEvent(CommEvent):
+    """One step of a collective pipelined with a GEMM (``--tp-comm-overlap``, ``tpsim.tp.collective_matmul``):
+    op "all_gather" or "reduce_scatter" of one chunk (``bytes``, ``wire_bytes``: the chunk this rank sent in the
+    step, so the steps of one collective add up to its wire bytes). The fields of a collective, and three more."""
+
+    gemms: tuple[tuple[int, int, int], ...] = ()  # (m, n, k) of each [m, k] x [k, n] GEMM the collective overlapped
+    overlap_step: int = 0  # this step, 1 .. overlap_steps (the clock prices the collective at its last step)
+    overlap_steps: int = 0  # the collective's steps: group size − 1
+
+    def as_dict(self) -> dict:
+        d = {name: getattr(self, name) for name in (*_COMM_SLOTS, *OverlapEvent.__slots__)}
+        d["shape"] = list(self.shape)
+        d["group_ranks"] = list(self.group_ranks)
+        d["gemms"] = [list(g) for g in self.gemms]
         return d
 
 
@@ -228,6 +247,13 @@ class Tracer:
         if not self.enabled:
             return
         self.events.append(P2PEvent(rank=self.rank, step=self.step, phase=self._phase, scope=self._scope, **fields))
+
+    def record_overlap(self, **fields) -> None:
+        """One step of an overlapped collective (``OverlapEvent``): the collective's fields plus the GEMMs."""
+        if not self.enabled:
+            return
+        self.events.append(OverlapEvent(rank=self.rank, step=self.step, phase=self._phase, scope=self._scope,
+                                        **fields))
 
     def reset(self, t0: float | None = None) -> None:
         """Forget all collectives and spans (e.g. at the start of a step); optionally restart the clock."""

@@ -84,6 +84,10 @@ def build_parser() -> RankZeroParser:
     g.add_argument("--sequence-parallel", action="store_true",
                    help="Megatron-SP: LayerNorm/dropout/residual regions split along the sequence over the TP "
                         "group (--seq-len must divide by tp)")
+    g.add_argument("--tp-comm-overlap", action="store_true",
+                   help="with --sequence-parallel and --tp > 1: SP's all-gather / reduce-scatter split into "
+                        "chunks pipelined with the GEMMs beside them (bit-identical to the run without it; on the "
+                        "virtual clock only the exposed part is charged)")
     g.add_argument("--pp", type=int, default=1,
                    help="pipeline stages (default 1); the ranks are TP fastest, then DP, stages outermost")
     g.add_argument("--microbatches", type=int, default=None,
@@ -228,6 +232,9 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
                         dropout_rng=args.dropout_rng)
     files = Files(out=args.out, export=args.export, init_from=args.init_from, timeline_steps=args.timeline_steps,
                   save=args.save, resume=args.resume)
+    if args.tp_comm_overlap and args.scenario in ("mlp", "partial-fc"):
+        raise ConfigError(f"--tp-comm-overlap pipelines a GPT's sequence-parallel collectives: it needs --scenario "
+                          f"gpt, not {args.scenario}")
     if args.save and args.scenario in ("mlp", "partial-fc"):  # only the gpt scenario trains a model
         raise ConfigError(f"--save writes the trained GPT: it needs --scenario gpt, not {args.scenario}")
     if args.resume and args.scenario in ("mlp", "partial-fc"):
@@ -237,7 +244,8 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
     model = _model(args)
     pipeline = Pipeline(schedule=args.schedule, microbatches=_microbatches(args), vp=args.vp,
                         stage_layers=parse_stage_layers(args.pp_layers), clock=args.clock, mfu=args.mfu)
-    run = RunConfig(model, Parallelism(tp=tp, dp=dp, pp=args.pp, sp=args.sequence_parallel, zero=args.zero),
+    run = RunConfig(model, Parallelism(tp=tp, dp=dp, pp=args.pp, sp=args.sequence_parallel, zero=args.zero,
+                                       tp_comm_overlap=args.tp_comm_overlap),
                     precision, optimizer, schedule, files, pipeline)
     check_paths(files)
     if files.resume:

@@ -34,9 +34,7 @@ from tpsim.comm import ProcessGrid
 from tpsim.compare import shard_differences
 from tpsim.data import ReverseTask
 from tpsim.models.build import build_gpt, serial_gpt
-from tpsim.nn.linear import LinearCache
 from tpsim.nn.precision import dtype_of, wgrad
-from tpsim.tp import column_parallel, row_parallel
 from tpsim.tp.mappings import CopyToTPRegion, ReduceFromTPRegion
 from tpsim.tp.regions import TensorParallelRegion
 from tpsim.figures.style import SEED, TOY, save_figure, toy_config
@@ -49,33 +47,35 @@ SITES = ("row-parallel g (fwd)", "column-parallel f (bwd)", "both")
 CURVES = "drift_curves.json"  # beside drift.json: the per-step losses the figure's two left panels draw
 
 
-def _forward_f32(y, w, b):
-    """``linear_forward`` of a row-parallel shard, its partial product left in float32 (unrounded)."""
-    return wgrad(y.reshape(-1, w.shape[0]), w).reshape(*y.shape[:-1], w.shape[1]), LinearCache(y, w, b is not None)
+def _f32(x, w):
+    """``x [..., k] · w [k, n]`` of a shard, the partial product left in float32 (unrounded)."""
+    return wgrad(x.reshape(-1, w.shape[0]), w).reshape(*x.shape[:-1], w.shape[1])
 
 
-def _backward_input_f32(dy, cache):
-    """``linear_backward_input`` of a column-parallel shard, its partial input gradient left in float32."""
-    w = cache.w
-    return wgrad(dy.reshape(-1, w.shape[1]), w.T).reshape(*dy.shape[:-1], w.shape[0])
+def _leave_f32(dtype):
+    """The row-parallel forward's ``y·B`` then g (``TensorParallelRegion.matmul_leave``), summed in float32."""
+    return lambda self, y, w, g: ReduceFromTPRegion.forward(_f32(y, w), g).astype(dtype)
+
+
+def _enter_backward_f32(dtype):
+    """The column-parallel backward's ``Σ dy·Wᵀ`` then f (``TensorParallelRegion.matmul_enter_backward``), in
+    float32 through the all-reduce."""
+    return lambda self, dys, ws, g: CopyToTPRegion.backward(sum(_f32(dy, w.T) for dy, w in zip(dys, ws)),
+                                                            g).astype(dtype)
 
 
 @contextmanager
 def fp32_sums(site: str | None, dtype):
     """Inside: the chosen TP sums add float32 partials and round once (a study switch; restored on exit)."""
-    saved = (row_parallel.linear_forward, TensorParallelRegion.leave, column_parallel.linear_backward_input,
-             TensorParallelRegion.enter_backward)
+    saved = (TensorParallelRegion.matmul_leave, TensorParallelRegion.matmul_enter_backward)
     if site in ("row-parallel g (fwd)", "both"):
-        row_parallel.linear_forward = _forward_f32
-        TensorParallelRegion.leave = lambda self, x, g: ReduceFromTPRegion.forward(x, g).astype(dtype)
+        TensorParallelRegion.matmul_leave = _leave_f32(dtype)
     if site in ("column-parallel f (bwd)", "both"):
-        column_parallel.linear_backward_input = _backward_input_f32
-        TensorParallelRegion.enter_backward = lambda self, dx, g: CopyToTPRegion.backward(dx, g).astype(dtype)
+        TensorParallelRegion.matmul_enter_backward = _enter_backward_f32(dtype)
     try:
         yield
     finally:
-        (row_parallel.linear_forward, TensorParallelRegion.leave, column_parallel.linear_backward_input,
-         TensorParallelRegion.enter_backward) = saved
+        TensorParallelRegion.matmul_leave, TensorParallelRegion.matmul_enter_backward = saved
 
 
 def step0_gradient_difference(model, cfg, dtype, ids, labels, scale: float, group) -> float:

@@ -55,7 +55,7 @@ def serial_gpt(config: GPTConfig, seed: int = 0, dtype=np.float64) -> GPT:
     return GPT(config, transformer, TiedLMHead(wte), CrossEntropyLoss())
 
 
-def parallel_gpt(serial: GPT, group: Group, *, sequence_parallel: bool = False) -> GPT:
+def parallel_gpt(serial: GPT, group: Group, *, sequence_parallel: bool = False, tp_comm_overlap: bool = False) -> GPT:
     """Shard a serial GPT over the TP ``group``: vocab-parallel embedding/head/loss, attention split by heads,
     parallel MLP; LayerNorms and the position embedding replicated (copied).
 
@@ -64,7 +64,7 @@ def parallel_gpt(serial: GPT, group: Group, *, sequence_parallel: bool = False) 
     config = serial.config
     config.check(group.size)
     tr = serial.transformer
-    sp, region = sequence_parallel, region_for(sequence_parallel)
+    sp, region = sequence_parallel, region_for(sequence_parallel, tp_comm_overlap)
     ln = (lambda m: SequenceParallelLayerNorm.from_serial(m, group)) if sp else copy.deepcopy
     wte = VocabParallelEmbedding.from_serial(tr.wte, group)
     blocks = [Block(ln(b.ln_1), ParallelSelfAttention.from_serial(b.attn, group, region=region),

@@ -94,11 +94,12 @@ def serial_llama(config: LlamaConfig, seed: int = 0, dtype=np.float64) -> LlamaF
     return LlamaForCausalLM(config, model, head, CrossEntropyLoss())
 
 
-def parallel_llama(serial: LlamaForCausalLM, group: Group, *, sequence_parallel: bool = False) -> LlamaForCausalLM:
+def parallel_llama(serial: LlamaForCausalLM, group: Group, *, sequence_parallel: bool = False,
+                   tp_comm_overlap: bool = False) -> LlamaForCausalLM:
     """Shard a serial Llama over the TP ``group`` (collective over it: the ``kv`` sub-group is created here)."""
     config = serial.config
     config.check(group.size)
-    sp, region = sequence_parallel, region_for(sequence_parallel)
+    sp, region = sequence_parallel, region_for(sequence_parallel, tp_comm_overlap)
     norm = (lambda m: SequenceParallelRMSNorm.from_serial(m, group)) if sp else copy.deepcopy
     kv_sync = kv_group(group, config.num_attention_heads, config.num_key_value_heads)  # one for all layers
     embed = VocabParallelEmbedding.from_serial(serial.model.embed_tokens, group)

@@ -22,5 +22,7 @@ models; memory and comm read the schedule's lists from ``tpsim.pipeline.stage_cl
               and, in ``validate_pipeline``, the pipeline terms on live pipelines (the ranks run ``live_pipeline``)
     of_run    a live run as the planner sees it (ModelSpec, Layout) and the costs of its ``--clock GPU``;
               ``clock_choice``: what ``--clock`` and ``--mfu`` accept
+    tp_overlap  --tp-comm-overlap's cost rule (a collective pipelined with its GEMM: its exposed time), priced by
+              the live clock and ``pipeline_comm`` alike; ``tp_overlap_choice``: which layouts may overlap
     cli       the ``tpsim plan`` command
 """

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tpsim.config import DTYPE_ALIASES, Parallelism, dtype_alias
+from tpsim.plan.tp_overlap_choice import tp_comm_overlap_problem
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import ONE_CHUNK, SCHEDULES
 from tpsim.plan.models import ModelSpec
@@ -78,7 +79,8 @@ class Layout(Parallelism):
     @property
     def parallel(self) -> Parallelism:
         """The run's part of the layout: what ``tpsim.config.RunConfig`` holds as ``parallel``."""
-        return Parallelism(tp=self.tp, dp=self.dp, pp=self.pp, sp=self.sp, zero=self.zero)
+        return Parallelism(tp=self.tp, dp=self.dp, pp=self.pp, sp=self.sp, zero=self.zero,
+                           tp_comm_overlap=self.tp_comm_overlap)
 
 
 def virtual_stage_layers(model: ModelSpec, lay: Layout) -> tuple[int, ...]:
@@ -135,6 +137,8 @@ def problems(model: ModelSpec, lay: Layout) -> list[str]:
     out += pipeline_problems(model, lay)
     if lay.sp and lay.seq_len % lay.tp:
         out.append(f"sequence length {lay.seq_len} not divisible by tp {lay.tp} (sequence parallelism)")
+    if tp_comm_overlap_problem(lay):
+        out.append(tp_comm_overlap_problem(lay))
     if lay.zero not in (0, 1):
         out.append(f"--zero {lay.zero}: the planner models ZeRO stage 0 or 1")
     if lay.recompute not in RECOMPUTE:

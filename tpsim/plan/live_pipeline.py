@@ -1,7 +1,8 @@
 """The pipeline side of ``tpsim plan --validate``: one rank of a small live pipeline (run under ``mpiexec``).
 
     mpiexec -n N python -m tpsim.plan.live_pipeline --tp T --dp D --pp P --schedule S [--vp V] --microbatches M
-                                                    --layers L [--sp] [--arch gpt2|llama] --clock GPU --json PATH
+                                                    --layers L [--sp [--tp-comm-overlap]] [--arch gpt2|llama]
+                                                    --clock GPU --json PATH
 
 Builds the toy GPT (or Llama) of ``tpsim.plan.live`` with L layers (float64; the GPT's dropout 0.1), cut into
 pp × vp stages (``tpsim.pp``), and runs one traced training step of m micro-batches of 2 sequences per DP
@@ -26,7 +27,7 @@ from tpsim.plan.live import ROWS_PER_REPLICA, SEED, toy_config
 
 
 def pipeline_run(tp: int, dp: int, pp: int, schedule: str, vp: int, microbatches: int, layers: int,
-                 clock: str, sp: bool = False, arch: str = "gpt2") -> RunConfig:
+                 clock: str, sp: bool = False, arch: str = "gpt2", tp_comm_overlap: bool = False) -> RunConfig:
     """The live run of one pipeline case: what the worker runs and what the planner prices (``run_layout``).
     ``ConfigError`` for a pipeline the live ranks cannot run (e.g. a schedule that splits the backward)."""
     from tpsim.plan.of_run import model_spec
@@ -34,7 +35,8 @@ def pipeline_run(tp: int, dp: int, pp: int, schedule: str, vp: int, microbatches
     toy = toy_config(arch)
     model = model_spec(toy).config(layers=layers, dropout=getattr(toy, "dropout", 0.0))
     rows = ROWS_PER_REPLICA * microbatches * dp
-    return RunConfig(model, Parallelism(tp=tp, dp=dp, pp=pp, sp=sp), Precision("float64"),
+    return RunConfig(model, Parallelism(tp=tp, dp=dp, pp=pp, sp=sp, tp_comm_overlap=tp_comm_overlap),
+                     Precision("float64"),
                      schedule=Schedule(batch_size=rows, seq_len=model.max_positions, steps=1, seed=SEED),
                      pipeline=Pipeline(schedule, microbatches, vp, clock=clock))
 
@@ -95,6 +97,7 @@ if __name__ == "__main__":
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--schedule", default="1f1b")
     parser.add_argument("--sp", action="store_true")
+    parser.add_argument("--tp-comm-overlap", action="store_true")
     parser.add_argument("--arch", default="gpt2")
     parser.add_argument("--clock", default="h100-80gb")
     parser.add_argument("--json", required=True)
@@ -102,5 +105,5 @@ if __name__ == "__main__":
     from tpsim.comm.launch import run_main
 
     live = pipeline_run(args.tp, args.dp, args.pp, args.schedule, args.vp, args.microbatches, args.layers, args.clock,
-                        args.sp, args.arch)
+                        args.sp, args.arch, args.tp_comm_overlap)
     run_main(lambda: worker(live, args.json), prog="tpsim.plan.live_pipeline")

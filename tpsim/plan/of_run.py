@@ -13,7 +13,8 @@ and ``tpsim plan --validate``'s pipeline cases:
                               ``links`` gives PP, the bytes those of the live boundary tensor, and every traced
                               collective priced as the planner prices it (``collective_seconds``: ``tpsim.cost``'s
                               steps·α + wire bytes·β on its group's link — tp and kv the TP link, embedding and
-                              pp the PP link, dp the DP link)
+                              pp the PP link, dp the DP link; under --tp-comm-overlap a collective pipelined with
+                              GEMMs (its records name them) only its exposed time, ``tpsim.plan.tp_overlap``)
 
 The live boundary (``[b, s, h]``, ``[b, s/t, h]`` under SP, in the run's dtype) must hold exactly the planner's
 ``boundary_bytes``, and every message then costs exactly ``message_costs``' entry: both are checked, so a
@@ -36,6 +37,7 @@ from tpsim.plan.gpus import GPU, gpu as gpu_preset
 from tpsim.plan.layout import Layout
 from tpsim.plan.models import ModelSpec
 from tpsim.plan.pipeline import message_costs, stage_costs
+from tpsim.plan.tp_overlap import exposed_seconds, gemms_seconds
 
 
 def model_spec(config, name: str | None = None) -> ModelSpec:
@@ -51,7 +53,8 @@ def run_layout(run: RunConfig, gpu: str | None = None, mfu: float | None = None)
     pipe, par = run.pipeline, run.parallel
     gpu = gpu or (pipe.clock if pipe.clock != UNIT_CLOCK else Layout.gpu)
     mfu = mfu if mfu is not None else pipe.mfu
-    return Layout(tp=par.tp, dp=par.dp, pp=par.pp, sp=par.sp, zero=par.zero, seq_len=run.schedule.seq_len,
+    return Layout(tp=par.tp, dp=par.dp, pp=par.pp, sp=par.sp, zero=par.zero, tp_comm_overlap=par.tp_comm_overlap,
+                  seq_len=run.schedule.seq_len,
                   micro_batch=run.micro_batch, global_batch=run.schedule.batch_size, dtype=run.precision.dtype,
                   gpu=gpu, mfu=mfu, schedule=pipe.schedule, vp=pipe.vp, pp_layers=pipe.stage_layers,
                   p2p_scatter_gather=False)  # tpsim sends the whole boundary tensor
@@ -66,11 +69,14 @@ def collective_seconds(lay: Layout, gpu: GPU):
     planner puts on no link."""
     link = links(lay, gpu)
 
-    def seconds(op: str, group: str, size: int, wire: int) -> float:
+    def seconds(op: str, group: str, size: int, wire: int, gemms=()) -> float:
         if group not in GROUP_LINKS:
             raise ValueError(f"a collective over group {group!r}: the planner prices groups {sorted(GROUP_LINKS)}")
         on = link[GROUP_LINKS[group]]
-        return alpha_beta_time(ring_steps(op, size), wire, on.alpha, on.beta)
+        comm = alpha_beta_time(ring_steps(op, size), wire, on.alpha, on.beta)
+        if gemms:  # pipelined with these GEMMs (--tp-comm-overlap): only what it leaves exposed
+            return exposed_seconds(comm, gemms_seconds(gemms, lay, gpu), size)
+        return comm
     return seconds
 
 

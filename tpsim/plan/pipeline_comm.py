@@ -15,7 +15,9 @@ with the same clocks, so the cost simply adds to the action's: one micro-batch o
 
 — ``predict_step``'s rows of ``tpsim.plan.comm`` (the batch broadcast is not the step's: the clock starts with
 the batch read; the clip norm's all-reduce is the optimizer's), each steps·α + wire bytes·β on the TP link.
-``stage_comm`` is their seconds per [rank][chunk][F, B, W], added to ``stage_costs``' FLOPs.
+``stage_comm`` is their seconds per [rank][chunk][F, B, W], added to ``stage_costs``' FLOPs. Under
+``Layout.tp_comm_overlap`` the collectives a live run pipelines with a GEMM are charged their exposed time
+instead (``tpsim.plan.tp_overlap``), as the live clock charges them.
 
 Around the schedule (``tpsim.pp.step``), on the link each group has (``tpsim.plan.of_run.GROUP_LINKS``):
 
@@ -42,6 +44,7 @@ from tpsim.plan.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
 from tpsim.plan.memory import stage_param_elements
 from tpsim.plan.models import ModelSpec
+from tpsim.plan import tp_overlap
 
 LOSS_BYTES = 8  # the loss scalars travel as float64: the normalizer and the loss [1], the broadcast [2]
 
@@ -76,12 +79,17 @@ def stage_comm(model: ModelSpec, lay: Layout, gpu: GPU, split: bool) -> np.ndarr
     """Seconds of the collectives of one micro-batch's F, B and W on one GPU: ``[rank][chunk][op]``."""
     link, rows = links(lay, gpu)["tp"], tp_rows(model, lay)
     ops = ("F", "B", "W")
+    hidden = tp_overlap if lay.tp_comm_overlap else None  # --tp-comm-overlap: pipelined ones at their exposed time
 
-    def seconds(of) -> list[float]:
-        return [_seconds(of[op], link) for op in ops]
-    layer = seconds(by_action(model, [r for r in rows if _is_layer(model, r)], split, lay.recompute))
+    def seconds(of, overlaps=None) -> list[float]:
+        if hidden is None or overlaps is None:
+            return [_seconds(of[op], link) for op in ops]
+        return [hidden.action_seconds(of[op], overlaps[op], link, lay, gpu) for op in ops]
+    layer = seconds(by_action(model, [r for r in rows if _is_layer(model, r)], split, lay.recompute),
+                    hidden and hidden.layer_overlaps(model, lay))
     first = seconds(by_action(model, end_rows(model, lay, True, False, rows, batch=False), split))
-    last = seconds(by_action(model, end_rows(model, lay, False, True, rows, batch=False), split))
+    last = seconds(by_action(model, end_rows(model, lay, False, True, rows, batch=False), split),
+                   hidden and hidden.head_overlaps(model, lay))
     layers, top = virtual_stage_layers(model, lay), lay.pp * lay.vp - 1
     out = np.zeros((lay.pp, lay.vp, 3))
     for r in range(lay.pp):

@@ -8,6 +8,9 @@ compares, for the same model and layout (``run_layout`` of the same ``RunConfig`
                             end of its schedule (TP collectives inside F, B, W priced)
     virtual step time       each pipeline's latest clock after   vs  pipeline_terms' step_s     (1e-12 relative)
                             the DP sync (the loss, embedding and DP collectives at their group's latest clock)
+    TP collectives on the   each rank's clock time inside F, B   vs  m × Σ stage_comm of the    (1e-12 relative)
+    clock                   and W spent on collectives (the        rank's chunks; under
+                            exposed time of pipelined ones)        --tp-comm-overlap the exposed TP time
     p2p bytes per replica   the trace's sends of each pipeline   vs  pipeline_terms' p2p bytes  (exactly)
     peak in flight          each rank's most pairs held          vs  the schedule's, per rank   (exactly)
     layer activations held  each rank's peak bytes of its blocks'  vs  activation_peaks: pairs in  (exactly)
@@ -57,6 +60,7 @@ class PipelineCase:
     layers: int = 4
     sp: bool = False
     arch: str = "gpt2"
+    tp_comm_overlap: bool = False
 
     @property
     def ranks(self) -> int:
@@ -65,7 +69,7 @@ class PipelineCase:
     def run(self):
         """The ``RunConfig`` the worker runs and the planner prices (ConfigError: the live ranks cannot run it)."""
         return pipeline_run(self.tp, self.dp, self.pp, self.schedule, self.vp, self.microbatches, self.layers, CLOCK,
-                            self.sp, self.arch)
+                            self.sp, self.arch, self.tp_comm_overlap)
 
 
 PIPELINE_CASES = [PipelineCase("PP 2 x TP 2, 1f1b", 2, 1, 2, "1f1b", layers=2),
@@ -73,7 +77,9 @@ PIPELINE_CASES = [PipelineCase("PP 2 x TP 2, 1f1b", 2, 1, 2, "1f1b", layers=2),
                   PipelineCase("PP 4, afab", 1, 1, 4, "afab"),
                   PipelineCase("PP 4, zb-h1", 1, 1, 4, "zb-h1"),
                   PipelineCase("PP 2 x TP 2, zb-h1, SP", 2, 1, 2, "zb-h1", layers=2, sp=True),
-                  PipelineCase("Llama PP 2 x TP 2, 1f1b", 2, 1, 2, "1f1b", layers=2, arch="llama")]
+                  PipelineCase("Llama PP 2 x TP 2, 1f1b", 2, 1, 2, "1f1b", layers=2, arch="llama"),
+                  PipelineCase("PP 2 x TP 2, 1f1b, SP, --tp-comm-overlap", 2, 1, 2, "1f1b", layers=2, sp=True,
+                               tp_comm_overlap=True)]
 
 
 def skipped(case: PipelineCase) -> str | None:
@@ -87,11 +93,11 @@ def skipped(case: PipelineCase) -> str | None:
 
 def run_pipeline_case(case: PipelineCase, folder: Path, timeout: float = 120) -> list[dict]:
     path = folder / (f"pipeline_{case.arch}_{case.schedule}_pp{case.pp}_tp{case.tp}_dp{case.dp}"
-                     + "_sp" * case.sp + ".json")
+                     + "_sp" * case.sp + "_overlap" * case.tp_comm_overlap + ".json")
     args = ["-m", "tpsim.plan.live_pipeline", "--tp", str(case.tp), "--dp", str(case.dp), "--pp", str(case.pp),
             "--schedule", case.schedule, "--vp", str(case.vp), "--microbatches", str(case.microbatches),
             "--layers", str(case.layers), "--arch", case.arch, "--clock", CLOCK, "--json", str(path)]
-    args += ["--sp"] * case.sp
+    args += ["--sp"] * case.sp + ["--tp-comm-overlap"] * case.tp_comm_overlap
     run = launch(case.ranks, args, timeout=timeout)
     if run.returncode:
         raise RuntimeError(f"{case.name}: mpiexec exited with {run.returncode}\n"
@@ -123,6 +129,12 @@ def check_pipeline_case(case: PipelineCase, ranks: list[dict]) -> list[tuple[str
                             ("virtual step time (s, 1e-12 rel.)", "clock_end", terms["step_s"])):
         got = [max(r[key] for r in chain) for chain in chains]
         rows.append(_row(case, term, [want], got, all(abs(t - want) <= ROUNDING * want for t in got), "{:.12g}"))
+    tp_s = [lay.microbatches * sum(s["F_collectives_s"] + s["B_collectives_s"] + s["W_collectives_s"]
+                                   for s in terms["stages"] if s["rank"] == r["pp_rank"]) for r in ranks]
+    rows.append(_row(case, "TP collectives on the clock per rank (s, 1e-12 rel.)", tp_s,
+                     [r["clock_collectives"] for r in ranks],
+                     all(abs(r["clock_collectives"] - t) <= ROUNDING * max(t, 1e-300) for r, t in zip(ranks, tp_s)),
+                     "{:.12g}"))
     sent = [sum(r["p2p_sent"] for r in chain) for chain in chains]
     p2p = terms["p2p_bytes"]["measured"]
     rows.append(_row(case, "p2p bytes per replica", [p2p], sent, set(sent) == {p2p}))

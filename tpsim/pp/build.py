@@ -22,13 +22,14 @@ from tpsim.pp.split import split_layers
 
 
 def pipeline_from_serial(serial, grid, stage_layers: tuple[range, ...], *,
-                         sequence_parallel: bool = False) -> PipelineShard:
+                         sequence_parallel: bool = False, tp_comm_overlap: bool = False) -> PipelineShard:
     """This rank's ``PipelineShard`` of ``serial`` on ``grid`` (TP group: the layers' shards; ``grid.pp``
     ranks × len(stage_layers) / pp chunks each). Collective over the TP group (as the TP build is)."""
     stages = len(stage_layers)
     if stages % grid.pp:
         raise ValueError(f"{stages} virtual stages do not divide over {grid.pp} pipeline ranks")
-    full = architecture_of(serial.config).parallel(serial, grid.tp_group, sequence_parallel=sequence_parallel)
+    full = architecture_of(serial.config).parallel(serial, grid.tp_group, sequence_parallel=sequence_parallel,
+                                                   tp_comm_overlap=tp_comm_overlap)
     body = full.body()
     wte, wpe, blocks, ln_f = body.parts()
     edge = copy.copy(body)  # the embedding's wiring (wte, wpe, dropout, SP split) without the blocks
@@ -65,4 +66,5 @@ def build_pipeline(run, grid) -> PipelineShard:
     dtype, the layer split of ``run.pipeline``, sequence parallelism as ``run.parallel.sp`` says."""
     pipe = run.pipeline
     layers = split_layers(run.model.layers, grid.pp * pipe.vp, pipe.stage_layers, vp=pipe.vp)
-    return pipeline_from_serial(run.serial_model(), grid, layers, sequence_parallel=run.parallel.sp)
+    return pipeline_from_serial(run.serial_model(), grid, layers, sequence_parallel=run.parallel.sp,
+                                tp_comm_overlap=run.parallel.tp_comm_overlap)

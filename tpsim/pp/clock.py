@@ -6,6 +6,7 @@ each rank keeps a clock of *modelled* time, charged exactly as the MPI-free cloc
 
     F, B, W: clock += t_op + Σ α-β time of the collectives traced inside it    (unit: 1 and 2 a stage, a chunk
                                                                                 1/v of that; collectives free)
+             (--tp-comm-overlap: a collective pipelined with GEMMs, its exposed time, tpsim.plan.tp_overlap)
     SEND: the message carries the sender's clock (8 bytes after the payload, not counted as model traffic)
     RECV: clock = max(own clock, the sender's + α + β·bytes)    (unit: messages free; the wait is idle time)
     a collective after the schedule: clock = the group's latest clock + its α-β cost   (unit: not charged)
@@ -73,7 +74,11 @@ class LiveClock:
         """Seconds of the collective calls ``events`` (``tpsim.comm.tracer.CommEvent``s) one after the other."""
         price, t = self.costs.collective, 0.0
         for e in events:
-            t += price(e.op, e.group, e.group_size, e.wire_bytes)
+            gemms = getattr(e, "gemms", ())  # a step of a collective pipelined with GEMMs (--tp-comm-overlap):
+            if not gemms:
+                t += price(e.op, e.group, e.group_size, e.wire_bytes)
+            elif e.overlap_step == e.overlap_steps:  # priced once, at its last step: its exposed time
+                t += price(e.op, e.group, e.group_size, e.wire_bytes * e.overlap_steps, gemms=gemms)
         return t
 
     def compute(self, op: str, chunk: int, microbatch: int, collectives=()) -> None:

@@ -48,7 +48,10 @@ backward all-gathers), the LM head all-gathers ln_f's shard (backward: reduce-sc
 Each LayerNorm's weight and bias gradients, now partial sums over sequence shards, are all-reduced as one
 [2, h] message, traced under the LayerNorm's own scope in phase ``sp_grad_sync`` (``tpsim.phases``); the
 row-parallel biases and the position embedding get complete gradients from all-gathered tensors and need
-nothing. This branch is written from Korthikanti et al. and aligned with ``tpsim.tp.sequence_parallel``;
+nothing. ``--tp-comm-overlap`` (``tpsim.tp.collective_matmul``) moves the f̄ / ḡ collectives beside a GEMM — both
+forward, ḡ's backward all-gather and f̄'s backward reduce-scatter, the LM head's two alike; not the re-gathers,
+not the embedding's — in t − 1 steps, each recorded with the chunk of b·s·h/t elements it sent: t − 1 calls of
+1/t of the bytes, the same wire bytes. This branch is written from Korthikanti et al. and aligned with ``tpsim.tp.sequence_parallel``;
 tests/mpi/test_sequence_parallel.py and tests/mpi/test_formulas.py pin it against real traces.
 
 A Llama (``LlamaConfig``, ``tpsim.models.llama``) issues the same collectives under its own names
@@ -108,6 +111,18 @@ class _Rows:
         self.repeat = repeat
         self.rows: dict[tuple[str, str, str, str], Prediction] = {}
 
+    def add_sp(self, layer: str, phase: str, op: str, nbytes: int, overlap: bool) -> None:
+        """An SP all-gather / reduce-scatter of ``nbytes`` over tp: one call, or under ``--tp-comm-overlap`` its
+        t − 1 steps (``tpsim.tp.collective_matmul``), each a chunk of nbytes / t sent: the same wire bytes."""
+        if not overlap:
+            self.add(layer, phase, op, "tp", nbytes)
+            return
+        t, steps = self.sizes["tp"], (self.sizes["tp"] - 1) * self.repeat
+        row = self.rows.setdefault((layer, phase, op, "tp"), Prediction(layer, phase, op, "tp", t, 0, 0, 0))
+        row.calls += steps
+        row.bytes += nbytes // t * steps
+        row.wire_bytes += nbytes // t * steps
+
     def add(self, layer: str, phase: str, op: str, group: str, nbytes: int, calls: int = 1) -> None:
         """``calls`` collectives of ``nbytes`` logical bytes each (none at all when ``calls`` is 0)."""
         calls *= self.repeat
@@ -121,7 +136,7 @@ class _Rows:
 
 
 def _forward(rows: _Rows, blocks: list[str], act: int, sequence_parallel: bool, n: LayerNames,
-             first: bool = True, last: bool = True) -> None:
+             first: bool = True, last: bool = True, overlap: bool = False) -> None:
     """The model's forward up to the logits: g per block under TP, the pair f̄ then ḡ under SP; ``first`` /
     ``last``: this (pipeline stage) holds the embedding / the LM head."""
     if first:
@@ -129,12 +144,12 @@ def _forward(rows: _Rows, blocks: list[str], act: int, sequence_parallel: bool, 
     for blk in blocks:
         for part in (n.attn, n.mlp):
             if sequence_parallel:  # f̄ gathers the sequence in, ḡ reduce-scatters the result out
-                rows.add(f"{blk}.{part}", FORWARD, "all_gather", "tp", act)
-                rows.add(f"{blk}.{part}", FORWARD, "reduce_scatter", "tp", act)
+                rows.add_sp(f"{blk}.{part}", FORWARD, "all_gather", act, overlap)
+                rows.add_sp(f"{blk}.{part}", FORWARD, "reduce_scatter", act, overlap)
             else:  # g
                 rows.add(f"{blk}.{part}", FORWARD, "all_reduce", "tp", act)
     if sequence_parallel and last:
-        rows.add("lm_head", FORWARD, "all_gather", "tp", act)
+        rows.add_sp("lm_head", FORWARD, "all_gather", act, overlap)
 
 
 def _loss(rows: _Rows, row_bytes: int, normalizer: bool, label_smoothing: bool) -> None:
@@ -155,17 +170,21 @@ def _tp_backward(rows: _Rows, blocks: list[str], act: int, n: LayerNames, last: 
 
 
 def _sp_backward(rows: _Rows, blocks: list[str], act: int, ln_grads: int, regather: int, n: LayerNames,
-                 first: bool = True, last: bool = True) -> None:
+                 first: bool = True, last: bool = True, overlap: bool = False) -> None:
     """SP's backward: the conjugates of f̄ and ḡ, ``regather`` re-gathers per column-parallel linear, and
     each LayerNorm's (dw, db) all-reduced as one ``ln_grads``-byte message in phase ``SP_GRAD_SYNC``."""
     if last:
         rows.add("lm_head", BACKWARD, "all_gather", "tp", act, calls=regather)
-        rows.add("lm_head", BACKWARD, "reduce_scatter", "tp", act)
+        rows.add_sp("lm_head", BACKWARD, "reduce_scatter", act, overlap)
         rows.add(n.final_norm, SP_GRAD_SYNC, "all_reduce", "tp", ln_grads)
     for blk in reversed(blocks):
         for part, ln in ((n.mlp, n.norm_2), (n.attn, n.norm_1)):  # ḡ's all-gather, the re-gather, f̄'s scatter
-            rows.add(f"{blk}.{part}", BACKWARD, "all_gather", "tp", act, calls=1 + regather)
-            rows.add(f"{blk}.{part}", BACKWARD, "reduce_scatter", "tp", act)
+            if overlap:  # ḡ's all-gather pipelined with dz·Bᵀ; the re-gather stays whole (dW sums over its rows)
+                rows.add_sp(f"{blk}.{part}", BACKWARD, "all_gather", act, overlap)
+                rows.add(f"{blk}.{part}", BACKWARD, "all_gather", "tp", act, calls=regather)
+            else:
+                rows.add(f"{blk}.{part}", BACKWARD, "all_gather", "tp", act, calls=1 + regather)
+            rows.add_sp(f"{blk}.{part}", BACKWARD, "reduce_scatter", act, overlap)
             rows.add(f"{blk}.{ln}", SP_GRAD_SYNC, "all_reduce", "tp", ln_grads)
     if first:
         rows.add(n.embed, BACKWARD, "all_gather", "tp", act)  # the sequence split's backward
@@ -173,18 +192,18 @@ def _sp_backward(rows: _Rows, blocks: list[str], act: int, ln_grads: int, regath
 
 def model_rows(rows: _Rows, config, tp: int, sp: bool, blocks: list[str], *, b: int, s: int, e: int, acc: int,
                first: bool = True, last: bool = True, normalizer: bool = False, label_smoothing: bool = False,
-               sp_regather_in_backward: bool = True) -> None:
+               sp_regather_in_backward: bool = True, overlap: bool = False) -> None:
     """The collectives of one forward and backward of ``blocks`` on ``b`` rows of ``s`` tokens (``e`` bytes an
     activation element, ``acc`` an accumulated one); ``first`` / ``last``: the embedding / the head and loss are
     here too (a whole model: both). ``normalizer``: the DP loss normaliser follows the loss (dp > 1, no pipeline)."""
     n, h = config.layer_names, config.hidden
     act = b * s * h * e  # one [b, s, h] activation
-    _forward(rows, blocks, act, sp, n, first, last)
+    _forward(rows, blocks, act, sp, n, first, last, overlap)
     if last:
         _loss(rows, b * s * acc, normalizer, label_smoothing)
     if sp:  # a LayerNorm's (dw, db) is [2, h]; an RMSNorm has dw alone
         _sp_backward(rows, blocks, act, ln_grads=config.norm_params * h * acc,
-                     regather=1 if sp_regather_in_backward else 0, n=n, first=first, last=last)
+                     regather=1 if sp_regather_in_backward else 0, n=n, first=first, last=last, overlap=overlap)
     else:
         _tp_backward(rows, blocks, act, n, last)
     if kv_replicas(config, tp) > 1:  # replicated KV heads: (dW_k, dW_v) summed over the tp / kv ranks sharing one
@@ -225,7 +244,8 @@ def predict_step(run, *, clip: bool, update: bool = True, grad_bytes_local: int 
     if tp > 1:
         rows.add("batch", DATA, "broadcast", "tp", 2 * b * s * 8)  # int64 [2, b, s]: ids and labels
     model_rows(rows, config, tp, sequence_parallel, blocks, b=b, s=s, e=e, acc=acc, normalizer=dp > 1,
-               label_smoothing=label_smoothing, sp_regather_in_backward=sp_regather_in_backward)
+               label_smoothing=label_smoothing, sp_regather_in_backward=sp_regather_in_backward,
+               overlap=par.tp_comm_overlap)
     elements = param_elements(config, tp)
     if zero:  # one bucket padded to a multiple of dp, unless the caller gives the padded buckets' bytes
         total = padded_length(elements, dp) * acc if grad_bytes_local is None else grad_bytes_local

@@ -66,7 +66,8 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
         rows.add("batch", DATA, "broadcast", "tp", run.local_batch * s * 8)
     per_micro = _Rows(tp, dp, kv_replicas(config, tp), pp=pp, repeat=m)
     blocks = [f"{config.layer_names.block}.{i}" for layers in chunks for i in layers]
-    model_rows(per_micro, config, tp, par.sp, blocks, b=b, s=s, e=e, acc=acc, first=first, last=last)
+    model_rows(per_micro, config, tp, par.sp, blocks, b=b, s=s, e=e, acc=acc, first=first, last=last,
+               overlap=par.tp_comm_overlap)
     boundary = b * (s // tp if par.sp else s) * h * e
     stages = pp * len(chunks)
     for c in range(len(chunks)):  # activations go down the pipeline, gradients up, at every chunk's boundaries

@@ -33,8 +33,8 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.comm import Group
-from tpsim.nn.linear import (Linear, LinearCache, linear_backward, linear_backward_input, linear_backward_weight,
-                             linear_forward)
+from tpsim.kinds import MATMUL_MARK
+from tpsim.nn.linear import Linear, LinearCache, linear_backward_weight
 from tpsim.nn.module import Module
 from tpsim.partition import Partition, shard_range, take_shard
 from tpsim.tp.mappings import GatherFromTPRegion
@@ -58,20 +58,23 @@ def column_parallel_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, 
 
     The cache keeps ``x`` as it arrived: under SP the shard, not f̄'s gathered output.
     """
-    y, cache = linear_forward(region.enter(x, group), w, b)
-    return y, cache._replace(x=x)
+    (y,) = region.enter_matmul(x, [w], group)  # under SP per sequence chunk (tpsim.tp.collective_matmul)
+    if b is not None:
+        with MATMUL_MARK:  # the bias add rides along with its GEMM (tpsim.kinds)
+            y += b  # y is a fresh array
+    return y, LinearCache(x, w, b is not None)
 
 
 def column_parallel_backward(dy: np.ndarray, cache: LinearCache, group: Group,
                              region: Region) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``dy [..., out/p]`` -> ``(dx [..., in] summed over ranks (SP: [b, s/p, in]), dw [in, out/p], db)``."""
-    dx, dw, db = linear_backward(dy, cache._replace(x=region.regather(cache.x, group)))
-    return region.enter_backward(dx, group), dw, db  # dx: a fresh GEMM output, summed in place
+    dw, db = column_parallel_backward_weight(dy, cache, group, region)  # SP: the re-gather first, as before
+    return column_parallel_backward_input(dy, cache, group, region), dw, db
 
 
 def column_parallel_backward_input(dy: np.ndarray, cache: LinearCache, group: Group, region: Region) -> np.ndarray:
     """B alone: ``dy [..., out/p]`` -> ``dx [..., in]`` summed over ranks (SP: ``[b, s/p, in]``); x is not read."""
-    return region.enter_backward(linear_backward_input(dy, cache), group)
+    return region.matmul_enter_backward([dy], [cache.w], group)
 
 
 def column_parallel_backward_weight(dy: np.ndarray, cache: LinearCache, group: Group,

@@ -32,7 +32,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from tpsim.comm import Group
-from tpsim.nn.linear import LinearCache, linear_backward_input, linear_backward_weight, linear_forward
+from tpsim.kinds import MATMUL_MARK
+from tpsim.nn.linear import LinearCache, linear_backward_weight
 from tpsim.nn.module import Module
 from tpsim.nn.multi_output_linear import MultiOutputLinear, check_parts
 from tpsim.phases import BACKWARD
@@ -86,12 +87,14 @@ class MultiOutputColumnParallelLinear(Module):
         The caches keep ``x`` as it arrived (under SP the shard, not f̄'s gathered output).
         """
         with self.group.tracer.region(scope=self.path):
-            full = self.region.enter(x, self.group)
-            outs, caches = [], []
-            for part in self.parts().values():
-                y, cache = linear_forward(full, part.params["weight"], part.params.get("bias"))
-                outs.append(y)
-                caches.append(cache._replace(x=x))
+            parts = list(self.parts().values())
+            outs = self.region.enter_matmul(x, [part.params["weight"] for part in parts], self.group)
+            caches = []
+            for y, part in zip(outs, parts):
+                if "bias" in part.params:
+                    with MATMUL_MARK:  # the bias add rides along with its GEMM (tpsim.kinds)
+                        y += part.params["bias"]
+                caches.append(LinearCache(x, part.params["weight"], "bias" in part.params))
         return tuple(outs), tuple(caches)
 
     def backward(self, douts: Sequence[np.ndarray], caches: Sequence[LinearCache]) -> np.ndarray:
@@ -103,11 +106,7 @@ class MultiOutputColumnParallelLinear(Module):
         grads: dict[str, tuple] = {}  # filled by W's first entry, emptied by its second
         with self.group.tracer.region(scope=self.path):
             self.weight_grad(self.weight_grads_into, grads, tuple(douts), tuple(caches))
-            dx = None
-            for dy, cache in zip(douts, caches):
-                dx_j = linear_backward_input(dy, cache)
-                dx = dx_j if dx is None else np.add(dx, dx_j, out=dx)
-            dx = self.region.enter_backward(dx, self.group)
+            dx = self.region.matmul_enter_backward(douts, [cache.w for cache in caches], self.group)
         self.weight_grad(self.add_weight_grads, grads)
         return dx
 

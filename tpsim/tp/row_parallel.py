@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.comm import Group
-from tpsim.nn.linear import Linear, LinearCache, linear_backward_input, linear_backward_weight, linear_forward
+from tpsim.nn.linear import Linear, LinearCache, linear_backward_weight
 from tpsim.nn.module import Module
 from tpsim.nn.precision import row_sum
 from tpsim.partition import Partition, take_shard
@@ -73,8 +73,9 @@ class RowParallelLinear(Module):
         with self.group.tracer.region(scope=self.path):
             if not self.input_is_parallel:
                 y = ScatterToTPRegion.forward(y, self.group)
-            partial, cache = linear_forward(y, self.params["weight"], None)
-            z = self.region.leave(partial, self.group)  # g: all-reduce; ḡ: reduce-scatter
+            w = self.params["weight"]
+            z = self.region.matmul_leave(y, w, self.group)  # y·B, then g: all-reduce; ḡ: reduce-scatter
+            cache = LinearCache(y, w, False)
             if "bias" in self.params:
                 z += self.params["bias"]  # once, after the reduction
         return z, cache
@@ -82,9 +83,8 @@ class RowParallelLinear(Module):
     def backward(self, dz: np.ndarray, cache: LinearCache) -> np.ndarray:
         """``dz`` shaped as the output -> ``dy`` shaped as the input; adds into the weight shard and the bias."""
         with self.group.tracer.region(scope=self.path):
-            dz = self.region.leave_backward(dz, self.group)  # ḡ: the whole sequence's dz
+            dz, dy = self.region.leave_backward_matmul(dz, cache.w, self.group)  # ḡ: the whole sequence's dz
             self.weight_grad(self.add_weight_grads, dz, cache)
-            dy = linear_backward_input(dz, cache)
             if not self.input_is_parallel:
                 dy = ScatterToTPRegion.backward(dy, self.group)
             return dy

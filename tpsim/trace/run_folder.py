@@ -13,7 +13,7 @@ from pathlib import Path
 from tpsim.kinds import LAYER
 from tpsim.phases import DP_SYNC, PASSES
 from tpsim.trace.records import grid_sizes, pipeline_size, read_jsonl
-from tpsim.trace.schema import COMM_FIELDS, P2P_FIELDS, SPAN_FIELDS, field_problems
+from tpsim.trace.schema import COMM_FIELDS, OVERLAP_FIELDS, P2P_FIELDS, SPAN_FIELDS, field_problems
 
 FILES = {"comm": "comm.jsonl", "metrics": "metrics.jsonl", "spans": "spans.jsonl"}
 
@@ -59,6 +59,8 @@ def load_run(path: str | Path, need: tuple[str, ...] = ("comm",)) -> Run:
             problems = field_problems(row, fields)
             if key == "comm" and row.get("op") in ("send", "recv"):
                 problems += field_problems(row, P2P_FIELDS)
+            if key == "comm" and "gemms" in row:  # a step of a collective pipelined with GEMMs
+                problems += field_problems(row, OVERLAP_FIELDS)
             if problems:
                 raise RunFolderError(f"{file} record {number}: {'; '.join(problems)}")
         loaded[key] = rows

@@ -2,7 +2,8 @@
 
 A run (``python -m tpsim.demo --out DIR``) leaves in ``DIR``:
 
-    comm.jsonl      one JSON object per collective call per rank            (COMM_FIELDS; send/recv + P2P_FIELDS)
+    comm.jsonl      one JSON object per collective call per rank            (COMM_FIELDS; send/recv + P2P_FIELDS;
+                                                                             a --tp-comm-overlap step + OVERLAP_FIELDS)
     spans.jsonl     one JSON object per compute span per rank, last K steps (SPAN_FIELDS)
     metrics.jsonl   one JSON object per training step: step, loss, grad_norm, tokens, seconds, ...
     timeline.json   Chrome trace of the last K steps (ui.perfetto.dev, chrome://tracing), see below
@@ -57,6 +58,14 @@ P2P_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
     "peer": ((int,), "world rank at the other end of the message"),
     "microbatch": ((int,), "the pipeline micro-batch the message carries"),
     "chunk": ((int,), "the model chunk of the recording rank that sent (send) or will use (recv) it"),
+}
+
+# The fields a step of a collective pipelined with GEMMs carries besides COMM_FIELDS (--tp-comm-overlap,
+# tpsim.tp.collective_matmul): its bytes, shape and wire_bytes are then the one chunk this rank sent in the step.
+OVERLAP_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "gemms": ((list,), "[m, n, k] of each [m, k] x [k, n] GEMM the collective ran beside"),
+    "overlap_step": ((int,), "this step of the collective, 1 .. overlap_steps"),
+    "overlap_steps": ((int,), "the collective's steps: group size - 1 (the clock prices it at the last)"),
 }
 
 SPAN_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
