@@ -156,10 +156,6 @@ def problems(model: ModelSpec, lay: Layout) -> list[str]:
         out.append(f"--dtype fp8 runs the matmuls in FP8 and keeps the rest in bfloat16, not {lay.dtype}")
     if lay.overlap_param_gather and not lay.zero:
         out.append("--overlap-param-gather overlaps ZeRO-1's parameter all-gather: it needs --zero 1")
-    if lay.tp_comm_overlap and not (lay.sp and lay.tp > 1):
-        out.append("--tp-comm-overlap pipelines sequence parallelism's all-gather and reduce-scatter with the GEMMs "
-                   "next to them: it needs --sp and tp > 1 (plain TP's all-reduce feeds the next op: nothing to "
-                   "hide it behind)")
     return out
 
 
