@@ -125,13 +125,18 @@ class Precision:
 @dataclass(frozen=True)
 class OptimizerSettings:
     """AdamW and what surrounds it: ``clip`` the max global gradient norm (0 = off), DDP bucket size in MiB
-    (0 = one all-reduce per tensor), and how many non-finite steps in a row stop the run."""
+    (0 = one all-reduce per tensor), and how many non-finite steps in a row stop the run.
+    ``overlap_grad_reduce``: each DP bucket's reduction issued during the last micro-batch's backward (Megatron's
+    ``--overlap-grad-reduce``); ``overlap_param_gather``: ZeRO-1's all-gather left to finish before the next
+    forward (``--overlap-param-gather``, needs ``--zero 1``; ``tpsim.train.grad_ready``)."""
 
     lr: float = 3e-3
     clip: float = 1.0
     bucket_mb: float = 25.0
     max_skipped_steps: int = 3
     weight_decay: float = 0.01
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
 
     def __post_init__(self) -> None:
         _at_least(0, lr=self.lr, clip=self.clip, bucket_mb=self.bucket_mb, max_skipped_steps=self.max_skipped_steps)
@@ -248,6 +253,9 @@ class RunConfig:
             raise ConfigError(f"--seq-len {sch.seq_len} is not divisible by tp {par.tp} "
                               f"(sequence parallelism splits the sequence)")
         self.model.check(par.tp)
+        if self.optimizer.overlap_param_gather and par.zero != 1:
+            raise ConfigError("--overlap-param-gather overlaps ZeRO-1's parameter all-gather with the next forward: "
+                              "it needs --zero 1 (plain DP gathers no parameters)")
 
     @property
     def arch(self) -> str:

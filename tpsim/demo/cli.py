@@ -114,6 +114,13 @@ def build_parser() -> RankZeroParser:
     t.add_argument("--zero", type=int, choices=ZERO_STAGES, default=0,
                    help="1: ZeRO-1, Megatron's distributed optimizer: gradients reduce-scattered over DP, AdamW "
                         "state for this rank's 1/dp slice only, parameters all-gathered (default 0: plain DP)")
+    t.add_argument("--overlap-grad-reduce", action="store_true",
+                   help="issue each DP gradient bucket's all-reduce (ZeRO-1: reduce-scatter) as soon as its last "
+                        "gradient is final in the last micro-batch's backward, and wait before the optimizer "
+                        "(Megatron-LM's flag); bit for bit the same numbers")
+    t.add_argument("--overlap-param-gather", action="store_true",
+                   help="with --zero 1: post the parameter all-gather at the end of the optimizer step and wait "
+                        "for it only before the next forward")
     t.add_argument("--loss-scale-interval", type=int, default=1000,
                    help="float16: clean steps before the loss scale doubles (default 1000)")
     t.add_argument("--seed", type=int, default=1234, help="seed of the master weights, data and dropout")
@@ -232,7 +239,9 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
     if args.resume and args.scenario in ("mlp", "partial-fc"):
         raise ConfigError(f"--resume continues a trained GPT: it needs --scenario gpt, not {args.scenario}")
     optimizer = OptimizerSettings(lr=args.lr, clip=args.clip, bucket_mb=args.bucket_mb,
-                                  max_skipped_steps=args.max_skipped_steps)
+                                  max_skipped_steps=args.max_skipped_steps,
+                                  overlap_grad_reduce=args.overlap_grad_reduce,
+                                  overlap_param_gather=args.overlap_param_gather)
     model = _model(args)
     pipeline = Pipeline(schedule=args.schedule, microbatches=_microbatches(args), vp=args.vp,
                         stage_layers=parse_stage_layers(args.pp_layers), clock=args.clock, mfu=args.mfu)

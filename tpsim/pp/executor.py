@@ -117,12 +117,18 @@ class Executor:
             self.group.send(x, a.peer, message_tag(direction, j, v, self.schedule.stages), microbatch=j, chunk=c,
                             stamp=stamp)
 
+    def final(self, a) -> bool:
+        """Is ``a`` the last micro-batch's last gradient-producing action on its chunk (B, or W when split)?"""
+        return a.microbatch == self.schedule.microbatches - 1 and a.op == ("W" if self.schedule.splits_backward
+                                                                             else "B")
+
     def run(self, inputs: list[np.ndarray], labels: list[np.ndarray] | None, plans: list,
-            seeds: list[float] | None, clock: LiveClock | None = None) -> ExecutorResult:
+            seeds: list[float] | None, clock: LiveClock | None = None, grad_sync=None) -> ExecutorResult:
         """One step's schedule. ``inputs[j]``: micro-batch j's token ids (read on the rank holding stage 0);
         ``labels[j]`` and ``seeds[j]`` (the loss gradient the backward starts from) on the last stage's rank;
         ``plans[j]``: micro-batch j's dropout plan (its global rows); ``clock``: this rank's virtual clock, where
-        the step has already charged it (default: a fresh one of ``costs`` at 0)."""
+        the step has already charged it (default: a fresh one of ``costs`` at 0); ``grad_sync``: the DP sync,
+        armed around each chunk's ``final`` action (``--overlap-grad-reduce`` issues its buckets there)."""
         sch, tracer = self.schedule, self.group.tracer
         stages = sch.stages
         received: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> input or output gradient
@@ -156,14 +162,24 @@ class Executor:
                 _ran(out, "F", c, j, tracer.events[since:])
             elif a.op == "B":
                 dy = seeds[j] if chunk.last else received.pop(("B", j, c))
+                armed = grad_sync is not None and self.final(a)
+                if armed:
+                    grad_sync.arm()
                 dx = self._backward(chunk, dy, caches.pop((j, c)), weights, (j, c))  # the cache goes now
+                if armed:
+                    grad_sync.disarm()
                 if not sch.splits_backward:
                     held.free((j, c))
                 if v > 0:
                     produced["B", j, c] = dx
                 _ran(out, "B", c, j, tracer.events[since:])
             elif a.op == "W":
+                armed = grad_sync is not None and self.final(a)
+                if armed:
+                    grad_sync.arm()
                 chunk.backward_weights(weights.pop((j, c)))  # and with them, what they held
+                if armed:
+                    grad_sync.disarm()
                 held.free((j, c))
                 _ran(out, "W", c, j, tracer.events[since:])
             else:  # SEND_F / SEND_B

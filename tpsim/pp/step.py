@@ -123,12 +123,16 @@ def pipeline_grads(shard: PipelineShard, executor: Executor, grid: ProcessGrid, 
         counts = [int(np.count_nonzero(lab != ignore)) for lab in labels_mb]
         n_global = _normalizer(grid, sum(counts), clock)
         seeds = [(grid.dp * n / n_global if n_global else 0.0) * loss_scale for n in counts]
+    if grad_sync is not None:  # --overlap-param-gather: the last step's all-gathers end before the schedule
+        grad_sync.finish_param_gather()
+        grad_sync.start_step()
     shard.zero_grad()
-    result = executor.run(ids_mb, labels_mb, plans, seeds, clock=clock)
+    result = executor.run(ids_mb, labels_mb, plans, seeds, clock=clock, grad_sync=grad_sync)
     weighted = sum(n * result.losses[j] for j, n in enumerate(counts) if n)  # 0 off the last stage
     loss, n_global = _global_loss(grid, weighted, n_global, clock)
     allreduce_word_embedding_grads(shard, grid, clock)
     if grad_sync is not None:
+        grad_sync.release()  # the tied embedding's bucket, held until its sum over the embedding group
         with on_clock(clock, grid.dp_group, "DP sync"):
             grad_sync.sync()
     return loss, n_global, result

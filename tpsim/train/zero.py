@@ -94,7 +94,8 @@ class DistributedOptimizer:
 
     def __init__(self, optimizer: Optimizer, grid: ProcessGrid,
                  bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *,
-                 loss_scaler: DynamicLossScaler | None = None) -> None:
+                 loss_scaler: DynamicLossScaler | None = None, overlap_grad_reduce: bool = False,
+                 overlap_param_gather: bool = False, held: tuple[np.ndarray, ...] = ()) -> None:
         self.optimizer, self.grid = optimizer, grid
         self.dp_group, self.dp = grid.dp_group, grid.dp
         model = optimizer.module
@@ -102,7 +103,12 @@ class DistributedOptimizer:
         if loss_scaler is not None and not self.half:
             raise ValueError("a loss scaler needs a 16-bit (float16) model")
         self.loss_scaler, self.skipped = loss_scaler, False  # skipped: the last step, for an overflow
-        self.grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes, pad_to=grid.dp)
+        self.grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes, pad_to=grid.dp,
+                                  overlap=overlap_grad_reduce, held=held)
+        self.grad_sync.launch, self.grad_sync.finish = self._reduce_scatter, self._keep_owned
+        self._reduced: dict[int, object] = {}  # bucket -> its posted reduce-scatter
+        self.overlap_param_gather = overlap_param_gather and grid.dp > 1
+        self._gathering: list[tuple[int, object]] = []  # (bucket, posted all-gather) until finish_param_gather
         self.buckets, self.buffers = self.grad_sync.buckets, self.grad_sync.buffers
         slots = optimizer.slots
         self.owned = [owned_range(len(buf), self.dp, self.dp_group.rank) for buf in self.buffers]
@@ -191,16 +197,37 @@ class DistributedOptimizer:
         self.optimizer.module.zero_grad()  # the views are filled in place; the padding is never written
 
     # --- the three phases of a step ----------------------------------------------------------------------------
+    def start_step(self) -> None:
+        self.grad_sync.start_step()
+
+    def arm(self) -> None:
+        self.grad_sync.arm()
+
+    def disarm(self) -> None:
+        self.grad_sync.disarm()
+
+    def release(self) -> None:
+        self.grad_sync.release()
+
+    @property
+    def issue_order(self) -> list[int]:
+        return self.grad_sync.issue_order
+
     def sync(self) -> None:
-        """Reduce-scatter each bucket over DP: this rank's owned range becomes the DP mean of the gradients."""
-        if self.dp == 1:
-            return
-        self.grad_sync.check_views()
-        tracer = self.dp_group.tracer
-        for i, (buf, mine) in enumerate(zip(self.buffers, self.owned)):
-            with tracer.region(scope=f"zero.bucket{i}", phase=DP_SYNC):
-                buf[mine.start:mine.stop] = self.dp_group.reduce_scatter(buf, axis=0)
-            buf[mine.start:mine.stop] /= self.dp  # sum then divide, as GradSync does
+        """Reduce-scatter each bucket over DP: this rank's owned range becomes the DP mean of the gradients.
+        Through ``GradSync.sync`` (its overlap included), each bucket by ``Group.ireduce_scatter``: MPICH's
+        blocking ``Reduce_scatter_block`` sums large buffers in another order at dp >= 3, so the overlapped
+        and the plain sync use the one non-blocking call and give the same bits."""
+        self.grad_sync.sync()
+
+    def _reduce_scatter(self, i: int) -> None:
+        with self.dp_group.tracer.region(scope=f"zero.bucket{i}", phase=DP_SYNC):
+            self._reduced[i] = self.dp_group.ireduce_scatter(self.buffers[i], overlap=self.grad_sync.overlap)
+
+    def _keep_owned(self, i: int) -> None:
+        mine, buf = self.owned[i], self.buffers[i]
+        buf[mine.start:mine.stop] = self._reduced.pop(i).wait()
+        buf[mine.start:mine.stop] /= self.dp  # sum then divide, as GradSync does
 
     def _all_pieces(self):
         return (piece for pieces in self.pieces for piece in pieces)
@@ -244,8 +271,36 @@ class DistributedOptimizer:
 
     def gather_params(self) -> None:
         """All-gather every bucket's owned ranges of the model's parameters into its arrays (phase
-        ``optimizer``), in the parameters' dtype: 2 bytes per element for a 16-bit model."""
-        self._gather("model", dict(self.optimizer.module.named_parameters()), "zero.bucket", OPTIMIZER)
+        ``optimizer``), in the parameters' dtype: 2 bytes per element for a 16-bit model. With
+        ``overlap_param_gather`` (``--overlap-param-gather``) they are only posted here, and
+        ``finish_param_gather`` (before the next forward, or anything reading the parameters) completes them."""
+        targets = dict(self.optimizer.module.named_parameters())
+        if not self.overlap_param_gather:
+            self._gather("model", targets, "zero.bucket", OPTIMIZER)
+            return
+        self.finish_param_gather()
+        tracer = self.dp_group.tracer
+        for i in range(len(self.buckets)):
+            send = self._owned_values(i, "model", targets)
+            with tracer.region(scope=f"zero.bucket{i}", phase=OPTIMIZER):
+                self._gathering.append((i, self.dp_group.iall_gather(send, overlap=True)))
+
+    @property
+    def gathers_pending(self) -> int:
+        """Parameter all-gathers posted and not yet completed (``--overlap-param-gather``)."""
+        return len(self._gathering)
+
+    def finish_param_gather(self, buckets=None) -> None:
+        """Complete the posted parameter all-gathers (of ``buckets``, default all) into the model's arrays."""
+        targets = None
+        keep = []
+        for i, pending in self._gathering:
+            if buckets is not None and i not in buckets:
+                keep.append((i, pending))
+                continue
+            targets = targets or dict(self.optimizer.module.named_parameters())
+            self._scatter_into(i, pending.wait(), targets)
+        self._gathering = keep
 
     def gather_grads(self) -> None:
         """All-gather the reduced gradients so the model's whole gradients are the DP mean again (to check them
@@ -257,17 +312,26 @@ class DistributedOptimizer:
         if self.dp == 1:
             return  # every range is mine: the update was already in place
         tracer = self.dp_group.tracer
-        for i, (bucket, buf, mine, pieces) in enumerate(zip(self.buckets, self.buffers, self.owned, self.pieces)):
-            send = np.zeros(len(mine), targets[bucket.names[0]].dtype)  # the padding travels as zeros
-            for piece in pieces:
-                send[piece.at:piece.at + piece.grad.size] = getattr(piece, what)
+        for i in range(len(self.buckets)):
+            send = self._owned_values(i, what, targets)
             with tracer.region(scope=f"{scope}{i}", phase=phase):
                 full = self.dp_group.all_gather(send, axis=0)
-            offset = 0
-            for name in bucket.names:
-                flat = _flat(targets[name])
-                flat[...] = full[offset:offset + flat.size]
-                offset += flat.size
+            self._scatter_into(i, full, targets)
+
+    def _owned_values(self, i: int, what: str, targets: dict[str, np.ndarray]) -> np.ndarray:
+        """Bucket ``i``'s owned range of ``what`` ("model" or "grad") as one flat array (padding zeros)."""
+        send = np.zeros(len(self.owned[i]), targets[self.buckets[i].names[0]].dtype)  # padding travels as zeros
+        for piece in self.pieces[i]:
+            send[piece.at:piece.at + piece.grad.size] = getattr(piece, what)
+        return send
+
+    def _scatter_into(self, i: int, full: np.ndarray, targets: dict[str, np.ndarray]) -> None:
+        """Bucket ``i`` gathered (``full``, padding included) back into the arrays ``targets``."""
+        offset = 0
+        for name in self.buckets[i].names:
+            flat = _flat(targets[name])
+            flat[...] = full[offset:offset + flat.size]
+            offset += flat.size
 
     def describe(self) -> str:
         """The buckets, the owned range of each on this rank, and the state bytes, as text."""
