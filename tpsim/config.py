@@ -217,9 +217,7 @@ class Pipeline:
         if par.pp == 1:
             if self.microbatches != 1 or self.vp != 1 or self.stage_layers is not None:
                 raise ConfigError("--microbatches, --vp and --pp-layers cut a pipeline: they need --pp > 1")
-            if self.clock != UNIT_CLOCK:
-                raise ConfigError(f"--clock {self.clock} times a pipeline's schedule: it needs --pp > 1")
-            return
+            return  # --clock at pp 1: the one-stage pipeline path runs (``tpsim.demo.cli``), DP x TP on the clock
         from tpsim.pipeline.check import check  # pure arithmetic, as is the split
         from tpsim.pipeline.schedules import build
         from tpsim.pp.split import split_layers

@@ -18,6 +18,7 @@ from tpsim.config import (DROPOUT_RNGS, DTYPE_ALIASES, DTYPE_NAMES, Files, Optim
                           Pipeline, Precision, RunConfig, Schedule, ZERO_STAGES)
 from tpsim.errors import ConfigError
 from tpsim.paths import check_input_file, check_output_dir
+from tpsim.plan.clock_choice import UNIT_CLOCK
 from tpsim.pp.split import parse_stage_layers
 
 
@@ -280,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         from tpsim.demo.mlp_tour import run
     elif demo.scenario == "partial-fc":
         from tpsim.demo.partial_fc import run
-    elif demo.run.parallel.pp > 1:
+    elif demo.run.parallel.pp > 1 or demo.run.pipeline.clock != UNIT_CLOCK:  # --clock: the pipeline path, pp 1 too
         from tpsim.demo.pipeline_tour import run
     else:
         from tpsim.demo.gpt_tour import run
