@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.pipeline.stage_clock import compiled, held_peak, timed
+from tpsim.plan import dp_overlap
 from tpsim.plan.comm import boundary_bytes, links
 from tpsim.plan.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
@@ -101,12 +102,22 @@ def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray, collectives:
 
 def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU, dp_buckets=None) -> dict:
     """The planner's pipeline terms of ``lay`` (a valid layout) on ``gpu`` (module docstring); ``dp_buckets``: each
-    rank's DP gradient buckets in bytes when they are known (a live run's), else one bucket a stage."""
+    rank's DP gradient buckets when they are known (a live run's: bytes, or ``BucketSpec``s that also say which
+    piece finishes each, needed for ``lay.overlap_grad_reduce``), else one bucket a stage. At dp > 1 the buckets
+    run on each rank's comm stream (``tpsim.plan.dp_overlap``): ``after_schedule["dp_streams"]`` per rank."""
     compute = stage_costs(model, lay, gpu)
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
     comm = stage_comm(model, lay, gpu, split)
-    out = simulate(lay, compute, message_costs(model, lay, gpu), comm, start_times(lay, gpu))
-    tail = after_schedule(model, lay, gpu, [r["finish_s"] for r in out["ranks"]], dp_buckets)
+    message, start = message_costs(model, lay, gpu), start_times(lay, gpu)
+    out = simulate(lay, compute, message, comm, start)
+    sizes = None if dp_buckets is None else [[getattr(b, "nbytes", b) for b in r] for r in dp_buckets]
+    tail = after_schedule(model, lay, gpu, [r["finish_s"] for r in out["ranks"]], sizes)
+    if lay.dp > 1:  # the DP buckets on each rank's comm stream, overlapped or not (tpsim.plan.dp_overlap)
+        streams = dp_overlap.dp_terms(model, lay, gpu, compute + comm, message, start, tail["before_dp"],
+                                      dp_overlap.specs(model, lay, dp_buckets))
+        tail["ends"] = [s.end for s in streams]
+        tail["step_s"] = max(tail["ends"])
+        tail["dp_streams"] = [dp_overlap.stream_dict(s) for s in streams]
     out["step_s"], out["after_schedule"] = tail.pop("step_s"), tail
     want = formula.p2p_bytes(lay.schedule, lay.pp, lay.microbatches, lay.vp, micro_batch=lay.micro_batch,
                              seq_len=lay.seq_len, hidden=model.hidden, bytes_per_element=ACT_BYTES[lay.dtype],

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from tpsim.pipeline.clock import Costs
+from tpsim.pipeline.overlap import Stream, after_compute, comm_stream, piece_ends
 
 
 class VirtualSpan(NamedTuple):
@@ -64,6 +65,8 @@ class LiveClock:
     comm: float = 0.0
     schedule_end: float = 0.0
     spans: list[VirtualSpan] = field(default_factory=list)
+    piece_end: dict[tuple[int, tuple], float] = field(default_factory=dict)  # (stage, piece) -> its last end
+    dp: Stream | None = None  # the DP gradient buckets on the comm stream (``dp_sync``)
 
     @property
     def prices_collectives(self) -> bool:
@@ -87,6 +90,46 @@ class LiveClock:
         self.time = start + cost
         self.busy += cost
         self.spans.append(VirtualSpan(op, microbatch, chunk, start, self.time))
+
+    def pieces(self, op: str, chunk: int, stage: int, keys: list[tuple], scoped: list[tuple]) -> None:
+        """The action just charged (the last micro-batch's final backward on ``chunk``, virtual stage ``stage``)
+        spread over its pieces ``keys`` in execution order (``tpsim.pipeline.overlap``): each its compute seconds
+        (``costs.pieces``; unit costs: the action's equally over its layers) plus the α-β time of ``scoped``,
+        the ``(piece, event)`` of every collective traced inside it. Records each piece's end."""
+        span = self.spans[-1]
+        if self.costs.pieces is not None:
+            seconds = list(self.costs.pieces(op, self.rank, chunk))
+        else:
+            layers = sum(k[0] == "layer" for k in keys)
+            cost = self.costs.compute[op](self.rank, chunk, span.microbatch)
+            seconds = [cost / layers if k[0] == "layer" else 0.0 for k in keys]
+        if len(seconds) != len(keys):
+            raise ValueError(f"{op} of chunk {chunk}: {len(seconds)} piece costs for {len(keys)} pieces {keys}")
+        if self.prices_collectives:
+            at = {k: i for i, k in enumerate(keys)}
+            for key, e in scoped:
+                if key not in at:
+                    raise ValueError(f"a collective of scope {e.scope!r} belongs to piece {key}, which virtual stage "
+                                     f"{stage} does not hold ({keys})")
+                seconds[at[key]] += self.priced([e])
+        for key, end in zip(keys, piece_ends(span.start, seconds)):
+            self.piece_end[stage, key] = end
+
+    def dp_sync(self, latest: float, order: list[int], ready: list[float] | None, seconds: list[float]) -> None:
+        """The DP gradient buckets of the step: ``seconds[b]`` each on the DP link; ``ready`` (overlapped: each
+        bucket's ready time, ``order`` the issue order) on the comm stream, else one after another from
+        ``latest`` (the DP group's latest clock); the clock then waits for the stream (``tpsim.pipeline.overlap``)."""
+        start = self.time
+        self.dp = after_compute(len(seconds), seconds, latest) if ready is None else \
+            comm_stream(order, ready, seconds, latest)
+        self.time = self.dp.end
+        self.spans.append(VirtualSpan("DP sync" if ready is None else "DP exposed", -1, 0, start, self.time))
+
+    def comm_spans(self) -> list[VirtualSpan]:
+        """The comm stream's spans of the step (chunk −1: drawn on the "comm" track): one per DP bucket."""
+        if self.dp is None:
+            return []
+        return [VirtualSpan(f"DP bucket {s.bucket}", -1, -1, s.start, s.end) for s in self.dp.spans]
 
     def collective(self, name: str, latest: float, events) -> None:
         """A collective after the schedule, ``events`` its traced calls: it ends at ``latest`` (the group's

@@ -68,10 +68,13 @@ class ExecutorResult:
     clock: LiveClock | None = None  # modelled time: its end and its busy part
 
 
-def _ran(out: ExecutorResult, op: str, chunk: int, microbatch: int, collectives) -> None:
-    """Compute action ``op`` of (micro-batch, chunk) ran, issuing the traced ``collectives``: listed, and charged."""
+def _ran(out: ExecutorResult, op: str, chunk: int, microbatch: int, collectives) -> list:
+    """Compute action ``op`` of (micro-batch, chunk) ran, issuing the traced ``collectives``: listed, and charged
+    (a DP bucket it issued to overlap, ``--overlap-grad-reduce``, runs on the comm stream, not in the action)."""
     out.ran.append(f"{op}{microbatch}.{chunk}")
-    out.clock.compute(op, chunk, microbatch, collectives)
+    inside = [e for e in collectives if not e.overlap]
+    out.clock.compute(op, chunk, microbatch, inside)
+    return inside
 
 
 class Executor:
@@ -123,12 +126,14 @@ class Executor:
                                                                              else "B")
 
     def run(self, inputs: list[np.ndarray], labels: list[np.ndarray] | None, plans: list,
-            seeds: list[float] | None, clock: LiveClock | None = None, grad_sync=None) -> ExecutorResult:
+            seeds: list[float] | None, clock: LiveClock | None = None, grad_sync=None,
+            pieces=None) -> ExecutorResult:
         """One step's schedule. ``inputs[j]``: micro-batch j's token ids (read on the rank holding stage 0);
         ``labels[j]`` and ``seeds[j]`` (the loss gradient the backward starts from) on the last stage's rank;
         ``plans[j]``: micro-batch j's dropout plan (its global rows); ``clock``: this rank's virtual clock, where
         the step has already charged it (default: a fresh one of ``costs`` at 0); ``grad_sync``: the DP sync,
-        armed around each chunk's ``final`` action (``--overlap-grad-reduce`` issues its buckets there)."""
+        armed around each chunk's ``final`` action (``--overlap-grad-reduce`` issues its buckets there);
+        ``pieces``: the shard's ``tpsim.pp.buckets.Pieces``, to time each piece of those actions on the clock."""
         sch, tracer = self.schedule, self.group.tracer
         stages = sch.stages
         received: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> input or output gradient
@@ -172,7 +177,9 @@ class Executor:
                     held.free((j, c))
                 if v > 0:
                     produced["B", j, c] = dx
-                _ran(out, "B", c, j, tracer.events[since:])
+                inside = _ran(out, "B", c, j, tracer.events[since:])
+                if armed and pieces is not None:
+                    out.clock.pieces("B", c, v, pieces.keys[v], pieces.scoped(inside, v))
             elif a.op == "W":
                 armed = grad_sync is not None and self.final(a)
                 if armed:
@@ -181,7 +188,9 @@ class Executor:
                 if armed:
                     grad_sync.disarm()
                 held.free((j, c))
-                _ran(out, "W", c, j, tracer.events[since:])
+                inside = _ran(out, "W", c, j, tracer.events[since:])
+                if armed and pieces is not None:
+                    out.clock.pieces("W", c, v, pieces.keys[v], pieces.scoped(inside, v))
             else:  # SEND_F / SEND_B
                 self._send(a, v, produced, out.clock.time)
         self.group.wait_sends()

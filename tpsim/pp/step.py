@@ -38,6 +38,7 @@ import numpy as np
 from tpsim.comm import Group, ProcessGrid
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.phases import DP_SYNC
+from tpsim.pp.buckets import Pieces, bucket_specs
 from tpsim.pp.chunk import PipelineShard
 from tpsim.pp.clock import LiveClock
 from tpsim.pp.executor import Executor, ExecutorResult
@@ -127,12 +128,42 @@ def pipeline_grads(shard: PipelineShard, executor: Executor, grid: ProcessGrid, 
         grad_sync.finish_param_gather()
         grad_sync.start_step()
     shard.zero_grad()
-    result = executor.run(ids_mb, labels_mb, plans, seeds, clock=clock, grad_sync=grad_sync)
+    overlapped = grad_sync is not None and grad_sync.overlap and clock.prices_collectives
+    result = executor.run(ids_mb, labels_mb, plans, seeds, clock=clock, grad_sync=grad_sync,
+                          pieces=Pieces(shard) if overlapped else None)
     weighted = sum(n * result.losses[j] for j, n in enumerate(counts) if n)  # 0 off the last stage
     loss, n_global = _global_loss(grid, weighted, n_global, clock)
     allreduce_word_embedding_grads(shard, grid, clock)
     if grad_sync is not None:
         grad_sync.release()  # the tied embedding's bucket, held until its sum over the embedding group
-        with on_clock(clock, grid.dp_group, "DP sync"):
-            grad_sync.sync()
+        dp_sync(shard, grad_sync, grid, clock)
     return loss, n_global, result
+
+
+def dp_sync(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: LiveClock) -> None:
+    """The DP gradient sync, and on a clock that prices collectives its buckets on the comm stream
+    (``LiveClock.dp_sync``): each priced from its trace record on the DP link; with ``--overlap-grad-reduce``
+    each ready at the end of the piece that finished its last gradient (the tied embedding's once its sum over
+    the embedding group is done), run in issue order; without, one after another from the DP group's latest clock."""
+    if not clock.prices_collectives or grid.dp == 1:
+        grad_sync.sync()
+        return
+    with grid.tracer.paused():
+        latest = float(grid.dp_group.all_reduce(np.array([clock.time]), op="max")[0])
+    after_embedding = clock.time
+    grad_sync.sync()
+    events = grad_sync.bucket_events
+    if any(events.get(b) is None for b in range(len(grad_sync.buckets))):
+        raise RuntimeError("a clock that prices collectives reads the DP buckets from the trace: enable the tracer")
+    seconds = [clock.priced([events[b]]) for b in range(len(grad_sync.buckets))]
+    if not grad_sync.overlap:
+        clock.dp_sync(latest, list(range(len(seconds))), None, seconds)
+        return
+    ready = []
+    for b, spec in enumerate(bucket_specs(shard, grad_sync, held=True)):
+        if (spec.stage, spec.piece) not in clock.piece_end:
+            raise RuntimeError(f"DP bucket {b}: its last gradient's piece {spec.piece} of virtual stage {spec.stage} "
+                               "never ran on the clock")
+        t = clock.piece_end[spec.stage, spec.piece]
+        ready.append(max(t, after_embedding) if spec.held else t)
+    clock.dp_sync(latest, grad_sync.issue_order, ready, seconds)

@@ -117,6 +117,7 @@ class GradSync:
         self.launch = self._all_reduce  # what issues bucket i (ZeRO-1 puts its reduce-scatter here)
         self.finish = self._average  # what completes it
         self._pending: dict[int, object] = {}  # bucket -> its posted collective (tpsim.comm.pending.Pending)
+        self.bucket_events: dict[int, object] = {}  # bucket -> the trace record of its last collective (or None)
         held = tuple(replace.get(id(g), g) for g in held)  # the held gradients, now views into their buckets
         self.ready = BucketReadiness(module, self.buffers, lambda i: self.launch(i), held) if self.overlap else None
 
@@ -167,6 +168,7 @@ class GradSync:
     def _all_reduce(self, i: int) -> None:
         with self.dp_group.tracer.region(scope=f"ddp.bucket{i}", phase=DP_SYNC):
             self._pending[i] = self.dp_group.iall_reduce(self.buffers[i], op="sum", overlap=self.overlap)
+        self.bucket_events[i] = self._pending[i].event
 
     def _average(self, i: int) -> None:
         self._pending.pop(i).wait()

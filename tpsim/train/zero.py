@@ -213,6 +213,15 @@ class DistributedOptimizer:
     def issue_order(self) -> list[int]:
         return self.grad_sync.issue_order
 
+    @property
+    def overlap(self) -> bool:
+        """``--overlap-grad-reduce`` (at dp > 1): the reduce-scatters are issued during the backward."""
+        return self.grad_sync.overlap
+
+    @property
+    def bucket_events(self) -> dict:
+        return self.grad_sync.bucket_events
+
     def sync(self) -> None:
         """Reduce-scatter each bucket over DP: this rank's owned range becomes the DP mean of the gradients.
         Through ``GradSync.sync`` (its overlap included), each bucket by ``Group.ireduce_scatter``: MPICH's
@@ -223,6 +232,7 @@ class DistributedOptimizer:
     def _reduce_scatter(self, i: int) -> None:
         with self.dp_group.tracer.region(scope=f"zero.bucket{i}", phase=DP_SYNC):
             self._reduced[i] = self.dp_group.ireduce_scatter(self.buffers[i], overlap=self.grad_sync.overlap)
+        self.grad_sync.bucket_events[i] = self._reduced[i].event
 
     def _keep_owned(self, i: int) -> None:
         mine, buf = self.owned[i], self.buffers[i]
