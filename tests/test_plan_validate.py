@@ -33,9 +33,12 @@ def test_validate_runs_every_pipeline_case_live():
     assert any(c.sp for c in live) and any(c.arch == "llama" for c in live)
     terms = ("virtual makespan (s, 1e-12 rel.)", "virtual step time (s, 1e-12 rel.)", "p2p bytes per replica", "peak in flight per rank",
              "peak layer activation bytes per rank", "embedding all-reduce wire bytes")
+    dp_terms = ("exposed DP seconds (1e-12 of the step)", "bubble fraction (1e-12)")  # a case with a DP sync
     for case in live:
-        for term in terms:
+        for term in terms + dp_terms * (case.dp > 1):
             line = next(x for x in done.stdout.splitlines() if x.startswith(case.name) and term in x)
             assert line.rstrip().endswith("yes"), line
+    assert any(c.overlap for c in live)
     assert "not run live" not in done.stdout
-    assert done.stdout.strip().splitlines()[-1] == f"VALIDATION: all {len(terms) * len(live)} terms match"
+    count = len(terms) * len(live) + len(dp_terms) * sum(c.dp > 1 for c in live)
+    assert done.stdout.strip().splitlines()[-1] == f"VALIDATION: all {count} terms match"
