@@ -148,7 +148,8 @@ def train(grid, shard, grad_sync, executor, run: RunConfig, resume=None):
         processed = sch.batch_size * sch.seq_len
         metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens, "tokens_processed": processed,
                         "seconds": dt, "tokens_per_s": processed / dt, "collective_bytes_per_rank": moved,
-                        **scaler_metrics(optimizer), "skipped": guard.last.skipped})
+                        **scaler_metrics(optimizer), "skipped": guard.last.skipped,
+                        **({"dp_exposed_s": result.clock.dp.exposed} if result.clock.dp is not None else {})})
         if (step % max(1, sch.steps // 10) == 0 or step == sch.steps - 1) and not guard.last.skipped:
             say(grid, f"  step {step:4d}  loss {_number(loss, 7, 4)}  |grad| {_number(norm, 6, 3)}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} moved by rank 0")
