@@ -13,7 +13,7 @@ from tpsim.plan.dp_overlap import piece_costs, specs, stage_buckets
 from tpsim.plan.gpus import gpu
 from tpsim.plan.layout import Layout
 from tpsim.plan.models import resolve as model_named
-from tpsim.plan.pipeline import pipeline_terms
+from tpsim.plan.pipeline import head_seconds, layer_seconds, pipeline_terms
 
 
 def test_the_stream_runs_buckets_in_issue_order_from_their_ready_time_and_the_wait_is_exposed():
@@ -76,7 +76,8 @@ def test_the_planner_prices_one_bucket_a_rank_ready_when_its_last_backward_ends(
         t = p["dp_s"][r]
         assert p["dp_streams"][r]["exposed_s"] == pytest.approx(t, rel=ROUNDING)
         bucket = o["dp_streams"][r]["buckets"][0]
-        keys, with_comm, _ = piece_costs(m, over_layout(lay), g, r, "W" if lay.schedule == "zb-h1" else "B")
+        tables = {"layer": layer_seconds(m, lay, g), "head": head_seconds(m, lay, g)}
+        keys, with_comm, _ = piece_costs(m, over_layout(lay), g, r, "W" if lay.schedule == "zb-h1" else "B", tables)
         assert keys[-1] == stage_buckets(m, lay, [1] * lay.pp)[r][0].piece
         if r == lay.pp - 1:  # the last rank's last action is its final backward; a tied head's bucket waits
             held = stage_buckets(m, lay, [1] * lay.pp)[r][0].held  # for the embedding group's sum (pp > 1)

@@ -4,7 +4,7 @@
       model        GPTConfig | LlamaConfig      the architecture and its sizes (``tpsim.arch``)
       parallel     Parallelism(tp, dp, pp, sp, zero)   how the ranks split the work
       precision    Precision(dtype, loss_scale_interval)
-      optimizer    OptimizerSettings(lr, clip, bucket_mb, max_skipped_steps)
+      optimizer    OptimizerSettings(lr, clip, bucket_mb, max_skipped_steps, overlap_grad_reduce, overlap_param_gather)
       schedule     Schedule(batch_size, seq_len, steps, seed, dropout_rng)
       files        Files(out, export, init_from, timeline_steps, save, resume)
       pipeline     Pipeline(schedule, microbatches, vp, stage_layers, clock, mfu)   how pp > 1 runs (``tpsim.pp``)
@@ -124,11 +124,8 @@ class Precision:
 
 @dataclass(frozen=True)
 class OptimizerSettings:
-    """AdamW and what surrounds it: ``clip`` the max global gradient norm (0 = off), DDP bucket size in MiB
-    (0 = one all-reduce per tensor), and how many non-finite steps in a row stop the run.
-    ``overlap_grad_reduce``: each DP bucket's reduction issued during the last micro-batch's backward (Megatron's
-    ``--overlap-grad-reduce``); ``overlap_param_gather``: ZeRO-1's all-gather left to finish before the next
-    forward (``--overlap-param-gather``, needs ``--zero 1``; ``tpsim.train.grad_ready``)."""
+    """AdamW and what surrounds it: ``clip`` the max global gradient norm (0 = off), DDP bucket size in MiB (0 = one
+    all-reduce per tensor), non-finite steps in a row that stop the run, Megatron's DP overlaps (guide/overlap.md)."""
 
     lr: float = 3e-3
     clip: float = 1.0
@@ -190,11 +187,10 @@ class Files:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """How a pipeline runs when ``Parallelism.pp > 1``: the schedule (``tpsim.pipeline.schedules``: afab, 1f1b,
-    ...), ``microbatches`` per DP replica per step (the global batch splits into dp × microbatches of them),
-    ``vp`` model chunks per rank (``interleaved`` only; chunk c of rank r is virtual stage c·pp + r), and the
-    layers of every virtual stage, pp × vp sizes in virtual-stage order (None: an even split). ``clock``, ``mfu``:
-    what the live virtual clock charges, ``unit`` or a GPU at an efficiency (``tpsim.plan.clock_choice``)."""
+    """How a pipeline runs (``Parallelism.pp > 1``): the schedule (``tpsim.pipeline.schedules``: afab, 1f1b, ...),
+    ``microbatches`` per DP replica per step (the global batch splits into dp × microbatches of them), ``vp`` model
+    chunks per rank (``interleaved`` only; chunk c of rank r is virtual stage c·pp + r), the layers of every virtual
+    stage (pp × vp sizes in order; None: even). ``clock``, ``mfu``: the virtual clock's (pp 1 too): unit or a GPU."""
 
     schedule: str = "1f1b"
     microbatches: int = 1
@@ -217,7 +213,7 @@ class Pipeline:
         if par.pp == 1:
             if self.microbatches != 1 or self.vp != 1 or self.stage_layers is not None:
                 raise ConfigError("--microbatches, --vp and --pp-layers cut a pipeline: they need --pp > 1")
-            return  # --clock at pp 1: the one-stage pipeline path runs (``tpsim.demo.cli``), DP x TP on the clock
+            return  # --clock at pp 1: the one-stage pipeline path (``tpsim.demo.cli``), DP x TP on the clock
         from tpsim.pipeline.check import check  # pure arithmetic, as is the split
         from tpsim.pipeline.schedules import build
         from tpsim.pp.split import split_layers
@@ -251,9 +247,8 @@ class RunConfig:
             raise ConfigError(f"--seq-len {sch.seq_len} is not divisible by tp {par.tp} "
                               f"(sequence parallelism splits the sequence)")
         self.model.check(par.tp)
-        if self.optimizer.overlap_param_gather and par.zero != 1:
-            raise ConfigError("--overlap-param-gather overlaps ZeRO-1's parameter all-gather with the next forward: "
-                              "it needs --zero 1 (plain DP gathers no parameters)")
+        if self.optimizer.overlap_param_gather and par.zero != 1:  # plain DP gathers no parameters
+            raise ConfigError("--overlap-param-gather (ZeRO-1's all-gather under the next forward) needs --zero 1")
 
     @property
     def arch(self) -> str:

@@ -45,16 +45,14 @@ def stage_ranges(model: ModelSpec, lay: Layout) -> list[range]:
     return out
 
 
-def piece_costs(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, op: str) -> tuple[list, list, list]:
+def piece_costs(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, op: str, tables: dict) -> tuple[list, list, list]:
     """Virtual stage ``stage``'s backward pieces (B or W) in execution order, each one's seconds with its TP
-    collectives, and without them (compute alone: ``layer_seconds`` / ``head_seconds``; unsplit: B + W)."""
-    from tpsim.plan.pipeline import head_seconds, layer_seconds  # the planner's pipeline module imports this one
-
+    collectives, and without them (compute alone: ``tables``, ``{"layer": layer_seconds, "head": head_seconds}``
+    of ``tpsim.plan.pipeline``; unsplit: B + W)."""
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
     last = lay.pp * lay.vp - 1
     keys = backward_pieces(stage_ranges(model, lay)[stage], stage == 0, stage == last)
     comm = piece_comm(model, lay, gpu, split)
-    tables = {"layer": layer_seconds(model, lay, gpu), "head": head_seconds(model, lay, gpu)}
     i = OP_INDEX[op]
 
     def compute(kind: str) -> float:
@@ -65,10 +63,10 @@ def piece_costs(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, op: str) ->
     return keys, [compute(k[0]) + comm[k[0]][i] for k in keys], [compute(k[0]) for k in keys]
 
 
-def piece_compute(model: ModelSpec, lay: Layout, gpu: GPU):
+def piece_compute(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict):
     """``(op, rank, chunk) -> seconds of each piece`` without collectives: the live clock's ``Costs.pieces``."""
     def pieces(op: str, rank: int, chunk: int) -> list[float]:
-        return piece_costs(model, lay, gpu, chunk * lay.pp + rank, op)[2]
+        return piece_costs(model, lay, gpu, chunk * lay.pp + rank, op, tables)[2]
     return pieces
 
 
@@ -118,19 +116,20 @@ def bucket_seconds(lay: Layout, gpu: GPU, nbytes: float) -> float:
     return ring_seconds(op, nbytes, lay.dp, links(lay, gpu)["dp"]) if lay.dp > 1 and ring_steps(op, lay.dp) else 0.0
 
 
-def _ready(model, lay, gpu, starts, buckets: list[BucketSpec], held_at: float) -> list[float]:
+def _ready(model, lay, gpu, tables, starts, buckets: list[BucketSpec], held_at: float) -> list[float]:
+    op = "W" if compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward else "B"
     ends: dict[tuple, float] = {}
     for s in {b.stage for b in buckets}:
-        keys, seconds, _ = piece_costs(model, lay, gpu, s, "W" if compiled(
-            lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward else "B")
+        keys, seconds, _ = piece_costs(model, lay, gpu, s, op, tables)
         ends.update(((s, k), e) for k, e in zip(keys, piece_ends(starts[s], seconds)))
     return [max(ends[b.stage, b.piece], held_at) if b.held else ends[b.stage, b.piece] for b in buckets]
 
 
-def dp_terms(model: ModelSpec, lay: Layout, gpu: GPU, charged, message, start, before_dp: list[float],
+def dp_terms(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict, charged, message, start, before_dp: list[float],
              dp_buckets: list[list[BucketSpec]]) -> list[Stream]:
     """Each pipeline rank's DP buckets on its comm stream (module docstring), the compute clock before the DP
-    sync at ``before_dp[r]``: overlapped when ``lay.overlap_grad_reduce``, else one after another."""
+    sync at ``before_dp[r]``: overlapped when ``lay.overlap_grad_reduce``, else one after another; ``tables``:
+    one layer's and the head's F, B, W seconds (``piece_costs``)."""
     starts = final_starts(lay, charged, message, start) if lay.overlap_grad_reduce else {}
     out = []
     for r, buckets in enumerate(dp_buckets):
@@ -138,7 +137,7 @@ def dp_terms(model: ModelSpec, lay: Layout, gpu: GPU, charged, message, start, b
         if not lay.overlap_grad_reduce or lay.dp == 1:
             out.append(after_compute(len(seconds), seconds, before_dp[r]))
             continue
-        ready = _ready(model, lay, gpu, starts, buckets, before_dp[r])
+        ready = _ready(model, lay, gpu, tables, starts, buckets, before_dp[r])
         order = sorted(range(len(buckets)), key=lambda b: (ready[b], b))
         out.append(comm_stream(order, ready, seconds, before_dp[r]))
     return out

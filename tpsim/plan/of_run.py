@@ -36,7 +36,7 @@ from tpsim.plan.gpus import GPU, gpu as gpu_preset
 from tpsim.plan.layout import Layout
 from tpsim.plan.models import ModelSpec
 from tpsim.plan.dp_overlap import piece_compute
-from tpsim.plan.pipeline import message_costs, stage_costs
+from tpsim.plan.pipeline import head_seconds, layer_seconds, message_costs, stage_costs
 
 
 def model_spec(config, name: str | None = None) -> ModelSpec:
@@ -98,7 +98,9 @@ def clock_costs(run: RunConfig, schedule: Schedule, boundary: tuple[int, ...], d
     table = stage_costs(model, lay, g).tolist()  # [rank][chunk][F, B, W] seconds, as Python floats
     compute = {op: (lambda i: lambda rank, chunk, j: table[rank][chunk][i])(i) for i, op in enumerate("FBW")}
     return Costs(compute, alpha=link.alpha, beta=link.beta, message_bytes=lambda direction, j, stage: live,
-                 collective=collective_seconds(lay, g), pieces=piece_compute(model, lay, g))
+                 collective=collective_seconds(lay, g),
+                 pieces=piece_compute(model, lay, g, {"layer": layer_seconds(model, lay, g),
+                                                      "head": head_seconds(model, lay, g)}))
 
 
 def clock_words(run: RunConfig) -> str:

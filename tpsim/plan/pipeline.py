@@ -113,7 +113,8 @@ def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU, dp_buckets=None) -> 
     sizes = None if dp_buckets is None else [[getattr(b, "nbytes", b) for b in r] for r in dp_buckets]
     tail = after_schedule(model, lay, gpu, [r["finish_s"] for r in out["ranks"]], sizes)
     if lay.dp > 1:  # the DP buckets on each rank's comm stream, overlapped or not (tpsim.plan.dp_overlap)
-        streams = dp_overlap.dp_terms(model, lay, gpu, compute + comm, message, start, tail["before_dp"],
+        tables = {"layer": layer_seconds(model, lay, gpu), "head": head_seconds(model, lay, gpu)}
+        streams = dp_overlap.dp_terms(model, lay, gpu, tables, compute + comm, message, start, tail["before_dp"],
                                       dp_overlap.specs(model, lay, dp_buckets))
         tail["ends"] = [s.end for s in streams]
         tail["step_s"] = max(tail["ends"])

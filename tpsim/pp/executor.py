@@ -34,6 +34,7 @@ enabled (a ``RuntimeError`` otherwise: an untraced step would run on a clock wit
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -125,17 +126,30 @@ class Executor:
         return a.microbatch == self.schedule.microbatches - 1 and a.op == ("W" if self.schedule.splits_backward
                                                                              else "B")
 
-    def run(self, inputs: list[np.ndarray], labels: list[np.ndarray] | None, plans: list,
-            seeds: list[float] | None, clock: LiveClock | None = None, grad_sync=None,
-            pieces=None) -> ExecutorResult:
-        """One step's schedule. ``inputs[j]``: micro-batch j's token ids (read on the rank holding stage 0);
-        ``labels[j]`` and ``seeds[j]`` (the loss gradient the backward starts from) on the last stage's rank;
-        ``plans[j]``: micro-batch j's dropout plan (its global rows); ``clock``: this rank's virtual clock, where
-        the step has already charged it (default: a fresh one of ``costs`` at 0); ``grad_sync``: the DP sync,
-        armed around each chunk's ``final`` action (``--overlap-grad-reduce`` issues its buckets there);
-        ``pieces``: the shard's ``tpsim.pp.buckets.Pieces``, to time each piece of those actions on the clock."""
-        sch, tracer = self.schedule, self.group.tracer
-        stages = sch.stages
+    @contextmanager
+    def _producing(self, a, grad_sync):
+        """Around a B or W: the DP sync armed while it runs when it is its chunk's ``final`` one."""
+        armed = grad_sync is not None and self.final(a)
+        if armed:
+            grad_sync.arm()
+        try:
+            yield
+        finally:
+            if armed:
+                grad_sync.disarm()
+
+    def _pieces(self, out: ExecutorResult, a, v: int, inside: list, pieces) -> None:
+        """A chunk's ``final`` B or W on the clock piece by piece (``LiveClock.pieces``), when ``pieces`` is given."""
+        if pieces is not None and self.final(a):
+            out.clock.pieces(a.op, a.chunk, v, pieces.keys[v], pieces.scoped(inside, v))
+
+    def run(self, inputs: list[np.ndarray], labels: list[np.ndarray] | None, plans: list, seeds: list[float] | None,
+            clock: LiveClock | None = None, grad_sync=None, pieces=None) -> ExecutorResult:
+        """One step's schedule. ``inputs[j]``: micro-batch j's token ids (on the rank holding stage 0); ``labels[j]``
+        and ``seeds[j]`` (the loss gradient the backward starts from) on the last stage's; ``plans[j]``: its dropout
+        plan (its global rows); ``clock``: this rank's, already charged by the step (default: a fresh one at 0);
+        ``grad_sync``: the DP sync, armed around each chunk's ``final`` action; ``pieces``: the shard's ``Pieces``."""
+        sch, tracer, stages = self.schedule, self.group.tracer, self.schedule.stages
         received: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> input or output gradient
         produced: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> what a SEND will post
         caches: dict[tuple[int, int], object] = {}
@@ -167,30 +181,18 @@ class Executor:
                 _ran(out, "F", c, j, tracer.events[since:])
             elif a.op == "B":
                 dy = seeds[j] if chunk.last else received.pop(("B", j, c))
-                armed = grad_sync is not None and self.final(a)
-                if armed:
-                    grad_sync.arm()
-                dx = self._backward(chunk, dy, caches.pop((j, c)), weights, (j, c))  # the cache goes now
-                if armed:
-                    grad_sync.disarm()
+                with self._producing(a, grad_sync):
+                    dx = self._backward(chunk, dy, caches.pop((j, c)), weights, (j, c))  # the cache goes now
                 if not sch.splits_backward:
                     held.free((j, c))
                 if v > 0:
                     produced["B", j, c] = dx
-                inside = _ran(out, "B", c, j, tracer.events[since:])
-                if armed and pieces is not None:
-                    out.clock.pieces("B", c, v, pieces.keys[v], pieces.scoped(inside, v))
+                self._pieces(out, a, v, _ran(out, "B", c, j, tracer.events[since:]), pieces)
             elif a.op == "W":
-                armed = grad_sync is not None and self.final(a)
-                if armed:
-                    grad_sync.arm()
-                chunk.backward_weights(weights.pop((j, c)))  # and with them, what they held
-                if armed:
-                    grad_sync.disarm()
+                with self._producing(a, grad_sync):
+                    chunk.backward_weights(weights.pop((j, c)))  # and with them, what they held
                 held.free((j, c))
-                inside = _ran(out, "W", c, j, tracer.events[since:])
-                if armed and pieces is not None:
-                    out.clock.pieces("W", c, v, pieces.keys[v], pieces.scoped(inside, v))
+                self._pieces(out, a, v, _ran(out, "W", c, j, tracer.events[since:]), pieces)
             else:  # SEND_F / SEND_B
                 self._send(a, v, produced, out.clock.time)
         self.group.wait_sends()

@@ -48,7 +48,7 @@ import numpy as np
 from tpsim.comm import ProcessGrid
 from tpsim.nn.module import Partition
 from tpsim.nn.precision import is_half
-from tpsim.phases import DP_SYNC, OPTIMIZER, VERIFY
+from tpsim.phases import OPTIMIZER
 from tpsim.table import human_bytes
 from tpsim.partition import owned_range, owned_segments
 from tpsim.train.clip import check_norm_type, local_contribution, scale_grads
@@ -57,6 +57,7 @@ from tpsim.train.loss_scale import DynamicLossScaler, unscale_and_agree
 from tpsim.train.mixed_precision import MainParams
 from tpsim.train.optim import Optimizer
 from tpsim.train.protocol import MAIN_PARAM, Overflow, StatePiece
+from tpsim.train.zero_comm import ZeroCommunication, flat_view
 
 
 class Piece(NamedTuple):
@@ -73,14 +74,7 @@ class Piece(NamedTuple):
     model: np.ndarray  # the model's own elements: ``param`` itself, or under mixed precision its 16-bit view
 
 
-def _flat(a: np.ndarray) -> np.ndarray:
-    flat = a.reshape(-1)
-    if not np.shares_memory(flat, a):
-        raise ValueError("ZeRO-1 updates parameters through flat views: parameters must be contiguous")
-    return flat
-
-
-class DistributedOptimizer:
+class DistributedOptimizer(ZeroCommunication):
     """ZeRO-1 around a tpsim ``Optimizer`` (its update rule and hyper-parameters; its full state is dropped).
 
     Implements the optimizer protocol (``tpsim.train.protocol``) with ``zero_stage`` 1, and is also the gradient
@@ -129,7 +123,7 @@ class DistributedOptimizer:
             name, at, size = bucket.names[seg.index], seg.buffer_start - mine.start, seg.stop - seg.start
             state = {s: arr[at:at + size] for s, arr in self.slot_buffers[b].items()}
             grad = buf[seg.buffer_start:seg.buffer_start + size]
-            own = _flat(params[name])[seg.start:seg.stop]
+            own = flat_view(params[name])[seg.start:seg.stop]
             # 16 bits: the float32 main parameter of this piece, made once from the 16-bit weights
             param = self.main.add(b, at, own) if self.half else own
             pieces.append(Piece(name, param, grad, state, partitions[name], self.optimizer.decay_for(name), at,
@@ -197,48 +191,6 @@ class DistributedOptimizer:
         self.optimizer.module.zero_grad()  # the views are filled in place; the padding is never written
 
     # --- the three phases of a step ----------------------------------------------------------------------------
-    def start_step(self) -> None:
-        self.grad_sync.start_step()
-
-    def arm(self) -> None:
-        self.grad_sync.arm()
-
-    def disarm(self) -> None:
-        self.grad_sync.disarm()
-
-    def release(self) -> None:
-        self.grad_sync.release()
-
-    @property
-    def issue_order(self) -> list[int]:
-        return self.grad_sync.issue_order
-
-    @property
-    def overlap(self) -> bool:
-        """``--overlap-grad-reduce`` (at dp > 1): the reduce-scatters are issued during the backward."""
-        return self.grad_sync.overlap
-
-    @property
-    def bucket_events(self) -> dict:
-        return self.grad_sync.bucket_events
-
-    def sync(self) -> None:
-        """Reduce-scatter each bucket over DP: this rank's owned range becomes the DP mean of the gradients.
-        Through ``GradSync.sync`` (its overlap included), each bucket by ``Group.ireduce_scatter``: MPICH's
-        blocking ``Reduce_scatter_block`` sums large buffers in another order at dp >= 3, so the overlapped
-        and the plain sync use the one non-blocking call and give the same bits."""
-        self.grad_sync.sync()
-
-    def _reduce_scatter(self, i: int) -> None:
-        with self.dp_group.tracer.region(scope=f"zero.bucket{i}", phase=DP_SYNC):
-            self._reduced[i] = self.dp_group.ireduce_scatter(self.buffers[i], overlap=self.grad_sync.overlap)
-        self.grad_sync.bucket_events[i] = self._reduced[i].event
-
-    def _keep_owned(self, i: int) -> None:
-        mine, buf = self.owned[i], self.buffers[i]
-        buf[mine.start:mine.stop] = self._reduced.pop(i).wait()
-        buf[mine.start:mine.stop] /= self.dp  # sum then divide, as GradSync does
-
     def _all_pieces(self):
         return (piece for pieces in self.pieces for piece in pieces)
 
@@ -278,70 +230,6 @@ class DistributedOptimizer:
         """The owned pieces' slots; under mixed precision with their float32 main parameters (``main_param``)."""
         return [StatePiece(p.name, p.start, {**p.state, MAIN_PARAM: p.param} if self.half else p.state)
                 for p in self._all_pieces()]
-
-    def gather_params(self) -> None:
-        """All-gather every bucket's owned ranges of the model's parameters into its arrays (phase
-        ``optimizer``), in the parameters' dtype: 2 bytes per element for a 16-bit model. With
-        ``overlap_param_gather`` (``--overlap-param-gather``) they are only posted here, and
-        ``finish_param_gather`` (before the next forward, or anything reading the parameters) completes them."""
-        targets = dict(self.optimizer.module.named_parameters())
-        if not self.overlap_param_gather:
-            self._gather("model", targets, "zero.bucket", OPTIMIZER)
-            return
-        self.finish_param_gather()
-        tracer = self.dp_group.tracer
-        for i in range(len(self.buckets)):
-            send = self._owned_values(i, "model", targets)
-            with tracer.region(scope=f"zero.bucket{i}", phase=OPTIMIZER):
-                self._gathering.append((i, self.dp_group.iall_gather(send, overlap=True)))
-
-    @property
-    def gathers_pending(self) -> int:
-        """Parameter all-gathers posted and not yet completed (``--overlap-param-gather``)."""
-        return len(self._gathering)
-
-    def finish_param_gather(self, buckets=None) -> None:
-        """Complete the posted parameter all-gathers (of ``buckets``, default all) into the model's arrays."""
-        targets = None
-        keep = []
-        for i, pending in self._gathering:
-            if buckets is not None and i not in buckets:
-                keep.append((i, pending))
-                continue
-            targets = targets or dict(self.optimizer.module.named_parameters())
-            self._scatter_into(i, pending.wait(), targets)
-        self._gathering = keep
-
-    def gather_grads(self) -> None:
-        """All-gather the reduced gradients so the model's whole gradients are the DP mean again (to check them
-        against a serial model: scope ``zero.grads{i}``, phase ``verify``)."""
-        self._gather("grad", dict(self.optimizer.module.named_grads()), "zero.grads", VERIFY)
-
-    def _gather(self, what: str, targets: dict[str, np.ndarray], scope: str, phase: str) -> None:
-        """All-gather each bucket's owned pieces of ``what`` ("model" or "grad") into the arrays ``targets``."""
-        if self.dp == 1:
-            return  # every range is mine: the update was already in place
-        tracer = self.dp_group.tracer
-        for i in range(len(self.buckets)):
-            send = self._owned_values(i, what, targets)
-            with tracer.region(scope=f"{scope}{i}", phase=phase):
-                full = self.dp_group.all_gather(send, axis=0)
-            self._scatter_into(i, full, targets)
-
-    def _owned_values(self, i: int, what: str, targets: dict[str, np.ndarray]) -> np.ndarray:
-        """Bucket ``i``'s owned range of ``what`` ("model" or "grad") as one flat array (padding zeros)."""
-        send = np.zeros(len(self.owned[i]), targets[self.buckets[i].names[0]].dtype)  # padding travels as zeros
-        for piece in self.pieces[i]:
-            send[piece.at:piece.at + piece.grad.size] = getattr(piece, what)
-        return send
-
-    def _scatter_into(self, i: int, full: np.ndarray, targets: dict[str, np.ndarray]) -> None:
-        """Bucket ``i`` gathered (``full``, padding included) back into the arrays ``targets``."""
-        offset = 0
-        for name in self.buckets[i].names:
-            flat = _flat(targets[name])
-            flat[...] = full[offset:offset + flat.size]
-            offset += flat.size
 
     def describe(self) -> str:
         """The buckets, the owned range of each on this rank, and the state bytes, as text."""
