@@ -7,13 +7,16 @@ from __future__ import annotations
 import pytest
 
 from tpsim.pipeline.overlap import (EMBEDDING, HEAD, BucketSpec, after_compute, backward_pieces, comm_stream,
-                                    first_use_waits, forward_pieces, layer, piece_ends, piece_of, playbook_hides)
+                                    forward_gates, forward_pieces, gated_ends, layer, piece_ends, piece_of,
+                                    playbook_hides)
 from tpsim.pipeline.stage_clock import ROUNDING
 from tpsim.plan.dp_overlap import piece_costs, specs, stage_buckets
 from tpsim.plan.gpus import gpu
 from tpsim.plan.layout import Layout
 from tpsim.plan.models import resolve as model_named
+from tpsim.plan.param_gather import gather_bytes
 from tpsim.plan.pipeline import head_seconds, layer_seconds, pipeline_terms
+from tpsim.plan.pipeline_comm import loss_normalizer_s
 
 
 def test_the_stream_runs_buckets_in_issue_order_from_their_ready_time_and_the_wait_is_exposed():
@@ -38,9 +41,15 @@ def test_a_stream_that_ends_before_the_compute_is_hidden_and_without_overlap_all
     assert (empty.end, empty.exposed, empty.after_first_ready) == (1.5, 0.0, 0.0)
 
 
-def test_param_gather_waits_and_the_playbook_condition():
-    s = comm_stream([0, 1], [0.0, 0.0], [1.0, 2.0], 0.0)  # the all-gathers from the optimizer's end
-    assert first_use_waits(s, [0.5, 4.0]) == [0.5, 0.0]  # bucket 0 ends at 1, needed at 0.5; bucket 1 at 3 < 4
+def test_param_gather_gates_the_first_forward_piece_that_reads_a_bucket_and_the_playbook_condition():
+    s = comm_stream([0, 1], [0.0, 0.0], [1.0, 2.0], 0.0)  # the all-gathers from the optimizer's end: 0-1, 1-3
+    buckets = [BucketSpec(8, 0, HEAD, False, (0, layer(1))), BucketSpec(8, 0, layer(0), False, (0, EMBEDDING))]
+    gates = forward_gates(buckets, s)
+    assert gates == {(0, layer(1)): 1.0, (0, EMBEDDING): 3.0}
+    # the forward from 0.5: the embedding (0 s) waits for bucket 1 until 3, layer 0 (0.5 s) runs, layer 1 (0.25 s)
+    # is past its gate at 3.5: ends 3, 3.5, 3.75, waited 2.5
+    keys = [(0, EMBEDDING), (0, layer(0)), (0, layer(1))]
+    assert gated_ends(0.5, [0.0, 0.5, 0.25], [gates.get(k, 0.0) for k in keys]) == ([3.0, 3.5, 3.75], 2.5)
     assert playbook_hides(3.0, 3.0) and not playbook_hides(2.0, 3.0)
 
 
@@ -100,3 +109,20 @@ def test_overlap_needs_each_buckets_piece():
         specs(model_named("gpt2-medium"), lay, [[1000, 2000], [3000]])
     given = [[BucketSpec(1000, 0, HEAD, False)], [BucketSpec(2000, 1, HEAD, True)]]
     assert specs(model_named("gpt2-medium"), lay, given) == given
+
+
+def test_the_planner_waits_for_the_param_gather_at_the_first_forward_piece_or_after_the_dp_sync():
+    """ZeRO-1 at pp 1, one bucket: its all-gather (g seconds from the optimizer's end, the step's 0) is first read
+    by the embedding, the forward's first piece; the one stage starts after the loss normalizer (n seconds), so
+    with the flag it waits max(0, g − n) there and the makespan grows by that; without, all g comes after the DP
+    sync. Bytes: the bucket's elements in the parameters' dtype (bfloat16, the default: half its float32 gradients')."""
+    m, g = model_named("gpt2-medium"), gpu("h100-80gb")
+    base = dict(tp=1, dp=4, pp=1, zero=1, seq_len=1024, micro_batch=1, global_batch=8)
+    plain, over = (pipeline_terms(m, Layout(**base, overlap_param_gather=flag), g) for flag in (False, True))
+    p, o = plain["after_schedule"]["param_gather"][0], over["after_schedule"]["param_gather"][0]
+    assert p["comm_s"] == o["comm_s"] > 0 and p["exposed_s"] == pytest.approx(p["comm_s"], rel=ROUNDING)
+    assert p["end_s"] == pytest.approx(plain["after_schedule"]["dp_streams"][0]["end_s"] + p["comm_s"], rel=ROUNDING)
+    n = loss_normalizer_s(Layout(**base), g)
+    assert o["exposed_s"] == pytest.approx(max(0.0, o["comm_s"] - n), rel=ROUNDING)
+    assert over["makespan_s"] == pytest.approx(plain["makespan_s"] + o["exposed_s"], rel=ROUNDING)
+    assert gather_bytes(Layout(**base, dtype="float32"), 800) == 800 and gather_bytes(Layout(**base), 800) == 400

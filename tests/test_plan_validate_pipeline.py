@@ -38,6 +38,8 @@ def planned_ranks(case) -> list[dict]:
                 if buckets is not None:  # what a rank with a DP sync reports: its buckets and its exposed wait
                     out[-1].update(buckets=[list(b) for b in buckets[r]], clock_busy=terms["ranks"][r]["busy_s"],
                                    dp_exposed=terms["after_schedule"]["dp_streams"][r]["exposed_s"])
+                if "param_gather" in terms["after_schedule"]:  # ZeRO-1: the all-gather's exposed part
+                    out[-1]["gather_exposed"] = terms["after_schedule"]["param_gather"][r]["exposed_s"]
     return out
 
 
@@ -51,7 +53,9 @@ def test_the_planners_own_numbers_match_and_any_difference_is_a_no(case):
                              ("schedule_end", ranks[-1]["schedule_end"] * 1e-11, "virtual makespan"),
                              ("clock_end", ranks[-1]["clock_end"] * 1e-11, "virtual step time"),
                              *([("dp_exposed", ranks[-1]["clock_end"] * 1e-11, "exposed DP seconds")]
-                               if "dp_exposed" in ranks[0] else [])):
+                               if "dp_exposed" in ranks[0] else []),
+                             *([("gather_exposed", ranks[-1]["clock_end"] * 1e-11, "exposed param all-gather")]
+                               if "gather_exposed" in ranks[0] else [])):
         bad = [dict(r) for r in ranks]
         latest = max(range(len(bad)), key=lambda i: bad[i][key])  # a clock compared as its pipeline's latest
         bad[latest][key] += nudge

@@ -3,7 +3,8 @@
 
     DP OVERLAP CHECK   each stage of rank 0's pipeline: the clock after the DP sync and the exposed DP seconds
                        (``tpsim.pipeline.overlap``: the wait for the comm stream before the optimizer) vs the
-                       planner's ``tpsim.plan.dp_overlap`` for this run's buckets, to 1e-12 relative
+                       planner's ``tpsim.plan.dp_overlap`` for this run's buckets, to 1e-12 relative; ZeRO-1: the
+                       exposed parameter all-gather too (``tpsim.plan.param_gather``)
     DP overlap: ...    the buckets, how much of their time is exposed, and the Ultra-Scale Playbook's condition
                        for hiding it all (t_compute ≥ t_comm)
 
@@ -43,8 +44,11 @@ def dp_check(grid, run: RunConfig, streams: list[tuple], dp_buckets: list) -> tu
     live = {rank: s for rank, _, s in streams}
     chain = list(grid.pp_group.ranks)
     scale = terms["step_s"]
+    gathers = terms["after_schedule"].get("param_gather")  # ZeRO-1: the all-gathers' exposed part too
     ok = all(live[rank] is not None and abs(live[rank]["end_s"] - want[r]["end_s"]) <= ROUNDING * scale
              and abs(live[rank]["exposed_s"] - want[r]["exposed_s"]) <= ROUNDING * scale
+             and (gathers is None or abs(live[rank]["param_gather_exposed_s"] - gathers[r]["exposed_s"])
+                  <= ROUNDING * scale)
              for r, rank in enumerate(chain))
     mode = "overlapped with the last backward" if lay.overlap_grad_reduce else "after the backward"
     exposed = [live[rank]["exposed_s"] if live[rank] else float("nan") for rank in chain]
@@ -52,8 +56,14 @@ def dp_check(grid, run: RunConfig, streams: list[tuple], dp_buckets: list) -> tu
             f"clock: exposed per stage {', '.join(duration(x) for x in exposed)}; the planner's "
             f"(tpsim.plan.dp_overlap): {', '.join(duration(w['exposed_s']) for w in want)} "
             f"({'equal' if ok else 'NOT equal'} to 1e-12 of the step)")
+    if gathers is not None:
+        mode = "waited at the forward" if lay.overlap_param_gather else "after the DP sync"
+        line += (f"; ZeRO-1's parameter all-gather ({mode}) exposed "
+                 f"{', '.join(duration(live[rank]['param_gather_exposed_s']) for rank in chain)}, the planner's "
+                 f"{', '.join(duration(g['exposed_s']) for g in gathers)}")
     first = live[chain[0]] or want[0]
-    doc = {"overlap_grad_reduce": lay.overlap_grad_reduce,
+    doc = {"overlap_grad_reduce": lay.overlap_grad_reduce, "overlap_param_gather": lay.overlap_param_gather,
+           "planner_param_gather": gathers,
            "ranks": [{"rank": rank, "stage": stage, **(s or {})} for rank, stage, s in sorted(streams, key=str)],
            "planner": want}
     return ok, [line, overlap_line(first, len(dp_buckets[0]))], doc

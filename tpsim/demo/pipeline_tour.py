@@ -210,8 +210,9 @@ def run(demo) -> int:
     with grid.tracer.paused():
         timing = grid.world.gather_objects((grid.rank, grid.pp_rank, result.clock.schedule_end, result.clock.busy,
                                             peak, result.peak_layer_bytes, result.clock.time))
-        dp_streams = grid.world.gather_objects((grid.rank, grid.pp_rank, None if result.clock.dp is None
-                                                else stream_dict(result.clock.dp)))
+        dp_streams = grid.world.gather_objects((grid.rank, grid.pp_rank, None if result.clock.dp is None else
+                                                {**stream_dict(result.clock.dp),
+                                                 "param_gather_exposed_s": result.clock.gather_exposed}))
     chains = per_stage(grid, virtual)  # rank 0's pipeline: one virtual-clock track per pipeline rank
     tracks = None if chains is None else {"clock": clock_words(run), "seconds": run.pipeline.clock != UNIT_CLOCK,
                                           "ranks": list(grid.pp_group.ranks), "tracks": chains}

@@ -18,8 +18,10 @@ DP link (``comm_stream``); before the optimizer the compute clock waits for it:
     exposed DP communication = clock − compute end          hidden = Σ t_i − exposed
 
 Without ``--overlap-grad-reduce`` every bucket is ready at the compute end: all of it is exposed. The parameter
-all-gather of ZeRO-1 (``--overlap-param-gather``) is the same stream run from the optimizer's end, every bucket
-ready then; the next step's forward waits at the first piece that reads a bucket (``first_use_waits``).
+all-gather of ZeRO-1 is the same stream run from the optimizer's end (the optimizer costs nothing on the clock,
+so: from the step's start), every bucket ready then; with ``--overlap-param-gather`` the forward of micro-batch 0
+on each chunk waits at the first piece that reads a bucket for its end (``forward_gates``, ``gated_ends``; the
+waits are the exposed all-gather), without it the gathers run after the DP sync, all exposed.
 
 When does the overlap hide everything? The Ultra-Scale Playbook (Tazi et al., Hugging Face 2025) states it as
 t_compute ≥ t_comm: the backward compute left after a bucket is ready must cover its all-reduce;
@@ -30,6 +32,8 @@ stream), ``comm_stream(...).exposed == 0`` the exact answer under this rule. MPI
 from __future__ import annotations
 
 from typing import NamedTuple, Sequence
+
+from tpsim.pipeline.stage_clock import ROUNDING
 
 HEAD, EMBEDDING = ("head",), ("embedding",)  # piece keys; a layer's is ("layer", i), i its index in the model
 
@@ -70,12 +74,14 @@ def piece_ends(start: float, seconds: Sequence[float]) -> list[float]:
 
 class BucketSpec(NamedTuple):
     """One DP gradient bucket as the comm stream needs it: its bytes, the virtual stage and piece whose backward
-    finishes its last gradient, and ``held``: the tied embedding's, ready only after the embedding group's sum."""
+    finishes its last gradient, ``held``: the tied embedding's, ready only after the embedding group's sum, and
+    ``first_use``: (virtual stage, piece) of the first forward piece that reads its parameters."""
 
     nbytes: int
     stage: int
     piece: tuple
     held: bool
+    first_use: tuple = ()
 
 
 class BucketSpan(NamedTuple):
@@ -100,7 +106,9 @@ class Stream(NamedTuple):
 
     @property
     def hidden(self) -> float:
-        return self.comm - self.exposed
+        """comm − exposed; 0 within rounding (the same seconds summed in two orders: ``ROUNDING``)."""
+        hidden = self.comm - self.exposed
+        return 0.0 if abs(hidden) <= ROUNDING * self.comm else hidden
 
     @property
     def after_first_ready(self) -> float:
@@ -126,10 +134,26 @@ def after_compute(n: int, seconds: Sequence[float], compute_end: float) -> Strea
     return comm_stream(range(n), [compute_end] * n, seconds, compute_end)
 
 
-def first_use_waits(stream: Stream, first_use: Sequence[float]) -> list[float]:
-    """``--overlap-param-gather``: how long the forward waits for each bucket of ``stream`` (run from the
-    optimizer's end), ``first_use[b]`` the compute clock at the first piece reading bucket b (0: no wait)."""
-    return [max(0.0, span.end - first_use[span.bucket]) for span in stream.spans]
+def forward_gates(buckets: Sequence[BucketSpec], stream: Stream) -> dict[tuple, float]:
+    """``--overlap-param-gather``: when each forward piece may start, ``(stage, piece) -> time``: the end of the
+    all-gather (``stream``, run from the optimizer's end) of every bucket whose parameters it reads first."""
+    gates: dict[tuple, float] = {}
+    for span in stream.spans:
+        key = buckets[span.bucket].first_use
+        gates[key] = max(gates.get(key, span.end), span.end)
+    return gates
+
+
+def gated_ends(start: float, seconds: Sequence[float], gates: Sequence[float]) -> tuple[list[float], float]:
+    """Pieces of ``seconds`` from ``start``, piece i starting no earlier than ``gates[i]``: each one's end and the
+    time spent waiting for the gates (the exposed parameter all-gather)."""
+    out, t, waited = [], start, 0.0
+    for s, g in zip(seconds, gates):
+        if g > t:
+            waited, t = waited + (g - t), g
+        t = t + s
+        out.append(t)
+    return out, waited
 
 
 def playbook_hides(backward_after_ready: float, comm: float) -> bool:

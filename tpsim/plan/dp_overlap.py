@@ -70,11 +70,12 @@ def piece_compute(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict):
     return pieces
 
 
-def final_starts(lay: Layout, charged, message, start) -> dict[int, float]:
+def final_starts(lay: Layout, charged, message, start, timer=timed) -> dict[int, float]:
     """When each virtual stage's last gradient-producing action (the last B, or W when split) starts on the
-    planner's timeline of ``charged[rank][chunk][op]`` seconds (compute + collectives)."""
+    planner's timeline of ``charged[rank][chunk][op]`` seconds (compute + collectives; ``timer``: ``timed``, or
+    ``tpsim.plan.param_gather``'s with the forward's waits for the parameter all-gather)."""
     c = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp)
-    t = timed(c, charged, message, start)
+    t = timer(c, charged, message, start)
     op = OP_INDEX["W" if c.splits_backward else "B"]
     out: dict[int, float] = {}
     for n, key in enumerate(c.key):  # a chunk's backwards run in micro-batch order: the last node with the key
@@ -86,13 +87,14 @@ def final_starts(lay: Layout, charged, message, start) -> dict[int, float]:
 
 def stage_buckets(model: ModelSpec, lay: Layout, dp_bytes: list[float]) -> list[list[BucketSpec]]:
     """One bucket per pipeline rank of ``dp_bytes[r]`` (its gradients), finished by its lowest virtual stage's
-    last piece — the planner's default when no live run says how its buckets were cut."""
+    last backward piece and first read by that stage's first forward piece — the planner's default when no live
+    run says how its buckets were cut."""
     last, tied = lay.pp * lay.vp - 1, model.tied and lay.pp > 1
     ranges = stage_ranges(model, lay)
     out = []
     for r in range(lay.pp):
-        keys = backward_pieces(ranges[r], r == 0, r == last)
-        out.append([BucketSpec(int(dp_bytes[r]), r, keys[-1], tied and (r == 0 or r == lay.pp - 1))])
+        keys = backward_pieces(ranges[r], r == 0, r == last)  # its first forward piece: its backward's last
+        out.append([BucketSpec(int(dp_bytes[r]), r, keys[-1], tied and (r == 0 or r == lay.pp - 1), (r, keys[-1]))])
     return out
 
 
@@ -126,11 +128,11 @@ def _ready(model, lay, gpu, tables, starts, buckets: list[BucketSpec], held_at: 
 
 
 def dp_terms(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict, charged, message, start, before_dp: list[float],
-             dp_buckets: list[list[BucketSpec]]) -> list[Stream]:
+             dp_buckets: list[list[BucketSpec]], timer=timed) -> list[Stream]:
     """Each pipeline rank's DP buckets on its comm stream (module docstring), the compute clock before the DP
     sync at ``before_dp[r]``: overlapped when ``lay.overlap_grad_reduce``, else one after another; ``tables``:
     one layer's and the head's F, B, W seconds (``piece_costs``)."""
-    starts = final_starts(lay, charged, message, start) if lay.overlap_grad_reduce else {}
+    starts = final_starts(lay, charged, message, start, timer) if lay.overlap_grad_reduce else {}
     out = []
     for r, buckets in enumerate(dp_buckets):
         seconds = [bucket_seconds(lay, gpu, b.nbytes) for b in buckets]

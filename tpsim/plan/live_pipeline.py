@@ -3,17 +3,17 @@
     mpiexec -n N python -m tpsim.plan.live_pipeline --tp T --dp D --pp P --schedule S [--vp V] --microbatches M
                                                     --layers L [--sp] [--arch gpt2|llama] --clock GPU --json PATH
 
-Builds the toy GPT (or Llama) of ``tpsim.plan.live`` with L layers (float64; the GPT's dropout 0.1), cut into
-pp × vp stages (``tpsim.pp``), and runs one traced training step of m micro-batches of 2 sequences per DP
-replica, the live virtual clock charging the planner's costs of the run's layout on GPU, its collectives
-included (``tpsim.plan.of_run.clock_costs``); ``--zero 1``, ``--bucket-mb`` and ``--overlap grad|both``
-(``--overlap-grad-reduce``, and ``--overlap-param-gather``) set its DP sync. Every rank measures: its clock at the end of its schedule and at
-the end of the step (after the DP sync), its busy time and the collectives' part of it, the most micro-batches
-(interleaved: (micro-batch, chunk) pairs) it held at once and the most bytes of layer activations they kept
-(``tpsim.pp.held``), the bytes it sent point to point and the bytes of the tied embedding's gradient all-reduce
-(scope the embedding's path, phase dp_sync), both from the step's trace; at dp > 1 its DP buckets
-(``tpsim.pp.buckets.bucket_specs``) and the exposed DP seconds of its comm stream. Rank 0 writes every rank's
-numbers to PATH.
+Builds the toy GPT (or Llama) of ``tpsim.plan.live`` with L layers (float64; the GPT's dropout 0.1), cut into pp ×
+vp stages (``tpsim.pp``), and runs one traced training step of m micro-batches of 2 sequences per DP replica, the
+live virtual clock charging the planner's costs of the run's layout on GPU, its collectives included
+(``tpsim.plan.of_run.clock_costs``); ``--zero 1``, ``--bucket-mb`` and ``--overlap grad|both``
+(``--overlap-grad-reduce``, and ``--overlap-param-gather``) set its DP sync. Every rank measures: its clock at the
+end of its schedule and at the end of the step (after the DP sync), its busy time and the collectives' part of it,
+the most micro-batches (interleaved: (micro-batch, chunk) pairs) it held at once and the most bytes of layer
+activations they kept (``tpsim.pp.held``), the bytes it sent point to point and the bytes of the tied embedding's
+gradient all-reduce (scope the embedding's path, phase dp_sync), both from the step's trace; at dp > 1 its DP
+buckets (``tpsim.pp.buckets.bucket_specs``), the exposed DP seconds of its comm stream and (ZeRO-1) of the parameter
+all-gather. Rank 0 writes every rank's numbers to PATH.
 """
 
 from __future__ import annotations
@@ -111,6 +111,7 @@ def worker(run: RunConfig, path: str) -> int:
     if sync is not None:  # the run's own DP buckets and how much of their time the clock exposes
         measured["buckets"] = [list(b) for b in bucket_specs(shard, sync, held=True)]
         measured["dp_exposed"] = result.clock.dp.exposed if result.clock.dp is not None else 0.0
+        measured["gather_exposed"] = result.clock.gather_exposed
     everyone = grid.world.gather_objects(measured)
     if grid.rank == 0:
         Path(path).write_text(json.dumps(everyone))

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.pipeline.stage_clock import compiled, held_peak, timed
-from tpsim.plan import dp_overlap
+from tpsim.plan import dp_overlap, param_gather
 from tpsim.plan.comm import boundary_bytes, links
 from tpsim.plan.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
@@ -79,14 +79,14 @@ def message_costs(model: ModelSpec, lay: Layout, gpu: GPU) -> np.ndarray:
 
 
 def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray, collectives: np.ndarray | None = None,
-             start=None) -> dict:
+             start=None, timer=timed) -> dict:
     """Time ``lay``'s schedule under ``compute[rank][chunk][op]`` seconds (plus ``collectives``, the same shape),
     ``message[stage][direction]`` seconds and each rank's ``start``: the ``pipeline`` dict (module docstring)
     less what needs the model (layers, bytes, the collectives after the schedule)."""
     c = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp)
     charged = compute if collectives is None else compute + collectives
     quiet = np.zeros_like(message)
-    t, free = timed(c, charged, message, start), timed(c, charged, quiet, start)
+    t, free = timer(c, charged, message, start), timer(c, charged, quiet, start)  # timer: with gathers' waits
     bare, alone = timed(c, compute, message), timed(c, compute, quiet)
     peaks = held_peak(c, np.ones((lay.pp, lay.vp)))
     p, m, v = lay.pp, lay.microbatches, lay.vp
@@ -109,16 +109,23 @@ def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU, dp_buckets=None) -> 
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
     comm = stage_comm(model, lay, gpu, split)
     message, start = message_costs(model, lay, gpu), start_times(lay, gpu)
-    out = simulate(lay, compute, message, comm, start)
+    tables = {"layer": layer_seconds(model, lay, gpu), "head": head_seconds(model, lay, gpu)}
+    buckets = dp_overlap.specs(model, lay, dp_buckets) if lay.dp > 1 else None
+    gathers = [param_gather.gather_seconds(lay, gpu, b) for b in buckets] if lay.dp > 1 and lay.zero else None
+    timer = param_gather.timer(model, lay, gpu, tables, buckets, gathers) if gathers and lay.overlap_param_gather \
+        else timed
+    out = simulate(lay, compute, message, comm, start, timer)
     sizes = None if dp_buckets is None else [[getattr(b, "nbytes", b) for b in r] for r in dp_buckets]
     tail = after_schedule(model, lay, gpu, [r["finish_s"] for r in out["ranks"]], sizes)
-    if lay.dp > 1:  # the DP buckets on each rank's comm stream, overlapped or not (tpsim.plan.dp_overlap)
-        tables = {"layer": layer_seconds(model, lay, gpu), "head": head_seconds(model, lay, gpu)}
+    if buckets is not None:  # the DP buckets on each rank's comm stream, overlapped or not (tpsim.plan.dp_overlap)
         streams = dp_overlap.dp_terms(model, lay, gpu, tables, compute + comm, message, start, tail["before_dp"],
-                                      dp_overlap.specs(model, lay, dp_buckets))
+                                      buckets, timer)
         tail["ends"] = [s.end for s in streams]
-        tail["step_s"] = max(tail["ends"])
         tail["dp_streams"] = [dp_overlap.stream_dict(s) for s in streams]
+    if gathers is not None:  # ZeRO-1's all-gathers: waited at the forward's pieces, or all after the DP sync
+        tail["param_gather"] = param_gather.terms(lay, gathers, timer, compute + comm, message, start, tail["ends"])
+        tail["ends"] = [g["end_s"] for g in tail["param_gather"]]
+    tail["step_s"] = max(tail["ends"])
     out["step_s"], out["after_schedule"] = tail.pop("step_s"), tail
     want = formula.p2p_bytes(lay.schedule, lay.pp, lay.microbatches, lay.vp, micro_batch=lay.micro_batch,
                              seq_len=lay.seq_len, hidden=model.hidden, bytes_per_element=ACT_BYTES[lay.dtype],

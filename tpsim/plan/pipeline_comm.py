@@ -123,7 +123,7 @@ def after_schedule(model: ModelSpec, lay: Layout, gpu: GPU, finish, dp_buckets=N
     layers = rank_layers(model, lay)
     dp = [sum(ring_seconds(op, n, lay.dp, link["dp"])
               for op, n in dp_collectives(lay, stage_param_elements(model, lay.tp, p, r, layers[r]))[:1])
-          for r in range(p)]  # ZeRO-1: the reduce-scatter; its all-gather is the optimizer's
+          for r in range(p)]  # ZeRO-1: the reduce-scatter (its all-gather: tpsim.plan.param_gather)
     if dp_buckets is not None:  # the live run's own buckets: one collective each, α paid per bucket
         op = "reduce_scatter" if lay.zero else "all_reduce"
         dp = [sum(ring_seconds(op, n, lay.dp, link["dp"]) for n in buckets) if lay.dp > 1 else 0.0

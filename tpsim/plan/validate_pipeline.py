@@ -20,9 +20,9 @@ compares, for the same model and layout (``run_layout`` of the same ``RunConfig`
                             the piece finishing each)               tpsim.pipeline.overlap)
     bubble fraction         each pipeline's idle share             vs  pipeline_terms' measured  (1e-12)
 
-The overlap cases (``--overlap-grad-reduce``; ZeRO-1 with ``--overlap-param-gather`` too, whose all-gather
-is not on the clock: the step ends at the DP sync) report their buckets and exposed DP seconds; the planner
-prices those buckets.
+The overlap cases (``--overlap-grad-reduce``; ZeRO-1 with ``--overlap-param-gather`` too) report their buckets,
+their exposed DP seconds and (ZeRO-1) the exposed parameter all-gather (the forward's waits for it: ``exposed
+param all-gather``); the planner prices those buckets.
 
 The step time is a float sum: the planner adds a message's α + β·bytes once where a live receiver adds α, then
 β·bytes, to the sender's stamp, so the two may differ in the last bits — 1e-12 relative is the bound
@@ -137,7 +137,8 @@ def check_pipeline_case(case: PipelineCase, ranks: list[dict]) -> list[tuple[str
     run = case.run()
     model, lay = model_spec(run.model), run_layout(run)
     chains = list(pipelines(ranks).values())
-    buckets = [[BucketSpec(n, stage, tuple(piece), held) for n, stage, piece, held in r["buckets"]]
+    buckets = [[BucketSpec(n, stage, tuple(piece), held, (first[0], tuple(first[1])))
+                for n, stage, piece, held, first in r["buckets"]]
                for r in chains[0]] if "buckets" in chains[0][0] else None  # this run's own buckets
     terms = pipeline_terms(model, lay, gpu_preset(lay.gpu), buckets)
     rows = []
@@ -151,6 +152,13 @@ def check_pipeline_case(case: PipelineCase, ranks: list[dict]) -> list[tuple[str
         scale = terms["step_s"]
         rows.append(_row(case, "exposed DP seconds (1e-12 of the step)", want, got,
                          all(abs(r["dp_exposed"] - want[r["pp_rank"]]) <= ROUNDING * scale for r in ranks), "{:.12g}"))
+        gathers = terms["after_schedule"].get("param_gather")
+        if gathers is not None:  # ZeRO-1: the parameter all-gather's exposed part (the forward's waits, or all)
+            want = [g["exposed_s"] for g in gathers]
+            rows.append(_row(case, "exposed param all-gather (1e-12 of the step)", want,
+                             [r["gather_exposed"] for r in ranks],
+                             all(abs(r["gather_exposed"] - want[r["pp_rank"]]) <= ROUNDING * scale for r in ranks),
+                             "{:.12g}"))
         bubble = terms["bubble_fraction"]["measured"]
         got = [bubble_measured([(r["schedule_end"], r["clock_busy"]) for r in chain])[1] for chain in chains]
         rows.append(_row(case, "bubble fraction (1e-12)", [bubble], got,

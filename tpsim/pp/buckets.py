@@ -2,15 +2,16 @@
 produces each bucket's last gradient (``tpsim.pipeline.overlap``).
 
 ``bucket_specs(shard, grad_sync)`` gives, per bucket of this rank's ``GradSync`` (or ZeRO-1's), a
-``BucketSpec(nbytes, stage, piece, held)``: its padded bytes, the virtual stage and piece (head, a layer, the
+``BucketSpec(nbytes, stage, piece, held, first_use)``: its padded bytes, the virtual stage and piece (head, a layer, the
 embedding) whose backward finishes its last gradient — the latest of its parameters' pieces in execution order
 (a higher virtual stage's backward runs first on a rank; within a stage, ``backward_pieces`` order) — and
-whether it waits for the tied embedding's sum over the embedding group. MPI-free.
+whether it waits for the tied embedding's sum over the embedding group, and the first forward piece that reads it
+(the lowest virtual stage first: a rank's chunk 0 runs micro-batch 0 first). MPI-free.
 """
 
 from __future__ import annotations
 
-from tpsim.pipeline.overlap import BucketSpec, backward_pieces, piece_of
+from tpsim.pipeline.overlap import BucketSpec, backward_pieces, forward_pieces, piece_of
 
 
 def chunk_layers(chunk) -> list[int]:
@@ -58,8 +59,11 @@ def bucket_specs(shard, grad_sync, held: bool = False) -> list[BucketSpec]:
     pieces = parameter_pieces(shard)
     shared = shard.shared_embedding
     tied = {f"{shared.path}.weight"} if shared is not None and held else set()
+    forward = {(c.stage, k): i for c in shard.chunks
+               for i, k in enumerate(forward_pieces(chunk_layers(c), c.first, c.last))}
     out = []
     for bucket in grad_sync.buckets:
         stage, key, _ = max((pieces[n] for n in bucket.names), key=lambda t: t[2])
-        out.append(BucketSpec(bucket.nbytes, stage, key, bool(tied & set(bucket.names))))
+        first = min((pieces[n][:2] for n in bucket.names), key=lambda sk: (sk[0], forward[sk]))
+        out.append(BucketSpec(bucket.nbytes, stage, key, bool(tied & set(bucket.names)), first))
     return out

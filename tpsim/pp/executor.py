@@ -138,6 +138,15 @@ class Executor:
             if armed:
                 grad_sync.disarm()
 
+    def _forward_on_clock(self, out: ExecutorResult, a, v: int, events: list, pieces) -> None:
+        """An F on the clock: micro-batch 0's through the parameter all-gather's gates when the clock has them."""
+        if pieces is None or a.microbatch or out.clock.gates is None:
+            _ran(out, "F", a.chunk, a.microbatch, events)
+            return
+        out.ran.append(f"F0.{a.chunk}")
+        inside = [e for e in events if not e.overlap]
+        out.clock.gated_forward(a.chunk, v, pieces.keys[v], pieces.scoped(inside, v))
+
     def _pieces(self, out: ExecutorResult, a, v: int, inside: list, pieces) -> None:
         """A chunk's ``final`` B or W on the clock piece by piece (``LiveClock.pieces``), when ``pieces`` is given."""
         if pieces is not None and self.final(a):
@@ -178,7 +187,7 @@ class Executor:
                 else:
                     produced["F", j, c] = y
                 held.take((j, c), caches[j, c].h)
-                _ran(out, "F", c, j, tracer.events[since:])
+                self._forward_on_clock(out, a, v, tracer.events[since:], pieces)
             elif a.op == "B":
                 dy = seeds[j] if chunk.last else received.pop(("B", j, c))
                 with self._producing(a, grad_sync):

@@ -81,6 +81,8 @@ class GradSync:
     of it with zeros after the last gradient (``tpsim.train.zero`` pads to dp so a reduce-scatter splits it).
     """
 
+    zero_stage = 0  # plain DP: every rank keeps the whole optimizer state (ZeRO-1's sync says 1)
+
     def __init__(self, module: Module, dp_group: Group,
                  bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *, pad_to: int = 1,
                  overlap: bool = False, held: tuple[np.ndarray, ...] = ()) -> None:

@@ -89,6 +89,11 @@ class ZeroCommunication:
             with tracer.region(scope=f"zero.bucket{i}", phase=OPTIMIZER):
                 self._gathering.append((i, self.dp_group.iall_gather(send, overlap=True)))
 
+    def gather_bytes(self) -> list[int]:
+        """Bytes each bucket's parameter all-gather moves: its padded length in the parameters' dtype."""
+        itemsize = next(p for _, p in self.optimizer.module.named_parameters()).itemsize
+        return [len(buf) * itemsize for buf in self.buffers]
+
     @property
     def gathers_pending(self) -> int:
         """Parameter all-gathers posted and not yet completed (``--overlap-param-gather``)."""
