@@ -30,6 +30,20 @@ def overlap_line(stream: dict, buckets: int) -> str:
             f"Playbook's t_compute >= t_comm): {'holds' if holds else 'does not hold'}")
 
 
+def overlap_words(run: RunConfig, grad_sync, tracer) -> str:
+    """A run without a GPU clock: what the overlap flags did in the last step, from the trace, and where to see
+    what they hide."""
+    last = max((e.step for e in tracer.events), default=0)
+    posted = [e for e in tracer.events if e.step == last and e.overlap]
+    flags = " and ".join(f for f, on in (("--overlap-grad-reduce", run.optimizer.overlap_grad_reduce),
+                                         ("--overlap-param-gather", run.optimizer.overlap_param_gather)) if on)
+    if run.parallel.dp == 1:
+        return f"DP overlap ({flags}): at dp 1 there is no DP collective to overlap"
+    return (f"DP overlap ({flags}): rank 0 issued {len(posted)} DP collectives of step {last} to overlap compute "
+            f"({len(grad_sync.buckets)} bucket(s); tests/mpi/test_dp_overlap.py holds such runs bit for bit to the "
+            "plain ones); what they hide is priced on the virtual clock: add --clock GPU (e.g. --clock h100)")
+
+
 def dp_check(grid, run: RunConfig, streams: list[tuple], dp_buckets: list) -> tuple[bool, list[str], dict | None]:
     """Rank 0: ``streams`` every rank's ``(rank, stage, stream dict or None)``; ``dp_buckets`` each stage's
     ``BucketSpec``s. ``(ok, lines, pipeline.json's "dp")``."""
