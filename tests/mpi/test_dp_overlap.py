@@ -200,3 +200,27 @@ def test_nonblocking_collectives_give_their_blocking_twins_bits_and_records(n):
                       "the records differ")
     assert_everywhere([e.overlap for e in grid.tracer.events] == [False, True, False, False], "overlap flags")
     assert_everywhere(all(e.duration >= 0 for e in nonblocking), "a non-blocking record's duration")
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_each_layer_waits_for_its_own_parameter_all_gather_at_its_forward(arch):
+    """--overlap-param-gather: after a step the all-gathers stay posted; the next forward completes them layer by
+    layer (several waits, each for the buckets of one layer), and none is left once it has run."""
+    grid = get_grid(1)
+    if grid.dp == 1:
+        pytest.skip("dp 1 gathers nothing")
+    cfg = CONFIGS[arch](1)
+    model = architecture_of(cfg).build(cfg, grid.tp_group, SEED, np.float64)
+    opt = DistributedOptimizer(AdamW(model, lr=1e-2), grid, bucket_cap_bytes=CAP, overlap_param_gather=True)
+    rows = np.arange(8)[dp_slice(8, grid.dp, grid.dp_rank)]
+    ids, labels = batch(cfg, 8, 0)
+    compute_grads(model, grid, opt, ids[rows], labels[rows])
+    apply_update(model, opt, grid, CLIP)
+    posted = opt.gathers_pending
+    waits, real = [], opt.finish_param_gather
+    opt.finish_param_gather = lambda buckets=None: (waits.append(buckets), real(buckets))
+    compute_grads(model, grid, opt, ids[rows], labels[rows])
+    opt.finish_param_gather = real
+    first = [w for w in waits if w is not None]
+    assert_everywhere(posted == len(opt.buckets) > 2 and opt.gathers_pending == 0, f"{posted} posted")
+    assert_everywhere(len(first) > 2 and all(len(w) < len(opt.buckets) for w in first), f"waits {waits}")

@@ -145,6 +145,7 @@ class Module:
     inline = False  # True: this layer's children are named as its parent's, and its path is the parent's
     deferral: WeightGradients | None = None  # set on the instances only inside ``deferred_weight_grads``
     grad_ready: Callable[["Module"], None] | None = None  # set on the instances by an overlapping DP sync
+    params_wait: Callable[["Module"], None] | None = None  # set by ZeRO-1's --overlap-param-gather until it is done
 
     def __init__(self) -> None:
         self.params: dict[str, np.ndarray] = {}

@@ -129,8 +129,7 @@ def pipeline_grads(shard: PipelineShard, executor: Executor, grid: ProcessGrid, 
         counts = [int(np.count_nonzero(lab != ignore)) for lab in labels_mb]
         n_global = _normalizer(grid, sum(counts), clock)
         seeds = [(grid.dp * n / n_global if n_global else 0.0) * loss_scale for n in counts]
-    if grad_sync is not None:  # --overlap-param-gather: the last step's all-gathers end before the schedule
-        grad_sync.finish_param_gather()
+    if grad_sync is not None:  # (--overlap-param-gather: each layer waits for its all-gathers at its forward)
         grad_sync.start_step()
     shard.zero_grad()
     gathers = param_gathers(shard, grad_sync, grid, clock)  # ZeRO-1's all-gathers (and the forward's gates)

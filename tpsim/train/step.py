@@ -74,8 +74,7 @@ def compute_grads(model: Module, grid: ProcessGrid, grad_sync: GradSync | None, 
     """
     if grad_sync is None and grid.dp > 1:
         raise ValueError(f"dp = {grid.dp}: gradients must be averaged over the DP group by a GradSync")
-    if grad_sync is not None:  # --overlap-param-gather: the last step's all-gathers end before this forward
-        grad_sync.finish_param_gather()
+    if grad_sync is not None:  # (--overlap-param-gather: each layer waits for its all-gathers at its forward)
         grad_sync.start_step()
     model.zero_grad()
     loss_local, cache = model.forward(ids_local, labels_local, plan)

@@ -4,8 +4,9 @@
                 ``--overlap-grad-reduce`` issues each during the last backward (``tpsim.train.grad_ready``) —
                 the owned range of the bucket becoming this rank's summed slice, ÷ d
     parameters  all-gather every bucket's owned ranges back into the model's arrays (phase optimizer): at once,
-                or with ``--overlap-param-gather`` posted (``Group.iall_gather``) and completed by
-                ``finish_param_gather`` before the next forward or anything that reads the parameters
+                or with ``--overlap-param-gather`` posted (``Group.iall_gather``), each layer of the next forward
+                waiting for its own buckets when it starts (``Module.params_wait``), ``finish_param_gather``
+                completing whatever is left before anything else reads the parameters
 
 Both reductions go through the non-blocking ``Group.ireduce_scatter`` whichever way they are issued: MPICH's
 blocking ``Reduce_scatter_block`` sums large buffers in another order than ``Ireduce_scatter_block`` at dp ≥ 3,
@@ -29,7 +30,7 @@ def flat_view(a: np.ndarray) -> np.ndarray:
 class ZeroCommunication:
     """The DP collectives of a ``DistributedOptimizer`` (its attributes: ``grad_sync``, ``dp_group``, ``dp``,
     ``buckets``, ``buffers``, ``owned``, ``pieces``, ``optimizer``, ``overlap_param_gather``, ``_reduced``,
-    ``_gathering``)."""
+    ``_gathering``, ``_hooked``)."""
 
     def start_step(self) -> None:
         self.grad_sync.start_step()
@@ -88,6 +89,25 @@ class ZeroCommunication:
             send = self._owned_values(i, "model", targets)
             with tracer.region(scope=f"zero.bucket{i}", phase=OPTIMIZER):
                 self._gathering.append((i, self.dp_group.iall_gather(send, overlap=True)))
+        self._hook_param_waits()
+
+    def _hook_param_waits(self) -> None:
+        """Each layer the forward calls (a block, the embeddings, the final norm, the LM head) waits, at its first
+        forward, for the all-gathers of the buckets its parameters sit in (``Module.params_wait``); a tied weight
+        makes both its users wait. Unhooked once every all-gather is done."""
+        model = self.optimizer.module
+        params = dict(model.named_parameters())
+        bucket_of = {id(params[name]): i for i, b in enumerate(self.buckets) for name in b.names}
+        block = model.config.layer_names.block
+        self._hooked = []
+        for path, mod in model.named_modules():
+            inside = path.startswith(block + ".")
+            if (inside and path.count(".") != block.count(".") + 1) or (not inside and not mod.params):
+                continue  # not a block itself, nor a layer outside the blocks with parameters of its own
+            mine = {bucket_of[id(p)] for _, p in mod.named_parameters() if id(p) in bucket_of}
+            if mine:
+                mod.params_wait = lambda _, mine=frozenset(mine): self.finish_param_gather(mine)
+                self._hooked.append(mod)
 
     def gather_bytes(self) -> list[int]:
         """Bytes each bucket's parameter all-gather moves: its padded length in the parameters' dtype."""
@@ -110,6 +130,10 @@ class ZeroCommunication:
             targets = targets or dict(self.optimizer.module.named_parameters())
             self._scatter_into(i, pending.wait(), targets)
         self._gathering = keep
+        if not keep:  # every parameter is whole again: no layer needs to wait
+            for mod in self._hooked:
+                del mod.params_wait  # back to the class's None
+            self._hooked = []
 
     def gather_grads(self) -> None:
         """All-gather the reduced gradients so the model's whole gradients are the DP mean again (to check them
