@@ -52,6 +52,9 @@ OUTPUTS = {
     ("docs/guide/pipelines.md", "BUBBLE CHECK: MATCH — on the h100-80gb clock"): (
         "mpirun", 4, ["-m", "tpsim.demo", "--pp", "2", "--tp", "2", "--microbatches", "4", "--steps", "3", "--clock",
                       "h100"], {}),
+    ("docs/guide/overlap.md", "DP OVERLAP CHECK: MATCH — the DP buckets overlapped"): (
+        "mpirun", 4, ["-m", "tpsim.demo", "--tp", "2", "--dp", "2", "--clock", "h100", "--overlap-grad-reduce",
+                      "--bucket-mb", "0.1", "--steps", "3"], {}),
     # the grid table is printed before the first step, so one step shows it as the page's 100-step run did
     ("docs/guide/mpi-and-machines.md", "             tp0 tp1   host"): (
         "mpirun", 8, ["-m", "tpsim.demo", "--tp", "2", "--steps", "1"], {"TPSIM_FAKE_HOSTS": "n1*3,n2*3,n3*2"}),

@@ -71,8 +71,7 @@ def test_clock_names_a_gpu_of_the_planner_or_says_the_choices_in_one_line():
         Pipeline(mfu=0.4)
     with pytest.raises(ConfigError, match=r"--mfu 1.5: must be in \(0, 1\]"):
         Pipeline(clock="h100", mfu=1.5)
-    with pytest.raises(ConfigError, match="--clock h100-80gb times a pipeline's schedule: it needs --pp > 1"):
-        RunConfig.of(GPT, pipeline=Pipeline(clock="h100"))
+    assert RunConfig.of(GPT, pipeline=Pipeline(clock="h100")).pipeline.clock == "h100-80gb"  # pp 1: one stage
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda x: f"{x[6].schedule}-pp{x[3]}-tp{x[1]}-{x[5]}"
@@ -303,7 +302,7 @@ def test_the_step_prices_each_dp_bucket_the_run_cut(tmp_path, monkeypatch):
 @pytest.mark.parametrize("args, message", [
     (["--pp", "2", "--clock", "tpu"], "--clock 'tpu' is neither unit nor a GPU: choose unit or one of h100-80gb"),
     (["--pp", "2", "--clock", "a100"], "--clock 'a100' names more than one GPU"),
-    (["--clock", "h100"], "--clock h100-80gb times a pipeline's schedule: it needs --pp > 1"),
+    (["--overlap-param-gather"], "--overlap-param-gather (ZeRO-1's all-gather under the next forward) needs --zero 1"),
     (["--pp", "2", "--mfu", "0.3"], "--mfu 0.3 prices a GPU clock: give --clock GPU too"),
 ])
 def test_a_clock_the_demo_cannot_take_is_one_line_before_any_work(args, message):

@@ -34,9 +34,14 @@ def test_validate_runs_every_pipeline_case_live():
     terms = ("virtual makespan (s, 1e-12 rel.)", "virtual step time (s, 1e-12 rel.)", "p2p bytes per replica", "peak in flight per rank",
              "peak layer activation bytes per rank", "embedding all-reduce wire bytes",
              "TP collectives on the clock per rank (s, 1e-12 rel.)")
+    dp_terms = ("exposed DP seconds (1e-12 of the step)", "bubble fraction (1e-12)")  # a case with a DP sync
+    gather = ("exposed param all-gather (1e-12 of the step)",)  # ZeRO-1 at dp > 1
     for case in live:
-        for term in terms:
+        for term in terms + dp_terms * (case.dp > 1) + gather * (case.dp > 1 and case.zero):
             line = next(x for x in done.stdout.splitlines() if x.startswith(case.name) and term in x)
             assert line.rstrip().endswith("yes"), line
+    assert any(c.overlap for c in live)
     assert "not run live" not in done.stdout
-    assert done.stdout.strip().splitlines()[-1] == f"VALIDATION: all {len(terms) * len(live)} terms match"
+    count = (len(terms) * len(live) + len(dp_terms) * sum(c.dp > 1 for c in live)
+             + sum(c.dp > 1 and c.zero for c in live))
+    assert done.stdout.strip().splitlines()[-1] == f"VALIDATION: all {count} terms match"

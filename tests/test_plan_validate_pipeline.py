@@ -8,6 +8,7 @@ import pytest
 
 from tpsim.cost import wire_bytes
 from tpsim.plan.comm import EMBEDDING_GROUP, embedding_collectives
+from tpsim.plan.dp_overlap import specs
 from tpsim.plan.gpus import gpu
 from tpsim.plan.memory import activation_peaks
 from tpsim.plan.of_run import model_spec, run_layout
@@ -21,8 +22,9 @@ def planned_ranks(case) -> list[dict]:
     """What every rank of ``case`` reports when it measures exactly what the planner predicts."""
     run = case.run()
     model, lay = model_spec(run.model), run_layout(run)
-    terms = pipeline_terms(model, lay, gpu(lay.gpu))
-    per_rank = terms["p2p_bytes"]["measured"] // terms["messages"]
+    buckets = specs(model, lay, None) if case.dp > 1 else None  # one bucket a rank, as a live run could cut them
+    terms = pipeline_terms(model, lay, gpu(lay.gpu), buckets)
+    per_rank = terms["p2p_bytes"]["measured"] // max(1, terms["messages"])  # pp 1 sends nothing
     held = activation_peaks(model, lay, "total")
     out = []
     for dp in range(case.dp):
@@ -36,6 +38,11 @@ def planned_ranks(case) -> list[dict]:
                             "peak_in_flight": terms["ranks"][r]["peak_in_flight"], "peak_layer_bytes": held[r],
                             "p2p_sent": terms["ranks"][r]["sends"] * per_rank, "embedding_wire": emb,
                             "clock_collectives": tp_s})
+                if buckets is not None:  # what a rank with a DP sync reports: its buckets and its exposed wait
+                    out[-1].update(buckets=[list(b) for b in buckets[r]], clock_busy=terms["ranks"][r]["busy_s"],
+                                   dp_exposed=terms["after_schedule"]["dp_streams"][r]["exposed_s"])
+                if "param_gather" in terms["after_schedule"]:  # ZeRO-1: the all-gather's exposed part
+                    out[-1]["gather_exposed"] = terms["after_schedule"]["param_gather"][r]["exposed_s"]
     return out
 
 
@@ -49,16 +56,23 @@ def test_the_planners_own_numbers_match_and_any_difference_is_a_no(case):
                              ("schedule_end", ranks[-1]["schedule_end"] * 1e-11, "virtual makespan"),
                              ("clock_end", ranks[-1]["clock_end"] * 1e-11, "virtual step time"),
                              ("clock_collectives", max(r["clock_collectives"] for r in ranks) * 1e-11 or 1e-9,
-                              "TP collectives on")):  # 0 s at tp 1: a nudge of a nanosecond
+                              "TP collectives on"),  # 0 s at tp 1: a nudge of a nanosecond
+                             *([("dp_exposed", ranks[-1]["clock_end"] * 1e-11, "exposed DP seconds")]
+                               if "dp_exposed" in ranks[0] else []),
+                             *([("gather_exposed", ranks[-1]["clock_end"] * 1e-11, "exposed param all-gather")]
+                               if "gather_exposed" in ranks[0] else [])):
         bad = [dict(r) for r in ranks]
         latest = max(range(len(bad)), key=lambda i: bad[i][key])  # a clock compared as its pipeline's latest
         bad[latest][key] += nudge
         rows = check_pipeline_case(case, bad)
-        assert [t for _, t, _, _, ok in rows if not ok] == [next(t for _, t, *_ in rows if t.startswith(term))]
+        follows = "bubble" if key == "schedule_end" else None  # a later schedule end may idle more, if visibly
+        assert [t for _, t, _, _, ok in rows if not ok and not (follows and t.startswith(follows))] == \
+            [next(t for _, t, *_ in rows if t.startswith(term))]
 
 
 def test_every_schedule_runs_live_and_a_layout_the_config_refuses_is_skipped_with_its_reason():
     assert {c.schedule for c in LIVE} == {"1f1b", "interleaved", "afab", "zb-h1"} and all(c.ranks == 4 for c in LIVE)
+    assert {(c.pp, c.zero, c.overlap) for c in LIVE if c.overlap} == {(1, 0, "grad"), (2, 0, "grad"), (2, 1, "both")}
     assert any(c.sp for c in LIVE) and any(c.arch == "llama" and c.tp > 1 for c in LIVE)
     assert any(c.tp_comm_overlap and c.sp and c.tp > 1 for c in LIVE)
     refused = PipelineCase("PP 4, interleaved vp 2, m 6", 1, 1, 4, "interleaved", vp=2, microbatches=6, layers=8)

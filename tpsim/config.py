@@ -4,7 +4,7 @@
       model        GPTConfig | LlamaConfig      the architecture and its sizes (``tpsim.arch``)
       parallel     Parallelism(tp, dp, pp, sp, zero, tp_comm_overlap)   how the ranks split the work
       precision    Precision(dtype, loss_scale_interval)
-      optimizer    OptimizerSettings(lr, clip, bucket_mb, max_skipped_steps)
+      optimizer    OptimizerSettings(lr, clip, bucket_mb, max_skipped_steps, overlap_grad_reduce, overlap_param_gather)
       schedule     Schedule(batch_size, seq_len, steps, seed, dropout_rng)
       files        Files(out, export, init_from, timeline_steps, save, resume)
       pipeline     Pipeline(schedule, microbatches, vp, stage_layers, clock, mfu)   how pp > 1 runs (``tpsim.pp``)
@@ -13,12 +13,11 @@ It is built and validated once (the demo's command line does it in ``tpsim.demo.
 ``RunConfig.of``) and then only read: the model builders, the optimizer set-up, ``predict_step`` and the planner
 take it or one of its parts; nothing derives a field into it later. ``plan.Layout`` is a ``Parallelism`` with the
 planner's own fields added, so a layout and a run say "tp", "sp" and "zero" the same way. A new parallel axis is
-one field of ``Parallelism``; how a pipeline (pp > 1) runs — its schedule, micro-batches, model chunks and
-layers per stage — is the ``Pipeline`` part, checked with the rest before any work.
+one field of ``Parallelism``; how a pipeline runs (schedule, micro-batches, chunks, layers per stage, clock) is
+the ``Pipeline`` part, checked with the rest before any work.
 
-One vocabulary for dtypes (NumPy's names: float64, float32, bfloat16, float16; ``fp32``, ``bf16``, ``fp16``, ``fp64``
-accepted as input and printed in the long form) and one for architectures (``tpsim.arch``: gpt2, llama; ``gpt``
-accepted). Pure arithmetic, no MPI.
+One vocabulary for dtypes (NumPy's names; ``fp32``, ``bf16``, ``fp16``, ``fp64`` accepted, printed in the long
+form) and one for architectures (``tpsim.arch``: gpt2, llama; ``gpt`` accepted). Pure arithmetic, no MPI.
 """
 
 from __future__ import annotations
@@ -126,14 +125,16 @@ class Precision:
 
 @dataclass(frozen=True)
 class OptimizerSettings:
-    """AdamW and what surrounds it: ``clip`` the max global gradient norm (0 = off), DDP bucket size in MiB
-    (0 = one all-reduce per tensor), and how many non-finite steps in a row stop the run."""
+    """AdamW and what surrounds it: ``clip`` the max global gradient norm (0 = off), DDP bucket size in MiB (0 = one
+    all-reduce per tensor), non-finite steps in a row that stop the run, Megatron's DP overlaps (guide/overlap.md)."""
 
     lr: float = 3e-3
     clip: float = 1.0
     bucket_mb: float = 25.0
     max_skipped_steps: int = 3
     weight_decay: float = 0.01
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
 
     def __post_init__(self) -> None:
         _at_least(0, lr=self.lr, clip=self.clip, bucket_mb=self.bucket_mb, max_skipped_steps=self.max_skipped_steps)
@@ -187,11 +188,10 @@ class Files:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """How a pipeline runs when ``Parallelism.pp > 1``: the schedule (``tpsim.pipeline.schedules``: afab, 1f1b,
-    ...), ``microbatches`` per DP replica per step (the global batch splits into dp × microbatches of them),
-    ``vp`` model chunks per rank (``interleaved`` only; chunk c of rank r is virtual stage c·pp + r), and the
-    layers of every virtual stage, pp × vp sizes in virtual-stage order (None: an even split). ``clock``, ``mfu``:
-    what the live virtual clock charges, ``unit`` or a GPU at an efficiency (``tpsim.plan.clock_choice``)."""
+    """How a pipeline runs (``Parallelism.pp > 1``): the schedule (``tpsim.pipeline.schedules``: afab, 1f1b, ...),
+    ``microbatches`` per DP replica per step (the global batch splits into dp × microbatches of them), ``vp`` model
+    chunks per rank (``interleaved`` only; chunk c of rank r is virtual stage c·pp + r), the layers of every virtual
+    stage (pp × vp sizes in order; None: even). ``clock``, ``mfu``: the virtual clock's (pp 1 too): unit or a GPU."""
 
     schedule: str = "1f1b"
     microbatches: int = 1
@@ -213,9 +213,7 @@ class Pipeline:
         if par.pp == 1:
             if self.microbatches != 1 or self.vp != 1 or self.stage_layers is not None:
                 raise ConfigError("--microbatches, --vp and --pp-layers cut a pipeline: they need --pp > 1")
-            if self.clock != clock_choice.UNIT_CLOCK:
-                raise ConfigError(f"--clock {self.clock} times a pipeline's schedule: it needs --pp > 1")
-            return
+            return  # --clock at pp 1: the one-stage pipeline path (``tpsim.demo.cli``), DP x TP on the clock
         from tpsim.pipeline.check import check  # pure arithmetic, as is the split
         from tpsim.pipeline.schedules import build
         from tpsim.pp.split import split_layers
@@ -249,6 +247,8 @@ class RunConfig:
             raise ConfigError(f"--seq-len {sch.seq_len} is not divisible by tp {par.tp} "
                               f"(sequence parallelism splits the sequence)")
         self.model.check(par.tp)
+        if self.optimizer.overlap_param_gather and par.zero != 1:  # plain DP gathers no parameters
+            raise ConfigError("--overlap-param-gather (ZeRO-1's all-gather under the next forward) needs --zero 1")
 
     @property
     def arch(self) -> str:
@@ -291,9 +291,9 @@ class RunConfig:
            pipeline: Pipeline | None = None, tp_comm_overlap: bool = False, **optimizer) -> "RunConfig":
         """The short form for tests, lessons and figures: the fields most runs set, the rest at defaults;
         ``seq_len`` defaults to the model's positions; extra keywords go to ``OptimizerSettings``."""
-        par = Parallelism(tp, dp, pp, sp, zero, tp_comm_overlap)
         sch = Schedule(batch_size=batch_size, seq_len=seq_len or model.max_positions, steps=steps, seed=seed)
-        return cls(model, par, Precision(dtype), OptimizerSettings(**optimizer), sch, pipeline=pipeline or Pipeline())
+        return cls(model, Parallelism(tp, dp, pp, sp, zero, tp_comm_overlap), Precision(dtype),
+                   OptimizerSettings(**optimizer), sch, pipeline=pipeline or Pipeline())
 
 
 __all__ = ["ARCH_NAMES", "DTYPE_ALIASES", "DTYPE_NAMES", "Files", "OptimizerSettings", "Parallelism", "Pipeline",

@@ -46,7 +46,7 @@ def test_every_action_and_the_step_end_where_the_planners_clock_ends_them(arch, 
     if "grid" not in _GRIDS:
         _GRIDS["grid"] = ProcessGrid(tp=2, dp=DP, pp=2)
     grid = _GRIDS["grid"]
-    result = one_step(run, grid)
+    result = one_step(run, grid)[0]
     model, lay = model_spec(run.model), run_layout(run)
     g = gpu(lay.gpu)
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward

@@ -10,6 +10,10 @@ caller's scope and phase. Shapes:
     broadcast(x, root)            x: [...] (filled on root)      -> [...]            (in place)
     send(x, peer, tag)            x: [...] to group rank peer    -> posted, never waits (``Isend``)
     recv(shape, dtype, peer, tag) from group rank peer           -> [...]            (waits for it)
+    iall_reduce(x) / ireduce_scatter(x) / iall_gather(x)         -> Pending; .wait() -> the result (flat buffers)
+
+Non-blocking (``tpsim.comm.pending``): the DP buckets' collectives, posted while the backward goes on
+(``--overlap-grad-reduce``) or the next forward comes (``--overlap-param-gather``), traced when issued.
 
 Sequence parallelism's reduce-scatter in a fixed order (``reduce_scatter_in_rank_order``: an all-to-all, then
 the chunks added in rank order) and its collectives in chunks for ``--tp-comm-overlap`` (``post_chunk``,
@@ -39,6 +43,7 @@ from mpi4py import MPI
 from tpsim.cost import wire_bytes
 from tpsim.comm.half import NATIVE_OPS, reduce_op, wire_buffer
 from tpsim.comm.chunked import ChunkedCollectives
+from tpsim.comm.pending import Pending
 from tpsim.comm.tracer import Tracer
 from tpsim.comm.waiting import collective, wait_politely
 
@@ -51,6 +56,11 @@ def _stamped(buf: np.ndarray, stamp: float) -> np.ndarray:
     wire[:buf.nbytes] = buf.reshape(-1).view(np.uint8)
     wire[buf.nbytes:] = np.array([stamp], dtype=np.float64).view(np.uint8)
     return wire
+
+
+def _check_inplace(x: np.ndarray, name: str) -> None:
+    if not (x.flags.c_contiguous and x.flags.writeable):
+        raise ValueError(f"{name} needs a writeable C-contiguous array (MPI reads it until the wait)")
 
 
 class Group(ChunkedCollectives):
@@ -75,14 +85,16 @@ class Group(ChunkedCollectives):
             name = self._dtype_names[dtype] = str(dtype)
         return name
 
-    def _record(self, op: str, x: np.ndarray, shape: tuple[int, ...], t: float, reduce_op: str = "") -> None:
+    def _record(self, op: str, x: np.ndarray, shape: tuple[int, ...], t: float, reduce_op: str = "",
+                overlap: bool = False):
         tr = self.tracer
         if not tr.enabled:
-            return
+            return None
         nbytes = math.prod(shape) * x.itemsize  # math.prod: np.prod costs ~2 µs on a tuple
-        tr.record(op=op, reduce_op=reduce_op, group=self.name, group_size=self.size, group_ranks=self.ranks,
-                  dtype=self._dtype_name(x.dtype), shape=tuple(shape), bytes=nbytes,
-                  wire_bytes=wire_bytes(op, nbytes, self.size), start=t - tr.t0, duration=time.perf_counter() - t)
+        return tr.record(op=op, reduce_op=reduce_op, group=self.name, group_size=self.size, group_ranks=self.ranks,
+                         dtype=self._dtype_name(x.dtype), shape=tuple(shape), bytes=nbytes,
+                         wire_bytes=wire_bytes(op, nbytes, self.size), start=t - tr.t0,
+                         duration=time.perf_counter() - t, overlap=overlap)
 
     def _record_p2p(self, op: str, x: np.ndarray, peer: int, t: float, microbatch: int, chunk: int) -> None:
         tr = self.tracer
@@ -171,6 +183,41 @@ class Group(ChunkedCollectives):
         collective(self.comm, "Bcast", wire_buffer(x), root=root, patient=patient)
         self._record("broadcast", x, x.shape, t)
         return x
+
+    # --- non-blocking: the DP buckets (tpsim.comm.pending) -------------------------------------------------------
+    def iall_reduce(self, x: np.ndarray, op: str = "sum", *, overlap: bool = False) -> Pending:
+        """Post an in-place all-reduce of ``x`` (writeable, C-contiguous); ``wait()`` returns ``x``, reduced.
+        Traced now as ``all_reduce`` (``overlap``: issued to run beside compute)."""
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"iall_reduce op must be one of {sorted(_REDUCE_OPS)}, got {op!r}")
+        _check_inplace(x, "iall_reduce")
+        t = time.perf_counter()
+        request = self.comm.Iallreduce(MPI.IN_PLACE, wire_buffer(x), op=reduce_op(op, x.dtype))
+        return Pending(request, self._record("all_reduce", x, x.shape, t, reduce_op=op, overlap=overlap), t,
+                       lambda: x)
+
+    def ireduce_scatter(self, x: np.ndarray, *, overlap: bool = False) -> Pending:
+        """Post the sum of the flat ``x`` over the group, chunk ``rank`` of it kept (its length divides by the
+        size); ``wait()`` returns that chunk. ``x`` must not change until then. Traced now as ``reduce_scatter``."""
+        if x.ndim != 1 or len(x) % self.size:
+            raise ValueError(f"ireduce_scatter: a flat array whose length divides by {self.size}, got {x.shape}")
+        _check_inplace(x, "ireduce_scatter")
+        out = np.empty(len(x) // self.size, dtype=x.dtype)
+        t = time.perf_counter()
+        request = self.comm.Ireduce_scatter_block(wire_buffer(x), wire_buffer(out), op=reduce_op("sum", x.dtype))
+        return Pending(request, self._record("reduce_scatter", x, x.shape, t, reduce_op="sum", overlap=overlap), t,
+                       lambda: out)
+
+    def iall_gather(self, x: np.ndarray, *, overlap: bool = False) -> Pending:
+        """Post the concatenation of every rank's flat ``x`` in group-rank order; ``wait()`` returns it
+        (``[size · len(x)]``). Traced now as ``all_gather``."""
+        if x.ndim != 1:
+            raise ValueError(f"iall_gather: a flat array, got {x.shape}")
+        x = np.ascontiguousarray(x)
+        out = np.empty(self.size * len(x), dtype=x.dtype)
+        t = time.perf_counter()
+        request = self.comm.Iallgather(wire_buffer(x), wire_buffer(out))
+        return Pending(request, self._record("all_gather", x, out.shape, t, overlap=overlap), t, lambda: out)
 
     # --- point-to-point: the pipeline's activations and gradients -------------------------------------------
     def send(self, x: np.ndarray, peer: int, tag: int, *, microbatch: int = -1, chunk: int = 0,

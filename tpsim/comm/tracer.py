@@ -64,7 +64,8 @@ class CommEvent:
     bytes: int
     wire_bytes: int
     start: float  # seconds since the tracer's t0
-    duration: float  # seconds
+    duration: float  # seconds (a non-blocking call: from its issue to the end of its wait)
+    overlap: bool = False  # issued non-blocking to run beside compute (--overlap-grad-reduce / -param-gather)
 
     def as_dict(self) -> dict:
         d = _fields(self)
@@ -237,10 +238,13 @@ class Tracer:
             self.enabled = saved
 
     # --- records ----------------------------------------------------------------------------------------------
-    def record(self, **fields) -> None:
+    def record(self, **fields) -> CommEvent | None:
+        """Append one ``CommEvent`` under the open scope and phase, and return it (None when disabled)."""
         if not self.enabled:
-            return
-        self.events.append(CommEvent(rank=self.rank, step=self.step, phase=self._phase, scope=self._scope, **fields))
+            return None
+        event = CommEvent(rank=self.rank, step=self.step, phase=self._phase, scope=self._scope, **fields)
+        self.events.append(event)
+        return event
 
     def record_p2p(self, **fields) -> None:
         """A send or a recv (``P2PEvent``): the collective's fields plus peer, microbatch and chunk."""

@@ -12,13 +12,14 @@ import sys
 from dataclasses import dataclass
 from math import gcd
 
-from tpsim.arch import ARCH_NAMES, ARCH_SPELLINGS, architecture
+from tpsim.arch import architecture
 from tpsim.comm.launch import world_rank, world_size
-from tpsim.config import (DROPOUT_RNGS, DTYPE_ALIASES, DTYPE_NAMES, Files, OptimizerSettings, Parallelism,
-                          Pipeline, Precision, RunConfig, Schedule, ZERO_STAGES)
+from tpsim.config import Files, OptimizerSettings, Parallelism, Pipeline, Precision, RunConfig, Schedule, ZERO_STAGES
 from tpsim.errors import ConfigError
 from tpsim.paths import check_input_file, check_output_dir
+from tpsim.plan.clock_choice import UNIT_CLOCK
 from tpsim.pp.split import parse_stage_layers
+from tpsim.demo.arguments import clock_arguments, file_arguments, model_arguments, overlap_arguments
 
 
 DEFAULT_BATCH = 16
@@ -34,41 +35,6 @@ class RankZeroParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise ConfigError(message)
-
-
-def _model_arguments(m) -> None:
-    """The model group: sizes every architecture shares, then the architecture and its own (``tpsim.arch``)."""
-    m.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
-    m.add_argument("--hidden", type=int, default=64, help="hidden size h (default 64)")
-    m.add_argument("--heads", type=int, default=4, help="attention heads, divisible by tp (default 4)")
-    m.add_argument("--vocab", type=int, default=32, help="vocabulary size, any value (padded to a multiple of tp)")
-    m.add_argument("--seq-len", type=int, default=16, help="tokens per sequence (default 16)")
-    m.add_argument("--dropout", type=float, default=None,
-                   help="embedding/residual/attention dropout p (default 0.1 for gpt2, so the checks against "
-                        "serial cover it; llama has none)")
-    m.add_argument("--dropout-rng", choices=DROPOUT_RNGS, default="exact",
-                   help="exact: masks keyed by global position (TP equals serial); megatron: per-rank streams")
-    m.add_argument("--dtype", choices=[*DTYPE_NAMES, *DTYPE_ALIASES], default="float64",
-                   metavar="{" + ",".join(DTYPE_NAMES) + "}",
-                   help="compute dtype; bfloat16/float16: Megatron's mixed precision (float32 main params and "
-                        "grads; float16 with dynamic loss scaling)")
-    m.add_argument("--arch", choices=ARCH_SPELLINGS, default="gpt2", metavar="{" + ",".join(ARCH_NAMES) + "}",
-                   help="gpt2: GPT-2 blocks (default); llama: RMSNorm, SwiGLU, RoPE, grouped-query attention")
-    m.add_argument("--kv-heads", type=int, default=None,
-                   help="llama: key/value heads, dividing --heads (default 2: tp > 2 replicates them)")
-    m.add_argument("--ffn", type=int, default=None,
-                   help="llama: intermediate size, divisible by tp (default 8h/3 rounded up to a multiple of 32)")
-
-
-def _clock_arguments(g) -> None:
-    """The pipeline's virtual clock (``tpsim.plan.clock_choice``): unit costs, or the planner's on a GPU."""
-    g.add_argument("--clock", default="unit", metavar="unit|GPU",
-                   help="what the pipeline's virtual clock charges: unit (default: a stage's F 1, B 2, messages "
-                        "free) or a GPU of tpsim plan (h100-80gb, or a unique prefix such as h100): the planner's "
-                        "per-stage costs from FLOPs and alpha-beta messages for this run's layout")
-    g.add_argument("--mfu", type=float, default=None,
-                   help="with --clock GPU: every matmul at this fraction of peak (default: the planner's kernel "
-                        "model, each kernel on the GPU's roofline)")
 
 
 def build_parser() -> RankZeroParser:
@@ -102,8 +68,8 @@ def build_parser() -> RankZeroParser:
     g.add_argument("--pp-layers", default=None, metavar="A,B,...",
                    help="layers of every pipeline stage (pp x vp sizes in virtual-stage order), summing to "
                         "--layers (default: an even split)")
-    _clock_arguments(g)
-    _model_arguments(p.add_argument_group("model"))
+    clock_arguments(g)
+    model_arguments(p.add_argument_group("model"))
     t = p.add_argument_group("training")
     t.add_argument("--batch-size", type=int, default=None,
                    help="global batch, sequences per step (default: 16, rounded up to a multiple of dp)")
@@ -119,32 +85,14 @@ def build_parser() -> RankZeroParser:
     t.add_argument("--zero", type=int, choices=ZERO_STAGES, default=0,
                    help="1: ZeRO-1, Megatron's distributed optimizer: gradients reduce-scattered over DP, AdamW "
                         "state for this rank's 1/dp slice only, parameters all-gathered (default 0: plain DP)")
+    overlap_arguments(t)
     t.add_argument("--loss-scale-interval", type=int, default=1000,
                    help="float16: clean steps before the loss scale doubles (default 1000)")
     t.add_argument("--seed", type=int, default=1234, help="seed of the master weights, data and dropout")
     t.add_argument("--tokens", type=int, default=32, help="tokens per TP group (mlp scenario)")
     t.add_argument("--classes", type=int, default=1003, help="classes of the classifier (partial-fc scenario)")
-    _file_arguments(p.add_argument_group("input / output"))
+    file_arguments(p.add_argument_group("input / output"))
     return p
-
-
-def _file_arguments(o) -> None:
-    """The input / output group: the run folder, the step-0 export, and the model and checkpoint files."""
-    o.add_argument("--out", default="tpsim-out", help="output folder, written by rank 0 (default tpsim-out/)")
-    o.add_argument("--timeline-steps", type=int, default=2,
-                   help="last steps kept in spans.jsonl and timeline.json (default 2)")
-    o.add_argument("--init-from", metavar="FILE.npz|DIR", default=None,
-                   help="start from these full parameters: a tpsim .npz (HF names, any TP size wrote them) or a "
-                        "Hugging Face folder (config.json + model.safetensors, or an --export folder)")
-    o.add_argument("--export", metavar="DIR", default=None,
-                   help="write config.json, params.npz, grads.npz, batch.npz, step0.json for step 0")
-    o.add_argument("--save", metavar="DIR", default=None,
-                   help="after the last step, write the trained model as a Hugging Face folder (config.json + "
-                        "model.safetensors), for --init-from, tpsim.generate and from_pretrained, and the training "
-                        "checkpoint (optimizer.safetensors + training_state.json), for --resume")
-    o.add_argument("--resume", metavar="DIR", default=None,
-                   help="continue a --save folder's training on this run's layout (any TP, DP, ZeRO-1, PP): its "
-                        "parameters, AdamW state and step; --steps is the total to reach")
 
 
 def choose_grid(world: int, tp: int | None, dp: int | None, pp: int = 1) -> tuple[int, int]:
@@ -240,7 +188,9 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
     if args.resume and args.scenario in ("mlp", "partial-fc"):
         raise ConfigError(f"--resume continues a trained GPT: it needs --scenario gpt, not {args.scenario}")
     optimizer = OptimizerSettings(lr=args.lr, clip=args.clip, bucket_mb=args.bucket_mb,
-                                  max_skipped_steps=args.max_skipped_steps)
+                                  max_skipped_steps=args.max_skipped_steps,
+                                  overlap_grad_reduce=args.overlap_grad_reduce,
+                                  overlap_param_gather=args.overlap_param_gather)
     model = _model(args)
     pipeline = Pipeline(schedule=args.schedule, microbatches=_microbatches(args), vp=args.vp,
                         stage_layers=parse_stage_layers(args.pp_layers), clock=args.clock, mfu=args.mfu)
@@ -280,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         from tpsim.demo.mlp_tour import run
     elif demo.scenario == "partial-fc":
         from tpsim.demo.partial_fc import run
-    elif demo.run.parallel.pp > 1:
+    elif demo.run.parallel.pp > 1 or demo.run.pipeline.clock != UNIT_CLOCK:  # --clock: the pipeline path, pp 1 too
         from tpsim.demo.pipeline_tour import run
     else:
         from tpsim.demo.gpt_tour import run

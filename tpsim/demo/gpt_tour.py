@@ -26,6 +26,7 @@ from tpsim.demo.report import closing_lines, grid_label, passed, say, step_table
 from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
 from tpsim.demo.tolerances import TOLERANCE  # step 0's, by dtype (pipeline_tour imports it from here too)
 from tpsim.demo.trained_model import gather_trained, reverse_lines
+from tpsim.demo.dp_check import overlap_words
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
 from tpsim.demo.resume import read_resume, restore, resume_lines, save_training, serial_start
 from tpsim.demo.verify_pass import check_zero_padding
@@ -191,6 +192,9 @@ def train(grid, model, grad_sync, run: RunConfig, resume=None) -> tuple[list[dic
         if (step % max(1, sch.steps // 10) == 0 or step == sch.steps - 1) and not guard.last.skipped:
             say(grid, f"  step {step:4d}  loss {_number(loss, 7, 4)}  |grad| {_number(norm, 6, 3)}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} collectives/rank")
+    grad_sync.finish_param_gather()  # --overlap-param-gather: the last step's parameters, before anything reads them
+    if run.optimizer.overlap_grad_reduce or run.optimizer.overlap_param_gather:
+        say(grid, overlap_words(run, grad_sync, tracer))
     say(grid, f"  tok/s measures how this machine schedules {grid.world.size} processes, not a GPU cluster "
               "(docs/performance.md)", "", state_table(model, optimizer, grid))
     return metrics, ok, optimizer

@@ -42,10 +42,15 @@ def _scaler(run: RunConfig) -> DynamicLossScaler | None:
 def make_sync(model: Module, grid: ProcessGrid, run: RunConfig) -> GradSync | DistributedOptimizer:
     """The DP gradient sync: DDP's ``GradSync``, or with ``--zero 1`` the ``DistributedOptimizer``, which is the
     sync *and* the optimizer (16 bits: float32 main pieces; float16 also scales the loss)."""
-    cap = run.optimizer.bucket_cap_bytes
+    opt = run.optimizer
+    cap, overlap = opt.bucket_cap_bytes, opt.overlap_grad_reduce
+    shared = getattr(model, "shared_embedding", None)  # pp > 1: its bucket waits for the embedding group's sum
+    held = (shared.grads["weight"],) if shared is not None else ()
     if run.parallel.zero:
-        return DistributedOptimizer(demo_adamw(model, run), grid, bucket_cap_bytes=cap, loss_scaler=_scaler(run))
-    return GradSync(model, grid.dp_group, bucket_cap_bytes=cap)
+        return DistributedOptimizer(demo_adamw(model, run), grid, bucket_cap_bytes=cap, loss_scaler=_scaler(run),
+                                    overlap_grad_reduce=overlap, overlap_param_gather=opt.overlap_param_gather,
+                                    held=held)
+    return GradSync(model, grid.dp_group, bucket_cap_bytes=cap, overlap=overlap, held=held)
 
 
 def demo_optimizer(model: Module, grid: ProcessGrid, run: RunConfig,

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from tpsim.comm import ProcessGrid
 from tpsim.config import RunConfig
+from tpsim.demo.dp_check import dp_check
 from tpsim.demo.export_check import check_export
 from tpsim.demo.gpt_tour import TOLERANCE, _number, check_against_serial, gather_and_write, header, task_of
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
@@ -42,6 +43,8 @@ from tpsim.hf.folder import load_init
 from tpsim.pipeline.schedules import build as build_schedule
 from tpsim.plan.clock_choice import UNIT_CLOCK
 from tpsim.plan.of_run import clock_costs, clock_words
+from tpsim.plan.dp_overlap import stream_dict
+from tpsim.pp.buckets import bucket_specs
 from tpsim.pp.build import build_pipeline
 from tpsim.pp.data import stage_batch
 from tpsim.pp.executor import Executor
@@ -129,8 +132,8 @@ def train(grid, shard, grad_sync, executor, run: RunConfig, resume=None):
             loss, tokens, result = pipeline_grads(shard, executor, grid, grad_sync, ids, labels, rows=rows, rng=rng,
                                                   step=step, loss_scale=scale)
         peak, last = max(peak, result.peak_in_flight), result
-        if step >= steps - run.files.timeline_steps:
-            virtual[step] = [tuple(span) for span in result.clock.spans]
+        if step >= steps - run.files.timeline_steps:  # the compute stream's spans, then the comm stream's
+            virtual[step] = [tuple(span) for span in result.clock.spans + result.clock.comm_spans()]
         if step == start:
             grad_sync.gather_grads()
             ok = first_step(grid, shard, run, loss, scale, start)
@@ -145,10 +148,12 @@ def train(grid, shard, grad_sync, executor, run: RunConfig, resume=None):
         processed = sch.batch_size * sch.seq_len
         metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens, "tokens_processed": processed,
                         "seconds": dt, "tokens_per_s": processed / dt, "collective_bytes_per_rank": moved,
-                        **scaler_metrics(optimizer), "skipped": guard.last.skipped})
+                        **scaler_metrics(optimizer), "skipped": guard.last.skipped,
+                        **({"dp_exposed_s": result.clock.dp.exposed} if result.clock.dp is not None else {})})
         if (step % max(1, sch.steps // 10) == 0 or step == sch.steps - 1) and not guard.last.skipped:
             say(grid, f"  step {step:4d}  loss {_number(loss, 7, 4)}  |grad| {_number(norm, 6, 3)}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} moved by rank 0")
+    grad_sync.finish_param_gather()  # --overlap-param-gather: the last step's parameters, before anything reads them
     say(grid, f"  tok/s measures how this machine schedules {grid.world.size} processes, not a GPU cluster "
               "(docs/performance.md)", "", state_table(shard, optimizer, grid))
     return metrics, ok, optimizer, peak, last, virtual
@@ -201,10 +206,13 @@ def run(demo) -> int:
     replicas = check_replicas(shard, grid)  # each stage its own parameters
     stage_reports = per_stage(grid, (replicas.ok, replicas.summary(), peak,
                                      (len(grad_sync.buckets), grad_bytes_of(run, grad_sync)), result.peak_layer_bytes,
-                                     [b.nbytes for b in grad_sync.buckets]))
+                                     bucket_specs(shard, grad_sync, held=True)))
     with grid.tracer.paused():
         timing = grid.world.gather_objects((grid.rank, grid.pp_rank, result.clock.schedule_end, result.clock.busy,
                                             peak, result.peak_layer_bytes, result.clock.time))
+        dp_streams = grid.world.gather_objects((grid.rank, grid.pp_rank, None if result.clock.dp is None else
+                                                {**stream_dict(result.clock.dp),
+                                                 "param_gather_exposed_s": result.clock.gather_exposed}))
     chains = per_stage(grid, virtual)  # rank 0's pipeline: one virtual-clock track per pipeline rank
     tracks = None if chains is None else {"clock": clock_words(run), "seconds": run.pipeline.clock != UNIT_CLOCK,
                                           "ranks": list(grid.pp_group.ranks), "tracks": chains}
@@ -218,10 +226,11 @@ def run(demo) -> int:
         held_ok, held_line = activation_check(run, [r[4] for r in stage_reports])
         bubble_ok, bubble_line, doc = bubble_check(grid, run, timing, records, metrics[-1]["step"] if metrics else 0,
                                                    [r[5] for r in stage_reports])
+        dp_ok, dp_lines, doc["dp"] = dp_check(grid, run, dp_streams, [r[5] for r in stage_reports])
         paths.append(Path(run.files.out) / "pipeline.json")
         paths[-1].write_text(json.dumps(doc, indent=1) + "\n")
-        say(grid, "", line, held_line, bubble_line, "")
-        pipe_ok = pipe_ok and held_ok and bubble_ok
+        say(grid, "", line, held_line, bubble_line, *dp_lines, "")
+        pipe_ok = pipe_ok and held_ok and bubble_ok and dp_ok
     padding_ok = True
     if run.parallel.zero:
         padding_ok, lines = check_zero_padding(grid, run)

@@ -78,7 +78,10 @@ class _Wiring(Module):
         return nullcontext() if self.tracer is None else self.tracer.span(scope, phase)
 
     def _timed(self, child: Module, method: str, *args, **kwargs):
-        """``child.forward(...)`` or ``child.backward(...)``, timed as span (child.path, method)."""
+        """``child.forward(...)`` or ``child.backward(...)``, timed as span (child.path, method); a forward first
+        waits for its parameters' posted all-gather (``params_wait``: ZeRO-1's ``--overlap-param-gather``)."""
+        if method == "forward" and child.params_wait is not None:
+            child.params_wait(child)
         with self._span(child.path, method):
             return getattr(child, method)(*args, **kwargs)
 

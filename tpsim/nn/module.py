@@ -55,6 +55,7 @@ The pure functions with parameters come split the same way: ``name_backward_inpu
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import partial
 from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
@@ -143,6 +144,8 @@ class Module:
 
     inline = False  # True: this layer's children are named as its parent's, and its path is the parent's
     deferral: WeightGradients | None = None  # set on the instances only inside ``deferred_weight_grads``
+    grad_ready: Callable[["Module"], None] | None = None  # set on the instances by an overlapping DP sync
+    params_wait: Callable[["Module"], None] | None = None  # set by ZeRO-1's --overlap-param-gather until it is done
 
     def __init__(self) -> None:
         self.params: dict[str, np.ndarray] = {}
@@ -220,11 +223,17 @@ class Module:
 
     def weight_grad(self, fn: Callable, *args) -> None:
         """This layer's W: ``fn(*args)`` adds its weight gradients into ``self.grads``. Runs it now, or, inside
-        ``deferred_weight_grads``, queues it (with ``args``, the tensors it reads) for the deferral's ``run``."""
+        ``deferred_weight_grads``, queues it (with ``args``, the tensors it reads) for the deferral's ``run``.
+        Once it has run, ``grad_ready(self)`` is told, when set (the DP sync's overlap, ``tpsim.train.grad_ready``)."""
         if self.deferral is None:
-            fn(*args)
+            self._weight_grad_now(fn, *args)
         else:
-            self.deferral.add(fn, args)
+            self.deferral.add(partial(self._weight_grad_now, fn) if self.grad_ready is not None else fn, args)
+
+    def _weight_grad_now(self, fn: Callable, *args) -> None:
+        fn(*args)
+        if self.grad_ready is not None:
+            self.grad_ready(self)
 
     # --- the contract -----------------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):  # pragma: no cover - interface

@@ -29,7 +29,7 @@ costs, ``tpsim.plan.pipeline``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from tpsim.pipeline.actions import COMPUTE, SENDS, Schedule
 from tpsim.pipeline.check import check, walk
@@ -46,13 +46,16 @@ def no_bytes(direction: str, microbatch: int, stage: int) -> float:
 class Costs:
     """What the clock charges: ``compute[op](rank, chunk, micro-batch)`` for F, B and W; a message
     ``alpha + beta · message_bytes(direction, micro-batch, sender's virtual stage)``; a collective call
-    ``collective(op, group, group size, wire bytes)`` (None: free)."""
+    ``collective(op, group, group size, wire bytes)`` (None: free); ``pieces(op, rank, chunk)``: the compute
+    seconds of each piece of the action in execution order (``tpsim.pipeline.overlap``; None: the action's cost
+    spread equally over its layers, head and embedding 0)."""
 
     compute: Mapping[str, CostFn]
     alpha: float = 0  # integers stay integers: integer costs give exact integer times
     beta: float = 0
     message_bytes: Callable[[str, int, int], float] = no_bytes
     collective: CollectiveFn | None = None
+    pieces: Callable[[str, int, int], Sequence[float]] | None = None  # (op, rank, chunk) -> each piece's seconds
 
 
 def uniform(tf: float, tb: float, tw: float = 0.0, **links) -> Costs:

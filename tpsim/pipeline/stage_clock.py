@@ -135,6 +135,7 @@ class StageTiming:
     step: float  # the makespan: the last action's end on any rank
     busy: tuple[float, ...]
     finish: tuple[float, ...]  # each rank's own end
+    starts: tuple[float, ...] = ()  # when each compute node started (``Compiled``'s numbering)
 
     @property
     def idle(self) -> tuple[float, ...]:
@@ -156,16 +157,18 @@ def timed(c: Compiled, compute, message, start: Sequence[float] | None = None) -
     table = costs.tolist()
     clock = [0.0] * c.pp if start is None else [float(t) for t in start]
     end: list[float] = []
-    append = end.append
+    began: list[float] = []
+    append, begin = end.append, began.append
     for r, k, d, h in zip(c.rank, c.key, c.dep, c.hop):
         t = clock[r]
         if d >= 0 and end[d] + hops[h] > t:
             t = end[d] + hops[h]
+        begin(t)
         t += table[k]
         append(t)
         clock[r] = t
     busy = (c.counts @ costs).tolist()
-    return StageTiming(max(clock, default=0.0), tuple(busy), tuple(clock))
+    return StageTiming(max(clock, default=0.0), tuple(busy), tuple(clock), tuple(began))
 
 
 def held_peak(c: Compiled, weights: Sequence[Sequence[float]]) -> list[float]:

@@ -4,15 +4,17 @@
                                                     --layers L [--sp [--tp-comm-overlap]] [--arch gpt2|llama]
                                                     --clock GPU --json PATH
 
-Builds the toy GPT (or Llama) of ``tpsim.plan.live`` with L layers (float64; the GPT's dropout 0.1), cut into
-pp × vp stages (``tpsim.pp``), and runs one traced training step of m micro-batches of 2 sequences per DP
-replica, the live virtual clock charging the planner's costs of the run's layout on GPU, its collectives
-included (``tpsim.plan.of_run.clock_costs``). Every rank measures: its clock at the end of its schedule and at
-the end of the step (after the DP sync), its busy time and the collectives' part of it, the most micro-batches
-(interleaved: (micro-batch, chunk) pairs) it held at once and the most bytes of layer activations they kept
-(``tpsim.pp.held``), the bytes it sent point to point and the bytes of the tied embedding's gradient all-reduce
-(scope the embedding's path, phase dp_sync), both from the step's trace. Rank 0 writes every rank's numbers to
-PATH.
+Builds the toy GPT (or Llama) of ``tpsim.plan.live`` with L layers (float64; the GPT's dropout 0.1), cut into pp ×
+vp stages (``tpsim.pp``), and runs one traced training step of m micro-batches of 2 sequences per DP replica, the
+live virtual clock charging the planner's costs of the run's layout on GPU, its collectives included
+(``tpsim.plan.of_run.clock_costs``); ``--zero 1``, ``--bucket-mb`` and ``--overlap grad|both``
+(``--overlap-grad-reduce``, and ``--overlap-param-gather``) set its DP sync. Every rank measures: its clock at the
+end of its schedule and at the end of the step (after the DP sync), its busy time and the collectives' part of it,
+the most micro-batches (interleaved: (micro-batch, chunk) pairs) it held at once and the most bytes of layer
+activations they kept (``tpsim.pp.held``), the bytes it sent point to point and the bytes of the tied embedding's
+gradient all-reduce (scope the embedding's path, phase dp_sync), both from the step's trace; at dp > 1 its DP
+buckets (``tpsim.pp.buckets.bucket_specs``), the exposed DP seconds of its comm stream and (ZeRO-1) of the parameter
+all-gather. Rank 0 writes every rank's numbers to PATH.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ import argparse
 import json
 from pathlib import Path
 
-from tpsim.config import Parallelism, Pipeline, Precision, RunConfig, Schedule
+from tpsim.config import OptimizerSettings, Parallelism, Pipeline, Precision, RunConfig, Schedule
 from tpsim.phases import DP_SYNC
 from tpsim.plan.live import ROWS_PER_REPLICA, SEED, toy_config
 
 
 def pipeline_run(tp: int, dp: int, pp: int, schedule: str, vp: int, microbatches: int, layers: int,
-                 clock: str, sp: bool = False, arch: str = "gpt2", tp_comm_overlap: bool = False) -> RunConfig:
+                 clock: str, sp: bool = False, arch: str = "gpt2", tp_comm_overlap: bool = False, *, zero: int = 0,
+                 overlap: str = "", bucket_mb: float = 25.0) -> RunConfig:
     """The live run of one pipeline case: what the worker runs and what the planner prices (``run_layout``).
     ``ConfigError`` for a pipeline the live ranks cannot run (e.g. a schedule that splits the backward)."""
     from tpsim.plan.of_run import model_spec
@@ -35,15 +38,34 @@ def pipeline_run(tp: int, dp: int, pp: int, schedule: str, vp: int, microbatches
     toy = toy_config(arch)
     model = model_spec(toy).config(layers=layers, dropout=getattr(toy, "dropout", 0.0))
     rows = ROWS_PER_REPLICA * microbatches * dp
-    return RunConfig(model, Parallelism(tp=tp, dp=dp, pp=pp, sp=sp, tp_comm_overlap=tp_comm_overlap),
-                     Precision("float64"),
+    if overlap not in ("", "grad", "both"):
+        raise ValueError(f"overlap {overlap!r}: '', 'grad' or 'both'")
+    optimizer = OptimizerSettings(bucket_mb=bucket_mb, overlap_grad_reduce=bool(overlap),
+                                  overlap_param_gather=overlap == "both")
+    return RunConfig(model, Parallelism(tp=tp, dp=dp, pp=pp, sp=sp, zero=zero, tp_comm_overlap=tp_comm_overlap),
+                     Precision("float64"), optimizer=optimizer,
                      schedule=Schedule(batch_size=rows, seq_len=model.max_positions, steps=1, seed=SEED),
                      pipeline=Pipeline(schedule, microbatches, vp, clock=clock))
 
 
+def dp_sync(shard, grid, run: RunConfig):
+    """The run's DP gradient sync over ``shard``: DDP's ``GradSync``, or ZeRO-1's optimizer (AdamW), at its bucket
+    cap and overlap flags, the tied embedding's bucket held for the embedding group's sum."""
+    from tpsim.train import AdamW, GradSync
+    from tpsim.train.zero import DistributedOptimizer
+
+    opt = run.optimizer
+    held = (shard.shared_embedding.grads["weight"],) if shard.shared_embedding is not None else ()
+    if run.parallel.zero:
+        return DistributedOptimizer(AdamW(shard), grid, opt.bucket_cap_bytes,
+                                    overlap_grad_reduce=opt.overlap_grad_reduce,
+                                    overlap_param_gather=opt.overlap_param_gather, held=held)
+    return GradSync(shard, grid.dp_group, opt.bucket_cap_bytes, overlap=opt.overlap_grad_reduce, held=held)
+
+
 def one_step(run: RunConfig, grid):
     """One traced training step of ``run`` on ``grid`` (its ``ProcessGrid``), from a fresh build: this rank's
-    ``ExecutorResult`` (its virtual clock included)."""
+    ``ExecutorResult`` (its virtual clock included), its shard and its DP sync (None at dp 1)."""
     import numpy as np
 
     from tpsim.pipeline.schedules import build
@@ -53,7 +75,6 @@ def one_step(run: RunConfig, grid):
     from tpsim.pp.executor import Executor
     from tpsim.pp.step import pipeline_grads
     from tpsim.tp.random import make_dropout_rng
-    from tpsim.train import GradSync
 
     par, pipe, sch = run.parallel, run.pipeline, run.schedule
     shard = build_pipeline(run, grid)
@@ -62,12 +83,13 @@ def one_step(run: RunConfig, grid):
     boundary, dtype = (run.micro_batch, seq, run.model.hidden), run.precision.numpy
     executor = Executor(schedule, shard.chunks, grid.pp_group, boundary, dtype,
                         costs=clock_costs(run, schedule, boundary, dtype))
-    sync = GradSync(shard, grid.dp_group) if par.dp > 1 else None
+    sync = dp_sync(shard, grid, run) if par.dp > 1 or par.zero else None
     ids = np.random.default_rng(SEED).integers(0, run.model.vocab, (sch.batch_size, sch.seq_len))
     rng = make_dropout_rng(sch.dropout_rng, sch.seed, grid.tp_rank)
     grid.tracer.reset()
     mine, labels, rows = stage_batch(grid, lambda: (ids, np.roll(ids, -1, axis=1)), sch.batch_size, sch.seq_len)
-    return pipeline_grads(shard, executor, grid, sync, mine, labels, rows=rows, rng=rng, step=0)[2]
+    result = pipeline_grads(shard, executor, grid, sync, mine, labels, rows=rows, rng=rng, step=0)[2]
+    return result, shard, sync
 
 
 def worker(run: RunConfig, path: str) -> int:
@@ -75,7 +97,9 @@ def worker(run: RunConfig, path: str) -> int:
 
     par = run.parallel
     grid = ProcessGrid(tp=par.tp, dp=par.dp, pp=par.pp)
-    result = one_step(run, grid)
+    from tpsim.pp.buckets import bucket_specs
+
+    result, shard, sync = one_step(run, grid)
     events = list(grid.tracer.events)
     embedding = run.model.layer_names.embed
     tied = [e for e in events if e.scope == embedding and e.phase == DP_SYNC and e.group == "embedding"]
@@ -85,6 +109,10 @@ def worker(run: RunConfig, path: str) -> int:
                 "peak_in_flight": result.peak_in_flight, "peak_layer_bytes": result.peak_layer_bytes,
                 "p2p_sent": sum(e.bytes for e in events if e.op == "send"),
                 "embedding_bytes": sum(e.bytes for e in tied), "embedding_wire": sum(e.wire_bytes for e in tied)}
+    if sync is not None:  # the run's own DP buckets and how much of their time the clock exposes
+        measured["buckets"] = [list(b) for b in bucket_specs(shard, sync, held=True)]
+        measured["dp_exposed"] = result.clock.dp.exposed if result.clock.dp is not None else 0.0
+        measured["gather_exposed"] = result.clock.gather_exposed
     everyone = grid.world.gather_objects(measured)
     if grid.rank == 0:
         Path(path).write_text(json.dumps(everyone))
@@ -101,9 +129,13 @@ if __name__ == "__main__":
     parser.add_argument("--arch", default="gpt2")
     parser.add_argument("--clock", default="h100-80gb")
     parser.add_argument("--json", required=True)
+    parser.add_argument("--zero", type=int, default=0)
+    parser.add_argument("--overlap", default="", choices=["", "grad", "both"])
+    parser.add_argument("--bucket-mb", type=float, default=25.0)
     args = parser.parse_args()
     from tpsim.comm.launch import run_main
 
     live = pipeline_run(args.tp, args.dp, args.pp, args.schedule, args.vp, args.microbatches, args.layers, args.clock,
-                        args.sp, args.arch, args.tp_comm_overlap)
+                        args.sp, args.arch, args.tp_comm_overlap, zero=args.zero, overlap=args.overlap,
+                        bucket_mb=args.bucket_mb)
     run_main(lambda: worker(live, args.json), prog="tpsim.plan.live_pipeline")

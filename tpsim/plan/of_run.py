@@ -36,7 +36,8 @@ from tpsim.plan.comm import boundary_bytes, links
 from tpsim.plan.gpus import GPU, gpu as gpu_preset
 from tpsim.plan.layout import Layout
 from tpsim.plan.models import ModelSpec
-from tpsim.plan.pipeline import message_costs, stage_costs
+from tpsim.plan.dp_overlap import piece_compute
+from tpsim.plan.pipeline import head_seconds, layer_seconds, message_costs, stage_costs
 from tpsim.plan.tp_overlap import exposed_seconds, gemms_seconds
 
 
@@ -57,7 +58,9 @@ def run_layout(run: RunConfig, gpu: str | None = None, mfu: float | None = None)
                   seq_len=run.schedule.seq_len,
                   micro_batch=run.micro_batch, global_batch=run.schedule.batch_size, dtype=run.precision.dtype,
                   gpu=gpu, mfu=mfu, schedule=pipe.schedule, vp=pipe.vp, pp_layers=pipe.stage_layers,
-                  p2p_scatter_gather=False)  # tpsim sends the whole boundary tensor
+                  p2p_scatter_gather=False,  # tpsim sends the whole boundary tensor
+                  overlap_grad_reduce=run.optimizer.overlap_grad_reduce,
+                  overlap_param_gather=run.optimizer.overlap_param_gather, bucket_mb=run.optimizer.bucket_mb)
 
 
 GROUP_LINKS = {"tp": "tp", "kv": "tp", "embedding": "pp", "pp": "pp", "dp": "dp"}  # a group -> its link
@@ -102,7 +105,9 @@ def clock_costs(run: RunConfig, schedule: Schedule, boundary: tuple[int, ...], d
     table = stage_costs(model, lay, g).tolist()  # [rank][chunk][F, B, W] seconds, as Python floats
     compute = {op: (lambda i: lambda rank, chunk, j: table[rank][chunk][i])(i) for i, op in enumerate("FBW")}
     return Costs(compute, alpha=link.alpha, beta=link.beta, message_bytes=lambda direction, j, stage: live,
-                 collective=collective_seconds(lay, g))
+                 collective=collective_seconds(lay, g),
+                 pieces=piece_compute(model, lay, g, {"layer": layer_seconds(model, lay, g),
+                                                      "head": head_seconds(model, lay, g)}))
 
 
 def clock_words(run: RunConfig) -> str:

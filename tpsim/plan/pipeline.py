@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.pipeline.stage_clock import compiled, held_peak, timed
+from tpsim.plan import dp_overlap, param_gather
 from tpsim.plan.comm import boundary_bytes, links, ring_seconds
 from tpsim.plan.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
@@ -76,15 +77,15 @@ def message_costs(model: ModelSpec, lay: Layout, gpu: GPU) -> np.ndarray:
 
 
 def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray, collectives: np.ndarray | None = None,
-             start=None) -> dict:
+             start=None, timer=timed) -> dict:
     """Time ``lay``'s schedule under ``compute[rank][chunk][op]`` seconds (plus ``collectives``, the same shape),
     ``message[stage][direction]`` seconds and each rank's ``start``: the ``pipeline`` dict (module docstring)
     less what needs the model (layers, bytes, the collectives after the schedule)."""
     c = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp)
     charged = compute if collectives is None else compute + collectives
     quiet = np.zeros_like(message)
-    t, free = timed(c, charged, message, start), timed(c, charged, quiet, start)
-    on_time = free if start is None else timed(c, charged, quiet)  # the last stage not held back
+    t, free = timer(c, charged, message, start), timer(c, charged, quiet, start)  # timer: with gathers' waits
+    on_time = free if start is None else timer(c, charged, quiet)  # the last stage not held back
     bare, alone = timed(c, compute, message), timed(c, compute, quiet)
     peaks = held_peak(c, np.ones((lay.pp, lay.vp)))
     p, m, v = lay.pp, lay.microbatches, lay.vp
@@ -101,12 +102,30 @@ def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray, collectives:
 
 def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU, dp_buckets=None) -> dict:
     """The planner's pipeline terms of ``lay`` (a valid layout) on ``gpu`` (module docstring); ``dp_buckets``: each
-    rank's DP gradient buckets in bytes when they are known (a live run's), else one bucket a stage."""
+    rank's DP gradient buckets when they are known (a live run's: bytes, or ``BucketSpec``s that also say which
+    piece finishes each, needed for ``lay.overlap_grad_reduce``), else one bucket a stage. At dp > 1 the buckets
+    run on each rank's comm stream (``tpsim.plan.dp_overlap``): ``after_schedule["dp_streams"]`` per rank."""
     compute = stage_costs(model, lay, gpu)
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
     comm = stage_comm(model, lay, gpu, split)
-    out = simulate(lay, compute, message_costs(model, lay, gpu), comm, start_times(lay, gpu))
-    tail = after_schedule(model, lay, gpu, [r["finish_s"] for r in out["ranks"]], dp_buckets)
+    message, start = message_costs(model, lay, gpu), start_times(lay, gpu)
+    tables = {"layer": layer_seconds(model, lay, gpu), "head": head_seconds(model, lay, gpu)}
+    buckets = dp_overlap.specs(model, lay, dp_buckets) if lay.dp > 1 else None
+    gathers = [param_gather.gather_seconds(lay, gpu, b) for b in buckets] if lay.dp > 1 and lay.zero else None
+    timer = param_gather.timer(model, lay, gpu, tables, buckets, gathers) if gathers and lay.overlap_param_gather \
+        else timed
+    out = simulate(lay, compute, message, comm, start, timer)
+    sizes = None if dp_buckets is None else [[getattr(b, "nbytes", b) for b in r] for r in dp_buckets]
+    tail = after_schedule(model, lay, gpu, [r["finish_s"] for r in out["ranks"]], sizes)
+    if buckets is not None:  # the DP buckets on each rank's comm stream, overlapped or not (tpsim.plan.dp_overlap)
+        streams = dp_overlap.dp_terms(model, lay, gpu, tables, compute + comm, message, start, tail["before_dp"],
+                                      buckets, timer)
+        tail["ends"] = [s.end for s in streams]
+        tail["dp_streams"] = [dp_overlap.stream_dict(s) for s in streams]
+    if gathers is not None:  # ZeRO-1's all-gathers: waited at the forward's pieces, or all after the DP sync
+        tail["param_gather"] = param_gather.terms(lay, gathers, timer, compute + comm, message, start, tail["ends"])
+        tail["ends"] = [g["end_s"] for g in tail["param_gather"]]
+    tail["step_s"] = max(tail["ends"])
     out["step_s"], out["after_schedule"] = tail.pop("step_s"), tail
     want = formula.p2p_bytes(lay.schedule, lay.pp, lay.microbatches, lay.vp, micro_batch=lay.micro_batch,
                              seq_len=lay.seq_len, hidden=model.hidden, bytes_per_element=ACT_BYTES[lay.dtype],

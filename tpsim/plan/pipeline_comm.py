@@ -75,8 +75,9 @@ def by_action(model: ModelSpec, rows, split: bool, recompute: str = "none") -> d
     return out
 
 
-def stage_comm(model: ModelSpec, lay: Layout, gpu: GPU, split: bool) -> np.ndarray:
-    """Seconds of the collectives of one micro-batch's F, B and W on one GPU: ``[rank][chunk][op]``."""
+def piece_comm(model: ModelSpec, lay: Layout, gpu: GPU, split: bool) -> dict[str, list[float]]:
+    """Seconds of the collectives of one micro-batch's F, B and W on one GPU: ``{"layer", "embedding", "head"}``
+    (one layer's; the first stage's embedding's; the last stage's final norm, LM head and loss), each [F, B, W]."""
     link, rows = links(lay, gpu)["tp"], tp_rows(model, lay)
     ops = ("F", "B", "W")
     hidden = tp_overlap if lay.tp_comm_overlap else None  # --tp-comm-overlap: pipelined ones at their exposed time
@@ -85,11 +86,17 @@ def stage_comm(model: ModelSpec, lay: Layout, gpu: GPU, split: bool) -> np.ndarr
         if hidden is None or overlaps is None:
             return [_seconds(of[op], link) for op in ops]
         return [hidden.action_seconds(of[op], overlaps[op], link, lay, gpu) for op in ops]
-    layer = seconds(by_action(model, [r for r in rows if _is_layer(model, r)], split, lay.recompute),
-                    hidden and hidden.layer_overlaps(model, lay))
-    first = seconds(by_action(model, end_rows(model, lay, True, False, rows, batch=False), split))
-    last = seconds(by_action(model, end_rows(model, lay, False, True, rows, batch=False), split),
-                   hidden and hidden.head_overlaps(model, lay))
+    return {"layer": seconds(by_action(model, [r for r in rows if _is_layer(model, r)], split, lay.recompute),
+                             hidden and hidden.layer_overlaps(model, lay)),
+            "embedding": seconds(by_action(model, end_rows(model, lay, True, False, rows, batch=False), split)),
+            "head": seconds(by_action(model, end_rows(model, lay, False, True, rows, batch=False), split),
+                            hidden and hidden.head_overlaps(model, lay))}
+
+
+def stage_comm(model: ModelSpec, lay: Layout, gpu: GPU, split: bool) -> np.ndarray:
+    """Seconds of the collectives of one micro-batch's F, B and W on one GPU: ``[rank][chunk][op]``."""
+    parts = piece_comm(model, lay, gpu, split)
+    layer, first, last = parts["layer"], parts["embedding"], parts["head"]
     layers, top = virtual_stage_layers(model, lay), lay.pp * lay.vp - 1
     out = np.zeros((lay.pp, lay.vp, 3))
     for r in range(lay.pp):
@@ -111,7 +118,8 @@ def start_times(lay: Layout, gpu: GPU) -> list[float]:
 
 def after_schedule(model: ModelSpec, lay: Layout, gpu: GPU, finish, dp_buckets=None) -> dict:
     """The collectives after the schedule from each rank's ``finish`` on the clock: ``{"loss_s", "embedding_s",
-    "dp_s"}`` (each rank's cost of each) and ``ends`` (each rank's clock after them), ``step_s`` (their latest).
+    "dp_s"}`` (each rank's cost of each) and ``ends`` (each rank's clock after them), ``step_s`` (their latest),
+    ``before_dp`` (each rank's clock when its DP sync starts: ``tpsim.plan.dp_overlap`` puts it on a stream).
     ``dp_buckets``: each pipeline rank's DP gradient buckets in bytes, each its own all-reduce (ZeRO-1: its own
     reduce-scatter), as a live run's ``GradSync`` cut them; None: one bucket of the stage's gradients."""
     link, p = links(lay, gpu), lay.pp
@@ -124,12 +132,12 @@ def after_schedule(model: ModelSpec, lay: Layout, gpu: GPU, finish, dp_buckets=N
     layers = rank_layers(model, lay)
     dp = [sum(ring_seconds(op, n, lay.dp, link["dp"])
               for op, n in dp_collectives(lay, stage_param_elements(model, lay.tp, p, r, layers[r]))[:1])
-          for r in range(p)]  # ZeRO-1: the reduce-scatter; its all-gather is the optimizer's
+          for r in range(p)]  # ZeRO-1: the reduce-scatter (its all-gather: tpsim.plan.param_gather)
     if dp_buckets is not None:  # the live run's own buckets: one collective each, α paid per bucket
         op = "reduce_scatter" if lay.zero else "all_reduce"
         dp = [sum(ring_seconds(op, n, lay.dp, link["dp"]) for n in buckets) if lay.dp > 1 else 0.0
               for buckets in dp_buckets]
     ends = [latest + bcast + e + d for e, d in zip(emb, dp)]
     return {"loss_s": [c + bcast for c in loss], "embedding_s": emb, "dp_s": dp, "ends": ends,
-            "step_s": max(ends)}
+            "before_dp": [latest + bcast + e for e in emb], "step_s": max(ends)}
 

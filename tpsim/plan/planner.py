@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from tpsim.plan.comm import dp_collectives, links, ring_seconds, step_comm, tp_wire_bytes_per_layer
+from tpsim.plan.comm import links, ring_seconds, step_comm, tp_wire_bytes_per_layer
 from tpsim.plan.gpus import gpu as gpu_preset
 from tpsim.plan.kernel_time import optimizer_seconds
 from tpsim.plan.layout import Layout, check
@@ -19,13 +19,6 @@ def optimizer_s(model: ModelSpec, lay: Layout, g, params: int) -> float:
     """The optimizer step of the busiest stage: its kernels and the clip norm's all-reduce over the world."""
     norm = ring_seconds("all_reduce", 4, lay.gpus, links(lay, g)["dp" if lay.gpus > lay.tp else "tp"])
     return optimizer_seconds(params, lay, g) + (norm if lay.gpus > 1 else 0.0)
-
-
-def zero_gather_s(lay: Layout, g, params: int) -> float:
-    """ZeRO-1's all-gather of the updated parameters over DP, exposed unless ``--overlap-param-gather``."""
-    if not lay.zero or lay.dp == 1 or lay.overlap_param_gather:
-        return 0.0
-    return sum(ring_seconds(op, n, lay.dp, links(lay, g)["dp"]) for op, n in dp_collectives(lay, params)[1:])
 
 SOURCES = {
     "model_state_bytes_per_param": "Megatron-LM distributed-optimizer table (docs/source/api-guide/dist_optimizer.md)",
@@ -48,8 +41,7 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
     comm = step_comm(model, lay, g, int(mem["stage"]), int(mem["param_count"]))  # that stage's own
     flops = flops_per_step(model, lay)
     pipe = pipeline_terms(model, lay, g)
-    times = step_times(pipe, optimizer_s(model, lay, g, int(mem["param_count"])),
-                       zero_gather_s(lay, g, int(mem["param_count"])))
+    times = step_times(pipe, optimizer_s(model, lay, g, int(mem["param_count"])), lay.overlap_param_gather)
     memory_bytes = {k: int(round(mem[k])) for k in ("params", "grads", "optimizer", "activations", "total")}
     act = activation_bytes_per_layer(model, lay)
     return {

@@ -55,7 +55,8 @@ def pipeline_rows(p: dict) -> list[list[str]]:
             ["bubble: measured / formula", f"{bubble['measured']:.4f} / {bubble['formula']:.4f}",
              "virtual clock / unit costs (tpsim.predict.pipeline)"],
             ["p2p per step, one replica", gb(p2p["measured"]), f"{pipe['messages']:,} messages, 2m(v*p - 1)"],
-            ["step on the pipeline's clock", seconds(pipe["step_s"]), "the schedule, its collectives, the DP sync"]]
+            ["step on the pipeline's clock", seconds(pipe["step_s"]),
+             "the schedule, its collectives, the DP sync" + (" + gather" if lay["zero"] else "")]]
 
 
 def why_bubble(p: dict) -> list[str]:

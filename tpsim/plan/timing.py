@@ -36,10 +36,11 @@ into parts that add up to it exactly, each what the step *exposes*:
                  before it delays the step (dp: its gradient sync —
                  with ``--overlap-grad-reduce`` only the part the backward did not hide)
     optimizer    the optimizer step's kernels (``optimizer_seconds``) and the clip norm's all-reduce
-    dp_gather    ZeRO-1's all-gather of the updated parameters (0 with ``--overlap-param-gather``: hidden under
-                 the next forward)
+    dp_gather    ZeRO-1's all-gather of the updated parameters: after the DP sync, or with
+                 ``--overlap-param-gather`` only the next forward's waits for it (``tpsim.plan.param_gather``)
 
-``step`` is their sum; ``hidden`` says what ran under compute instead (DP seconds overlapped).
+``step`` is their sum, the clock's ``step_s`` + the optimizer; ``pipeline.after_schedule["dp_streams"]`` says what
+of the DP sync ran under the backward instead (``hidden_s``).
 """
 
 from __future__ import annotations
@@ -80,23 +81,28 @@ def narayanan_flops(B: int, s: int, L: int, h: int, V: int, recompute: bool = Fa
     return 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
 
 
-def step_times(pipe: dict, optimizer: float, dp_gather: float) -> dict[str, float]:
-    """The module docstring's breakdown from the planner's ``pipeline`` dict (``tpsim.plan.pipeline``) and the
-    optimizer's and ZeRO-1's all-gather's seconds: every part and ``step``, their sum."""
+def step_times(pipe: dict, optimizer: float, overlap_param_gather: bool = False) -> dict[str, float]:
+    """The module docstring's breakdown from the planner's ``pipeline`` dict (``tpsim.plan.pipeline``: the DP
+    streams and ZeRO-1's all-gathers on its clock) and the optimizer's seconds: every part and ``step``, their
+    sum."""
     ranks, tail = pipe["ranks"], pipe["after_schedule"]
+    last = max(range(len(ranks)), key=lambda r: tail["ends"][r])
+    gather = tail["param_gather"][last]["exposed_s"] if "param_gather" in tail else 0.0
+    inside = gather if overlap_param_gather else 0.0  # the forward's waits, inside the schedule
     compute = sum(r["busy_s"] - r["collectives_s"] for r in ranks) / len(ranks)
     tp = sum(r["collectives_s"] for r in ranks) / len(ranks)
     late = pipe["start_exposed_s"]  # the loss normalizer before the last stage's schedule, where it delays it
-    bubble = pipe["makespan_without_p2p_s"] - late - compute - tp
+    bubble = pipe["makespan_without_p2p_s"] - late - compute - tp - inside
     pp = pipe["makespan_s"] - pipe["makespan_without_p2p_s"]
     if abs(bubble) <= ROUNDING * pipe["makespan_without_p2p_s"]:  # one stage, or equal ones never waiting
         bubble = 0.0
-    last = max(range(len(ranks)), key=lambda r: tail["ends"][r])
-    dp, embedding = tail["dp_s"][last], tail["embedding_s"][last]
-    loss = pipe["step_s"] - pipe["makespan_s"] - dp - embedding + late
+    streams = tail.get("dp_streams")
+    dp = streams[last]["exposed_s"] if streams else tail["dp_s"][last]
+    embedding = tail["embedding_s"][last]
+    loss = pipe["step_s"] - pipe["makespan_s"] - dp - embedding - (gather - inside) + late
     parts = {"compute": compute, "tp": tp, "bubble": bubble, "pp": pp, "loss": loss, "embedding": embedding,
-             "dp": dp, "optimizer": optimizer, "dp_gather": dp_gather}
-    return {**parts, "step": pipe["step_s"] + optimizer + dp_gather, "pipeline": pipe["makespan_s"]}
+             "dp": dp, "optimizer": optimizer, "dp_gather": gather}
+    return {**parts, "step": pipe["step_s"] + optimizer, "pipeline": pipe["makespan_s"]}
 
 
 def gemm_seconds(m: int, n: int, k: int, lay: Layout, gpu) -> float:

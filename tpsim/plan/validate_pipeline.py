@@ -18,6 +18,14 @@ compares, for the same model and layout (``run_layout`` of the same ``RunConfig`
                                                                      bytes a layer + tpsim's rstd
     embedding all-reduce    the trace's tied-embedding records   vs  embedding_collectives      (exactly)
                             (scope transformer.wte, phase dp_sync; wire bytes of one GPU of each stage)
+    exposed DP seconds      each rank's wait for its comm stream  vs  dp_overlap's, per stage   (1e-12 of the step)
+                            (the run's own buckets: bytes and       (tpsim.plan.dp_overlap, the same rule:
+                            the piece finishing each)               tpsim.pipeline.overlap)
+    bubble fraction         each pipeline's idle share             vs  pipeline_terms' measured  (1e-12)
+
+The overlap cases (``--overlap-grad-reduce``; ZeRO-1 with ``--overlap-param-gather`` too) report their buckets,
+their exposed DP seconds and (ZeRO-1) the exposed parameter all-gather (the forward's waits for it: ``exposed
+param all-gather``); the planner prices those buckets.
 
 The step time is a float sum: the planner adds a message's α + β·bytes once where a live receiver adds α, then
 β·bytes, to the sender's stamp, so the two may differ in the last bits — 1e-12 relative is the bound
@@ -42,6 +50,8 @@ from tpsim.plan.gpus import gpu as gpu_preset
 from tpsim.plan.live_pipeline import pipeline_run
 from tpsim.plan.of_run import model_spec, run_layout
 from tpsim.plan.pipeline import pipeline_terms
+from tpsim.pipeline.overlap import BucketSpec
+from tpsim.pp.clock import bubble_measured
 
 CLOCK = "h100-80gb"
 
@@ -61,6 +71,9 @@ class PipelineCase:
     sp: bool = False
     arch: str = "gpt2"
     tp_comm_overlap: bool = False
+    zero: int = 0
+    overlap: str = ""  # "grad": --overlap-grad-reduce; "both": and --overlap-param-gather (ZeRO-1)
+    bucket_mb: float = 25.0
 
     @property
     def ranks(self) -> int:
@@ -69,7 +82,8 @@ class PipelineCase:
     def run(self):
         """The ``RunConfig`` the worker runs and the planner prices (ConfigError: the live ranks cannot run it)."""
         return pipeline_run(self.tp, self.dp, self.pp, self.schedule, self.vp, self.microbatches, self.layers, CLOCK,
-                            self.sp, self.arch, self.tp_comm_overlap)
+                            self.sp, self.arch, self.tp_comm_overlap, zero=self.zero, overlap=self.overlap,
+                            bucket_mb=self.bucket_mb)
 
 
 PIPELINE_CASES = [PipelineCase("PP 2 x TP 2, 1f1b", 2, 1, 2, "1f1b", layers=2),
@@ -79,7 +93,13 @@ PIPELINE_CASES = [PipelineCase("PP 2 x TP 2, 1f1b", 2, 1, 2, "1f1b", layers=2),
                   PipelineCase("PP 2 x TP 2, zb-h1, SP", 2, 1, 2, "zb-h1", layers=2, sp=True),
                   PipelineCase("Llama PP 2 x TP 2, 1f1b", 2, 1, 2, "1f1b", layers=2, arch="llama"),
                   PipelineCase("PP 2 x TP 2, 1f1b, SP, --tp-comm-overlap", 2, 1, 2, "1f1b", layers=2, sp=True,
-                               tp_comm_overlap=True)]
+                               tp_comm_overlap=True),
+                  PipelineCase("PP 1 x TP 2 x DP 2, overlap grad reduce", 2, 2, 1, "1f1b", microbatches=1, layers=2,
+                               overlap="grad", bucket_mb=0.004),
+                  PipelineCase("PP 2 x DP 2, 1f1b, overlap grad reduce", 1, 2, 2, "1f1b", overlap="grad",
+                               bucket_mb=0.004),
+                  PipelineCase("PP 2 x DP 2, zb-h1, ZeRO-1, both overlaps", 1, 2, 2, "zb-h1", zero=1, overlap="both",
+                               bucket_mb=0.004)]
 
 
 def skipped(case: PipelineCase) -> str | None:
@@ -93,11 +113,14 @@ def skipped(case: PipelineCase) -> str | None:
 
 def run_pipeline_case(case: PipelineCase, folder: Path, timeout: float = 120) -> list[dict]:
     path = folder / (f"pipeline_{case.arch}_{case.schedule}_pp{case.pp}_tp{case.tp}_dp{case.dp}"
-                     + "_sp" * case.sp + "_overlap" * case.tp_comm_overlap + ".json")
+                     + "_sp" * case.sp + "_overlap" * case.tp_comm_overlap
+                     + f"_zero{case.zero}_{case.overlap or 'plain'}_{case.bucket_mb:g}.json")
     args = ["-m", "tpsim.plan.live_pipeline", "--tp", str(case.tp), "--dp", str(case.dp), "--pp", str(case.pp),
             "--schedule", case.schedule, "--vp", str(case.vp), "--microbatches", str(case.microbatches),
             "--layers", str(case.layers), "--arch", case.arch, "--clock", CLOCK, "--json", str(path)]
     args += ["--sp"] * case.sp + ["--tp-comm-overlap"] * case.tp_comm_overlap
+    args += ["--zero", str(case.zero), "--bucket-mb", repr(case.bucket_mb)]
+    args += ["--overlap", case.overlap] * bool(case.overlap)
     run = launch(case.ranks, args, timeout=timeout)
     if run.returncode:
         raise RuntimeError(f"{case.name}: mpiexec exited with {run.returncode}\n"
@@ -122,8 +145,11 @@ def check_pipeline_case(case: PipelineCase, ranks: list[dict]) -> list[tuple[str
     """``(case, term, planner, measured (every rank or pipeline), ok)`` for every pipeline term of one case."""
     run = case.run()
     model, lay = model_spec(run.model), run_layout(run)
-    terms = pipeline_terms(model, lay, gpu_preset(lay.gpu))
     chains = list(pipelines(ranks).values())
+    buckets = [[BucketSpec(n, stage, tuple(piece), held, (first[0], tuple(first[1])))
+                for n, stage, piece, held, first in r["buckets"]]
+               for r in chains[0]] if "buckets" in chains[0][0] else None  # this run's own buckets
+    terms = pipeline_terms(model, lay, gpu_preset(lay.gpu), buckets)
     rows = []
     for term, key, want in (("virtual makespan (s, 1e-12 rel.)", "schedule_end", terms["makespan_s"]),
                             ("virtual step time (s, 1e-12 rel.)", "clock_end", terms["step_s"])):
@@ -135,6 +161,23 @@ def check_pipeline_case(case: PipelineCase, ranks: list[dict]) -> list[tuple[str
                      [r["clock_collectives"] for r in ranks],
                      all(abs(r["clock_collectives"] - t) <= ROUNDING * max(t, 1e-300) for r, t in zip(ranks, tp_s)),
                      "{:.12g}"))
+    if "dp_exposed" in ranks[0]:  # the DP buckets on the comm stream: each rank's exposed seconds
+        want = [s["exposed_s"] for s in terms["after_schedule"].get("dp_streams", [{"exposed_s": 0.0}] * case.pp)]
+        got = [r["dp_exposed"] for r in ranks]
+        scale = terms["step_s"]
+        rows.append(_row(case, "exposed DP seconds (1e-12 of the step)", want, got,
+                         all(abs(r["dp_exposed"] - want[r["pp_rank"]]) <= ROUNDING * scale for r in ranks), "{:.12g}"))
+        gathers = terms["after_schedule"].get("param_gather")
+        if gathers is not None:  # ZeRO-1: the parameter all-gather's exposed part (the forward's waits, or all)
+            want = [g["exposed_s"] for g in gathers]
+            rows.append(_row(case, "exposed param all-gather (1e-12 of the step)", want,
+                             [r["gather_exposed"] for r in ranks],
+                             all(abs(r["gather_exposed"] - want[r["pp_rank"]]) <= ROUNDING * scale for r in ranks),
+                             "{:.12g}"))
+        bubble = terms["bubble_fraction"]["measured"]
+        got = [bubble_measured([(r["schedule_end"], r["clock_busy"]) for r in chain])[1] for chain in chains]
+        rows.append(_row(case, "bubble fraction (1e-12)", [bubble], got,
+                         all(abs(b - bubble) <= ROUNDING for b in got), "{:.12g}"))
     sent = [sum(r["p2p_sent"] for r in chain) for chain in chains]
     p2p = terms["p2p_bytes"]["measured"]
     rows.append(_row(case, "p2p bytes per replica", [p2p], sent, set(sent) == {p2p}))

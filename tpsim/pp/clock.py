@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from tpsim.pipeline.clock import Costs
+from tpsim.pipeline.overlap import Stream, after_compute, comm_stream, gated_ends, piece_ends
 
 
 class VirtualSpan(NamedTuple):
@@ -65,6 +66,10 @@ class LiveClock:
     comm: float = 0.0
     schedule_end: float = 0.0
     spans: list[VirtualSpan] = field(default_factory=list)
+    piece_end: dict[tuple[int, tuple], float] = field(default_factory=dict)  # (stage, piece) -> its last end
+    dp: Stream | None = None  # the DP gradient buckets on the comm stream (``dp_sync``)
+    gates: dict[tuple[int, tuple], float] | None = None  # --overlap-param-gather: (stage, piece) -> its gather's end
+    gather_exposed: float = 0.0  # ZeRO-1's parameter all-gather: the forward's waits, or all of it after the sync
 
     @property
     def prices_collectives(self) -> bool:
@@ -92,6 +97,71 @@ class LiveClock:
         self.time = start + cost
         self.busy += cost
         self.spans.append(VirtualSpan(op, microbatch, chunk, start, self.time))
+
+    def pieces(self, op: str, chunk: int, stage: int, keys: list[tuple], scoped: list[tuple]) -> None:
+        """The action just charged (the last micro-batch's final backward on ``chunk``, virtual stage ``stage``)
+        spread over its pieces ``keys`` in execution order (``tpsim.pipeline.overlap``): each its compute seconds
+        (``costs.pieces``; unit costs: the action's equally over its layers) plus the α-β time of ``scoped``,
+        the ``(piece, event)`` of every collective traced inside it. Records each piece's end."""
+        span = self.spans[-1]
+        seconds, _ = self._piece_seconds(op, chunk, span.microbatch, keys, scoped)
+        for key, end in zip(keys, piece_ends(span.start, seconds)):
+            self.piece_end[stage, key] = end
+
+    def _piece_seconds(self, op: str, chunk: int, microbatch: int, keys: list[tuple], scoped: list[tuple]):
+        """Each piece's seconds, ``keys`` in backward order (``pieces``' rule), and the collectives' part."""
+        if self.costs.pieces is not None:
+            seconds = list(self.costs.pieces(op, self.rank, chunk))
+        else:
+            layers = sum(k[0] == "layer" for k in keys)
+            cost = self.costs.compute[op](self.rank, chunk, microbatch)
+            seconds = [cost / layers if k[0] == "layer" else 0.0 for k in keys]
+        comm = 0.0
+        if self.prices_collectives:
+            at = {k: i for i, k in enumerate(keys)}
+            for key, e in scoped:
+                if key not in at:
+                    raise ValueError(f"a collective of scope {e.scope!r} belongs to piece {key}, not one of {keys}")
+                price = self.priced([e])
+                seconds[at[key]] += price
+                comm += price
+        return seconds, comm
+
+    def gated_forward(self, chunk: int, stage: int, keys: list[tuple], scoped: list[tuple]) -> None:
+        """Micro-batch 0's forward on ``chunk`` under ``--overlap-param-gather``: its pieces (``keys`` in backward
+        order, run reversed) one after another, each no earlier than its gate (``gates``); the waits add to
+        ``gather_exposed``, the pieces to ``busy``."""
+        seconds, comm = self._piece_seconds("F", chunk, 0, keys, scoped)
+        start = self.time
+        ends, waited = gated_ends(start, seconds[::-1], [self.gates.get((stage, k), 0.0) for k in keys[::-1]])
+        self.time, self.gather_exposed = ends[-1], self.gather_exposed + waited
+        self.busy += sum(seconds)
+        self.comm += comm
+        self.spans.append(VirtualSpan("F", 0, chunk, start, self.time))
+
+    def param_gather(self, seconds: list[float]) -> None:
+        """ZeRO-1's all-gathers without the overlap: after the DP sync (the optimizer costs nothing here), all
+        exposed."""
+        start = self.time
+        stream = after_compute(len(seconds), seconds, start)
+        self.time, self.gather_exposed = stream.end, stream.exposed
+        self.spans.append(VirtualSpan("param all-gather", -1, 0, start, self.time))
+
+    def dp_sync(self, latest: float, order: list[int], ready: list[float] | None, seconds: list[float]) -> None:
+        """The DP gradient buckets of the step: ``seconds[b]`` each on the DP link; ``ready`` (overlapped: each
+        bucket's ready time, ``order`` the issue order) on the comm stream, else one after another from
+        ``latest`` (the DP group's latest clock); the clock then waits for the stream (``tpsim.pipeline.overlap``)."""
+        start = self.time
+        self.dp = after_compute(len(seconds), seconds, latest) if ready is None else \
+            comm_stream(order, ready, seconds, latest)
+        self.time = self.dp.end
+        self.spans.append(VirtualSpan("DP sync" if ready is None else "DP exposed", -1, 0, start, self.time))
+
+    def comm_spans(self) -> list[VirtualSpan]:
+        """The comm stream's spans of the step (chunk −1: drawn on the "comm" track): one per DP bucket."""
+        if self.dp is None:
+            return []
+        return [VirtualSpan(f"DP bucket {s.bucket}", -1, -1, s.start, s.end) for s in self.dp.spans]
 
     def collective(self, name: str, latest: float, events) -> None:
         """A collective after the schedule, ``events`` its traced calls: it ends at ``latest`` (the group's

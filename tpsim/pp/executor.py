@@ -34,6 +34,7 @@ enabled (a ``RuntimeError`` otherwise: an untraced step would run on a clock wit
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,10 +69,13 @@ class ExecutorResult:
     clock: LiveClock | None = None  # modelled time: its end and its busy part
 
 
-def _ran(out: ExecutorResult, op: str, chunk: int, microbatch: int, collectives) -> None:
-    """Compute action ``op`` of (micro-batch, chunk) ran, issuing the traced ``collectives``: listed, and charged."""
+def _ran(out: ExecutorResult, op: str, chunk: int, microbatch: int, collectives) -> list:
+    """Compute action ``op`` of (micro-batch, chunk) ran, issuing the traced ``collectives``: listed, and charged
+    (a DP bucket it issued to overlap, ``--overlap-grad-reduce``, runs on the comm stream, not in the action)."""
     out.ran.append(f"{op}{microbatch}.{chunk}")
-    out.clock.compute(op, chunk, microbatch, collectives)
+    inside = [e for e in collectives if not e.overlap]
+    out.clock.compute(op, chunk, microbatch, inside)
+    return inside
 
 
 class Executor:
@@ -117,14 +121,44 @@ class Executor:
             self.group.send(x, a.peer, message_tag(direction, j, v, self.schedule.stages), microbatch=j, chunk=c,
                             stamp=stamp)
 
-    def run(self, inputs: list[np.ndarray], labels: list[np.ndarray] | None, plans: list,
-            seeds: list[float] | None, clock: LiveClock | None = None) -> ExecutorResult:
-        """One step's schedule. ``inputs[j]``: micro-batch j's token ids (read on the rank holding stage 0);
-        ``labels[j]`` and ``seeds[j]`` (the loss gradient the backward starts from) on the last stage's rank;
-        ``plans[j]``: micro-batch j's dropout plan (its global rows); ``clock``: this rank's virtual clock, where
-        the step has already charged it (default: a fresh one of ``costs`` at 0)."""
-        sch, tracer = self.schedule, self.group.tracer
-        stages = sch.stages
+    def final(self, a) -> bool:
+        """Is ``a`` the last micro-batch's last gradient-producing action on its chunk (B, or W when split)?"""
+        return a.microbatch == self.schedule.microbatches - 1 and a.op == ("W" if self.schedule.splits_backward
+                                                                             else "B")
+
+    @contextmanager
+    def _producing(self, a, grad_sync):
+        """Around a B or W: the DP sync armed while it runs when it is its chunk's ``final`` one."""
+        armed = grad_sync is not None and self.final(a)
+        if armed:
+            grad_sync.arm()
+        try:
+            yield
+        finally:
+            if armed:
+                grad_sync.disarm()
+
+    def _forward_on_clock(self, out: ExecutorResult, a, v: int, events: list, pieces) -> None:
+        """An F on the clock: micro-batch 0's through the parameter all-gather's gates when the clock has them."""
+        if pieces is None or a.microbatch or out.clock.gates is None:
+            _ran(out, "F", a.chunk, a.microbatch, events)
+            return
+        out.ran.append(f"F0.{a.chunk}")
+        inside = [e for e in events if not e.overlap]
+        out.clock.gated_forward(a.chunk, v, pieces.keys[v], pieces.scoped(inside, v))
+
+    def _pieces(self, out: ExecutorResult, a, v: int, inside: list, pieces) -> None:
+        """A chunk's ``final`` B or W on the clock piece by piece (``LiveClock.pieces``), when ``pieces`` is given."""
+        if pieces is not None and self.final(a):
+            out.clock.pieces(a.op, a.chunk, v, pieces.keys[v], pieces.scoped(inside, v))
+
+    def run(self, inputs: list[np.ndarray], labels: list[np.ndarray] | None, plans: list, seeds: list[float] | None,
+            clock: LiveClock | None = None, grad_sync=None, pieces=None) -> ExecutorResult:
+        """One step's schedule. ``inputs[j]``: micro-batch j's token ids (on the rank holding stage 0); ``labels[j]``
+        and ``seeds[j]`` (the loss gradient the backward starts from) on the last stage's; ``plans[j]``: its dropout
+        plan (its global rows); ``clock``: this rank's, already charged by the step (default: a fresh one at 0);
+        ``grad_sync``: the DP sync, armed around each chunk's ``final`` action; ``pieces``: the shard's ``Pieces``."""
+        sch, tracer, stages = self.schedule, self.group.tracer, self.schedule.stages
         received: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> input or output gradient
         produced: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> what a SEND will post
         caches: dict[tuple[int, int], object] = {}
@@ -153,19 +187,21 @@ class Executor:
                 else:
                     produced["F", j, c] = y
                 held.take((j, c), caches[j, c].h)
-                _ran(out, "F", c, j, tracer.events[since:])
+                self._forward_on_clock(out, a, v, tracer.events[since:], pieces)
             elif a.op == "B":
                 dy = seeds[j] if chunk.last else received.pop(("B", j, c))
-                dx = self._backward(chunk, dy, caches.pop((j, c)), weights, (j, c))  # the cache goes now
+                with self._producing(a, grad_sync):
+                    dx = self._backward(chunk, dy, caches.pop((j, c)), weights, (j, c))  # the cache goes now
                 if not sch.splits_backward:
                     held.free((j, c))
                 if v > 0:
                     produced["B", j, c] = dx
-                _ran(out, "B", c, j, tracer.events[since:])
+                self._pieces(out, a, v, _ran(out, "B", c, j, tracer.events[since:]), pieces)
             elif a.op == "W":
-                chunk.backward_weights(weights.pop((j, c)))  # and with them, what they held
+                with self._producing(a, grad_sync):
+                    chunk.backward_weights(weights.pop((j, c)))  # and with them, what they held
                 held.free((j, c))
-                _ran(out, "W", c, j, tracer.events[since:])
+                self._pieces(out, a, v, _ran(out, "W", c, j, tracer.events[since:]), pieces)
             else:  # SEND_F / SEND_B
                 self._send(a, v, produced, out.clock.time)
         self.group.wait_sends()

@@ -25,7 +25,10 @@ loss's all-reduce and broadcast, the embedding's all-reduce, the DP sync (ZeRO-1
 its group's latest clock plus its traced calls' α-β cost: the clocks are exchanged first (an all-reduce of one
 float, max, untraced: clock bookkeeping, like a message's stamp, is not model traffic), so the normalizer
 starts the last stage's schedule late, and ``result.clock.time`` is the step's virtual time from the batch read
-to the DP sync (the optimizer step, with ZeRO-1's all-gather and the clip norm's all-reduce, is not on it).
+to the DP sync; the optimizer step costs nothing on it (the clip norm's all-reduce is not charged), but ZeRO-1's
+parameter all-gathers are (``param_gathers``): after the DP sync, or with ``--overlap-param-gather`` on the comm
+stream from the step's start, gating micro-batch 0's forward (``tpsim.pipeline.overlap``); with
+``--overlap-grad-reduce`` the DP buckets run on the comm stream from their pieces' ends (``dp_sync``).
 Under the unit clock nothing is exchanged and nothing charged.
 """
 
@@ -36,8 +39,11 @@ from contextlib import contextmanager
 import numpy as np
 
 from tpsim.comm import Group, ProcessGrid
+from tpsim.cost import wire_bytes
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.phases import DP_SYNC
+from tpsim.pipeline.overlap import comm_stream, forward_gates
+from tpsim.pp.buckets import Pieces, bucket_specs
 from tpsim.pp.chunk import PipelineShard
 from tpsim.pp.clock import LiveClock
 from tpsim.pp.executor import Executor, ExecutorResult
@@ -123,12 +129,63 @@ def pipeline_grads(shard: PipelineShard, executor: Executor, grid: ProcessGrid, 
         counts = [int(np.count_nonzero(lab != ignore)) for lab in labels_mb]
         n_global = _normalizer(grid, sum(counts), clock)
         seeds = [(grid.dp * n / n_global if n_global else 0.0) * loss_scale for n in counts]
+    if grad_sync is not None:  # (--overlap-param-gather: each layer waits for its all-gathers at its forward)
+        grad_sync.start_step()
     shard.zero_grad()
-    result = executor.run(ids_mb, labels_mb, plans, seeds, clock=clock)
+    gathers = param_gathers(shard, grad_sync, grid, clock)  # ZeRO-1's all-gathers (and the forward's gates)
+    overlapped = grad_sync is not None and grad_sync.overlap and clock.prices_collectives
+    result = executor.run(ids_mb, labels_mb, plans, seeds, clock=clock, grad_sync=grad_sync,
+                          pieces=Pieces(shard) if overlapped or clock.gates is not None else None)
     weighted = sum(n * result.losses[j] for j, n in enumerate(counts) if n)  # 0 off the last stage
     loss, n_global = _global_loss(grid, weighted, n_global, clock)
     allreduce_word_embedding_grads(shard, grid, clock)
     if grad_sync is not None:
-        with on_clock(clock, grid.dp_group, "DP sync"):
-            grad_sync.sync()
+        grad_sync.release()  # the tied embedding's bucket, held until its sum over the embedding group
+        dp_sync(shard, grad_sync, grid, clock)
+    if gathers is not None and clock.gates is None:  # no overlap: the all-gathers after the (free) optimizer
+        clock.param_gather(gathers)
     return loss, n_global, result
+
+
+def param_gathers(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: LiveClock) -> list[float] | None:
+    """ZeRO-1's parameter all-gathers of the optimizer step before this one, each priced on the DP link (None:
+    not ZeRO-1, dp 1, or a clock that prices no collective). The clock prices every step as one that follows an
+    optimizer step: with ``--overlap-param-gather`` they run on the comm stream from the step's start and gate
+    the pieces of micro-batch 0's forward (``clock.gates``, ``tpsim.pipeline.overlap.forward_gates``)."""
+    if not clock.prices_collectives or grid.dp == 1 or grad_sync is None or grad_sync.zero_stage != 1:
+        return None
+    seconds = [clock.costs.collective("all_gather", "dp", grid.dp, wire_bytes("all_gather", n, grid.dp))
+               for n in grad_sync.gather_bytes()]
+    if grad_sync.overlap_param_gather:
+        stream = comm_stream(range(len(seconds)), [0.0] * len(seconds), seconds, 0.0)
+        clock.gates = forward_gates(bucket_specs(shard, grad_sync), stream)
+    return seconds
+
+
+def dp_sync(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: LiveClock) -> None:
+    """The DP gradient sync, and on a clock that prices collectives its buckets on the comm stream
+    (``LiveClock.dp_sync``): each priced from its trace record on the DP link; with ``--overlap-grad-reduce``
+    each ready at the end of the piece that finished its last gradient (the tied embedding's once its sum over
+    the embedding group is done), run in issue order; without, one after another from the DP group's latest clock."""
+    if not clock.prices_collectives or grid.dp == 1:
+        grad_sync.sync()
+        return
+    with grid.tracer.paused():
+        latest = float(grid.dp_group.all_reduce(np.array([clock.time]), op="max")[0])
+    after_embedding = clock.time
+    grad_sync.sync()
+    events = grad_sync.bucket_events
+    if any(events.get(b) is None for b in range(len(grad_sync.buckets))):
+        raise RuntimeError("a clock that prices collectives reads the DP buckets from the trace: enable the tracer")
+    seconds = [clock.priced([events[b]]) for b in range(len(grad_sync.buckets))]
+    if not grad_sync.overlap:
+        clock.dp_sync(latest, list(range(len(seconds))), None, seconds)
+        return
+    ready = []
+    for b, spec in enumerate(bucket_specs(shard, grad_sync, held=True)):
+        if (spec.stage, spec.piece) not in clock.piece_end:
+            raise RuntimeError(f"DP bucket {b}: its last gradient's piece {spec.piece} of virtual stage {spec.stage} "
+                               "never ran on the clock")
+        t = clock.piece_end[spec.stage, spec.piece]
+        ready.append(max(t, after_embedding) if spec.held else t)
+    clock.dp_sync(latest, grad_sync.issue_order, ready, seconds)

@@ -63,7 +63,7 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
     b, s, h = run.micro_batch, sch.seq_len, config.hidden
     rows = _Rows(tp, dp, kv_replicas(config, tp), pp=pp)
     if tp > 1 and (first or last):  # ids on the first stage, labels on the last (Megatron-LM's get_batch)
-        rows.add("batch", DATA, "broadcast", "tp", run.local_batch * s * 8)
+        rows.add("batch", DATA, "broadcast", "tp", (first + last) * run.local_batch * s * 8)  # pp 1: both, one call
     per_micro = _Rows(tp, dp, kv_replicas(config, tp), pp=pp, repeat=m)
     blocks = [f"{config.layer_names.block}.{i}" for layers in chunks for i in layers]
     model_rows(per_micro, config, tp, par.sp, blocks, b=b, s=s, e=e, acc=acc, first=first, last=last,
@@ -79,8 +79,9 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
     rows.rows.update(per_micro.rows)
     if last and dp > 1:
         rows.add("loss_normalizer", DP_SYNC, "all_reduce", "dp", 8, calls=2)
-    rows.add("loss_normalizer", DP_SYNC, "broadcast", "pp", 2 * 8)
-    if config.tied and (first or last):
+    if pp > 1:  # one stage (pp 1, the --clock path) holds its loss already, and both ends of a tied embedding
+        rows.add("loss_normalizer", DP_SYNC, "broadcast", "pp", 2 * 8)
+    if config.tied and pp > 1 and (first or last):
         rows.add(config.layer_names.embed, DP_SYNC, "all_reduce", "embedding",
                  padded_vocab_size(config.vocab, tp) // tp * h * acc)
     elements = sum(stage_elements(config, tp, layers, first and c == 0, last and c == len(chunks) - 1)
@@ -94,7 +95,7 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
     if update and run.precision.loss_scaling:
         rows.add("loss_scaler", OPTIMIZER, "all_reduce", "world", 8)
     if clip:
-        rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "world" if par.zero else "mp", 8)
+        rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "world" if par.zero else "mp" if pp > 1 else "tp", 8)
     if par.zero and dp > 1:
         _bucketed(rows, "zero", OPTIMIZER, "all_gather", total // acc * e, buckets)
     return rows

@@ -4,6 +4,8 @@
     tpsim report RUN_DIR [--step N] [--by module|layer|op] [--rank R]   communication per module, one step
     tpsim report RUN_DIR --by kind [--step N] [--rank R]    where each layer's time goes: matmul, elementwise,
                                                             softmax/norm, waiting, moving bytes, other
+    tpsim report RUN_DIR --exposed                          exposed vs hidden DP communication per rank, on the
+                                                            virtual clock (a --clock GPU run at dp > 1)
 
 ``--step`` defaults to the run's last training step. A folder or file that is missing or malformed is one line
 on stderr (``tpsim report: error: ...``) and exit status 2, like a usage error.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tpsim.trace.exposed import PIPELINE_JSON, exposed_table, read_dp
 from tpsim.trace.kind_split import format_kind_table, kind_split
 from tpsim.trace.module_table import BY, module_table
 from tpsim.trace.run_folder import (FILES, RunFolderError, check_step, default_step, load_run, run_title,
@@ -71,7 +74,17 @@ def report_main(argv: list[str]) -> int:
                         "kind: each layer's time split into matmul, elementwise, softmax/norm, communication "
                         "(waiting vs moving bytes) and other, from spans.jsonl")
     p.add_argument("--rank", type=int, default=None, help="show one rank instead of the per-rank average")
+    p.add_argument("--exposed", action="store_true",
+                   help="exposed vs hidden DP communication per rank on the virtual clock (pipeline.json of a "
+                        "--clock GPU run at dp > 1; --overlap-grad-reduce hides part of it)")
     args = p.parse_args(argv)
+    if args.exposed:
+        dp = read_dp(args.run_dir)
+        if dp is None:
+            return _fail(prog, f"no DP buckets on a virtual clock in {args.run_dir}/{PIPELINE_JSON} (run the demo "
+                               "with --clock GPU at dp > 1)")
+        print(exposed_table(dp, title=f"Exposed DP communication of {args.run_dir}, last step:"), flush=True)
+        return 0
     try:
         run, step = _load(args)
     except RunFolderError as err:

@@ -8,7 +8,9 @@ layer span's own self time to ``other`` (Python, layout copies, embedding lookup
 row of the innermost enclosing layer span (its scope: ``transformer.h.0`` holds the block's residual adds,
 ``transformer.h.0.mlp`` its MLP). So a row's kinds add up to its span minus its child layers' spans, and the
 rows add up to the step's spans — nothing is counted twice. A collective outside every span (the DP sync, the
-batch broadcast) gets a row of its own, named ``layer_of`` its scope (``ddp``).
+batch broadcast) gets a row of its own, named ``layer_of`` its scope (``ddp``). A collective issued to overlap
+compute (``overlap`` true: ``--overlap-grad-reduce``, ``--overlap-param-gather``) is left out: it runs beside
+the spans, not inside them (``tpsim report DIR --exposed`` says how much of it the virtual clock exposes).
 
 Waiting apart from moving bytes, with no extra communication (``comm_waits``): the k-th call on one group is
 the same collective on every member, and none of all-reduce, all-gather, reduce-scatter or barrier can end on
@@ -99,7 +101,8 @@ def _split_rank(intervals: list[tuple], rows: dict[str, dict[str, float]]) -> No
 def kind_split(spans: Iterable[dict], records: Iterable[dict], step: int,
                rank: int | None = None) -> tuple[dict[str, dict[str, float]], int]:
     """``({layer: {kind: seconds per rank}}, ranks averaged over)`` for one step; rows in order of first use."""
-    records = [r for r in records if r["step"] == step]
+    # a collective issued to overlap compute (--overlap-grad-reduce) runs beside the spans, not inside them
+    records = [r for r in records if r["step"] == step and not r.get("overlap")]
     waits = comm_waits(records)  # over every rank's records, before --rank picks one
     spans = [s for s in spans if s["step"] == step]
     ranks = sorted({s["rank"] for s in spans} | {r["rank"] for r in records})

@@ -20,6 +20,10 @@ collective: scope, phase, step, op, reduce_op, group, group_ranks, dtype, shape,
 (``tpsim.trace.kind_split.comm_waits``), with a nested "wait" event of that length at its start when it is
 over 0; of a span: scope, phase, step, kind. A span of kind "layer" is named by its scope, a mark (matmul,
 elementwise, softmax_norm) by its kind, nested inside its layer.
+
+A comm.jsonl row may also carry ``overlap`` (bool): the call was issued non-blocking to run beside compute
+(``--overlap-grad-reduce`` / ``--overlap-param-gather``), recorded when issued, its duration to the end of its wait;
+folders written before it have none, so it is not among the required COMM_FIELDS.
 """
 
 from __future__ import annotations

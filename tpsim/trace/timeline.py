@@ -7,12 +7,15 @@ Two outputs from the same records (``spans.jsonl`` + ``comm.jsonl``):
 
 In the Chrome trace each rank is a process (``pid`` = rank) with two threads: ``tid`` 0 "compute" (layer
 spans, and inside them the ``tpsim.kinds`` marks: matmul, elementwise, softmax_norm) and ``tid`` 1
-"communication" (each collective, with a nested "wait" event for the time it waited for its group).
+"communication" (each collective, with a nested "wait" event for the time it waited for its group); a run with
+``--overlap-grad-reduce`` / ``--overlap-param-gather`` adds ``tid`` 2 "communication (overlapped)": each
+collective issued non-blocking, from its issue to the end of its wait (it overlaps the others: its own track).
 A pipeline run adds one more process, "virtual clock" (``virtual_clock_events``): a thread per pipeline rank of
 rank 0's pipeline, one event per F, B and W at its start and end on the live virtual clock (``tpsim.pp.clock``)
 and a "wait" event where a receive waited for its message; under a GPU clock also the collectives after the
 schedule (the loss broadcast, the embedding's all-reduce, the DP sync: from the rank's clock to their end at the
-group's latest clock plus their cost). The steps kept follow one another from 0 (the optimizer, between them, is
+group's latest clock plus their cost), and a "comm" thread per pipeline rank: the DP gradient buckets on its comm
+stream (``tpsim.pipeline.overlap``), the compute thread's "DP exposed" (or "DP sync") the part it waited for. The steps kept follow one another from 0 (the optimizer, between them, is
 not on that clock). A GPU clock's modelled seconds are drawn as seconds, the unit clock's units as milliseconds
 (the process name says which).
 ``timeline.png`` draws the layer spans only. The viewers draw a track's events as a stack, so events on one track must *nest*
@@ -32,7 +35,8 @@ from tpsim.trace.kind_split import comm_waits
 from tpsim.trace.records import grid_of
 from tpsim.atomic import save_figure, write_text
 
-COMPUTE_TID, COMM_TID = 0, 1
+COMPUTE_TID, COMM_TID, OVERLAP_TID = 0, 1, 2
+VIRTUAL_COMM_TID = 1000  # + pipeline rank: the virtual clock's comm stream of that rank (DP buckets)
 UNIT_DRAWN_AS = 1e-3  # seconds of the trace's time axis one unit of the unit clock is drawn as
 PHASE_COLORS = {DATA: "#BBBBBB", FORWARD: "#A6CEE3", DP_SYNC: "#B2DF8A", BACKWARD: "#FDBF6F", OPTIMIZER: "#CAB2D6"}
 LAYER_COLORS = {"embedding": "#F6D55C", "layernorm": "#B39DDB", "attention": "#F28E2B", "mlp": "#59A14F",
@@ -106,9 +110,18 @@ def virtual_clock_events(virtual: dict, pid: int, steps) -> list[dict]:
         events += [{"ph": "M", "pid": pid, "tid": stage, "name": "thread_name",
                     "args": {"name": f"pipeline rank {stage} (world rank {rank})"}},
                    {"ph": "M", "pid": pid, "tid": stage, "name": "thread_sort_index", "args": {"sort_index": stage}}]
+        if any(span[2] < 0 for step in kept for span in track[step]):
+            tid = VIRTUAL_COMM_TID + stage
+            events += [{"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
+                        "args": {"name": f"pipeline rank {stage} comm (DP buckets)"}},
+                       {"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}]
         for step in kept:
             for op, j, chunk, start, end in track[step]:
                 args = {"step": step, "microbatch": j, "chunk": chunk, "virtual_start": start, "virtual_end": end}
+                if chunk < 0:  # the comm stream (tpsim.pp.clock.LiveClock.comm_spans): a DP bucket
+                    events.append(_complete(op, "comm stream", pid, VIRTUAL_COMM_TID + stage,
+                                            (offsets[step] + start) * scale, (end - start) * scale, args))
+                    continue
                 if j < 0:  # a collective after the schedule (tpsim.pp.step), from this rank's clock to its end
                     name, cat = op, "collective"
                 elif op.startswith("RECV"):
@@ -139,7 +152,10 @@ def chrome_trace(spans: list[dict], records: list[dict], steps=None, virtual: di
     for rank in ranks:
         meta += [{"ph": "M", "pid": rank, "name": "process_name", "args": {"name": rank_label(rank, coords)}},
                  {"ph": "M", "pid": rank, "name": "process_sort_index", "args": {"sort_index": rank}}]
-        for tid, name in ((COMPUTE_TID, "compute"), (COMM_TID, "communication")):
+        threads = [(COMPUTE_TID, "compute"), (COMM_TID, "communication")]
+        if any(r.get("overlap") for r in comms if r["rank"] == rank):
+            threads.append((OVERLAP_TID, "communication (overlapped)"))
+        for tid, name in threads:
             meta += [{"ph": "M", "pid": rank, "tid": tid, "name": "thread_name", "args": {"name": name}},
                      {"ph": "M", "pid": rank, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}]
     tracks: dict[tuple[int, int], list[dict]] = {}
@@ -148,6 +164,11 @@ def chrome_trace(spans: list[dict], records: list[dict], steps=None, virtual: di
             _complete(span_name(s), "compute", s["rank"], COMPUTE_TID, s["start"], s["duration"],
                       {"scope": s["scope"], "phase": s["phase"], "step": s["step"], "kind": s.get("kind", LAYER)}))
     for r, wait in zip(comms, waits):
+        if r.get("overlap"):  # issued non-blocking: from its issue to the end of its wait, beside the others
+            tracks.setdefault((r["rank"], OVERLAP_TID), []).append(
+                _complete(f"{r['op']} {r['group']}", "communication", r["rank"], OVERLAP_TID, r["start"],
+                          r["duration"], dict(collective_args(r), overlap=True)))
+            continue
         track = tracks.setdefault((r["rank"], COMM_TID), [])
         track.append(_complete(f"{r['op']} {r['group']}", "communication", r["rank"], COMM_TID, r["start"],
                                r["duration"], dict(collective_args(r), wait_us=round(wait * 1e6, 3))))

@@ -21,6 +21,11 @@ keeps working because it fills in place. Replacing a gradient array after constr
 
     sync = GradSync(model, grid.dp_group)      # after the model is built, before training
     model.backward(...); sync.sync()           # traced: scope "ddp.bucket{i}", phase "dp_sync"
+
+``overlap=True`` (``--overlap-grad-reduce``): each bucket's all-reduce is issued during the backward, as soon as
+its last gradient is final on the last micro-batch (``tpsim.train.grad_ready``: ``start_step``, ``arm`` /
+``disarm`` around that backward, ``release`` for ``held`` buckets), and ``sync()`` only waits for them. Both
+ways every bucket goes through ``Group.iall_reduce``, so the sums are bit for bit the same.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from tpsim.comm import Group
 from tpsim.nn.module import Module
 from tpsim.phases import DP_SYNC
 from tpsim.table import human_bytes
+from tpsim.train.grad_ready import BucketReadiness
 
 DEFAULT_BUCKET_CAP_BYTES = 25 * 2**20  # torch DDP's bucket_cap_mb=25
 
@@ -75,8 +81,11 @@ class GradSync:
     of it with zeros after the last gradient (``tpsim.train.zero`` pads to dp so a reduce-scatter splits it).
     """
 
+    zero_stage = 0  # plain DP: every rank keeps the whole optimizer state (ZeRO-1's sync says 1)
+
     def __init__(self, module: Module, dp_group: Group,
-                 bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *, pad_to: int = 1) -> None:
+                 bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *, pad_to: int = 1,
+                 overlap: bool = False, held: tuple[np.ndarray, ...] = ()) -> None:
         if bucket_cap_bytes is not None and bucket_cap_bytes < 0:
             raise ValueError(f"bucket_cap_bytes must be >= 0 or None, got {bucket_cap_bytes}")
         self.module, self.dp_group = module, dp_group
@@ -106,6 +115,13 @@ class GradSync:
             for key, g in mod.grads.items():
                 if id(g) in replace:
                     mod.grads[key] = replace[id(g)]
+        self.overlap = overlap and self.dp > 1
+        self.launch = self._all_reduce  # what issues bucket i (ZeRO-1 puts its reduce-scatter here)
+        self.finish = self._average  # what completes it
+        self._pending: dict[int, object] = {}  # bucket -> its posted collective (tpsim.comm.pending.Pending)
+        self.bucket_events: dict[int, object] = {}  # bucket -> the trace record of its last collective (or None)
+        held = tuple(replace.get(id(g), g) for g in held)  # the held gradients, now views into their buckets
+        self.ready = BucketReadiness(module, self.buffers, lambda i: self.launch(i), held) if self.overlap else None
 
     @property
     def dp(self) -> int:
@@ -125,19 +141,62 @@ class GradSync:
                 raise RuntimeError(f"gradient of {name} is no longer a view into its DDP bucket (was the array "
                                    "replaced after GradSync was built?); build GradSync after the model is final")
 
+    # --- the overlap (tpsim.train.grad_ready): issue during the last backward, wait in sync() ---------------------
+    def start_step(self) -> None:
+        """Before a step's backward: no bucket issued yet (a no-op without the overlap)."""
+        if self.ready is not None:
+            self.check_views()
+            self.ready.start()
+
+    def arm(self) -> None:
+        """The next backward action is the last micro-batch's final one on its chunk (or the whole backward)."""
+        if self.ready is not None:
+            self.ready.arm()
+
+    def disarm(self) -> None:
+        if self.ready is not None:
+            self.ready.disarm()
+
+    def release(self) -> None:
+        """The held buckets (the tied embedding's, summed over the embedding group first) may go."""
+        if self.ready is not None:
+            self.ready.release()
+
+    @property
+    def issue_order(self) -> list[int]:
+        """The buckets in the order this step issued them (bucket order without the overlap)."""
+        return list(self.ready.issued) if self.ready is not None else list(range(len(self.buffers)))
+
+    def _all_reduce(self, i: int) -> None:
+        with self.dp_group.tracer.region(scope=f"ddp.bucket{i}", phase=DP_SYNC):
+            self._pending[i] = self.dp_group.iall_reduce(self.buffers[i], op="sum", overlap=self.overlap)
+        self.bucket_events[i] = self._pending[i].event
+
+    def _average(self, i: int) -> None:
+        self._pending.pop(i).wait()
+        self.buffers[i] /= self.dp  # sum then divide (DDP divides first; for dp a power of two both are exact)
+
     def sync(self) -> None:
         """Average every gradient over the DP group in place: one all-reduce (sum) per bucket, then ÷ dp.
 
-        With dp == 1 there is nothing to average: no collective is issued.
+        Every bucket goes through the same non-blocking call (``Group.iall_reduce``), issued here and waited at
+        once — or, with the overlap, issued during the backward and only waited here (the rest issued first),
+        so both sum in one order and give the same bits. With dp == 1 nothing is issued.
         """
         if self.dp == 1:
             return
         self.check_views()
-        tracer = self.dp_group.tracer
-        for i, buf in enumerate(self.buffers):
-            with tracer.region(scope=f"ddp.bucket{i}", phase=DP_SYNC):
-                self.dp_group.all_reduce(buf, op="sum", inplace=True)
-            buf /= self.dp  # sum then divide (DDP divides first; for dp a power of two both are exact)
+        if self.ready is None:
+            for i in range(len(self.buffers)):
+                self.launch(i)
+                self.finish(i)
+            return
+        self.ready.flush()
+        for i in list(self.ready.issued):
+            self.finish(i)
+
+    def finish_param_gather(self) -> None:
+        """Nothing posted: plain DP gathers no parameters (ZeRO-1's ``DistributedOptimizer`` does)."""
 
     def gather_grads(self) -> None:
         """Nothing to gather: after ``sync()`` every rank holds the whole DP-mean gradients. (ZeRO-1's

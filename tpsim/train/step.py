@@ -74,12 +74,17 @@ def compute_grads(model: Module, grid: ProcessGrid, grad_sync: GradSync | None, 
     """
     if grad_sync is None and grid.dp > 1:
         raise ValueError(f"dp = {grid.dp}: gradients must be averaged over the DP group by a GradSync")
+    if grad_sync is not None:  # (--overlap-param-gather: each layer waits for its all-gathers at its forward)
+        grad_sync.start_step()
     model.zero_grad()
     loss_local, cache = model.forward(ids_local, labels_local, plan)
     n_local = int(np.count_nonzero(np.asarray(labels_local) != model.loss.ignore_index))
     loss, dloss, n_global = global_loss_scale(grid, loss_local, n_local)
+    if grad_sync is not None:  # --overlap-grad-reduce: the one backward is the last micro-batch's
+        grad_sync.arm()
     model.backward(dloss * loss_scale if loss_scale != 1.0 else dloss, cache)
     if grad_sync is not None:
+        grad_sync.disarm()
         grad_sync.sync()
     return loss, n_global
 

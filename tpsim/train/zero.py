@@ -48,7 +48,7 @@ import numpy as np
 from tpsim.comm import ProcessGrid
 from tpsim.nn.module import Partition
 from tpsim.nn.precision import is_half
-from tpsim.phases import DP_SYNC, OPTIMIZER, VERIFY
+from tpsim.phases import OPTIMIZER
 from tpsim.table import human_bytes
 from tpsim.partition import owned_range, owned_segments
 from tpsim.train.clip import check_norm_type, local_contribution, scale_grads
@@ -57,6 +57,7 @@ from tpsim.train.loss_scale import DynamicLossScaler, unscale_and_agree
 from tpsim.train.mixed_precision import MainParams
 from tpsim.train.optim import Optimizer
 from tpsim.train.protocol import MAIN_PARAM, Overflow, StatePiece
+from tpsim.train.zero_comm import ZeroCommunication, flat_view
 
 
 class Piece(NamedTuple):
@@ -73,14 +74,7 @@ class Piece(NamedTuple):
     model: np.ndarray  # the model's own elements: ``param`` itself, or under mixed precision its 16-bit view
 
 
-def _flat(a: np.ndarray) -> np.ndarray:
-    flat = a.reshape(-1)
-    if not np.shares_memory(flat, a):
-        raise ValueError("ZeRO-1 updates parameters through flat views: parameters must be contiguous")
-    return flat
-
-
-class DistributedOptimizer:
+class DistributedOptimizer(ZeroCommunication):
     """ZeRO-1 around a tpsim ``Optimizer`` (its update rule and hyper-parameters; its full state is dropped).
 
     Implements the optimizer protocol (``tpsim.train.protocol``) with ``zero_stage`` 1, and is also the gradient
@@ -94,7 +88,8 @@ class DistributedOptimizer:
 
     def __init__(self, optimizer: Optimizer, grid: ProcessGrid,
                  bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *,
-                 loss_scaler: DynamicLossScaler | None = None) -> None:
+                 loss_scaler: DynamicLossScaler | None = None, overlap_grad_reduce: bool = False,
+                 overlap_param_gather: bool = False, held: tuple[np.ndarray, ...] = ()) -> None:
         self.optimizer, self.grid = optimizer, grid
         self.dp_group, self.dp = grid.dp_group, grid.dp
         model = optimizer.module
@@ -102,7 +97,13 @@ class DistributedOptimizer:
         if loss_scaler is not None and not self.half:
             raise ValueError("a loss scaler needs a 16-bit (float16) model")
         self.loss_scaler, self.skipped = loss_scaler, False  # skipped: the last step, for an overflow
-        self.grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes, pad_to=grid.dp)
+        self.grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes, pad_to=grid.dp,
+                                  overlap=overlap_grad_reduce, held=held)
+        self.grad_sync.launch, self.grad_sync.finish = self._reduce_scatter, self._keep_owned
+        self._reduced: dict[int, object] = {}  # bucket -> its posted reduce-scatter
+        self.overlap_param_gather = overlap_param_gather and grid.dp > 1
+        self._gathering: list[tuple[int, object]] = []  # (bucket, posted all-gather) until finish_param_gather
+        self._hooked: list = []  # the layers waiting for them at their forward (``params_wait``)
         self.buckets, self.buffers = self.grad_sync.buckets, self.grad_sync.buffers
         slots = optimizer.slots
         self.owned = [owned_range(len(buf), self.dp, self.dp_group.rank) for buf in self.buffers]
@@ -123,7 +124,7 @@ class DistributedOptimizer:
             name, at, size = bucket.names[seg.index], seg.buffer_start - mine.start, seg.stop - seg.start
             state = {s: arr[at:at + size] for s, arr in self.slot_buffers[b].items()}
             grad = buf[seg.buffer_start:seg.buffer_start + size]
-            own = _flat(params[name])[seg.start:seg.stop]
+            own = flat_view(params[name])[seg.start:seg.stop]
             # 16 bits: the float32 main parameter of this piece, made once from the 16-bit weights
             param = self.main.add(b, at, own) if self.half else own
             pieces.append(Piece(name, param, grad, state, partitions[name], self.optimizer.decay_for(name), at,
@@ -191,17 +192,6 @@ class DistributedOptimizer:
         self.optimizer.module.zero_grad()  # the views are filled in place; the padding is never written
 
     # --- the three phases of a step ----------------------------------------------------------------------------
-    def sync(self) -> None:
-        """Reduce-scatter each bucket over DP: this rank's owned range becomes the DP mean of the gradients."""
-        if self.dp == 1:
-            return
-        self.grad_sync.check_views()
-        tracer = self.dp_group.tracer
-        for i, (buf, mine) in enumerate(zip(self.buffers, self.owned)):
-            with tracer.region(scope=f"zero.bucket{i}", phase=DP_SYNC):
-                buf[mine.start:mine.stop] = self.dp_group.reduce_scatter(buf, axis=0)
-            buf[mine.start:mine.stop] /= self.dp  # sum then divide, as GradSync does
-
     def _all_pieces(self):
         return (piece for pieces in self.pieces for piece in pieces)
 
@@ -241,33 +231,6 @@ class DistributedOptimizer:
         """The owned pieces' slots; under mixed precision with their float32 main parameters (``main_param``)."""
         return [StatePiece(p.name, p.start, {**p.state, MAIN_PARAM: p.param} if self.half else p.state)
                 for p in self._all_pieces()]
-
-    def gather_params(self) -> None:
-        """All-gather every bucket's owned ranges of the model's parameters into its arrays (phase
-        ``optimizer``), in the parameters' dtype: 2 bytes per element for a 16-bit model."""
-        self._gather("model", dict(self.optimizer.module.named_parameters()), "zero.bucket", OPTIMIZER)
-
-    def gather_grads(self) -> None:
-        """All-gather the reduced gradients so the model's whole gradients are the DP mean again (to check them
-        against a serial model: scope ``zero.grads{i}``, phase ``verify``)."""
-        self._gather("grad", dict(self.optimizer.module.named_grads()), "zero.grads", VERIFY)
-
-    def _gather(self, what: str, targets: dict[str, np.ndarray], scope: str, phase: str) -> None:
-        """All-gather each bucket's owned pieces of ``what`` ("model" or "grad") into the arrays ``targets``."""
-        if self.dp == 1:
-            return  # every range is mine: the update was already in place
-        tracer = self.dp_group.tracer
-        for i, (bucket, buf, mine, pieces) in enumerate(zip(self.buckets, self.buffers, self.owned, self.pieces)):
-            send = np.zeros(len(mine), targets[bucket.names[0]].dtype)  # the padding travels as zeros
-            for piece in pieces:
-                send[piece.at:piece.at + piece.grad.size] = getattr(piece, what)
-            with tracer.region(scope=f"{scope}{i}", phase=phase):
-                full = self.dp_group.all_gather(send, axis=0)
-            offset = 0
-            for name in bucket.names:
-                flat = _flat(targets[name])
-                flat[...] = full[offset:offset + flat.size]
-                offset += flat.size
 
     def describe(self) -> str:
         """The buckets, the owned range of each on this rank, and the state bytes, as text."""

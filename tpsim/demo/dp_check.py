@@ -1,0 +1,83 @@
+"""The DP gradient buckets on the live virtual clock's comm stream against the planner's, decided on rank 0
+(``tpsim.demo.pipeline_tour``, ``--clock GPU`` at dp > 1):
+
+    DP OVERLAP CHECK   each stage of rank 0's pipeline: the clock after the DP sync and the exposed DP seconds
+                       (``tpsim.pipeline.overlap``: the wait for the comm stream before the optimizer) vs the
+                       planner's ``tpsim.plan.dp_overlap`` for this run's buckets, to 1e-12 relative; ZeRO-1: the
+                       exposed parameter all-gather too (``tpsim.plan.param_gather``)
+    DP overlap: ...    the buckets, how much of their time is exposed, and the Ultra-Scale Playbook's condition
+                       for hiding it all (t_compute ≥ t_comm)
+
+Without a GPU clock (or at dp 1) there is nothing to price: no line.
+"""
+
+from __future__ import annotations
+
+from tpsim.config import RunConfig
+from tpsim.demo.pipeline_checks import duration
+from tpsim.pipeline.overlap import playbook_hides
+from tpsim.pipeline.stage_clock import ROUNDING
+from tpsim.plan.clock_choice import UNIT_CLOCK
+from tpsim.plan.of_run import model_spec, run_layout
+
+
+def overlap_line(stream: dict, buckets: int) -> str:
+    """One line: the buckets, the exposed part of their time, and the Playbook's condition for hiding it."""
+    holds = playbook_hides(stream["after_first_ready_s"], stream["comm_s"])
+    return (f"DP overlap: {buckets} bucket{'s' * (buckets != 1)}, {duration(stream['exposed_s'])} of "
+            f"{duration(stream['comm_s'])} exposed; hides fully when the backward left after the first bucket is "
+            f"ready ({duration(stream['after_first_ready_s'])}) >= the DP communication (the Ultra-Scale "
+            f"Playbook's t_compute >= t_comm): {'holds' if holds else 'does not hold'}")
+
+
+def overlap_words(run: RunConfig, grad_sync, tracer) -> str:
+    """A run without a GPU clock: what the overlap flags did in the last step, from the trace, and where to see
+    what they hide."""
+    last = max((e.step for e in tracer.events), default=0)
+    posted = [e for e in tracer.events if e.step == last and e.overlap]
+    flags = " and ".join(f for f, on in (("--overlap-grad-reduce", run.optimizer.overlap_grad_reduce),
+                                         ("--overlap-param-gather", run.optimizer.overlap_param_gather)) if on)
+    if run.parallel.dp == 1:
+        return f"DP overlap ({flags}): at dp 1 there is no DP collective to overlap"
+    return (f"DP overlap ({flags}): rank 0 issued {len(posted)} DP collectives of step {last} to overlap compute "
+            f"({len(grad_sync.buckets)} bucket(s); tests/mpi/test_dp_overlap.py holds such runs bit for bit to the "
+            "plain ones); what they hide is priced on the virtual clock: add --clock GPU (e.g. --clock h100)")
+
+
+def dp_check(grid, run: RunConfig, streams: list[tuple], dp_buckets: list) -> tuple[bool, list[str], dict | None]:
+    """Rank 0: ``streams`` every rank's ``(rank, stage, stream dict or None)``; ``dp_buckets`` each stage's
+    ``BucketSpec``s. ``(ok, lines, pipeline.json's "dp")``."""
+    if run.pipeline.clock == UNIT_CLOCK or grid.dp == 1:
+        return True, [], None
+    from tpsim.plan.gpus import gpu as gpu_preset
+    from tpsim.plan.pipeline import pipeline_terms
+
+    lay = run_layout(run)
+    terms = pipeline_terms(model_spec(run.model), lay, gpu_preset(run.pipeline.clock), dp_buckets)
+    want = terms["after_schedule"]["dp_streams"]
+    live = {rank: s for rank, _, s in streams}
+    chain = list(grid.pp_group.ranks)
+    scale = terms["step_s"]
+    gathers = terms["after_schedule"].get("param_gather")  # ZeRO-1: the all-gathers' exposed part too
+    ok = all(live[rank] is not None and abs(live[rank]["end_s"] - want[r]["end_s"]) <= ROUNDING * scale
+             and abs(live[rank]["exposed_s"] - want[r]["exposed_s"]) <= ROUNDING * scale
+             and (gathers is None or abs(live[rank]["param_gather_exposed_s"] - gathers[r]["exposed_s"])
+                  <= ROUNDING * scale)
+             for r, rank in enumerate(chain))
+    mode = "overlapped with the last backward" if lay.overlap_grad_reduce else "after the backward"
+    exposed = [live[rank]["exposed_s"] if live[rank] else float("nan") for rank in chain]
+    line = (f"DP OVERLAP CHECK: {'MATCH' if ok else 'MISMATCH'} — the DP buckets {mode}, on the {run.pipeline.clock} "
+            f"clock: exposed per stage {', '.join(duration(x) for x in exposed)}; the planner's "
+            f"(tpsim.plan.dp_overlap): {', '.join(duration(w['exposed_s']) for w in want)} "
+            f"({'equal' if ok else 'NOT equal'} to 1e-12 of the step)")
+    if gathers is not None:
+        mode = "waited at the forward" if lay.overlap_param_gather else "after the DP sync"
+        line += (f"; ZeRO-1's parameter all-gather ({mode}) exposed "
+                 f"{', '.join(duration(live[rank]['param_gather_exposed_s']) for rank in chain)}, the planner's "
+                 f"{', '.join(duration(g['exposed_s']) for g in gathers)}")
+    first = live[chain[0]] or want[0]
+    doc = {"overlap_grad_reduce": lay.overlap_grad_reduce, "overlap_param_gather": lay.overlap_param_gather,
+           "planner_param_gather": gathers,
+           "ranks": [{"rank": rank, "stage": stage, **(s or {})} for rank, stage, s in sorted(streams, key=str)],
+           "planner": want}
+    return ok, [line, overlap_line(first, len(dp_buckets[0]))], doc

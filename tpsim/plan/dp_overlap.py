@@ -1,0 +1,152 @@
+"""The planner's DP gradient sync on the comm stream: ``--overlap-grad-reduce`` priced as a live run's clock
+prices it, by the same rule (``tpsim.pipeline.overlap``).
+
+On the planner's pipeline timeline (``tpsim.plan.pipeline``) each virtual stage's last gradient-producing action
+— the last micro-batch's B, or W when the schedule splits the backward (ZB-H1) — is spread over its pieces in
+execution order (the LM head on the last virtual stage, its layers last to first, the embedding on the first),
+each piece costing
+
+    its compute     ``layer_seconds`` / ``head_seconds`` of that op (a schedule that does not split the backward:
+                    B + W), the embedding 0
+    its collectives the TP collectives of that piece (``pipeline_comm.piece_comm``: a layer's rows, the head's,
+                    the embedding's), α-β on the TP link
+
+A DP bucket (``BucketSpec``: bytes, the virtual stage and piece that finish its last gradient, whether it is the
+tied embedding's, which waits for the embedding group's sum) is ready at the end of that piece; each bucket's
+all-reduce (ZeRO-1: reduce-scatter) takes its α-β time on the DP link, and ``comm_stream`` runs them in issue
+order (ready time, then bucket order: what the live sync does) from the compute clock after the tied embedding's
+all-reduce. Without the overlap every bucket runs after that, one after another, all exposed. ``stage_buckets``
+cuts a rank's parameters into buckets the way the live run does when the planner has no live run to ask.
+MPI-free.
+"""
+
+from __future__ import annotations
+
+from tpsim.cost import ring_steps
+from tpsim.pipeline.overlap import BucketSpec, Stream, after_compute, backward_pieces, comm_stream, piece_ends
+from tpsim.pipeline.stage_clock import OP_INDEX, compiled, timed
+from tpsim.plan.comm import dp_collectives, links, ring_seconds
+from tpsim.plan.gpus import GPU
+from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
+from tpsim.plan.memory import stage_param_elements
+from tpsim.plan.models import ModelSpec
+from tpsim.plan.pipeline_comm import piece_comm
+
+__all__ = ["BucketSpec", "bucket_seconds", "dp_terms", "final_starts", "piece_compute", "piece_costs",
+           "specs", "stage_buckets", "stage_ranges", "stream_dict"]
+
+
+def stage_ranges(model: ModelSpec, lay: Layout) -> list[range]:
+    """The model's layer indices on each virtual stage, in stage order."""
+    out, at = [], 0
+    for n in virtual_stage_layers(model, lay):
+        out.append(range(at, at + n))
+        at += n
+    return out
+
+
+def piece_costs(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, op: str, tables: dict) -> tuple[list, list, list]:
+    """Virtual stage ``stage``'s backward pieces (B or W) in execution order, each one's seconds with its TP
+    collectives, and without them (compute alone: ``tables``, ``{"layer": layer_seconds, "head": head_seconds}``
+    of ``tpsim.plan.pipeline``; unsplit: B + W)."""
+    split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
+    last = lay.pp * lay.vp - 1
+    keys = backward_pieces(stage_ranges(model, lay)[stage], stage == 0, stage == last)
+    comm = piece_comm(model, lay, gpu, split)
+    i = OP_INDEX[op]
+
+    def compute(kind: str) -> float:
+        if kind == "embedding":
+            return 0.0
+        t = tables[kind]
+        return t[op] if split or op == "F" else t["B"] + t["W"]
+    return keys, [compute(k[0]) + comm[k[0]][i] for k in keys], [compute(k[0]) for k in keys]
+
+
+def piece_compute(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict):
+    """``(op, rank, chunk) -> seconds of each piece`` without collectives: the live clock's ``Costs.pieces``."""
+    def pieces(op: str, rank: int, chunk: int) -> list[float]:
+        return piece_costs(model, lay, gpu, chunk * lay.pp + rank, op, tables)[2]
+    return pieces
+
+
+def final_starts(lay: Layout, charged, message, start, timer=timed) -> dict[int, float]:
+    """When each virtual stage's last gradient-producing action (the last B, or W when split) starts on the
+    planner's timeline of ``charged[rank][chunk][op]`` seconds (compute + collectives; ``timer``: ``timed``, or
+    ``tpsim.plan.param_gather``'s with the forward's waits for the parameter all-gather)."""
+    c = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp)
+    t = timer(c, charged, message, start)
+    op = OP_INDEX["W" if c.splits_backward else "B"]
+    out: dict[int, float] = {}
+    for n, key in enumerate(c.key):  # a chunk's backwards run in micro-batch order: the last node with the key
+        if key % 3 == op:
+            r, chunk = divmod(key // 3, lay.vp)
+            out[chunk * lay.pp + r] = t.starts[n]
+    return out
+
+
+def stage_buckets(model: ModelSpec, lay: Layout, dp_bytes: list[float]) -> list[list[BucketSpec]]:
+    """One bucket per pipeline rank of ``dp_bytes[r]`` (its gradients), finished by its lowest virtual stage's
+    last backward piece and first read by that stage's first forward piece — the planner's default when no live
+    run says how its buckets were cut."""
+    last, tied = lay.pp * lay.vp - 1, model.tied and lay.pp > 1
+    ranges = stage_ranges(model, lay)
+    out = []
+    for r in range(lay.pp):
+        keys = backward_pieces(ranges[r], r == 0, r == last)  # its first forward piece: its backward's last
+        out.append([BucketSpec(int(dp_bytes[r]), r, keys[-1], tied and (r == 0 or r == lay.pp - 1), (r, keys[-1]))])
+    return out
+
+
+def specs(model: ModelSpec, lay: Layout, dp_buckets) -> list[list[BucketSpec]]:
+    """``dp_buckets`` as ``BucketSpec``s: given (a live run's), or one a rank of its gradients (``stage_buckets``,
+    the bytes ``after_schedule`` prices). Plain byte counts serve only without the overlap (no piece needed)."""
+    if dp_buckets is None:
+        layers = rank_layers(model, lay)
+        return stage_buckets(model, lay, [dp_collectives(lay, stage_param_elements(model, lay.tp, lay.pp, r,
+                                                                                   layers[r]))[0][1]
+                                          for r in range(lay.pp)])
+    if lay.overlap_grad_reduce and any(not isinstance(b, BucketSpec) for r in dp_buckets for b in r):
+        raise ValueError("--overlap-grad-reduce needs each bucket's piece: give BucketSpecs, not byte counts")
+    return [[b if isinstance(b, BucketSpec) else BucketSpec(int(b), r, (), False) for b in rank]
+            for r, rank in enumerate(dp_buckets)]
+
+
+def bucket_seconds(lay: Layout, gpu: GPU, nbytes: float) -> float:
+    """One bucket's all-reduce (ZeRO-1: reduce-scatter) on the DP link, α-β (``tpsim.cost``)."""
+    op = "reduce_scatter" if lay.zero else "all_reduce"
+    return ring_seconds(op, nbytes, lay.dp, links(lay, gpu)["dp"]) if lay.dp > 1 and ring_steps(op, lay.dp) else 0.0
+
+
+def _ready(model, lay, gpu, tables, starts, buckets: list[BucketSpec], held_at: float) -> list[float]:
+    op = "W" if compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward else "B"
+    ends: dict[tuple, float] = {}
+    for s in {b.stage for b in buckets}:
+        keys, seconds, _ = piece_costs(model, lay, gpu, s, op, tables)
+        ends.update(((s, k), e) for k, e in zip(keys, piece_ends(starts[s], seconds)))
+    return [max(ends[b.stage, b.piece], held_at) if b.held else ends[b.stage, b.piece] for b in buckets]
+
+
+def dp_terms(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict, charged, message, start, before_dp: list[float],
+             dp_buckets: list[list[BucketSpec]], timer=timed) -> list[Stream]:
+    """Each pipeline rank's DP buckets on its comm stream (module docstring), the compute clock before the DP
+    sync at ``before_dp[r]``: overlapped when ``lay.overlap_grad_reduce``, else one after another; ``tables``:
+    one layer's and the head's F, B, W seconds (``piece_costs``)."""
+    starts = final_starts(lay, charged, message, start, timer) if lay.overlap_grad_reduce else {}
+    out = []
+    for r, buckets in enumerate(dp_buckets):
+        seconds = [bucket_seconds(lay, gpu, b.nbytes) for b in buckets]
+        if not lay.overlap_grad_reduce or lay.dp == 1:
+            out.append(after_compute(len(seconds), seconds, before_dp[r]))
+            continue
+        ready = _ready(model, lay, gpu, tables, starts, buckets, before_dp[r])
+        order = sorted(range(len(buckets)), key=lambda b: (ready[b], b))
+        out.append(comm_stream(order, ready, seconds, before_dp[r]))
+    return out
+
+
+def stream_dict(stream: Stream) -> dict:
+    """A stream as ``pipeline.json`` / ``tpsim plan --json`` write it."""
+    return {"exposed_s": stream.exposed, "hidden_s": stream.hidden, "comm_s": stream.comm,
+            "compute_end_s": stream.compute_end, "end_s": stream.end,
+            "after_first_ready_s": stream.after_first_ready, "buckets": [span._asdict() for span in stream.spans]}
