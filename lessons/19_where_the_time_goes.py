@@ -25,7 +25,6 @@
 # %%
 RANKS = 4
 
-import re
 
 import numpy as np
 
@@ -56,7 +55,9 @@ from tpsim.pp.step import pipeline_grads
 from tpsim.predict.pipeline import bubble_fraction
 from tpsim.teach.runtime import Lesson, table
 from tpsim.tp.random import ExactDropoutRNG
-from tpsim.train import GradSync
+from tpsim.plan.live_pipeline import dp_sync
+from tpsim.pipeline.overlap import BucketSpec, EMBEDDING, HEAD, layer
+from tpsim.pp.buckets import bucket_specs
 
 lesson = Lesson("19", RANKS)
 US = 1e6  # seconds -> microseconds, for printing
@@ -71,8 +72,9 @@ def relative(a: float, b: float) -> float:
 #
 # A GPT-2 of 4 layers on a pipeline of 2 stages, each stage replicated twice (PP 2 × DP 2), 1F1B over m = 4
 # micro-batches. Its virtual clock (lesson 17) charges not units but the planner's own prices for this layout on
-# an H100 (`--clock GPU`, `tpsim.plan.of_run.clock_costs`): each F and B the FLOPs of its layers (and of the LM
-# head on the last stage) at the GPU's peak × 0.5, each message α + β·bytes on NVLink; before the schedule the
+# an H100 (`--clock GPU`, `tpsim.plan.of_run.clock_costs`): each F and B its layers' kernels (and the LM head's
+# and the loss's on the last stage) on the H100's roofline (`tpsim.plan.kernel_time`: a matmul its FLOPs or its
+# bytes, whichever takes longer, a memory-bound pass its bytes), each message α + β·bytes on NVLink; before the
 # last stage's loss normalizer (its valid tokens summed over DP, `tpsim.pp.step`), after it the loss's
 # collectives, the tied embedding's all-reduce and the DP gradient sync, each at its group's latest clock plus its
 # α-β cost. The DP
@@ -86,18 +88,20 @@ SEED, M, CAP = 19, 4, 48 * 1024
 cfg = GPTConfig(vocab_size=50, n_positions=16, n_embd=32, n_layer=4, n_head=4, dropout=0.1)
 
 
-def live_step(tp: int, dp: int):
-    """One traced step of the GPT on PP 2 × TP tp × DP dp, the clock at an H100's costs: ``(run, grid, result,
-    sync, events)``, this rank's."""
+def live_step(tp: int, dp: int, overlap: bool = False):
+    """One traced step of the GPT on PP 2 × TP tp × DP dp, the clock at an H100's costs, the DP sync overlapped
+    with the last backward when ``overlap`` (``--overlap-grad-reduce``): ``(run, grid, result, sync, events)``,
+    this rank's."""
     run = RunConfig.of(cfg, tp=tp, dp=dp, pp=2, dtype="float64", batch_size=2 * dp * M,
-                       pipeline=Pipeline("1f1b", M, clock="h100"))
+                       pipeline=Pipeline("1f1b", M, clock="h100"), overlap_grad_reduce=overlap,
+                       bucket_mb=CAP / 2 ** 20)
     grid = ProcessGrid(tp=tp, dp=dp, pp=2)
     shard = build_pipeline(run, grid)
     schedule = build("1f1b", 2, M)
     boundary = (run.micro_batch, run.schedule.seq_len, cfg.hidden)
     executor = Executor(schedule, shard.chunks, grid.pp_group, boundary, np.float64,
                         costs=clock_costs(run, schedule, boundary, np.float64))
-    sync = GradSync(shard, grid.dp_group, bucket_cap_bytes=CAP) if dp > 1 else None
+    sync = dp_sync(shard, grid, run) if dp > 1 else None  # GradSync at CAP, the tied embedding's bucket held
     rows, s = run.schedule.batch_size, run.schedule.seq_len
     ids = np.random.default_rng(SEED).integers(0, cfg.vocab, (rows, s))
     grid.tracer.reset()
@@ -363,71 +367,65 @@ lesson.check("simple form true, exposure > 0", f"exposed {exposed_dp(*last):g}",
              simple_form(*last) and exposed_dp(*last) > 0)
 
 # %% [markdown]
-# The live run's own buckets: stage i's gradients are final only in its last micro-batch's backward (1F1B
-# accumulates over the m micro-batches), so that backward is the window. It runs the head first on the last
-# stage, then the layers from the top down, each at its planner cost (`layer_seconds`: B and W together here),
-# and a bucket is ready when its lowest layer is done; the embeddings' (and, on the last stage, the tied head's
-# and the final norm's, which we count with the head) as said above. The live B spans must be exactly those
-# costs, and Σ d_k is the DP sync the live clock charged.
-
-# %%
-
-
-def layer_of(name: str) -> int | None:
-    found = re.search(r"\.h\.(\d+)\.", name)
-    return int(found.group(1)) if found else None
-
-
-def window_ready(sync, first: int, layers: int, start: float, per_layer: float, head: float, last: bool,
-                 end: float) -> list[float]:
-    """Each bucket's ready time in a backward that starts at ``start``: the head's ``head`` seconds (last stage),
-    then layers first + layers − 1 down to ``first``, ``per_layer`` seconds each; embeddings at ``end``."""
-    ready = []
-    for b in sync.buckets:
-        ks = [layer_of(n) for n in b.names]
-        if any(k is None and not (last and ("ln_f" in n or "wte" in n)) for k, n in zip(ks, b.names)):
-            ready.append(end)  # the input embeddings: done when the backward is
-            continue
-        lowest = min((k for k in ks if k is not None), default=first + layers)
-        ready.append(start + head * last + (first + layers - lowest) * per_layer)
-    return ready
-
-
-per_layer = layer_seconds(model_dp, lay_dp, G)
-head = head_seconds(model_dp, lay_dp, G)
-stage_layers = virtual_stage_layers(model_dp, lay_dp)
-me = grid_dp.pp_rank
-first_layer, is_last = sum(stage_layers[:me]), me == 1
-last_b = [s for s in result_dp.clock.spans if s.op == "B"][-1]
-lesson.expect("the last B of a stage = the head's B + W (last stage) + its layers' B + W, to 1e-12 relative")
-lesson.check("the window: the last B span vs head + layers × layer_seconds",
-             f"stage {me}: {(last_b.end - last_b.start) * 1e9:.3f} ns",
-             relative(last_b.end - last_b.start, is_last * (head["B"] + head["W"])
-                      + stage_layers[me] * (per_layer["B"] + per_layer["W"])) <= ROUNDING)
-ready = window_ready(sync_dp, first_layer, stage_layers[me], last_b.start, per_layer["B"] + per_layer["W"],
-                     head["B"] + head["W"], is_last, last_b.end)
-durations = [ring_seconds("all_reduce", b.nbytes, 2, link_dp) for b in sync_dp.buckets]
-overlapped = exposed_dp(ready, durations, last_b.end)
-lesson.say(f"stage {me}'s window {(last_b.end - last_b.start) * 1e9:.2f} ns; {len(durations)} all-reduces of "
-           f"{min(durations) * US:.2f}–{max(durations) * US:.2f} µs; exposed overlapped {overlapped * US:.4f} µs, "
-           f"not overlapped {sum(durations) * US:.4f} µs")
-lesson.expect("at this size nothing hides: the window is nanoseconds, each all-reduce microseconds of α")
-lesson.check("the toy's DP sync: overlapped exposure > 99 % of Σ d_k, and the inequality says so",
-             f"{overlapped / sum(durations):.4%} on stage {me}",
-             overlapped > 0.99 * sum(durations) and not hides_fully(ready, durations, last_b.end))
-
-# %% [markdown]
-# ### The live overlapped run (cell reserved)
+# ### The live overlapped run
 #
-# This cell is where tpsim's live `--overlap-grad-reduce` (a communication stream on the live clock) will run
-# the same PP 2 × DP 2 step beside the one above, and CHECK its exposed DP sync against `exposed_dp` for these
-# very buckets. Until then it prints only what the arithmetic above predicts for it.
+# The same PP 2 × DP 2 step with `--overlap-grad-reduce`. Stage i's gradients are final only in its last
+# micro-batch's backward (1F1B accumulates over the m micro-batches), so that backward is the window: it runs the
+# head first on the last stage, then the layers from the top down, each at its planner cost, and a bucket's
+# all-reduce is issued — a non-blocking MPI call, traced like the blocking one — as soon as the piece that wrote
+# its last gradient is done (the tied embedding's waits for the embedding group's sum, which must come first for
+# the same bits). The live clock puts those all-reduces on a second stream. Three things must hold: the numbers
+# are the same bits as without the overlap; the live exposure is exactly the in-order rule above applied to the
+# live stream's ready times and durations; and the planner, handed the same buckets, gets the same exposure.
 
 # %%
-# --- LIVE OVERLAP CELL: reserved for the live overlapped run; today it prints the prediction only ------------
-lesson.say(f"predicted by the bucket schedule (not run live): stage {me}'s DP sync with --overlap-grad-reduce "
-           f"would expose {overlapped * US:.4f} of its {sum(durations) * US:.4f} µs")
-# --- end of the LIVE OVERLAP CELL ----------------------------------------------------------------------------
+run_ov, grid_ov, result_ov, sync_ov, _ = live_step(tp=1, dp=2, overlap=True)
+same = all(np.array_equal(a, b) for a, b in zip(sync_dp.buffers, sync_ov.buffers))
+lesson.expect("the overlapped step's averaged gradients equal the plain step's bit for bit, on every rank")
+lesson.check("gradients with --overlap-grad-reduce == without, bit for bit", f"{len(sync_ov.buffers)} buckets",
+             grid_ov.world.all_true(same))
+stream = result_ov.clock.dp
+ready = [b.ready for b in stream.spans]
+durations = [b.end - b.start for b in stream.spans]
+me = grid_ov.pp_rank
+lesson.say(f"stage {me}: {len(durations)} all-reduces of {min(durations) * US:.2f}–{max(durations) * US:.2f} µs, "
+           f"the backward ends at {stream.compute_end * US:.4f} µs; exposed {stream.exposed * US:.4f} µs of "
+           f"{stream.comm * US:.4f} µs")
+lesson.expect("the live exposure = the in-order rule on the live stream's own ready times and durations")
+lesson.check("live exposed DP vs exposed_dp(ready, durations, compute end)", f"{stream.exposed * US:.6f} µs",
+             relative(exposed_dp(ready, durations, stream.compute_end) + 1e-300, stream.exposed + 1e-300)
+             <= ROUNDING)
+lesson.expect("and hides_fully says no exactly when something stays exposed")
+lesson.check("hides_fully(...) == (exposed == 0)", str(hides_fully(ready, durations, stream.compute_end)),
+             hides_fully(ready, durations, stream.compute_end) == (stream.exposed == 0))
+
+
+def spec_numbers(spec: BucketSpec) -> list[float]:
+    """A bucket as numbers, to share it with every rank: bytes, stage, piece (layer i, head −1, embedding −2)."""
+    piece = -1 if spec.piece == HEAD else -2 if spec.piece == EMBEDDING else spec.piece[1]
+    return [spec.nbytes, spec.stage, piece, float(spec.held)]
+
+
+def spec_of(numbers: list[float]) -> BucketSpec:
+    nbytes, stage, piece, held = (int(x) for x in numbers)
+    key = {-1: HEAD, -2: EMBEDDING}.get(piece, layer(piece))
+    return BucketSpec(nbytes, stage, key, bool(held), (stage, key))
+
+
+flat = [x for spec in bucket_specs(build_pipeline(run_ov, grid_ov), sync_ov, held=True) for x in spec_numbers(spec)]
+specs_ov = [[spec_of(v[k:k + 4]) for k in range(0, len(v), 4)] for v in of_replica_0(grid_ov, flat)]
+terms_ov = pipeline_terms(model_dp, run_layout(run_ov), G, dp_buckets=specs_ov)
+want = terms_ov["after_schedule"]["dp_streams"][me]["exposed_s"]
+lesson.expect("the planner, handed these buckets, exposes the same seconds (1e-12 of the step), and the same step")
+live_ov = max(v[0] for v in on_every_rank(grid_ov, [result_ov.clock.time]))
+lesson.check("live exposed DP vs the planner's dp_streams; the step", f"{want * US:.6f} µs; {live_ov * US:.6f} µs",
+             abs(stream.exposed - want) <= ROUNDING * terms_ov["step_s"]
+             and relative(live_ov, terms_ov["step_s"]) <= ROUNDING)
+lesson.expect("at this size only part hides: the all-reduces (mostly α) take longer than the backward left "
+              "after the first is ready, and the embeddings' bucket is ready only at the end")
+lesson.check("part of the DP sync hidden, part exposed; backward after the first ready < Σ all-reduces",
+             f"{1 - stream.exposed / stream.comm:.2%} hidden, {stream.after_first_ready * US:.2f} µs < "
+             f"{stream.comm * US:.2f} µs", 0 < stream.exposed < stream.comm and stream.after_first_ready < stream.comm)
 
 # %% [markdown]
 # At real size the window is long. Narayanan et al.'s 1.7B GPT (Table 1: 24 layers, h 2304, DP 32 on 32
@@ -527,9 +525,10 @@ lesson.equal("g all-reduces in the graph of one layer", len(tp_free), int(per_la
 # after a row-parallel one act on sequence chunks, and a GEMM on the first chunk of the sequence needs only that
 # chunk: cut the all-gather into t pieces, and the GEMM of piece i runs while piece i + 1 is on the wire — the
 # idea of Megatron-LM's `--tp-comm-overlap` (Transformer Engine's communication–GEMM overlap), which leaves
-# exposed only what the GEMM chunks do not cover. This lesson only describes it: the planner prices TP without it
-# here, and tpsim does not run it live yet. What is at stake, in the run taken apart below: its TP collectives
-# are the second largest part of the step.
+# exposed only what the GEMM chunks do not cover. tpsim runs it live under `--sequence-parallel --tp-comm-overlap`
+# (bit for bit the run without it; its cost rule, exposed = max(0, a − (t − 1)·g/t) per collective, is
+# `tpsim.plan.tp_overlap`, and `tpsim plan --validate` checks it on live ranks); the planner prices TP without it
+# here. What is at stake, in the run taken apart below: its TP collectives are the second largest part of the step.
 
 # %% [markdown]
 # ## The bubble at real size

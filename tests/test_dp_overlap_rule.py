@@ -10,7 +10,11 @@ from tpsim.pipeline.overlap import (EMBEDDING, HEAD, BucketSpec, after_compute, 
                                     forward_gates, forward_pieces, gated_ends, layer, piece_ends, piece_of,
                                     playbook_hides)
 from tpsim.pipeline.stage_clock import ROUNDING
-from tpsim.plan.dp_overlap import piece_costs, specs, stage_buckets
+from tpsim.partition import assign_buckets
+from tpsim.plan.comm import dp_collectives
+from tpsim.plan.dp_overlap import piece_costs, rank_entries, specs, stage_buckets, stage_ranges
+from tpsim.plan.layout import rank_layers
+from tpsim.plan.memory import STATE_BYTES, stage_param_elements
 from tpsim.plan.gpus import gpu
 from tpsim.plan.layout import Layout
 from tpsim.plan.models import resolve as model_named
@@ -72,14 +76,26 @@ LAYOUTS = [Layout(tp=2, dp=4, pp=1, seq_len=1024, micro_batch=1, global_batch=8)
            Layout(tp=1, dp=2, pp=2, seq_len=1024, micro_batch=1, global_batch=16, schedule="zb-h1", zero=1)]
 
 
+def one_bucket_a_rank(m, lay) -> list[list[BucketSpec]]:
+    """Each rank's gradients as one bucket, finished by its lowest virtual stage's last backward piece."""
+    last, tied, ranges, layers = lay.pp * lay.vp - 1, m.tied and lay.pp > 1, stage_ranges(m, lay), rank_layers(m, lay)
+    out = []
+    for r in range(lay.pp):
+        keys = backward_pieces(ranges[r], r == 0, r == last)
+        n = dp_collectives(lay, stage_param_elements(m, lay.tp, lay.pp, r, layers[r]))[0][1]
+        out.append([BucketSpec(int(n), r, keys[-1], tied and r in (0, lay.pp - 1), (r, keys[-1]))])
+    return out
+
+
 @pytest.mark.parametrize("lay", LAYOUTS, ids=lambda x: f"pp{x.pp}-dp{x.dp}-{x.schedule}-zero{x.zero}")
 def test_the_planner_prices_one_bucket_a_rank_ready_when_its_last_backward_ends(lay):
     """One bucket a rank (``stage_buckets``), finished by the rank's last backward piece: ready when that rank's
     final backward ends on the planner's timeline; on the stream from there; the wait is max(0, ready + t − the
     clock before the DP sync); with the flag off, all of t."""
     m, g = model_named("gpt2-medium"), gpu("h100-80gb")
-    plain = pipeline_terms(m, lay, g)
-    over = pipeline_terms(m, Layout(**{**lay.__dict__, "overlap_grad_reduce": True}), g)
+    one = one_bucket_a_rank(m, lay)
+    plain = pipeline_terms(m, lay, g, one)
+    over = pipeline_terms(m, Layout(**{**lay.__dict__, "overlap_grad_reduce": True}), g, one)
     for r in range(lay.pp):
         p, o = plain["after_schedule"], over["after_schedule"]
         t = p["dp_s"][r]
@@ -87,9 +103,9 @@ def test_the_planner_prices_one_bucket_a_rank_ready_when_its_last_backward_ends(
         bucket = o["dp_streams"][r]["buckets"][0]
         tables = {"layer": layer_seconds(m, lay, g), "head": head_seconds(m, lay, g)}
         keys, with_comm, _ = piece_costs(m, over_layout(lay), g, r, "W" if lay.schedule == "zb-h1" else "B", tables)
-        assert keys[-1] == stage_buckets(m, lay, [1] * lay.pp)[r][0].piece
+        assert keys[-1] == one[r][0].piece
         if r == lay.pp - 1:  # the last rank's last action is its final backward; a tied head's bucket waits
-            held = stage_buckets(m, lay, [1] * lay.pp)[r][0].held  # for the embedding group's sum (pp > 1)
+            held = one[r][0].held  # for the embedding group's sum (pp > 1)
             finish = over["ranks"][r]["finish_s"]
             assert bucket["ready"] == pytest.approx(max(finish, o["before_dp"][r]) if held else finish, rel=ROUNDING)
             assert held == (lay.pp > 1)
@@ -118,7 +134,8 @@ def test_the_planner_waits_for_the_param_gather_at_the_first_forward_piece_or_af
     sync. Bytes: the bucket's elements in the parameters' dtype (bfloat16, the default: half its float32 gradients')."""
     m, g = model_named("gpt2-medium"), gpu("h100-80gb")
     base = dict(tp=1, dp=4, pp=1, zero=1, seq_len=1024, micro_batch=1, global_batch=8)
-    plain, over = (pipeline_terms(m, Layout(**base, overlap_param_gather=flag), g) for flag in (False, True))
+    plain, over = (pipeline_terms(m, Layout(**base, overlap_param_gather=flag), g,
+                                  one_bucket_a_rank(m, Layout(**base))) for flag in (False, True))
     p, o = plain["after_schedule"]["param_gather"][0], over["after_schedule"]["param_gather"][0]
     assert p["comm_s"] == o["comm_s"] > 0 and p["exposed_s"] == pytest.approx(p["comm_s"], rel=ROUNDING)
     assert p["end_s"] == pytest.approx(plain["after_schedule"]["dp_streams"][0]["end_s"] + p["comm_s"], rel=ROUNDING)
@@ -126,3 +143,30 @@ def test_the_planner_waits_for_the_param_gather_at_the_first_forward_piece_or_af
     assert o["exposed_s"] == pytest.approx(max(0.0, o["comm_s"] - n), rel=ROUNDING)
     assert over["makespan_s"] == pytest.approx(plain["makespan_s"] + o["exposed_s"], rel=ROUNDING)
     assert gather_bytes(Layout(**base, dtype="float32"), 800) == 800 and gather_bytes(Layout(**base), 800) == 400
+
+
+@pytest.mark.parametrize("lay", LAYOUTS + [Layout(tp=2, dp=2, pp=2, seq_len=1024, global_batch=16,
+                                                  schedule="interleaved", vp=2)],
+                         ids=lambda x: f"pp{x.pp}-dp{x.dp}-{x.schedule}-vp{x.vp}")
+def test_the_planner_alone_cuts_real_buckets_as_grad_sync_does_and_overlap_hides_part_of_them(lay):
+    """No live run: each rank's gradients in GradSync's packing order (head, layers last to first, embedding; the
+    chunks last to first), cut by assign_buckets at --bucket-mb; the bytes add up to the stage's gradients; each
+    bucket finished by its last entry's piece; the tied embedding's held (pp > 1); the overlap hides some."""
+    m, g = model_named("gpt2-medium"), gpu("h100-80gb")
+    lay = Layout(**{**lay.__dict__, "bucket_mb": 4.0})
+    grad, cut = STATE_BYTES[lay.dtype][1], stage_buckets(m, lay)
+    for r in range(lay.pp):
+        entries = rank_entries(m, lay, r)
+        assert sum(b.nbytes for b in cut[r]) == grad * stage_param_elements(m, lay.tp, lay.pp, r,
+                                                                             rank_layers(m, lay)[r])
+        groups = assign_buckets([("", n * grad, "g") for _, _, n in entries], int(4.0 * 2 ** 20))
+        assert [b.piece for b in cut[r]] == [entries[grp[-1]][0] for grp in groups]
+        assert all(b.nbytes <= 4 * 2 ** 20 or len(grp) == 1 for b, grp in zip(cut[r], groups))
+        assert any(b.held for b in cut[r]) == (m.tied and lay.pp > 1 and r in (0, lay.pp - 1))
+    assert specs(m, lay, None) == cut
+    plain = pipeline_terms(m, lay, g)
+    over = pipeline_terms(m, Layout(**{**lay.__dict__, "overlap_grad_reduce": True}), g)
+    for r in range(lay.pp):
+        p, o = plain["after_schedule"]["dp_streams"][r], over["after_schedule"]["dp_streams"][r]
+        assert len(p["buckets"]) == len(cut[r]) > 1 and p["exposed_s"] == pytest.approx(p["comm_s"], rel=ROUNDING)
+        assert o["comm_s"] == pytest.approx(p["comm_s"], rel=ROUNDING) and o["exposed_s"] < p["exposed_s"]

@@ -22,6 +22,7 @@ from tpsim.cost import ring_time
 from tpsim.phases import FORWARD, SP_GRAD_SYNC
 from tpsim.pipeline.stage_clock import ROUNDING, compiled
 from tpsim.plan.comm import _is_layer, _seconds, end_rows, links, step_comm, tp_rows
+from tpsim.plan.dp_overlap import stage_buckets
 from tpsim.plan.gpus import gpu
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import stage_param_elements
@@ -101,7 +102,8 @@ def test_at_tp_1_nothing_is_charged_and_the_makespan_is_the_flops_and_the_messag
 @pytest.mark.parametrize("dp", [1, 4])
 def test_the_step_ends_after_the_loss_the_embedding_and_the_dp_sync(dp):
     """GPT-3 (tied) on pp 4: the loss broadcast ends every stage at the latest clock + its cost; then the first
-    and the last stage sum the embedding's gradient; then every stage its DP all-reduce."""
+    and the last stage sum the embedding's gradient; then every stage its DP all-reduce, one per bucket the
+    planner cuts (``tpsim.plan.dp_overlap.stage_buckets``: α paid per bucket, the bytes the stage's gradients)."""
     lay = Layout(tp=8, pp=4, dp=dp, seq_len=2048, global_batch=64 * dp)
     terms = pipeline_terms(GPT3, lay, H100)
     link = links(lay, H100)
@@ -114,9 +116,11 @@ def test_the_step_ends_after_the_loss_the_embedding_and_the_dp_sync(dp):
     finish = [r["finish_s"] for r in terms["ranks"]]
     assert max(finish) == terms["makespan_s"]
     latest = max(finish[:3] + [finish[3] + loss])  # the last stage first sums the loss over DP
+    buckets = stage_buckets(GPT3, lay)
     for r in range(4):
-        grads = stage_param_elements(GPT3, 8, 4, r) * 4
-        dp_s = ring_time("all_reduce", grads, dp, link["dp"].alpha, link["dp"].beta) if dp > 1 else 0.0
+        assert sum(b.nbytes for b in buckets[r]) == stage_param_elements(GPT3, 8, 4, r) * 4
+        dp_s = sum(ring_time("all_reduce", b.nbytes, dp, link["dp"].alpha, link["dp"].beta)
+                   for b in buckets[r]) if dp > 1 else 0.0
         assert after["dp_s"][r] == pytest.approx(dp_s, rel=1e-12, abs=0)
         assert after["ends"][r] == pytest.approx(latest + bcast + after["embedding_s"][r] + dp_s, rel=ROUNDING)
     assert terms["step_s"] == max(after["ends"]) > terms["makespan_s"]

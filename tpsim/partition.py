@@ -151,3 +151,24 @@ def owned_segments(sizes: list[int], dp: int, rank: int) -> list[Segment]:
             out.append(Segment(i, lo - offset, hi - offset, lo))
         offset += size
     return out
+
+
+def assign_buckets(sizes: list[tuple[str, int, str]], cap: int | None) -> list[list[int]]:
+    """Group entries ``(name, nbytes, dtype)`` — already in packing order — into buckets (lists of positions).
+
+    A bucket is closed before an entry that would push it over ``cap`` or that has another dtype (a flat
+    buffer has one dtype); an entry larger than ``cap`` thus sits alone. ``cap`` 0 or None: one per entry.
+    Pure arithmetic, no MPI.
+    """
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    used, dtype = 0, None
+    for i, (_, nbytes, dt) in enumerate(sizes):
+        if current and (not cap or used + nbytes > cap or dt != dtype):
+            buckets.append(current)
+            current, used = [], 0
+        current.append(i)
+        used, dtype = used + nbytes, dt
+    if current:
+        buckets.append(current)
+    return buckets

@@ -134,6 +134,12 @@ def after_compute(n: int, seconds: Sequence[float], compute_end: float) -> Strea
     return comm_stream(range(n), [compute_end] * n, seconds, compute_end)
 
 
+def forward_order(n: int) -> list[int]:
+    """The order the next forward first reads ``n`` buckets packed in backward order: the reverse, the order in
+    which ZeRO-1's parameter all-gathers are issued (Megatron-LM's distributed optimizer dispatches them so)."""
+    return list(range(n))[::-1]
+
+
 def forward_gates(buckets: Sequence[BucketSpec], stream: Stream) -> dict[tuple, float]:
     """``--overlap-param-gather``: when each forward piece may start, ``(stage, piece) -> time``: the end of the
     all-gather (``stream``, run from the optimizer's end) of every bucket whose parameters it reads first."""

@@ -16,24 +16,27 @@ tied embedding's, which waits for the embedding group's sum) is ready at the end
 all-reduce (ZeRO-1: reduce-scatter) takes its α-β time on the DP link, and ``comm_stream`` runs them in issue
 order (ready time, then bucket order: what the live sync does) from the compute clock after the tied embedding's
 all-reduce. Without the overlap every bucket runs after that, one after another, all exposed. ``stage_buckets``
-cuts a rank's parameters into buckets the way the live run does when the planner has no live run to ask.
+cuts a rank's parameters into buckets the way the live run does (``tpsim.partition.assign_buckets``, tensor by
+tensor at ``--bucket-mb``) when the planner has no live run to ask.
 MPI-free.
 """
 
 from __future__ import annotations
 
 from tpsim.cost import ring_steps
-from tpsim.pipeline.overlap import BucketSpec, Stream, after_compute, backward_pieces, comm_stream, piece_ends
+from tpsim.partition import assign_buckets, padded_vocab_size
+from tpsim.pipeline.overlap import (EMBEDDING, HEAD, BucketSpec, Stream, after_compute, backward_pieces, comm_stream,
+                                    layer, piece_ends)
 from tpsim.pipeline.stage_clock import OP_INDEX, compiled, timed
-from tpsim.plan.comm import dp_collectives, links, ring_seconds
+from tpsim.plan.comm import links, ring_seconds
 from tpsim.plan.gpus import GPU
-from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
-from tpsim.plan.memory import stage_param_elements
+from tpsim.plan.layout import Layout, virtual_stage_layers
+from tpsim.plan.memory import STATE_BYTES, layer_param_elements
 from tpsim.plan.models import ModelSpec
 from tpsim.plan.pipeline_comm import piece_comm
 
 __all__ = ["BucketSpec", "bucket_seconds", "dp_terms", "final_starts", "piece_compute", "piece_costs",
-           "specs", "stage_buckets", "stage_ranges", "stream_dict"]
+           "rank_entries", "specs", "stage_buckets", "stage_ranges", "stream_dict"]
 
 
 def stage_ranges(model: ModelSpec, lay: Layout) -> list[range]:
@@ -85,27 +88,54 @@ def final_starts(lay: Layout, charged, message, start, timer=timed) -> dict[int,
     return out
 
 
-def stage_buckets(model: ModelSpec, lay: Layout, dp_bytes: list[float]) -> list[list[BucketSpec]]:
-    """One bucket per pipeline rank of ``dp_bytes[r]`` (its gradients), finished by its lowest virtual stage's
-    last backward piece and first read by that stage's first forward piece — the planner's default when no live
-    run says how its buckets were cut."""
-    last, tied = lay.pp * lay.vp - 1, model.tied and lay.pp > 1
-    ranges = stage_ranges(model, lay)
+def rank_entries(model: ModelSpec, lay: Layout, rank: int) -> list[tuple[tuple, int, int]]:
+    """``(piece, virtual stage, elements)`` of one pipeline rank's gradients in the order a live ``GradSync`` packs
+    them — reverse registration: its chunks last to first; in each, the head (final norm, and the LM head unless
+    it is the embedding itself) on the last virtual stage, the layers last to first (each layer's matmul weights
+    last to first, then its norms and biases), the embedding (word, positions) on the first."""
+    arch, ranges, last = model.architecture, stage_ranges(model, lay), lay.pp * lay.vp - 1
+    vocab = padded_vocab_size(model.vocab, lay.tp) // lay.tp * model.hidden
+    weights = [k * n for _, k, n in arch.memory.layer_matmuls(model, lay.tp)]
+    vectors = layer_param_elements(model, lay.tp) - sum(weights)
+    out = []
+    for chunk in reversed(range(lay.vp)):
+        stage = chunk * lay.pp + rank
+        if stage == last:
+            out.append((HEAD, stage, arch.config.norm_params * model.hidden
+                        + (0 if model.tied and lay.pp == 1 else vocab)))
+        for i in reversed(ranges[stage]):
+            out += [(layer(i), stage, n) for n in reversed(weights)] + [(layer(i), stage, vectors)]
+        if stage == 0:
+            out.append((EMBEDDING, stage, vocab + (model.positions * model.hidden if arch.config.position_table
+                                                   else 0)))
+    return out
+
+
+def stage_buckets(model: ModelSpec, lay: Layout) -> list[list[BucketSpec]]:
+    """Each pipeline rank's gradients cut into buckets of at most ``lay.bucket_mb`` MiB the way ``GradSync`` cuts
+    a live run's (``assign_buckets``: in packing order, a tensor larger than the cap alone) — the planner's
+    buckets when no live run says how its were cut. A bucket is finished by the piece of its last entry (the
+    earliest in the model: the backward reaches it last) and first read in the forward by the same piece; the
+    tied embedding's (the first stage's embedding, the last stage's head, pp > 1) waits for the embedding
+    group's sum."""
+    grad, cap = STATE_BYTES[lay.dtype][1], int(lay.bucket_mb * 2 ** 20)
     out = []
     for r in range(lay.pp):
-        keys = backward_pieces(ranges[r], r == 0, r == last)  # its first forward piece: its backward's last
-        out.append([BucketSpec(int(dp_bytes[r]), r, keys[-1], tied and (r == 0 or r == lay.pp - 1), (r, keys[-1]))])
+        entries = rank_entries(model, lay, r)
+        tied = {EMBEDDING, HEAD} if model.tied and lay.pp > 1 else set()
+        rank = []
+        for group in assign_buckets([("", n * grad, "grad") for _, _, n in entries], cap):
+            piece, stage, _ = entries[group[-1]]
+            held = any(entries[i][0] in tied for i in group)
+            rank.append(BucketSpec(sum(entries[i][2] for i in group) * grad, stage, piece, held, (stage, piece)))
+        out.append(rank)
     return out
 
 
 def specs(model: ModelSpec, lay: Layout, dp_buckets) -> list[list[BucketSpec]]:
-    """``dp_buckets`` as ``BucketSpec``s: given (a live run's), or one a rank of its gradients (``stage_buckets``,
-    the bytes ``after_schedule`` prices). Plain byte counts serve only without the overlap (no piece needed)."""
+    """``dp_buckets`` as ``BucketSpec``s: given (a live run's), or cut at real size (``stage_buckets``). Plain byte counts serve only without the overlap (no piece needed)."""
     if dp_buckets is None:
-        layers = rank_layers(model, lay)
-        return stage_buckets(model, lay, [dp_collectives(lay, stage_param_elements(model, lay.tp, lay.pp, r,
-                                                                                   layers[r]))[0][1]
-                                          for r in range(lay.pp)])
+        return stage_buckets(model, lay)
     if lay.overlap_grad_reduce and any(not isinstance(b, BucketSpec) for r in dp_buckets for b in r):
         raise ValueError("--overlap-grad-reduce needs each bucket's piece: give BucketSpecs, not byte counts")
     return [[b if isinstance(b, BucketSpec) else BucketSpec(int(b), r, (), False) for b in rank]

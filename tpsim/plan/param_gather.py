@@ -2,8 +2,8 @@
 ``tpsim.pipeline.overlap`` that a live run's clock follows too.
 
 The optimizer costs nothing on the clock, so its end is the step's start: each bucket's all-gather (its padded
-elements in the parameters' dtype: ``gather_bytes``) runs on the comm stream from 0, one after another in bucket
-order, α-β on the DP link (``gather_stream``). Every step is priced as one that follows an optimizer step, the
+elements in the parameters' dtype: ``gather_bytes``) runs on the comm stream from 0, one after another in the
+order the forward reads the buckets (``forward_order``), α-β on the DP link (``gather_stream``). Every step is priced as one that follows an optimizer step, the
 first too. Then
 
     --overlap-param-gather   the forward of micro-batch 0 on each chunk (the first that reads its parameters)
@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.nn.precision import dtype_of, grad_dtype
-from tpsim.pipeline.overlap import BucketSpec, Stream, after_compute, comm_stream, forward_gates, gated_ends
+from tpsim.pipeline.overlap import (BucketSpec, Stream, after_compute, comm_stream, forward_gates, forward_order,
+                                    gated_ends)
 from tpsim.pipeline.stage_clock import StageTiming, compiled
 from tpsim.plan.comm import links, ring_seconds
 from tpsim.plan.dp_overlap import piece_costs
@@ -42,8 +43,9 @@ def gather_seconds(lay: Layout, gpu: GPU, buckets: list[BucketSpec]) -> list[flo
 
 
 def gather_stream(seconds: list[float]) -> Stream:
-    """One rank's all-gathers on its comm stream from the optimizer's end (the step's 0), in bucket order."""
-    return comm_stream(range(len(seconds)), [0.0] * len(seconds), seconds, 0.0)
+    """One rank's all-gathers on its comm stream from the optimizer's end (the step's 0), in the order the forward
+    reads their buckets (``forward_order``: the embedding's first)."""
+    return comm_stream(forward_order(len(seconds)), [0.0] * len(seconds), seconds, 0.0)
 
 
 def forward_plan(model, lay: Layout, gpu: GPU, tables: dict, buckets: list[list[BucketSpec]],

@@ -85,7 +85,8 @@ def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray, collectives:
     charged = compute if collectives is None else compute + collectives
     quiet = np.zeros_like(message)
     t, free = timer(c, charged, message, start), timer(c, charged, quiet, start)  # timer: with gathers' waits
-    on_time = free if start is None else timer(c, charged, quiet)  # the last stage not held back
+    ungated = free if timer is timed else timed(c, charged, quiet, start)
+    on_time = ungated if start is None else timed(c, charged, quiet)  # the last stage not held back
     bare, alone = timed(c, compute, message), timed(c, compute, quiet)
     peaks = held_peak(c, np.ones((lay.pp, lay.vp)))
     p, m, v = lay.pp, lay.microbatches, lay.vp
@@ -94,7 +95,7 @@ def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray, collectives:
             "bubble_fraction": {"measured": t.bubble_fraction, "formula": bubble},
             "messages": sum(c.sends), "makespan_s": t.step, "makespan_without_p2p_s": free.step,
             "makespan_without_collectives_s": bare.step, "makespan_compute_only_s": alone.step,
-            "start_exposed_s": free.step - on_time.step,
+            "start_exposed_s": ungated.step - on_time.step, "gather_exposed_s": free.step - ungated.step,
             "ranks": [{"rank": r, "busy_s": t.busy[r], "collectives_s": t.busy[r] - bare.busy[r], "idle_s": t.idle[r],
                        "finish_s": t.finish[r], "peak_in_flight": round(peaks[r]), "sends": c.sends[r]}
                       for r in range(p)]}
@@ -115,7 +116,7 @@ def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU, dp_buckets=None) -> 
     timer = param_gather.timer(model, lay, gpu, tables, buckets, gathers) if gathers and lay.overlap_param_gather \
         else timed
     out = simulate(lay, compute, message, comm, start, timer)
-    sizes = None if dp_buckets is None else [[getattr(b, "nbytes", b) for b in r] for r in dp_buckets]
+    sizes = None if buckets is None else [[b.nbytes for b in r] for r in buckets]
     tail = after_schedule(model, lay, gpu, [r["finish_s"] for r in out["ranks"]], sizes)
     if buckets is not None:  # the DP buckets on each rank's comm stream, overlapped or not (tpsim.plan.dp_overlap)
         streams = dp_overlap.dp_terms(model, lay, gpu, tables, compute + comm, message, start, tail["before_dp"],

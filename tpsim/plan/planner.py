@@ -5,7 +5,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from tpsim.pipeline.stage_clock import ROUNDING, compiled
 from tpsim.plan.comm import links, ring_seconds, step_comm, tp_wire_bytes_per_layer
+from tpsim.plan.pipeline_comm import stage_comm
 from tpsim.plan.gpus import gpu as gpu_preset
 from tpsim.plan.kernel_time import optimizer_seconds
 from tpsim.plan.layout import Layout, check
@@ -13,6 +17,22 @@ from tpsim.plan.memory import activation_bytes_per_layer, busiest_stage, state_b
 from tpsim.plan.models import ModelSpec
 from tpsim.plan.pipeline import pipeline_terms
 from tpsim.plan.timing import flops_per_step, step_times
+
+
+def hidden_s(model: ModelSpec, lay: Layout, g, pipe: dict, times: dict) -> dict[str, float]:
+    """What the overlap flags hid under compute, on the rank that ends last (not part of the step's sum): the DP
+    sync's hidden seconds, ZeRO-1's all-gather's, and the TP collectives' that ``--tp-comm-overlap`` pipelined."""
+    tail = pipe["after_schedule"]
+    last = max(range(lay.pp), key=lambda r: tail["ends"][r])
+    dp = tail["dp_streams"][last]["hidden_s"] if "dp_streams" in tail else 0.0
+    gather = tail["param_gather"][last]["comm_s"] - times["dp_gather"] if "param_gather" in tail else 0.0
+    gather = 0.0 if gather <= ROUNDING * max(times["dp_gather"], 1e-300) else gather  # all exposed, summed twice
+    tp = 0.0
+    if lay.tp_comm_overlap:
+        split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
+        full = stage_comm(model, replace(lay, tp_comm_overlap=False), g, split).sum() * lay.microbatches / lay.pp
+        tp = full - times["tp"]
+    return {"tp": tp, "dp": dp, "dp_gather": gather}
 
 
 def optimizer_s(model: ModelSpec, lay: Layout, g, params: int) -> float:
@@ -42,6 +62,7 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
     flops = flops_per_step(model, lay)
     pipe = pipeline_terms(model, lay, g)
     times = step_times(pipe, optimizer_s(model, lay, g, int(mem["param_count"])), lay.overlap_param_gather)
+    times["hidden"] = hidden_s(model, lay, g, pipe, times)
     memory_bytes = {k: int(round(mem[k])) for k in ("params", "grads", "optimizer", "activations", "total")}
     act = activation_bytes_per_layer(model, lay)
     return {

@@ -63,7 +63,7 @@ def why_bubble(p: dict) -> list[str]:
     """Why the measured bubble exceeds the formula's, when it does: unequal ranks, exposed messages."""
     pipe, lay = p["pipeline"], p["layout"]
     bubble = pipe["bubble_fraction"]
-    if bubble["measured"] <= bubble["formula"] * (1 + 1e-9):
+    if bubble["measured"] <= bubble["formula"] * (1 + 1e-9) or lay["pp"] == 1:  # one stage: no pipeline to wait in
         return []
     busy = [r["busy_s"] for r in pipe["ranks"]]
     slow, fast = max(range(len(busy)), key=busy.__getitem__), min(busy)
@@ -88,10 +88,12 @@ def compute_source(lay: dict) -> str:
 def time_rows(p: dict) -> list[list[str]]:
     """The step's critical path in parts that add up to it (``tpsim.plan.timing``), what each hides."""
     t, lay, wire = p["time_s"], p["layout"], p["per_gpu"]["wire_bytes_per_step"]
-    dp_how = "hidden in part by the backward" if lay["overlap_grad_reduce"] else "after the schedule"
+    hidden = t.get("hidden", {})
+    dp_how = (f"{seconds(hidden['dp'])} more hidden under the backward" if lay["overlap_grad_reduce"]
+              else "after the schedule")
     rows = [["time: compute", seconds(t["compute"]), compute_source(lay)],
-            ["time: TP exposed", seconds(t["tp"]), "inside F/B/W" + (", SP's pipelined with GEMMs"
-                                                                     if lay["tp_comm_overlap"] else "")],
+            ["time: TP exposed", seconds(t["tp"]), "inside F/B/W" + (f"; {seconds(hidden['tp'])} more hidden by "
+                                                                     "the GEMMs" if lay["tp_comm_overlap"] else "")],
             ["time: bubble / PP exposed", " / ".join(seconds(t[k]) for k in ("bubble", "pp")),
              "idle on the virtual clock / what messages add"],
             ["time: loss + embedding", seconds(t["loss"] + t["embedding"]),
@@ -100,7 +102,8 @@ def time_rows(p: dict) -> list[list[str]]:
             ["time: optimizer", seconds(t["optimizer"]), "its kernels at HBM speed + the clip norm"]]
     if lay["zero"]:
         rows.append(["time: ZeRO-1 all-gather", seconds(t["dp_gather"]),
-                     "hidden under the next forward" if lay["overlap_param_gather"] else "exposed"])
+                     f"{seconds(hidden['dp_gather'])} more hidden under the next forward" if lay["overlap_param_gather"]
+                     else "after the DP sync"])
     rows.append(["step (critical path)", seconds(t["step"]), f"{p['tflops_per_gpu']:,.0f} TFLOP/s per GPU (model "
                                                              "FLOPs)"])
     return rows

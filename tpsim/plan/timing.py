@@ -87,8 +87,9 @@ def step_times(pipe: dict, optimizer: float, overlap_param_gather: bool = False)
     sum."""
     ranks, tail = pipe["ranks"], pipe["after_schedule"]
     last = max(range(len(ranks)), key=lambda r: tail["ends"][r])
-    gather = tail["param_gather"][last]["exposed_s"] if "param_gather" in tail else 0.0
-    inside = gather if overlap_param_gather else 0.0  # the forward's waits, inside the schedule
+    inside = pipe["gather_exposed_s"] if overlap_param_gather else 0.0  # what the forward's waits add to it
+    gather = inside if overlap_param_gather else tail["param_gather"][last]["exposed_s"] if "param_gather" in tail \
+        else 0.0
     compute = sum(r["busy_s"] - r["collectives_s"] for r in ranks) / len(ranks)
     tp = sum(r["collectives_s"] for r in ranks) / len(ranks)
     late = pipe["start_exposed_s"]  # the loss normalizer before the last stage's schedule, where it delays it

@@ -135,9 +135,10 @@ def check_case(case: Case, ranks: list[dict]) -> list[tuple[str, str, str, str, 
     return out
 
 
-PAPER = ["FLOPs per step, from the paper: 72·B·s·L·h²·(1 + s/6h + V/12Lh) (Narayanan et al. 2021, Appendix); the "
-         "pipeline cases' clocks charge the planner's own per-stage costs from them on both sides, so their step "
-         "time checks the schedule's timing on live ranks, not the FLOPs"]
+PAPER = ["FLOPs per step, from the paper: 72·B·s·L·h²·(1 + s/6h + V/12Lh) (Narayanan et al. 2021, Appendix), and "
+         "each kernel's seconds (tpsim.plan.kernel_time, fitted on published runs: tpsim plan --published); the "
+         "pipeline cases' clocks charge the planner's own per-stage costs on both sides, so their step time checks "
+         "the schedule's timing, its collectives and the overlap on live ranks, not the kernels' speed"]
 
 
 def main(cases=None, pipeline_cases=None) -> int:

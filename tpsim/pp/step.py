@@ -42,7 +42,7 @@ from tpsim.comm import Group, ProcessGrid
 from tpsim.cost import wire_bytes
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.phases import DP_SYNC
-from tpsim.pipeline.overlap import comm_stream, forward_gates
+from tpsim.pipeline.overlap import comm_stream, forward_gates, forward_order
 from tpsim.pp.buckets import Pieces, bucket_specs
 from tpsim.pp.chunk import PipelineShard
 from tpsim.pp.clock import LiveClock
@@ -157,7 +157,7 @@ def param_gathers(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: Liv
     seconds = [clock.costs.collective("all_gather", "dp", grid.dp, wire_bytes("all_gather", n, grid.dp))
                for n in grad_sync.gather_bytes()]
     if grad_sync.overlap_param_gather:
-        stream = comm_stream(range(len(seconds)), [0.0] * len(seconds), seconds, 0.0)
+        stream = comm_stream(forward_order(len(seconds)), [0.0] * len(seconds), seconds, 0.0)
         clock.gates = forward_gates(bucket_specs(shard, grad_sync), stream)
     return seconds
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.phases import DP_SYNC, OPTIMIZER, VERIFY
+from tpsim.pipeline.overlap import forward_order
 
 
 def flat_view(a: np.ndarray) -> np.ndarray:
@@ -85,7 +86,7 @@ class ZeroCommunication:
             return
         self.finish_param_gather()
         tracer = self.dp_group.tracer
-        for i in range(len(self.buckets)):
+        for i in forward_order(len(self.buckets)):  # the next forward reads the last-packed bucket first
             send = self._owned_values(i, "model", targets)
             with tracer.region(scope=f"zero.bucket{i}", phase=OPTIMIZER):
                 self._gathering.append((i, self.dp_group.iall_gather(send, overlap=True)))
