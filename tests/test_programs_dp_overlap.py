@@ -11,6 +11,8 @@ import pytest
 
 from launch_program import run_mpi
 from tpsim.hf.folder import read_folder
+from tpsim.trace.cli import report_main
+from tpsim.trace.exposed import modelled
 
 pytestmark = pytest.mark.slow
 
@@ -23,9 +25,14 @@ def demo(tmp_path, name, *flags):
     return r.stdout, json.loads((out / "pipeline.json").read_text()), save
 
 
+def reported(capsys, *argv) -> str:
+    assert report_main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
 @pytest.mark.parametrize("layout", [["--tp", "2", "--dp", "2"], ["--pp", "2", "--dp", "2", "--zero", "1"]],
                          ids=["pp1-tp2-dp2", "pp2-dp2-zero1"])
-def test_overlapped_demo_hides_part_of_the_dp_sync_and_trains_the_same_model(tmp_path, layout):
+def test_overlapped_demo_hides_part_of_the_dp_sync_and_trains_the_same_model(tmp_path, layout, capsys):
     extra = ["--overlap-param-gather"] if "--zero" in layout else []
     plain, plain_doc, plain_save = demo(tmp_path, "plain", *layout)
     over, over_doc, over_save = demo(tmp_path, "over", *layout, "--overlap-grad-reduce", *extra)
@@ -40,3 +47,10 @@ def test_overlapped_demo_hides_part_of_the_dp_sync_and_trains_the_same_model(tmp
     assert summary == [line for line in over.splitlines() if line.startswith("summary:")]
     a, b = read_folder(str(plain_save), np.float64)[1], read_folder(str(over_save), np.float64)[1]
     assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+    for doc, name in ((plain_doc, "plain"), (over_doc, "over")):  # tpsim report shows the exposure per rank
+        for text in (reported(capsys, str(tmp_path / name), "--exposed"),
+                     reported(capsys, str(tmp_path / name), "--by", "kind")):
+            table = [line for line in text.splitlines() if str(tmp_path) not in line]  # titles name the folder
+            assert "DP gradient buckets on the virtual clock" in text and max(map(len, table)) <= 100
+            for r in doc["dp"]["ranks"]:
+                assert modelled(r["exposed_s"]) in text and modelled(r["comm_s"]) in text

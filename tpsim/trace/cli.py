@@ -102,6 +102,9 @@ def report_main(argv: list[str]) -> int:
         who = f"rank {args.rank}" if args.rank is not None else f"average of {ranks} ranks"
         text = format_kind_table(rows, title=f"Where the time goes in step {step} of {run.path} "
                                              f"({run_title(run.comm)}), {who}:")
+        dp = read_dp(run.path)  # a GPU virtual clock at dp > 1: what the modelled step exposes, beside the wall time
+        if dp is not None:
+            text += "\n\n" + exposed_table(dp, title="On the virtual clock (modelled GPU seconds, last step):")
     else:
         title = f"Communication in step {step} of {run.path} ({run_title(run.comm)}), by {args.by}:"
         text = module_table(records, by=args.by, rank=args.rank, title=title)

@@ -48,6 +48,6 @@ def exposed_table(dp: dict, title: str = "") -> str:
         rows.append([str(r["rank"]), str(r["stage"]), str(len(r["buckets"])), modelled(r["comm_s"]),
                      modelled(r["exposed_s"]), modelled(r["hidden_s"]), f"{share:.0%}"]
                     + ([modelled(r["param_gather_exposed_s"])] if gather else []))
-    mode = "--overlap-grad-reduce" if dp.get("overlap_grad_reduce") else "no overlap: every bucket after the backward"
+    mode = "--overlap-grad-reduce" if dp.get("overlap_grad_reduce") else "no overlap: all after the backward"
     return format_table(rows, title=(f"{title}\n" if title else "") + f"DP gradient buckets on the virtual clock "
                                                                        f"({mode}), modelled seconds:")
