@@ -28,6 +28,9 @@ def test_demo_with_the_flag_passes_every_check_and_trains_the_same_bits(tmp_path
     assert "FORMULA CHECK: all" in on.stdout and "every check holds" in on.stdout
     if "--clock" in args:
         assert "BUBBLE CHECK: MATCH" in on.stdout
+        line = next(x for x in on.stdout.splitlines() if x.startswith("TP overlap: "))
+        assert "pipelined with their GEMMs" in line and "a/(t-1) <= g/t" in line
+        assert "TP overlap: " not in off.stdout
     assert losses(tmp_path / "on") == losses(tmp_path / "off")
     steps = [json.loads(line) for line in (tmp_path / "on" / "comm.jsonl").read_text().splitlines()]
     assert any("gemms" in r for r in steps) and all(r["overlap_step"] >= 1 for r in steps if "gemms" in r)

@@ -21,7 +21,7 @@ from tpsim.plan.layout import Layout, problems
 from tpsim.plan.models import PRESETS
 from tpsim.plan.pipeline_comm import stage_comm
 from tpsim.plan.timing import gemm_seconds
-from tpsim.plan.tp_overlap import exposed_seconds, hides, pipelined_seconds
+from tpsim.plan.tp_overlap import exposed_seconds, gemms_seconds, hides, layer_overlaps, layer_summary, pipelined_seconds
 
 
 def test_the_rule_on_numbers_worked_out_by_hand():
@@ -132,3 +132,19 @@ def test_the_validate_case_tells_overlap_from_none_beyond_its_tolerance():
     on = stage_comm(model, lay, gpu(lay.gpu), split=False).sum(axis=(1, 2))
     off = stage_comm(model, replace(lay, tp_comm_overlap=False), gpu(lay.gpu), split=False).sum(axis=(1, 2))
     assert np.all(off - on > 1e3 * ROUNDING * off)
+
+
+@pytest.mark.parametrize("name", ["gpt3-175b", "llama3-70b"])
+def test_the_layer_summary_is_its_collectives_by_the_rule(name):
+    """One layer a micro-batch: four SP collectives a sublayer pair forward and backward (f̄ and ḡ of attention
+    and of the MLP, each direction) = 8, their unsplit α-β time, the rule's exposed time, the condition's count."""
+    model, lay = PRESETS[name], Layout(tp=8, sp=True, tp_comm_overlap=True, seq_len=4096)
+    g = gpu("h100-80gb")
+    link = links(lay, g)["tp"]
+    s = layer_summary(model, lay, g, link)
+    items = [o for v in layer_overlaps(model, lay).values() for o in v]
+    assert s["count"] == len(items) == 8
+    a = [ring_seconds(o.op, o.nbytes, 8, link) for o in items]
+    e = [exposed_seconds(x, gemms_seconds(o.gemms, lay, g), 8) for x, o in zip(a, items)]
+    assert s["comm_s"] == pytest.approx(sum(a), rel=1e-12) and s["exposed_s"] == pytest.approx(sum(e), rel=1e-12)
+    assert s["hiding"] == sum(x == 0 for x in e) and 0 <= s["exposed_s"] < s["comm_s"]

@@ -30,6 +30,22 @@ def overlap_line(stream: dict, buckets: int) -> str:
             f"Playbook's t_compute >= t_comm): {'holds' if holds else 'does not hold'}")
 
 
+def tp_overlap_lines(run: RunConfig) -> list[str]:
+    """``--tp-comm-overlap`` on a GPU clock: one layer's pipelined collectives, what stays exposed, and the
+    Playbook's condition for each to hide (per-chunk communication ≤ per-chunk GEMM, ``tpsim.plan.tp_overlap``)."""
+    if run.pipeline.clock == UNIT_CLOCK or not run.parallel.tp_comm_overlap:
+        return []
+    from tpsim.plan.comm import links
+    from tpsim.plan.gpus import gpu as gpu_preset
+    from tpsim.plan.tp_overlap import layer_summary
+
+    lay, g = run_layout(run), gpu_preset(run.pipeline.clock)
+    s = layer_summary(model_spec(run.model), lay, g, links(lay, g)["tp"])
+    return [f"TP overlap: {s['count']} of a layer's SP collectives pipelined with their GEMMs, "
+            f"{duration(s['exposed_s'])} of {duration(s['comm_s'])} exposed a micro-batch; each hides fully "
+            f"when its per-chunk transfer <= its per-chunk GEMM (a/(t-1) <= g/t): {s['hiding']} of {s['count']} do"]
+
+
 def overlap_words(run: RunConfig, grad_sync, tracer) -> str:
     """A run without a GPU clock: what the overlap flags did in the last step, from the trace, and where to see
     what they hide."""

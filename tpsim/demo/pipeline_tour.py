@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tpsim.comm import ProcessGrid
 from tpsim.config import RunConfig
-from tpsim.demo.dp_check import dp_check
+from tpsim.demo.dp_check import dp_check, tp_overlap_lines
 from tpsim.demo.export_check import check_export
 from tpsim.demo.gpt_tour import TOLERANCE, _number, check_against_serial, gather_and_write, header, task_of
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
@@ -229,7 +229,7 @@ def run(demo) -> int:
         dp_ok, dp_lines, doc["dp"] = dp_check(grid, run, dp_streams, [r[5] for r in stage_reports])
         paths.append(Path(run.files.out) / "pipeline.json")
         paths[-1].write_text(json.dumps(doc, indent=1) + "\n")
-        say(grid, "", line, held_line, bubble_line, *dp_lines, "")
+        say(grid, "", line, held_line, bubble_line, *dp_lines, *tp_overlap_lines(run), "")
         pipe_ok = pipe_ok and held_ok and bubble_ok and dp_ok
     padding_ok = True
     if run.parallel.zero:

@@ -173,3 +173,17 @@ def action_seconds(rows, overlaps: list[Overlap], link, lay: Layout, gpu) -> flo
     for o in overlaps:
         t += collective_exposed(o.op, o.nbytes, o.gemms, lay, gpu, link)
     return t
+
+
+def layer_summary(model: ModelSpec, lay: Layout, gpu, link) -> dict[str, float]:
+    """One layer's pipelined collectives for one micro-batch (F and B): ``count``, ``comm_s`` (their α-β time
+    unsplit), ``exposed_s`` (what the GEMMs beside them leave) and ``hiding`` (how many meet ``hides``)."""
+    out = {"count": 0, "comm_s": 0.0, "exposed_s": 0.0, "hiding": 0}
+    for items in layer_overlaps(model, lay).values():
+        for o in items:
+            a, g = ring_seconds(o.op, o.nbytes, lay.tp, link), gemms_seconds(o.gemms, lay, gpu)
+            out["count"] += 1
+            out["comm_s"] += a
+            out["exposed_s"] += exposed_seconds(a, g, lay.tp)
+            out["hiding"] += hides(a, g, lay.tp)
+    return out
