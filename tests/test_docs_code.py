@@ -69,6 +69,10 @@ EXCEPTIONS = {
         "a metrics.jsonl line of the default 8-rank demo; test_the_metrics_line_has_a_real_runs_fields checks it",
     ("docs/reference/formats.md", '{"format": "tpsim training state", "version": 1,'):
         "a training_state.json abridged by hand, its fields annotated; tests/test_programs_resume.py reads real ones",
+    ("docs/guide/tp-overlap.md",
+     "pipelined = max(g, a + g/c)          exposed = pipelined − g = max(0, a − (c − 1)·g/c)"):
+        "the cost rule of tpsim.plan.tp_overlap as a formula, not a program's output; tests/test_tp_overlap_rule.py "
+        "checks it by hand and against a step-by-step timeline",
     ("docs/guide/hf-checkpoints.md", "resumed from ck/ at step 50"):
         "the second of two runs (--save, then --resume), which one command cannot show; "
         "tests/test_programs_resume.py checks these lines of resumed runs",

@@ -62,7 +62,8 @@ def schedule_of(run: RunConfig):
 
 def test_clock_names_a_gpu_of_the_planner_or_says_the_choices_in_one_line():
     assert Pipeline(clock="h100").clock == "h100-80gb" and Pipeline(clock="v100-32gb").clock == "v100-32gb"
-    assert Pipeline(clock="h100").mfu is None and Pipeline(clock="h100", mfu=0.5).mfu == 0.5 and Pipeline().mfu is None and Pipeline().clock == "unit"
+    assert Pipeline(clock="h100").mfu is None and Pipeline(clock="h100", mfu=0.5).mfu == 0.5
+    assert Pipeline().mfu is None and Pipeline().clock == "unit"
     for name, why in (("a100", "names more than one GPU"), ("tpu", "is neither unit nor a GPU")):
         with pytest.raises(ConfigError) as err:
             Pipeline(clock=name)

@@ -31,7 +31,8 @@ def test_validate_runs_every_pipeline_case_live():
     live = list(PIPELINE_CASES)
     assert {c.schedule for c in live} == {"afab", "1f1b", "interleaved", "zb-h1"}
     assert any(c.sp for c in live) and any(c.arch == "llama" for c in live)
-    terms = ("virtual makespan (s, 1e-12 rel.)", "virtual step time (s, 1e-12 rel.)", "p2p bytes per replica", "peak in flight per rank",
+    terms = ("virtual makespan (s, 1e-12 rel.)", "virtual step time (s, 1e-12 rel.)", "p2p bytes per replica",
+             "peak in flight per rank",
              "peak layer activation bytes per rank", "embedding all-reduce wire bytes",
              "TP collectives on the clock per rank (s, 1e-12 rel.)")
     dp_terms = ("exposed DP seconds (1e-12 of the step)", "bubble fraction (1e-12)")  # a case with a DP sync

@@ -21,7 +21,8 @@ from tpsim.plan.layout import Layout, problems
 from tpsim.plan.models import PRESETS
 from tpsim.plan.pipeline_comm import stage_comm
 from tpsim.plan.timing import gemm_seconds
-from tpsim.plan.tp_overlap import exposed_seconds, gemms_seconds, hides, layer_overlaps, layer_summary, pipelined_seconds
+from tpsim.plan.tp_overlap import (exposed_seconds, gemms_seconds, hides, layer_overlaps, layer_summary,
+                                   pipelined_seconds)
 
 
 def test_the_rule_on_numbers_worked_out_by_hand():

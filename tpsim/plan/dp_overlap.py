@@ -133,7 +133,8 @@ def stage_buckets(model: ModelSpec, lay: Layout) -> list[list[BucketSpec]]:
 
 
 def specs(model: ModelSpec, lay: Layout, dp_buckets) -> list[list[BucketSpec]]:
-    """``dp_buckets`` as ``BucketSpec``s: given (a live run's), or cut at real size (``stage_buckets``). Plain byte counts serve only without the overlap (no piece needed)."""
+    """``dp_buckets`` as ``BucketSpec``s: given (a live run's), or cut at real size (``stage_buckets``). Plain
+    byte counts serve only without the overlap (no piece needed)."""
     if dp_buckets is None:
         return stage_buckets(model, lay)
     if lay.overlap_grad_reduce and any(not isinstance(b, BucketSpec) for r in dp_buckets for b in r):

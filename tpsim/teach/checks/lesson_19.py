@@ -151,7 +151,7 @@ def live_sync(r: Report) -> tuple[list[float], list[float], float, float]:
 
     run = pipeline_run(tp=1, dp=2, pp=2, schedule="1f1b", vp=1, microbatches=4, layers=4, clock="h100")
     grid = ProcessGrid(tp=1, dp=2, pp=2, tracer=r.tracer)
-    result = one_step(run, grid)
+    result = one_step(run, grid)[0]  # (the executor's result, the shard, the sync)
     lay = run_layout(run)
     price = collective_seconds(lay, gpu(lay.gpu))
     calls = [e for e in grid.tracer.events if e.scope.startswith("ddp.bucket") and e.phase == DP_SYNC]
