@@ -46,9 +46,12 @@ SOURCES = {
                                   "in Megatron's way of counting; tpsim's own extra terms apart (paper + extra = "
                                   "what tpsim's layers cache, checked by --validate)",
     "tp_wire_bytes": "tpsim.predict.formulas.predict_step (checked against every live run's trace)",
-    "pp": "the schedule's own action lists (tpsim.pipeline) on the virtual clock: per-stage F, B, W from FLOPs at "
-          "peak x mfu plus the alpha-beta TP collectives each issues, alpha-beta p2p messages, then the loss, "
-          "embedding and DP collectives (step_s); the bubble formula and p2p bytes of tpsim.predict.pipeline beside",
+    "pp": "the schedule's own action lists (tpsim.pipeline) on the virtual clock: per-stage F, B, W from their "
+          "kernels plus the alpha-beta TP collectives each issues, alpha-beta p2p messages, then the loss, "
+          "embedding and DP collectives on each rank's comm stream (step_s); the bubble formula and p2p bytes of "
+          "tpsim.predict.pipeline beside",
+    "time": "each layer's kernels (tpsim.plan.kernels) on a roofline (tpsim.plan.kernel_time: GEMM and HBM "
+            "efficiencies fitted once on 18 published runs, tpsim plan --published), or --mfu's flat model",
     "flops": "Narayanan et al. 2021: 72·B·s·L·h²·(1 + s/6h + V/12Lh); full recompute repeats the layers' forward",
 }
 
