@@ -2,7 +2,7 @@
 
     RunConfig
       model        GPTConfig | LlamaConfig      the architecture and its sizes (``tpsim.arch``)
-      parallel     Parallelism(tp, dp, pp, sp, zero, tp_comm_overlap)   how the ranks split the work
+      parallel     Parallelism(tp, dp, pp, sp, zero, tp_comm_overlap, cp, cp_comm, cp_layout)   how ranks split work
       precision    Precision(dtype, loss_scale_interval)
       optimizer    OptimizerSettings(lr, clip, bucket_mb, max_skipped_steps, overlap_grad_reduce, overlap_param_gather)
       schedule     Schedule(batch_size, seq_len, steps, seed, dropout_rng)
@@ -29,7 +29,9 @@ import numpy as np
 from tpsim.arch import ARCH_NAMES, architecture, architecture_of
 from tpsim.errors import ConfigError
 from tpsim.nn.precision import DTYPE_NAMES, dtype_of  # DTYPE_NAMES: what --dtype accepts and prints
-from tpsim.plan import clock_choice, tp_overlap_choice  # pure: --clock and --mfu; --tp-comm-overlap
+from tpsim.cp import choice as cp_choice  # pure: --cp, --cp-comm, --cp-layout
+from tpsim.pipeline_settings import Pipeline  # how pp > 1 runs (re-exported: tpsim.config.Pipeline)
+from tpsim.plan import tp_overlap_choice  # pure: --tp-comm-overlap
 
 DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 ZERO_STAGES = (0, 1)  # ZeRO stages that run live (and that the planner prices)
@@ -67,10 +69,15 @@ def _at_least(minimum: float, **values) -> None:
 
 @dataclass(frozen=True)
 class Parallelism:
-    """How the ranks split the work: ``tp × pp × dp`` ranks, Megatron's order (TP fastest, PP outermost).
+    """How the ranks split the work: ``tp × cp × dp × pp`` ranks, Megatron's order (TP fastest, then CP, then DP,
+    PP outermost).
 
     ``sp``: Megatron sequence parallelism inside the TP group (Korthikanti et al. 2022); ``zero``: the ZeRO
-    stage of the optimizer over the DP group (Rajbhandari et al. 2019; 0 = plain DDP)."""
+    stage of the optimizer over the DP group (Rajbhandari et al. 2019; 0 = plain DDP). ``cp``: context
+    parallelism, the sequence cut over ``cp`` ranks for every layer, attention included (``tpsim.cp``);
+    ``cp_comm``: how attention reaches the other shards (ring, allgather, ulysses); ``cp_layout``: which tokens a
+    CP rank holds (zigzag: load-balanced under the causal mask; contiguous). Gradients are averaged over the
+    DP × CP ranks that hold the same model shard."""
 
     tp: int = 1
     dp: int = 1
@@ -78,21 +85,30 @@ class Parallelism:
     sp: bool = False
     zero: int = 0
     tp_comm_overlap: bool = False  # SP's collectives pipelined with their GEMMs (tpsim.tp.collective_matmul)
+    cp: int = 1
+    cp_comm: str = "ring"
+    cp_layout: str = "zigzag"
 
     def check(self) -> "Parallelism":
         """Raise ``ConfigError`` naming the first size a run cannot have (a ``plan.Layout`` lists them all
         instead: ``tpsim.plan.layout.problems``)."""
-        for name in ("tp", "dp", "pp"):
+        for name in ("tp", "dp", "pp", "cp"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if self.zero not in ZERO_STAGES:
             raise ConfigError(f"--zero {self.zero}: the ZeRO stages here are {', '.join(map(str, ZERO_STAGES))}")
         tp_overlap_choice.check_tp_comm_overlap(self)
+        cp_choice.check_names(self.cp_comm, self.cp_layout)
         return self
 
     @property
     def world(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def grad_replicas(self) -> int:
+        """Ranks holding the same model shard, over which gradients are averaged: dp × cp."""
+        return self.dp * self.cp
 
 
 @dataclass(frozen=True)
@@ -187,44 +203,6 @@ class Files:
 
 
 @dataclass(frozen=True)
-class Pipeline:
-    """How a pipeline runs (``Parallelism.pp > 1``): the schedule (``tpsim.pipeline.schedules``: afab, 1f1b, ...),
-    ``microbatches`` per DP replica per step (the global batch splits into dp × microbatches of them), ``vp`` model
-    chunks per rank (``interleaved`` only; chunk c of rank r is virtual stage c·pp + r), the layers of every virtual
-    stage (pp × vp sizes in order; None: even). ``clock``, ``mfu``: the virtual clock's (pp 1 too): unit or a GPU."""
-
-    schedule: str = "1f1b"
-    microbatches: int = 1
-    vp: int = 1
-    stage_layers: tuple[int, ...] | None = None
-    clock: str = clock_choice.UNIT_CLOCK
-    mfu: float | None = None
-
-    def __post_init__(self) -> None:
-        _at_least(1, microbatches=self.microbatches, vp=self.vp)
-        if self.stage_layers is not None:
-            object.__setattr__(self, "stage_layers", tuple(int(n) for n in self.stage_layers))
-        for name, value in zip(("clock", "mfu"), clock_choice.clock_setting(self.clock, self.mfu)):
-            object.__setattr__(self, name, value)
-
-    def check(self, par: Parallelism, layers: int, batch_size: int) -> None:
-        """``ConfigError`` (one line) for a pipeline that cannot run: the schedule and its sizes, the layer split,
-        a global batch that does not cut into dp × microbatches equal micro-batches. MPI-free."""
-        if par.pp == 1:
-            if self.microbatches != 1 or self.vp != 1 or self.stage_layers is not None:
-                raise ConfigError("--microbatches, --vp and --pp-layers cut a pipeline: they need --pp > 1")
-            return  # --clock at pp 1: the one-stage pipeline path (``tpsim.demo.cli``), DP x TP on the clock
-        from tpsim.pipeline.check import check  # pure arithmetic, as is the split
-        from tpsim.pipeline.schedules import build
-        from tpsim.pp.split import split_layers
-        check(build(self.schedule, par.pp, self.microbatches, self.vp))
-        split_layers(layers, par.pp * self.vp, self.stage_layers, vp=self.vp)
-        if batch_size % (par.dp * self.microbatches):
-            raise ConfigError(f"--batch-size {batch_size} does not split into dp x microbatches = {par.dp} x "
-                              f"{self.microbatches} equal micro-batches")
-
-
-@dataclass(frozen=True)
 class RunConfig:
     """One training run, validated as a whole when it is made (see the module docstring)."""
 
@@ -247,6 +225,7 @@ class RunConfig:
             raise ConfigError(f"--seq-len {sch.seq_len} is not divisible by tp {par.tp} "
                               f"(sequence parallelism splits the sequence)")
         self.model.check(par.tp)
+        cp_choice.check_sizes(par, self.model, sch.seq_len)
         if self.optimizer.overlap_param_gather and par.zero != 1:  # plain DP gathers no parameters
             raise ConfigError("--overlap-param-gather (ZeRO-1's all-gather under the next forward) needs --zero 1")
 
@@ -288,11 +267,12 @@ class RunConfig:
     @classmethod
     def of(cls, model, *, tp: int = 1, dp: int = 1, sp: bool = False, zero: int = 0, dtype: str = "float64",
            batch_size: int = 16, seq_len: int | None = None, steps: int = 1, seed: int = 0, pp: int = 1,
-           pipeline: Pipeline | None = None, tp_comm_overlap: bool = False, **optimizer) -> "RunConfig":
+           pipeline: Pipeline | None = None, tp_comm_overlap: bool = False, cp: int = 1, cp_comm: str = "ring",
+           cp_layout: str = "zigzag", **optimizer) -> "RunConfig":
         """The short form for tests, lessons and figures: the fields most runs set, the rest at defaults;
         ``seq_len`` defaults to the model's positions; extra keywords go to ``OptimizerSettings``."""
         sch = Schedule(batch_size=batch_size, seq_len=seq_len or model.max_positions, steps=steps, seed=seed)
-        return cls(model, Parallelism(tp, dp, pp, sp, zero, tp_comm_overlap), Precision(dtype),
+        return cls(model, Parallelism(tp, dp, pp, sp, zero, tp_comm_overlap, cp, cp_comm, cp_layout), Precision(dtype),
                    OptimizerSettings(**optimizer), sch, pipeline=pipeline or Pipeline())
 
 

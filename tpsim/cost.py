@@ -30,7 +30,7 @@ def wire_bytes(op: str, nbytes: int, p: int) -> int:
         return 0
     if op == "all_reduce":
         return 2 * (p - 1) * nbytes // p
-    if op in ("all_gather", "reduce_scatter", "gather"):
+    if op in ("all_gather", "reduce_scatter", "gather", "all_to_all"):  # all_to_all: keeps 1/p of its own
         return (p - 1) * nbytes // p
     if op == "broadcast":
         return nbytes

@@ -10,6 +10,7 @@ caller's scope and phase. Shapes:
     broadcast(x, root)            x: [...] (filled on root)      -> [...]            (in place)
     send(x, peer, tag)            x: [...] to group rank peer    -> posted, never waits (``Isend``)
     recv(shape, dtype, peer, tag) from group rank peer           -> [...]            (waits for it)
+    all_to_all(x, split, concat)  chunk j of split to rank j      -> chunks along concat (``tpsim.comm.all_to_all``)
     iall_reduce(x) / ireduce_scatter(x) / iall_gather(x)         -> Pending; .wait() -> the result (flat buffers)
 
 Non-blocking (``tpsim.comm.pending``): the DP buckets' collectives, posted while the backward goes on
@@ -42,6 +43,7 @@ from mpi4py import MPI
 
 from tpsim.cost import wire_bytes
 from tpsim.comm.half import NATIVE_OPS, reduce_op, wire_buffer
+from tpsim.comm.all_to_all import AllToAll
 from tpsim.comm.chunked import ChunkedCollectives
 from tpsim.comm.pending import Pending
 from tpsim.comm.tracer import Tracer
@@ -63,7 +65,7 @@ def _check_inplace(x: np.ndarray, name: str) -> None:
         raise ValueError(f"{name} needs a writeable C-contiguous array (MPI reads it until the wait)")
 
 
-class Group(ChunkedCollectives):
+class Group(ChunkedCollectives, AllToAll):
     """A named group of ranks ("tp", "dp", "world") with traced collectives (SP's in chunks: ``ChunkedCollectives``)."""
 
     def __init__(self, comm: MPI.Comm, name: str, ranks: tuple[int, ...], tracer: Tracer) -> None:
