@@ -102,3 +102,14 @@ class ContextParallel:
 
     def __repr__(self) -> str:
         return f"ContextParallel(cp={self.group.size}, comm={self.comm}, layout={self.layout})"
+
+
+def attach(model, context: ContextParallel | None):
+    """Give every layer of ``model`` that has a ``context`` slot (the attention layers, the embedding's
+    ``Transformer``) this ``context``; at CP 1 (or None) the model stays as built. Returns ``model``."""
+    if context is None or context.size == 1:
+        return model
+    for _, module in model.named_modules():
+        if hasattr(module, "context"):
+            module.context = context
+    return model
