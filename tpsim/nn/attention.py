@@ -189,7 +189,8 @@ class MultiHeadAttention(Module):
                                        q_pos, k_pos)
         q, k, v = (split_heads(t, self.heads_per_partition) for t in np.split(qkv, 3, axis=-1))
         with_dropout = self.attn_dropout > 0 and plan.rng is not None
-        ctx, core = self.context.forward(q, k, v, keep if with_dropout else None, self.attn_dropout)
+        ctx, core = self.context.forward(q, k, v, keep if with_dropout else None, self.attn_dropout,
+                                         scope=self.path)
         return merge_heads(ctx), core
 
     def backward(self, dy: np.ndarray, cache: AttentionCache) -> np.ndarray:

@@ -118,7 +118,7 @@ class GroupedQueryAttention(Module):
         if self.context is not None:  # CP (tpsim.cp): RoPE here, then the core across the CP group
             q, rope = rope_forward(q, cos, sin)
             k, _ = rope_forward(k, cos, sin)
-            ctx, inner = self.context.forward(q, k, v)
+            ctx, inner = self.context.forward(q, k, v, scope=self.path)
             core = (inner, rope)
         else:
             ctx, core = gqa_core_forward(q, k, v, cos, sin)
