@@ -17,16 +17,16 @@ from tpsim.nn.gradcheck import numerical_grad, relative_error
 CASES = [(cp, layout, kv) for cp in (2, 4, 8) for layout in ("zigzag", "contiguous") for kv in (4, 2, 1)]
 
 
-def serial(q, k, v, dout):
+def serial(q, k, v, dout, keep=None, p=0.0):
     """Serial causal attention with K/V repeated to the query heads, and its gradients folded back."""
     rep = q.shape[1] // k.shape[1]
-    out, cache = attention_core_forward(q, np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1))
+    out, cache = attention_core_forward(q, np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1), keep, p)
     dq, dk, dv = attention_core_backward(dout, cache)
     fold = lambda x: x.reshape(x.shape[0], k.shape[1], rep, *x.shape[2:]).sum(axis=2)  # noqa: E731
     return out, dq, fold(dk), fold(dv)
 
 
-def ring(q, k, v, dout, cp, layout):
+def ring(q, k, v, dout, cp, layout, keep=None, p=0.0):
     """Each rank's shard of queries against every rank's K/V block, the source one step further round the ring
     each time (rank r sees block r − t at step t), merged; then every block's backward share, summed where the
     block lives — what a ring of CP ranks computes, here in one process."""
@@ -38,15 +38,17 @@ def ring(q, k, v, dout, cp, layout):
         o, m = None, None
         for t in range(cp):
             j = (r - t) % cp
-            oj, mj = block_forward(shard(q, r), shard(k, j), shard(v, j), pos[r], pos[j])
+            mask = None if keep is None else keep[:, :, pos[r]][:, :, :, pos[j]]
+            oj, mj = block_forward(shard(q, r), shard(k, j), shard(v, j), pos[r], pos[j], mask, p)
             o, m = (oj, mj) if o is None else merge(o, m, oj, mj)
         out[:, :, pos[r]], lse[:, :, pos[r]] = o, m
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
     for r in range(cp):
         for t in range(cp):
             j = (r - t) % cp
+            mask = None if keep is None else keep[:, :, pos[r]][:, :, :, pos[j]]
             a, b, c = block_backward(shard(dout, r), shard(out, r), lse[:, :, pos[r]], shard(q, r), shard(k, j),
-                                     shard(v, j), pos[r], pos[j])
+                                     shard(v, j), pos[r], pos[j], mask, p)
             dq[:, :, pos[r]] += a
             dk[:, :, pos[j]] += b
             dv[:, :, pos[j]] += c
@@ -60,6 +62,18 @@ def test_the_ring_equals_serial_causal_attention_and_its_gradients(cp, layout, k
     q, dout = rng.standard_normal((b, h, s, d)), rng.standard_normal((b, h, s, d))
     k, v = rng.standard_normal((b, kv, s, d)), rng.standard_normal((b, kv, s, d))
     for got, want in zip(ring(q, k, v, dout, cp, layout), serial(q, k, v, dout)):
+        assert np.max(np.abs(got - want)) <= 1e-12 * max(1.0, np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_the_ring_with_attention_dropout_equals_serial(cp):
+    """GPT-2's attention dropout: each block's mask at its absolute (query, key) positions, p = 0.3."""
+    rng = np.random.default_rng(cp)
+    b, h, s, d, p = 2, 4, 4 * cp, 8, 0.3
+    q, dout = rng.standard_normal((b, h, s, d)), rng.standard_normal((b, h, s, d))
+    k, v = rng.standard_normal((b, 2, s, d)), rng.standard_normal((b, 2, s, d))
+    keep = rng.random((b, h, s, s)) >= p
+    for got, want in zip(ring(q, k, v, dout, cp, "zigzag", keep, p), serial(q, k, v, dout, keep, p)):
         assert np.max(np.abs(got - want)) <= 1e-12 * max(1.0, np.max(np.abs(want)))
 
 

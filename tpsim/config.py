@@ -226,6 +226,7 @@ class RunConfig:
                               f"(sequence parallelism splits the sequence)")
         self.model.check(par.tp)
         cp_choice.check_sizes(par, self.model, sch.seq_len)
+        cp_choice.check_clock(par.cp, self.pipeline.clock)
         if self.optimizer.overlap_param_gather and par.zero != 1:  # plain DP gathers no parameters
             raise ConfigError("--overlap-param-gather (ZeRO-1's all-gather under the next forward) needs --zero 1")
 

@@ -48,3 +48,11 @@ def check_sizes(par, model, seq_len: int) -> None:
         if heads % cp or kv % cp:
             raise ConfigError(f"--cp-comm ulysses: {heads} query and {kv} KV heads per TP rank must both divide by "
                               f"cp {cp} (the all-to-all gives each CP rank whole heads)")
+
+
+def check_clock(cp: int, clock: str, unit: str = "unit") -> None:
+    """``ConfigError`` for a GPU ``--clock`` with cp > 1: the live virtual clock does not price CP messages
+    (the planner's ``--cp`` does: ``tpsim plan --cp``)."""
+    if cp > 1 and clock != unit:
+        raise ConfigError(f"--clock {clock} with --cp {cp}: the live virtual clock does not price context-parallel "
+                          f"messages; use the unit clock here and tpsim plan --cp {cp} for time on a GPU")

@@ -95,7 +95,8 @@ def save_training(grid, model, optimizer, run: RunConfig) -> None:
         "optimizer": {"rule": type(rule).__name__, "lr": rule.lr, "betas": list(rule.betas), "eps": rule.eps,
                       "weight_decay": rule.weight_decay, "step_count": optimizer.step_count, "slots": slots},
         "loss_scaler": None if optimizer.loss_scaler is None else optimizer.loss_scaler.state_dict(),
-        "written_by": {"tp": par.tp, "dp": par.dp, "pp": par.pp, "zero": par.zero, "sequence_parallel": par.sp,
+        "written_by": {"tp": par.tp, "dp": par.dp, "pp": par.pp, "cp": par.cp, "zero": par.zero,
+                       "sequence_parallel": par.sp,
                        "schedule": pipe.schedule if par.pp > 1 else None, "vp": pipe.vp,
                        "microbatches": pipe.microbatches if par.pp > 1 else None},
         "files": {MODEL: _crc(os.path.join(folder, MODEL)),
@@ -195,7 +196,9 @@ def resume_lines(run: RunConfig, resume: Resume | None) -> list[str]:
     if resume is None:
         return []
     p, w = resume.position, resume.position["written_by"]
-    layout = (f"TP {w['tp']} x DP {w['dp']}" + (f" x PP {w['pp']}" if w["pp"] > 1 else "")
+    cp = w.get("cp", 1)  # folders written before context parallelism have no "cp"
+    layout = (f"TP {w['tp']}" + (f" x CP {cp}" if cp > 1 else "") + f" x DP {w['dp']}"
+              + (f" x PP {w['pp']}" if w["pp"] > 1 else "")
               + (f" (vp {w['vp']})" if w["vp"] > 1 else "") + (" ZeRO-1" if w["zero"] else ""))
     lines = [f"resumed from {resume.folder}/ at step {resume.step} (written by {layout}; AdamW step count "
              f"{resume.step_count}" + (f", loss scale {p['loss_scaler']['scale']:g}" if p["loss_scaler"] else "")
