@@ -146,7 +146,8 @@ def specs(model: ModelSpec, lay: Layout, dp_buckets) -> list[list[BucketSpec]]:
 def bucket_seconds(lay: Layout, gpu: GPU, nbytes: float) -> float:
     """One bucket's all-reduce (ZeRO-1: reduce-scatter) on the DP link, α-β (``tpsim.cost``)."""
     op = "reduce_scatter" if lay.zero else "all_reduce"
-    return ring_seconds(op, nbytes, lay.dp, links(lay, gpu)["dp"]) if lay.dp > 1 and ring_steps(op, lay.dp) else 0.0
+    n = lay.grad_replicas  # dp·cp ranks average the gradients
+    return ring_seconds(op, nbytes, n, links(lay, gpu)["dp"]) if n > 1 and ring_steps(op, n) else 0.0
 
 
 def _ready(model, lay, gpu, tables, starts, buckets: list[BucketSpec], held_at: float) -> list[float]:
@@ -167,7 +168,7 @@ def dp_terms(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict, charged, mes
     out = []
     for r, buckets in enumerate(dp_buckets):
         seconds = [bucket_seconds(lay, gpu, b.nbytes) for b in buckets]
-        if not lay.overlap_grad_reduce or lay.dp == 1:
+        if not lay.overlap_grad_reduce or lay.grad_replicas == 1:
             out.append(after_compute(len(seconds), seconds, before_dp[r]))
             continue
         ready = _ready(model, lay, gpu, tables, starts, buckets, before_dp[r])

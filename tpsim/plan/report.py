@@ -24,7 +24,8 @@ def seconds(x: float) -> str:
 def layout_name(lay: dict) -> str:
     extra = "".join([" +SP" if lay["sp"] else "", f" ZeRO-{lay['zero']}" if lay["zero"] else "",
                      f" recompute {lay['recompute']}" if lay["recompute"] != "none" else ""])
-    return f"TP {lay['tp']} x PP {lay['pp']} x DP {lay['dp']}{extra}"
+    cp = f" x CP {lay['cp']}" if lay["cp"] > 1 else ""
+    return f"TP {lay['tp']}{cp} x PP {lay['pp']} x DP {lay['dp']}{extra}"
 
 
 def schedule_name(lay: dict) -> str:
@@ -94,6 +95,7 @@ def time_rows(p: dict) -> list[list[str]]:
     rows = [["time: compute", seconds(t["compute"]), compute_source(lay)],
             ["time: TP exposed", seconds(t["tp"]), "inside F/B/W" + (f"; {seconds(hidden['tp'])} more hidden by "
                                                                      "the GEMMs" if lay["tp_comm_overlap"] else "")],
+            *cp_time_rows(p),
             ["time: bubble / PP exposed", " / ".join(seconds(t[k]) for k in ("bubble", "pp")),
              "idle on the virtual clock / what messages add"],
             ["time: loss + embedding", seconds(t["loss"] + t["embedding"]),
@@ -107,6 +109,28 @@ def time_rows(p: dict) -> list[list[str]]:
     rows.append(["step (critical path)", seconds(t["step"]), f"{p['tflops_per_gpu']:,.0f} TFLOP/s per GPU (model "
                                                              "FLOPs)"])
     return rows
+
+
+def cp_rows(p: dict) -> list[list[str]]:
+    """Context parallelism's line: the variant, the layout, where the group sits, its bytes a layer (none at cp 1)."""
+    cp = p["cp"]
+    if cp["cp"] == 1:
+        return []
+    per = cp["bytes_per_layer_per_microbatch"]
+    balance = "" if cp["comm"] == "ulysses" else f", busiest rank {cp['busiest_share'] * cp['cp']:.3f}x the mean"
+    return [[f"CP {cp['cp']}: {cp['comm']}, {cp['layout']}", f"{gb(per['forward'])} + {gb(per['backward'])}",
+             f"forward + backward a layer a micro-batch; {cp['placement']}{balance}"],
+            ["CP wire per step", gb(cp["wire_bytes_per_step"]), f"on {cp['link']}"]]
+
+
+def cp_time_rows(p: dict) -> list[list[str]]:
+    cp = p["cp"]
+    if cp["cp"] == 1:
+        return []
+    t, x = cp["exposed_s_per_layer"], cp["transfer_s_per_layer"]
+    how = "overlapped with the blocks" if cp["comm"] == "ring" else "exposed whole"
+    return [["time: CP exposed", seconds(p["time_s"]["cp"]),
+             f"a layer F {seconds(t['F'])} of {seconds(x['F'])}, B {seconds(t['B'])} of {seconds(x['B'])} ({how})"]]
 
 
 def format_plan(p: dict) -> str:
@@ -133,7 +157,8 @@ def format_plan(p: dict) -> str:
             ["  + tpsim's own terms", f"{act['tpsim_extra']:,.0f} B", "apart (not in the total)"],
             ["TP wire per layer per micro-batch", gb(g["tp_wire_bytes_per_layer_per_microbatch"]), "predict_step"],
             ["wire per step: TP / DP / PP", " / ".join(gb(wire[k]) for k in ("tp", "dp", "pp")),
-             f"{stage}'s own sends; PP the schedule's"],
+             f"{stage}'s own sends; PP the schedule's" + ("; DP over dp x cp" if lay["cp"] > 1 else "")],
+            *cp_rows(p),
             RULE, *pipeline_rows(p), RULE,
             *time_rows(p)]
     return "\n".join([*head, format_table(rows, right=(1,)), *why_bubble(p)])
