@@ -37,6 +37,28 @@ memory module's (``tpsim.predict.gpt_memory``, ``tpsim.predict.llama_memory``), 
 what is built around the layers (embedding, a learned position table, the final norm, the head) is the same
 arithmetic for every architecture, from the entry's config class (``positions``, ``norm_params``).
 
+**Context parallelism** (``--cp C``): a CP rank holds s/C tokens of every layer, so every term above is that
+of s/C tokens (s → s/C in Korthikanti's formulas and the derivation for Llama; the logits b·(s/C)·V/t·4) but
+attention's, whose queries are the rank's and whose keys are the whole sequence's (``tpsim.plan.cp_shape``):
+
+- ring: block by block, one [s/C, s/C] block of scores live at a time and none kept — the blocks merge by
+  log-sum-exp and the backward recomputes each block's scores from the output and the lse
+  (``tpsim.cp.blocks``), as a flash kernel does — so the score term (GPT's 5·a·s²·b/t bytes, Llama's
+  a·s²·b/t elements) is the lse's 2·a·(s/C)·b/t 16-bit elements whatever ``--attention`` says; and the two K/V
+  receive buffers (the block attended to, the next arriving), 2 × 2·b·g_t·(s/C)·d·e bytes, live during one
+  layer's attention: once a GPU (``ring_buffer_bytes``), not per layer.
+- allgather: the whole K and V are gathered and kept for the backward (it reduce-scatters their gradients and
+  gathers nothing again): beyond the rank's own, already in the paper's count, 2·b·(s − s/C)·g_t·d elements a
+  layer. Unfused scores of s/C queries against s keys: 5·a·(s/C)·s·b/t bytes (GPT), C times the [s/C, s/C]
+  count; fused: the lse of the s/C rows.
+- ulysses: after the all-to-all a rank holds whole sequences for a/(t·C) heads, so q, k, v and the context are
+  the paper's s/C-token counts again; scores [s, s] for a/(t·C) heads, 5·(a/(tC))·s²·b = 5·a·(s/C)·s·b/t bytes —
+  allgather's; fused, the lse of a/(tC) heads × s rows = a·(s/C)·b/t.
+
+Full recompute keeps b·(s/C)·h (÷ t under SP). CP does not shard the weights: parameters, gradients and Adam's
+state per parameter are as above, but ZeRO-1 shards the optimizer over the dp·C ranks that average the
+gradients (Megatron's distributed optimizer over DP × CP): 18 → 6 + 12/(d·C).
+
 **Pipeline**: a GPU holds the activations of the micro-batches in flight on its rank — forwards run whose
 backward (W, when the backward is split) has not — at the schedule's peak, read off the schedule's own action
 lists (``tpsim.pipeline.stage_clock.held_peak``), each (micro-batch, chunk) pair weighing its virtual stage's
