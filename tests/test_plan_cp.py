@@ -208,7 +208,7 @@ def test_the_report_and_json_carry_the_cp_line(capsys):
                  "--cp-comm", "allgather", "--json"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     text, p = "\n".join(out[:-1]), json.loads(out[-1])
-    assert "TP 4 x CP 4 x PP 1 x DP 1" in text and "CP 4: allgather, zigzag" in text and "CP across nodes" in text
+    assert "TP 4 x CP 4 x PP 1 x DP 1" in text and "allgather, zigzag, CP across nodes" in text
     assert "time: CP exposed" in text and p["layout"]["gpus"] == 16
     assert {"placement", "bytes_per_layer_per_microbatch", "exposed_s_per_layer", "wire_bytes_per_step"} <= set(p["cp"])
 

@@ -112,25 +112,29 @@ def time_rows(p: dict) -> list[list[str]]:
 
 
 def cp_rows(p: dict) -> list[list[str]]:
-    """Context parallelism's line: the variant, the layout, where the group sits, its bytes a layer (none at cp 1)."""
+    """Context parallelism's lines: its bytes a layer, the variant, the layout, where the group sits (none at cp 1)."""
     cp = p["cp"]
     if cp["cp"] == 1:
         return []
     per = cp["bytes_per_layer_per_microbatch"]
-    balance = "" if cp["comm"] == "ulysses" else f", busiest rank {cp['busiest_share'] * cp['cp']:.3f}x the mean"
-    return [[f"CP {cp['cp']}: {cp['comm']}, {cp['layout']}", f"{gb(per['forward'])} + {gb(per['backward'])}",
-             f"forward + backward a layer a micro-batch; {cp['placement']}{balance}"],
+    busiest = f" (busiest {cp['busiest_share'] * cp['cp']:.2f}x)" if cp["busiest_share"] * cp["cp"] > 1 + 1e-9 else ""
+    return [[f"CP {cp['cp']} a layer: forward + backward", f"{gb(per['forward'])} + {gb(per['backward'])}",
+             f"{cp['comm']}, {cp['layout']}{busiest}, {cp['placement']}"],
             ["CP wire per step", gb(cp["wire_bytes_per_step"]), f"on {cp['link']}"]]
 
 
 def cp_time_rows(p: dict) -> list[list[str]]:
+    """What the CP messages expose, a layer's beside all of their time (the ring hides its steps under blocks)."""
     cp = p["cp"]
     if cp["cp"] == 1:
         return []
     t, x = cp["exposed_s_per_layer"], cp["transfer_s_per_layer"]
-    how = "overlapped with the blocks" if cp["comm"] == "ring" else "exposed whole"
     return [["time: CP exposed", seconds(p["time_s"]["cp"]),
-             f"a layer F {seconds(t['F'])} of {seconds(x['F'])}, B {seconds(t['B'])} of {seconds(x['B'])} ({how})"]]
+             f"F {seconds(t['F'])} of {seconds(x['F'])}, B {seconds(t['B'])} of {seconds(x['B'])} a layer"]]
+
+
+def zero_note(lay: dict) -> str:
+    return (" (ZeRO-1 / dp x cp)" if lay["cp"] > 1 else " (ZeRO-1 / dp)") if lay["zero"] else ""
 
 
 def format_plan(p: dict) -> str:
@@ -148,8 +152,7 @@ def format_plan(p: dict) -> str:
             ["parameters", f"{g['params']:,}", ""],
             ["params", gb(mem["params"]), f"{state['params']:g} B/param"],
             ["grads", gb(mem["grads"]), f"{state['grads']:g} B/param"],
-            ["optimizer", gb(mem["optimizer"]), f"{state['optimizer']:g} B/param" + (" (ZeRO-1 / dp)" if lay["zero"]
-                                                                                     else "")],
+            ["optimizer", gb(mem["optimizer"]), f"{state['optimizer']:g} B/param" + zero_note(lay)],
             ["activations", gb(mem["activations"]), "layers x in flight + logits"],
             ["total", gb(mem["total"]), f"of {capacity(lay)}: " + ("fits" if p["fits"] else "DOES NOT FIT")],
             RULE,
