@@ -177,10 +177,13 @@ def test_ring_overlaps_its_steps_with_the_blocks():
         assert other["exposed"] == other["transfer"] and other["transfer"]["F"] > 0
 
 
-@pytest.mark.parametrize("comm", ["ring", "allgather", "ulysses"])
-def test_the_step_still_adds_up(comm):
+@pytest.mark.parametrize("comm, gather", [("ring", False), ("allgather", False), ("ulysses", False),
+                                          ("ring", True), ("allgather", True)])
+def test_the_step_still_adds_up(comm, gather):
+    """The parts sum to the step with CP's own part, the DP buckets on their stream (their pieces carry a layer's
+    CP messages) and ZeRO-1's gathers under the forward; cp_s is every action's exposed CP once a micro-batch."""
     lay = Layout(tp=2, cp=4, pp=2, dp=2, cp_comm=comm, seq_len=8192, global_batch=16, zero=1, sp=True,
-                 overlap_grad_reduce=True, gpus_per_node=4)
+                 overlap_grad_reduce=True, overlap_param_gather=gather, gpus_per_node=4)
     p = plan(L8B, lay)
     t = p["time_s"]
     assert t["step"] == pytest.approx(sum(t[k] for k in PARTS), rel=1e-12)
