@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 
+from tpsim.config import RunConfig
 from tpsim.cost import wire_bytes
 from tpsim.plan import cp_terms
 from tpsim.plan.cli import main
@@ -24,6 +25,7 @@ from tpsim.plan.kernels import attention
 from tpsim.plan.layout import Layout, problems
 from tpsim.plan.memory import activation_bytes_per_layer, logits_bytes, ring_buffer_bytes, stage_memory
 from tpsim.plan.models import PRESETS
+from tpsim.plan.of_run import run_layout
 from tpsim.plan.planner import plan
 from tpsim.plan.search import search
 
@@ -244,3 +246,13 @@ def test_llama3_405b_long_context_layout():
     assert p["ring"]["cp"]["bytes_per_layer_per_microbatch"] == {"forward": 15 * 2 * 8192 * 128 * 2,
                                                                  "backward": 31 * 2 * 8192 * 128 * 2}
     assert main(ring_args) == 0
+
+
+def test_a_layout_and_a_run_say_cp_the_same_way():
+    lay = Layout(tp=2, cp=4, cp_comm="ulysses", cp_layout="contiguous", seq_len=4096, global_batch=8)
+    par = lay.parallel
+    assert (par.cp, par.cp_comm, par.cp_layout, par.world, par.grad_replicas) == (4, "ulysses", "contiguous", 8, 4)
+    run = RunConfig.of(L8B.config(layers=2, max_positions=64), tp=2, cp=2, cp_comm="allgather", seq_len=64,
+                       batch_size=2)
+    live = run_layout(run)
+    assert (live.cp, live.cp_comm, live.cp_layout, live.local_seq) == (2, "allgather", "zigzag", 32)
