@@ -5,7 +5,9 @@ models; memory and comm read the schedule's lists from ``tpsim.pipeline.stage_cl
 
     models    ModelSpec, the presets (GPT-2, GPT-3 175B, Llama-3 8B/70B/405B) and a Hugging Face config.json reader
     gpus      GPU presets: memory, peak throughput, links inside and between nodes
-    layout    Layout (tp, pp, dp, sp, zero, recompute, batch, dtype, schedule, vp, pp_layers, ...) and its rules
+    layout    Layout (tp, cp, pp, dp, sp, zero, recompute, batch, dtype, schedule, vp, pp_layers, ...) and its rules
+    cp_shape  a context-parallel rank's attention: its query rows against the keys, the busiest rank's share
+    cp_terms  context parallelism's bytes (tpsim.predict.cp_comm), link, and time the attention leaves exposed
     memory    model state per parameter (Megatron's table, ZeRO-1), activations per layer (Korthikanti Table 2;
               Llama derived), the schedule's micro-batches in flight per stage
     comm      wire bytes per step by group (TP from tpsim.predict.formulas.predict_step, DP, PP: the schedule's
@@ -15,7 +17,7 @@ models; memory and comm read the schedule's lists from ``tpsim.pipeline.stage_cl
     pipeline  the schedule on the virtual clock at real size: per-stage costs from FLOPs, α-β messages; the
               bubble measured beside the formula, the p2p bytes
     planner   plan(model, layout) → the JSON-ready dict ``--json`` prints
-    search    --search: every tp × pp × dp = N that fits, fastest first
+    search    --search: every tp × pp × dp = N / cp that fits, fastest first (cp as given)
     report    the readable tables
     published Narayanan et al. 2021's runs and the ZeRO paper's example beside the planner
     validate  --validate: small live layouts check every per-layer term (launches mpiexec; the ranks run ``live``)

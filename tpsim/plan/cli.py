@@ -1,6 +1,7 @@
 """``tpsim plan``: memory, communication and time of a real-size layout, from the formulas the live runs check.
 
     tpsim plan --model NAME | --config config.json --tp T --pp P --dp D [--sp] [--zero 0|1]
+               [--cp C] [--cp-comm ring|allgather|ulysses] [--cp-layout zigzag|contiguous]
                [--recompute none|selective|full] --seq-len S --micro-batch b --global-batch B
                [--schedule afab|1f1b|interleaved|zb-h1] [--vp V] [--pp-layers a,b,...]
                [--dtype bfloat16|float16|float32|fp8] [--attention unfused|fused] [--gpu h100-80gb|...]
@@ -20,6 +21,7 @@ import argparse
 import json
 import sys
 
+from tpsim.cp.choice import CP_COMMS, CP_LAYOUTS
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import SCHEDULES
 from tpsim.plan.gpus import GPUS
@@ -35,6 +37,13 @@ def parser() -> argparse.ArgumentParser:
     for name, default in (("tp", 1), ("pp", 1), ("dp", 1)):
         p.add_argument(f"--{name}", type=int, default=default, help=f"{name.upper()} size (default {default})")
     p.add_argument("--sp", action="store_true", help="sequence parallelism (Korthikanti et al. 2022)")
+    p.add_argument("--cp", type=int, default=1, help="context parallelism: every sequence cut over CP ranks "
+                   "(default 1)")
+    p.add_argument("--cp-comm", default="ring", choices=CP_COMMS,
+                   help="how attention reaches the other shards: ring (K/V passed around, overlapped with the "
+                        "blocks; default), allgather (K/V gathered first, Llama 3's), ulysses (all-to-all to heads)")
+    p.add_argument("--cp-layout", default="zigzag", choices=CP_LAYOUTS,
+                   help="zigzag (2 x cp chunks, causal work balanced; default) or contiguous (the last rank busiest)")
     p.add_argument("--zero", type=int, default=0, choices=(0, 1), help="1: distributed optimizer (ZeRO-1)")
     p.add_argument("--recompute", default="none", choices=RECOMPUTE)
     p.add_argument("--seq-len", type=int, default=None,
@@ -92,7 +101,8 @@ def stage_layers(text: str | None) -> tuple[int, ...] | None:
 def layout_of(args, model) -> Layout:
     seq = args.seq_len or min(model.positions, 8192)
     fp8 = args.dtype == "fp8"
-    return Layout(tp=args.tp, pp=args.pp, dp=args.dp, sp=args.sp, zero=args.zero, recompute=args.recompute,
+    return Layout(tp=args.tp, pp=args.pp, dp=args.dp, sp=args.sp, cp=args.cp, cp_comm=args.cp_comm,
+                  cp_layout=args.cp_layout, zero=args.zero, recompute=args.recompute,
                   seq_len=seq, micro_batch=args.micro_batch, global_batch=args.global_batch,
                   dtype="bfloat16" if fp8 else args.dtype, fp8=fp8, attention=args.attention,
                   gpu=args.gpu, gpus_per_node=args.gpus_per_node, mfu=args.mfu, schedule=args.schedule,

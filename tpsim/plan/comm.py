@@ -21,8 +21,11 @@ and the loss's; tpsim's batch broadcast, ids and labels as one int64 [2, b, s], 
 does all of it. A row of ``predict_step``
 that no stage claims raises, so a new collective cannot be dropped silently.
 
-**DP**: the gradients of this GPU's parameters, all-reduced once per step (one bucket); with ``--zero 1``
-reduce-scattered, then the updated parameters all-gathered (Megatron-LM's distributed optimizer).
+**DP**: the gradients of this GPU's parameters, all-reduced once per step (one bucket) over the dp·cp ranks
+that hold them (context parallelism's ranks average their gradients too); with ``--zero 1`` reduce-scattered,
+then the updated parameters all-gathered (Megatron-LM's distributed optimizer, sharded over DP × CP). Under
+context parallelism every activation term — TP's collectives, the p2p boundary — is that of the s/cp tokens a
+CP rank holds; CP's own messages are ``tpsim.plan.cp_terms``'s.
 
 **PP**: the stage's sends in the schedule's own action lists (``tpsim.pipeline.stage_clock``): under AFAB,
 1F1B and ZB-H1 m activations forward (all but the last stage) and m gradients backward (all but the first);
@@ -38,8 +41,9 @@ one weight held twice, so after the last backward their gradients are summed ove
 [V/t, h] shard (V padded to a multiple of t) at the layout's gradient bytes over a group of 2 — wire bytes
 2·(2 − 1)/2 = 1 × its bytes, α-β time on the PP link — issued by a GPU of the first and of the last stage only.
 
-Links: TP on the node's link when the TP group fits in a node, else the inter-node link; PP on the node's link
-while tp·pp GPUs fit in a node (Megatron's order puts TP fastest, PP outermost), DP while the whole job does.
+Links: TP on the node's link when the TP group fits in a node, else the inter-node link; CP while tp·cp GPUs
+do, PP while tp·cp·pp GPUs fit in a node (Megatron's order puts TP fastest, then CP, PP outermost), DP while
+the whole job does.
 """
 
 from __future__ import annotations
@@ -64,8 +68,8 @@ def tp_rows(model: ModelSpec, lay: Layout, dtype: str | None = None) -> list[Pre
     """``predict_step``'s TP rows (groups tp and kv) for one micro-batch of a one-layer model of ``model``."""
     name = dtype_name(dtype or lay.dtype)
     e, grad = ACT_BYTES[name], STATE_BYTES[name][1]
-    one_layer = model.config(layers=1, max_positions=lay.seq_len)
-    run = RunConfig.of(one_layer, tp=lay.tp, sp=lay.sp, batch_size=lay.micro_batch, seq_len=lay.seq_len)
+    one_layer = model.config(layers=1, max_positions=lay.local_seq)  # a CP rank's s/cp tokens
+    run = RunConfig.of(one_layer, tp=lay.tp, sp=lay.sp, batch_size=lay.micro_batch, seq_len=lay.local_seq)
     rows = predict_step(run, clip=True, itemsize=e)
     loss = max(e, 4)  # the vocab-parallel cross-entropy reduces in float32 under 16 bits (Megatron: logits.float())
     return [_repriced(r, e, grad) if r.group == "kv" else _repriced(r, e, loss) if r.layer == "loss" else r
@@ -109,9 +113,10 @@ def ring_seconds(op: str, nbytes: int, size: int, link) -> float:
 
 def links(lay: Layout, gpu: GPU) -> dict:
     """Which link each group uses (see the module docstring)."""
-    one_node = lay.gpus <= lay.gpus_per_node
+    one_node, inner = lay.gpus <= lay.gpus_per_node, lay.tp * lay.cp  # TP fastest, then CP
     return {"tp": gpu.intra if lay.tp <= lay.gpus_per_node else gpu.inter,
-            "pp": gpu.intra if lay.tp * lay.pp <= lay.gpus_per_node else gpu.inter,
+            "cp": gpu.intra if inner <= lay.gpus_per_node else gpu.inter,
+            "pp": gpu.intra if inner * lay.pp <= lay.gpus_per_node else gpu.inter,
             "dp": gpu.intra if one_node else gpu.inter}
 
 
@@ -125,7 +130,7 @@ def dp_collectives(lay: Layout, stage_params: int) -> list[tuple[str, int]]:
 
 
 def dp_wire_bytes(lay: Layout, stage_params: int) -> int:
-    return sum(wire_bytes(op, n, lay.dp) for op, n in dp_collectives(lay, stage_params))
+    return sum(wire_bytes(op, n, lay.grad_replicas) for op, n in dp_collectives(lay, stage_params))
 
 
 def _ends(model: ModelSpec, lay: Layout, stage: int) -> list[Prediction]:
@@ -161,7 +166,7 @@ def pp_sends(lay: Layout, stage: int) -> int:
 
 def boundary_bytes(model: ModelSpec, lay: Layout) -> int:
     """One point-to-point message: a micro-batch's [s, b, h] activation or its gradient ([s/t, b, h] under SP)."""
-    return lay.micro_batch * lay.seq_len * model.hidden * ACT_BYTES[lay.dtype] // (lay.tp if lay.sp else 1)
+    return lay.micro_batch * lay.local_seq * model.hidden * ACT_BYTES[lay.dtype] // (lay.tp if lay.sp else 1)
 
 
 EMBEDDING_GROUP = 2  # the first and the last pipeline stage
@@ -190,7 +195,7 @@ def step_comm(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, stage_params:
     tp_time = m * (per_stage * _seconds(layer, link["tp"]) + _seconds(ends, link["tp"])) + _seconds(once, link["tp"])
     dp_ops = dp_collectives(lay, stage_params)
     dp_wire = dp_wire_bytes(lay, stage_params)
-    dp_time = sum(ring_seconds(op, n, lay.dp, link["dp"]) for op, n in dp_ops)
+    dp_time = sum(ring_seconds(op, n, lay.grad_replicas, link["dp"]) for op, n in dp_ops)
     emb = embedding_collectives(model, lay, stage)
     emb_wire = sum(wire_bytes(op, n, EMBEDDING_GROUP) for op, n in emb)
     emb_time = sum(ring_seconds(op, n, EMBEDDING_GROUP, link["pp"]) for op, n in emb)

@@ -9,7 +9,8 @@ each piece costing
     its compute     ``layer_seconds`` / ``head_seconds`` of that op (a schedule that does not split the backward:
                     B + W), the embedding 0
     its collectives the TP collectives of that piece (``pipeline_comm.piece_comm``: a layer's rows, the head's,
-                    the embedding's), α-β on the TP link
+                    the embedding's), α-β on the TP link; a layer's also its exposed CP messages
+                    (``tpsim.plan.cp_terms``)
 
 A DP bucket (``BucketSpec``: bytes, the virtual stage and piece that finish its last gradient, whether it is the
 tied embedding's, which waits for the embedding group's sum) is ready at the end of that piece; each bucket's
@@ -24,6 +25,7 @@ MPI-free.
 from __future__ import annotations
 
 from tpsim.cost import ring_steps
+from tpsim.plan import cp_terms
 from tpsim.partition import assign_buckets, padded_vocab_size
 from tpsim.pipeline.overlap import (EMBEDDING, HEAD, BucketSpec, Stream, after_compute, backward_pieces, comm_stream,
                                     layer, piece_ends)
@@ -50,20 +52,22 @@ def stage_ranges(model: ModelSpec, lay: Layout) -> list[range]:
 
 def piece_costs(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, op: str, tables: dict) -> tuple[list, list, list]:
     """Virtual stage ``stage``'s backward pieces (B or W) in execution order, each one's seconds with its TP
-    collectives, and without them (compute alone: ``tables``, ``{"layer": layer_seconds, "head": head_seconds}``
+    collectives (a layer's with its exposed CP messages too, ``tpsim.plan.cp_terms``), and without them (compute alone: ``tables``, ``{"layer": layer_seconds, "head": head_seconds}``
     of ``tpsim.plan.pipeline``; unsplit: B + W)."""
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
     last = lay.pp * lay.vp - 1
     keys = backward_pieces(stage_ranges(model, lay)[stage], stage == 0, stage == last)
     comm = piece_comm(model, lay, gpu, split)
     i = OP_INDEX[op]
+    cp = cp_terms.layer_seconds(model, lay, gpu)["exposed"].get(op, 0.0)  # a layer's CP messages (F, B; W none)
 
     def compute(kind: str) -> float:
         if kind == "embedding":
             return 0.0
         t = tables[kind]
         return t[op] if split or op == "F" else t["B"] + t["W"]
-    return keys, [compute(k[0]) + comm[k[0]][i] for k in keys], [compute(k[0]) for k in keys]
+    return keys, [compute(k[0]) + comm[k[0]][i] + (cp if k[0] == "layer" else 0.0) for k in keys], \
+        [compute(k[0]) for k in keys]
 
 
 def piece_compute(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict):
@@ -146,7 +150,8 @@ def specs(model: ModelSpec, lay: Layout, dp_buckets) -> list[list[BucketSpec]]:
 def bucket_seconds(lay: Layout, gpu: GPU, nbytes: float) -> float:
     """One bucket's all-reduce (ZeRO-1: reduce-scatter) on the DP link, α-β (``tpsim.cost``)."""
     op = "reduce_scatter" if lay.zero else "all_reduce"
-    return ring_seconds(op, nbytes, lay.dp, links(lay, gpu)["dp"]) if lay.dp > 1 and ring_steps(op, lay.dp) else 0.0
+    n = lay.grad_replicas  # dp·cp ranks average the gradients
+    return ring_seconds(op, nbytes, n, links(lay, gpu)["dp"]) if n > 1 and ring_steps(op, n) else 0.0
 
 
 def _ready(model, lay, gpu, tables, starts, buckets: list[BucketSpec], held_at: float) -> list[float]:
@@ -167,7 +172,7 @@ def dp_terms(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict, charged, mes
     out = []
     for r, buckets in enumerate(dp_buckets):
         seconds = [bucket_seconds(lay, gpu, b.nbytes) for b in buckets]
-        if not lay.overlap_grad_reduce or lay.dp == 1:
+        if not lay.overlap_grad_reduce or lay.grad_replicas == 1:
             out.append(after_compute(len(seconds), seconds, before_dp[r]))
             continue
         ready = _ready(model, lay, gpu, tables, starts, buckets, before_dp[r])

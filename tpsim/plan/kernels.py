@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from tpsim.partition import padded_vocab_size
+from tpsim.plan.cp_shape import attention_rows, flash
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import ACT_BYTES
 from tpsim.plan.models import ModelSpec
@@ -64,33 +65,36 @@ def _weights(model: ModelSpec, lay: Layout) -> list[tuple[str, int, int]]:
 
 def _passes(model: ModelSpec, lay: Layout) -> list[tuple[str, float, int]]:
     """The layer's memory-bound forward passes as ``(name, bytes, slot)``, the attention's scores apart."""
-    return model.architecture.memory.layer_passes(model, lay.micro_batch * lay.seq_len, lay.tp, lay.sp,
+    return model.architecture.memory.layer_passes(model, lay.micro_batch * lay.local_seq, lay.tp, lay.sp,
                                                   ACT_BYTES[lay.dtype])
 
 
 def attention(model: ModelSpec, lay: Layout, op: str) -> list[Kernel]:
-    """The attention core's kernels for ``op`` "F" (forward) or "B" (its gradients; recompute apart)."""
-    e, s, d, b = ACT_BYTES[lay.dtype], lay.seq_len, model.head_dim, lay.micro_batch
-    heads = b * model.heads // lay.tp
-    scores = heads * s * s
-    if lay.attention == "fused":
-        qkvo = 4 * e * heads * s * d
+    """The attention core's kernels for ``op`` "F" (forward) or "B" (its gradients; recompute apart): per
+    sequence ``heads`` × [q, d]·[d, k] products, q query rows against k keys (``tpsim.plan.cp_shape``: q = k = s
+    at cp 1)."""
+    e, d, b = ACT_BYTES[lay.dtype], model.head_dim, lay.micro_batch
+    per_sequence, q, k = attention_rows(model, lay)
+    heads = b * per_sequence
+    scores = heads * q * k
+    if flash(lay):
+        qkvo = e * heads * d * (2 * q + 2 * k)  # q and the context [q, d], k and v [k, d]
         products = 2 if op == "F" else 5  # forward QKᵀ, PV; backward dP, dV, dS→dQ, dK and S again
-        return [Kernel("flash_attention", s, s, d, heads * products, 0.0)._replace(nbytes=qkvo * (1 + (op != "F")))]
+        return [Kernel("flash_attention", q, k, d, heads * products, 0.0)._replace(nbytes=qkvo * (1 + (op != "F")))]
     passes = [Kernel("softmax", nbytes=2 * e * scores)]
     if model.architecture.memory.ATTENTION_DROPOUT:
         passes.append(Kernel("attention_dropout", nbytes=(2 * e + 1) * scores))
     if op == "F":
-        return [Kernel("scores", s, s, d, heads), *passes, Kernel("context", s, d, s, heads)]
-    grads = [Kernel("d_context_v", s, d, s, heads), Kernel("d_probs", s, s, d, heads)]
+        return [Kernel("scores", q, k, d, heads), *passes, Kernel("context", q, d, k, heads)]
+    grads = [Kernel("d_context_v", k, d, q, heads), Kernel("d_probs", q, k, d, heads)]
     return grads + [p._replace(nbytes=2 * p.nbytes) for p in passes] + [
-        Kernel("d_q", s, d, s, heads), Kernel("d_k", s, d, s, heads)]
+        Kernel("d_q", q, d, k, heads), Kernel("d_k", k, d, q, heads)]
 
 
 def forward(model: ModelSpec, lay: Layout) -> list[Kernel]:
     """One layer's forward kernels in the order they run (the module docstring's table): the architecture's
     passes each in its slot between qkv, the attention core, proj and the MLP's two matmuls."""
-    T = lay.micro_batch * lay.seq_len
+    T = lay.micro_batch * lay.local_seq
     mm = [Kernel(name, T, n, k) for name, k, n in _weights(model, lay)]
     steps = [[mm[0]], attention(model, lay, "F"), [mm[1]], [mm[2]], [mm[3]]]
     out: list[Kernel] = []
@@ -103,9 +107,9 @@ def forward(model: ModelSpec, lay: Layout) -> list[Kernel]:
 def layer(model: ModelSpec, lay: Layout, recompute: str | None = None) -> dict[str, list[Kernel]]:
     """``{"F", "B", "W"}``: one layer's kernels for one micro-batch on one GPU (the module docstring)."""
     recompute = lay.recompute if recompute is None else recompute
-    T = lay.micro_batch * lay.seq_len
+    T = lay.micro_batch * lay.local_seq
     fwd = forward(model, lay)
-    redo = {"full": fwd, "selective": [] if lay.attention == "fused" else attention(model, lay, "F")}
+    redo = {"full": fwd, "selective": [] if flash(lay) else attention(model, lay, "F")}
     dx = [Kernel(f"d_{name}_input", T, k, n) for name, k, n in _weights(model, lay)[::-1]]
     passes = [Kernel(f"d_{name}", nbytes=2 * n) for name, n, _ in _passes(model, lay)]
     dw = [Kernel(f"d_{name}_weight", k, n, T) for name, k, n in _weights(model, lay)[::-1]]
@@ -116,7 +120,7 @@ def head(model: ModelSpec, lay: Layout) -> dict[str, list[Kernel]]:
     """The LM head and the loss: the logits matmul [T, h]×[h, V/t], its dX and dW, and the vocab-parallel
     cross-entropy's passes over the float32 logits (Megatron: ``logits.float()``; read, write, softmax's max,
     sum and normalise: 4 passes of 4 bytes forward, 2 backward)."""
-    T, v = lay.micro_batch * lay.seq_len, padded_vocab_size(model.vocab, lay.tp) // lay.tp
+    T, v = lay.micro_batch * lay.local_seq, padded_vocab_size(model.vocab, lay.tp) // lay.tp
     logits = 4.0 * T * v
     return {"F": [Kernel("logits", T, v, model.hidden), Kernel("cross_entropy", nbytes=4 * logits)],
             "B": [Kernel("d_cross_entropy", nbytes=2 * logits), Kernel("d_logits_input", T, model.hidden, v)],

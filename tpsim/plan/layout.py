@@ -1,4 +1,4 @@
-"""A layout: how a training run is split (tp × pp × dp GPUs) and what each GPU computes per step.
+"""A layout: how a training run is split (tp × cp × pp × dp GPUs) and what each GPU computes per step.
 
 The divisibility rules are the ones a Megatron-style run enforces: attention is split by heads (grouped KV heads
 split too, or replicated when tp is a multiple of them), the MLP's columns by ``tp``; ``pp`` stages take equal
@@ -7,7 +7,10 @@ last stage); the global batch splits into ``dp`` replicas × ``m`` micro-batches
 sequence parallelism splits the sequence by tp. The pipeline runs ``schedule`` (``tpsim.pipeline.schedules``:
 afab, 1f1b, interleaved, zb-h1) with ``vp`` model chunks per rank (interleaved): the model is cut into
 pp × vp *virtual stages*, chunk c of rank r being virtual stage c·pp + r (Megatron-LM's layout), and
-``pp_layers`` lists the layers of each virtual stage in model order.
+``pp_layers`` lists the layers of each virtual stage in model order. Context parallelism (``cp``) cuts every
+sequence over cp ranks, each holding s/cp tokens of every layer (``local_seq``); the sequence must cut into the
+layout's chunks and Ulysses' heads over cp (``tpsim.cp.choice``, the live run's own rules); the gradients are
+averaged over the dp·cp ranks holding the same model shard (``grad_replicas``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tpsim.config import DTYPE_ALIASES, Parallelism, dtype_alias
+from tpsim.cp import choice as cp_choice
 from tpsim.plan.tp_overlap_choice import tp_comm_overlap_problem
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import ONE_CHUNK, SCHEDULES
@@ -60,7 +64,12 @@ class Layout(Parallelism):
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.world  # tp × cp × pp × dp
+
+    @property
+    def local_seq(self) -> int:
+        """Tokens of each sequence one CP rank holds: s / cp (s without context parallelism)."""
+        return self.seq_len // self.cp
 
     @property
     def microbatches(self) -> int:
@@ -80,7 +89,8 @@ class Layout(Parallelism):
     def parallel(self) -> Parallelism:
         """The run's part of the layout: what ``tpsim.config.RunConfig`` holds as ``parallel``."""
         return Parallelism(tp=self.tp, dp=self.dp, pp=self.pp, sp=self.sp, zero=self.zero,
-                           tp_comm_overlap=self.tp_comm_overlap)
+                           tp_comm_overlap=self.tp_comm_overlap, cp=self.cp, cp_comm=self.cp_comm,
+                           cp_layout=self.cp_layout)
 
 
 def virtual_stage_layers(model: ModelSpec, lay: Layout) -> tuple[int, ...]:
@@ -124,8 +134,8 @@ def pipeline_problems(model: ModelSpec, lay: Layout) -> list[str]:
 def problems(model: ModelSpec, lay: Layout) -> list[str]:
     """Every rule ``lay`` breaks for ``model`` (empty: the layout is valid)."""
     out = []
-    if min(lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.seq_len, lay.global_batch) < 1:
-        out.append("tp, pp, dp, micro-batch, sequence length and global batch must be >= 1")
+    if min(lay.tp, lay.pp, lay.dp, lay.cp, lay.micro_batch, lay.seq_len, lay.global_batch) < 1:
+        out.append("tp, cp, pp, dp, micro-batch, sequence length and global batch must be >= 1")
         return out
     for what, n in (("heads", model.heads), ("ffn columns", model.ffn)):
         if n % lay.tp:
@@ -156,11 +166,25 @@ def problems(model: ModelSpec, lay: Layout) -> list[str]:
         out.append(f"--dtype fp8 runs the matmuls in FP8 and keeps the rest in bfloat16, not {lay.dtype}")
     if lay.overlap_param_gather and not lay.zero:
         out.append("--overlap-param-gather overlaps ZeRO-1's parameter all-gather: it needs --zero 1")
-    return out
+    return out + cp_problems(model, lay)
+
+
+def cp_problems(model: ModelSpec, lay: Layout) -> list[str]:
+    """The context-parallel rules ``lay`` breaks, in the live run's words (``tpsim.cp.choice``): the names, then
+    the first size rule broken (the sequence in 2·cp zigzag chunks or cp shards, s/cp by tp under SP, Ulysses'
+    query and KV heads per TP rank by cp)."""
+    for rule in (lambda: cp_choice.check_names(lay.cp_comm, lay.cp_layout),
+                 lambda: cp_choice.check_sizes(lay, model, lay.seq_len)):
+        try:
+            rule()
+        except ConfigError as err:
+            return [str(err)]
+    return []
 
 
 def check(model: ModelSpec, lay: Layout) -> Layout:
     bad = problems(model, lay)
     if bad:
-        raise ConfigError(f"{model.name} at tp {lay.tp} pp {lay.pp} dp {lay.dp}: " + "; ".join(bad))
+        cp = f" cp {lay.cp}" if lay.cp != 1 else ""
+        raise ConfigError(f"{model.name} at tp {lay.tp}{cp} pp {lay.pp} dp {lay.dp}: " + "; ".join(bad))
     return lay

@@ -37,6 +37,28 @@ memory module's (``tpsim.predict.gpt_memory``, ``tpsim.predict.llama_memory``), 
 what is built around the layers (embedding, a learned position table, the final norm, the head) is the same
 arithmetic for every architecture, from the entry's config class (``positions``, ``norm_params``).
 
+**Context parallelism** (``--cp C``): a CP rank holds s/C tokens of every layer, so every term above is that
+of s/C tokens (s → s/C in Korthikanti's formulas and the derivation for Llama; the logits b·(s/C)·V/t·4) but
+attention's, whose queries are the rank's and whose keys are the whole sequence's (``tpsim.plan.cp_shape``):
+
+- ring: block by block, one [s/C, s/C] block of scores live at a time and none kept — the blocks merge by
+  log-sum-exp and the backward recomputes each block's scores from the output and the lse
+  (``tpsim.cp.blocks``), as a flash kernel does — so the score term (GPT's 5·a·s²·b/t bytes, Llama's
+  a·s²·b/t elements) is the lse's 2·a·(s/C)·b/t 16-bit elements whatever ``--attention`` says; and the two K/V
+  receive buffers (the block attended to, the next arriving), 2 × 2·b·g_t·(s/C)·d·e bytes, live during one
+  layer's attention: once a GPU (``ring_buffer_bytes``), not per layer.
+- allgather: the whole K and V are gathered and kept for the backward (it reduce-scatters their gradients and
+  gathers nothing again): beyond the rank's own, already in the paper's count, 2·b·(s − s/C)·g_t·d elements a
+  layer. Unfused scores of s/C queries against s keys: 5·a·(s/C)·s·b/t bytes (GPT), C times the [s/C, s/C]
+  count; fused: the lse of the s/C rows.
+- ulysses: after the all-to-all a rank holds whole sequences for a/(t·C) heads, so q, k, v and the context are
+  the paper's s/C-token counts again; scores [s, s] for a/(t·C) heads, 5·(a/(tC))·s²·b = 5·a·(s/C)·s·b/t bytes —
+  allgather's; fused, the lse of a/(tC) heads × s rows = a·(s/C)·b/t.
+
+Full recompute keeps b·(s/C)·h (÷ t under SP). CP does not shard the weights: parameters, gradients and Adam's
+state per parameter are as above, but ZeRO-1 shards the optimizer over the dp·C ranks that average the
+gradients (Megatron's distributed optimizer over DP × CP): 18 → 6 + 12/(d·C).
+
 **Pipeline**: a GPU holds the activations of the micro-batches in flight on its rank — forwards run whose
 backward (W, when the backward is split) has not — at the schedule's peak, read off the schedule's own action
 lists (``tpsim.pipeline.stage_clock.held_peak``), each (micro-batch, chunk) pair weighing its virtual stage's
@@ -55,6 +77,7 @@ from __future__ import annotations
 from tpsim.config import dtype_name
 from tpsim.partition import padded_vocab_size
 from tpsim.pipeline.stage_clock import compiled, held_peak
+from tpsim.plan.cp_shape import kv_heads_per_rank
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
 from tpsim.plan.models import ModelSpec
 from tpsim.predict.model_state import MEGATRON_LAYOUTS, TPSIM_FLOAT64
@@ -108,17 +131,25 @@ def total_params(model: ModelSpec) -> int:
 
 
 def layer_activation_elements(model: ModelSpec, b: int, s: int, t: int, sp: bool, recompute: str,
-                              attention: str = "unfused") -> tuple[float, float, float]:
+                              attention: str = "unfused", cp: int = 1,
+                              cp_comm: str = "ring") -> tuple[float, float, float]:
     """``(floats, masks, tpsim_extra_floats)`` one layer keeps per micro-batch on one GPU (module docstring):
-    the architecture's count, tpsim's norms' rstd (2bs/r) added to its own terms."""
+    the architecture's count, tpsim's norms' rstd (2bs/r) added to its own terms; with ``cp`` > 1 of the s/cp
+    tokens a CP rank holds, its attention's terms as ``--cp-comm`` keeps them (module docstring, "Context
+    parallelism")."""
     if recompute == "full":  # the layer's input only: under SP its sequence shard (Megatron keeps [s/t, b, h])
-        return float(s * b * model.hidden / (t if sp else 1)), 0.0, 0.0
-    fused = attention == "fused"
-    floats, masks, own = model.architecture.memory.paper_layer_elements(model, b, s, t, sp,
-                                                                        recompute == "selective" or fused)
-    if fused:  # no scores kept; the kernel saves each row's float32 log-sum-exp, a·s·b/t of them (two 16-bit)
-        floats += 2 * model.heads * s * b / t
-    return floats, masks, 2 * b * s / (t if sp else 1) + own
+        return float(s // cp * b * model.hidden / (t if sp else 1)), 0.0, 0.0
+    fused, mine = attention == "fused" or cp > 1 and cp_comm == "ring", s // cp  # the ring: flash-style blocks
+    no_scores = recompute == "selective" or fused
+    floats, masks, own = model.architecture.memory.paper_layer_elements(model, b, mine, t, sp, no_scores)
+    if cp > 1 and not no_scores:  # allgather, ulysses: s/cp × s scores, cp times the [s/cp, s/cp] count
+        bare, bare_masks, _ = model.architecture.memory.paper_layer_elements(model, b, mine, t, sp, True)
+        floats, masks = bare + cp * (floats - bare), bare_masks + cp * (masks - bare_masks)
+    if fused:  # no scores kept; the kernel (the ring's merge) saves each row's float32 log-sum-exp
+        floats += 2 * model.heads * mine * b / t  # a·s·b/t of them (a·(s/cp)·b/t a CP rank), two 16-bit each
+    if cp > 1 and cp_comm == "allgather":  # the other ranks' K and V, gathered and kept for the backward
+        floats += 2 * b * (s - mine) * kv_heads_per_rank(model, t) * model.head_dim
+    return floats, masks, 2 * b * mine / (t if sp else 1) + own
 
 
 def activation_bytes_per_layer(model: ModelSpec, lay: Layout, dtype: str | None = None) -> dict[str, float]:
@@ -126,14 +157,14 @@ def activation_bytes_per_layer(model: ModelSpec, lay: Layout, dtype: str | None 
     GPT, the derivation above for Llama)."""
     e = ACT_BYTES[dtype_name(dtype or lay.dtype)]
     floats, masks, extra = layer_activation_elements(model, lay.micro_batch, lay.seq_len, lay.tp, lay.sp,
-                                                     lay.recompute, lay.attention)
+                                                     lay.recompute, lay.attention, lay.cp, lay.cp_comm)
     paper = e * floats + masks
     return {"paper": paper, "tpsim_extra": e * extra, "total": paper + e * extra}
 
 
 def logits_bytes(model: ModelSpec, lay: Layout) -> int:
-    """The loss's fp32 logits on the last stage for one micro-batch: b·s·Vp/t·4."""
-    return lay.micro_batch * lay.seq_len * padded_vocab_size(model.vocab, lay.tp) // lay.tp * 4
+    """The loss's fp32 logits on the last stage for one micro-batch: b·s·Vp/t·4 (s/cp tokens a CP rank)."""
+    return lay.micro_batch * lay.local_seq * padded_vocab_size(model.vocab, lay.tp) // lay.tp * 4
 
 
 def activation_peaks(model: ModelSpec, lay: Layout, count: str = "paper") -> list[float]:
@@ -149,13 +180,22 @@ def activation_peaks(model: ModelSpec, lay: Layout, count: str = "paper") -> lis
 def stage_memory(model: ModelSpec, lay: Layout, stage: int, peaks: list[float] | None = None) -> dict[str, float]:
     """Bytes on one GPU of ``stage``: params, grads, optimizer, activations (in flight + logits), total."""
     n = stage_param_elements(model, lay.tp, lay.pp, stage, rank_layers(model, lay)[stage])
-    per = state_bytes_per_param(lay.dtype, lay.zero, lay.dp)
-    acts = (activation_peaks(model, lay) if peaks is None else peaks)[stage]
+    per = state_bytes_per_param(lay.dtype, lay.zero, lay.grad_replicas)  # ZeRO-1 shards over dp·cp
+    acts = (activation_peaks(model, lay) if peaks is None else peaks)[stage] + ring_buffer_bytes(model, lay)
     if stage == lay.pp - 1:
         acts += logits_bytes(model, lay)
     out = {"params": n * per["params"], "grads": n * per["grads"], "optimizer": n * per["optimizer"],
            "activations": acts}
     return {**out, "total": sum(out.values()), "param_count": n, "stage": stage}
+
+
+def ring_buffer_bytes(model: ModelSpec, lay: Layout) -> int:
+    """``--cp-comm ring``'s two K/V receive buffers, one block each (the one attended to, the next arriving):
+    2 × 2·b·g_t·(s/cp)·d·e bytes, live during one layer's attention, so counted once; 0 otherwise."""
+    if lay.cp == 1 or lay.cp_comm != "ring":
+        return 0
+    block = 2 * lay.micro_batch * kv_heads_per_rank(model, lay.tp) * lay.local_seq * model.head_dim
+    return 2 * block * ACT_BYTES[lay.dtype]
 
 
 def busiest_stage(model: ModelSpec, lay: Layout) -> dict[str, float]:

@@ -4,7 +4,7 @@ One mapping, used wherever a live run and the planner must price the same thing 
 and ``tpsim plan --validate``'s pipeline cases:
 
     model_spec(config)        the architecture's sizes (vocab, hidden, layers, heads, KV heads, ffn, positions, tied)
-    run_layout(run, gpu, mfu) tp, dp, pp, sp, zero of the run; its sequence length, micro-batch (the DP replica's
+    run_layout(run, gpu, mfu) tp, cp, dp, pp, sp, zero of the run; its sequence length, micro-batch (the DP replica's
                               rows ÷ micro-batches), global batch, dtype; the schedule, vp and layers per stage
     clock_costs(run, schedule, boundary, dtype)
                               what the live virtual clock charges (``tpsim.pipeline.clock.Costs``): ``unit(schedule)``
@@ -55,7 +55,7 @@ def run_layout(run: RunConfig, gpu: str | None = None, mfu: float | None = None)
     gpu = gpu or (pipe.clock if pipe.clock != UNIT_CLOCK else Layout.gpu)
     mfu = mfu if mfu is not None else pipe.mfu
     return Layout(tp=par.tp, dp=par.dp, pp=par.pp, sp=par.sp, zero=par.zero, tp_comm_overlap=par.tp_comm_overlap,
-                  seq_len=run.schedule.seq_len,
+                  cp=par.cp, cp_comm=par.cp_comm, cp_layout=par.cp_layout, seq_len=run.schedule.seq_len,
                   micro_batch=run.micro_batch, global_batch=run.schedule.batch_size, dtype=run.precision.dtype,
                   gpu=gpu, mfu=mfu, schedule=pipe.schedule, vp=pipe.vp, pp_layers=pipe.stage_layers,
                   p2p_scatter_gather=False,  # tpsim sends the whole boundary tensor
@@ -63,7 +63,7 @@ def run_layout(run: RunConfig, gpu: str | None = None, mfu: float | None = None)
                   overlap_param_gather=run.optimizer.overlap_param_gather, bucket_mb=run.optimizer.bucket_mb)
 
 
-GROUP_LINKS = {"tp": "tp", "kv": "tp", "embedding": "pp", "pp": "pp", "dp": "dp"}  # a group -> its link
+GROUP_LINKS = {"tp": "tp", "kv": "tp", "cp": "cp", "embedding": "pp", "pp": "pp", "dp": "dp"}  # a group -> its link
 
 
 def collective_seconds(lay: Layout, gpu: GPU):

@@ -39,7 +39,7 @@ def gather_bytes(lay: Layout, grad_nbytes: int) -> int:
 def gather_seconds(lay: Layout, gpu: GPU, buckets: list[BucketSpec]) -> list[float]:
     """Each bucket's all-gather, α-β on the DP link."""
     link = links(lay, gpu)["dp"]
-    return [ring_seconds("all_gather", gather_bytes(lay, b.nbytes), lay.dp, link) for b in buckets]
+    return [ring_seconds("all_gather", gather_bytes(lay, b.nbytes), lay.grad_replicas, link) for b in buckets]
 
 
 def gather_stream(seconds: list[float]) -> Stream:

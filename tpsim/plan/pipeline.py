@@ -12,6 +12,8 @@ m micro-batches and ``--vp`` chunks (``tpsim.pipeline.schedules.build``, checked
 - **the collectives each action issues** (``tpsim.plan.pipeline_comm.stage_comm``: a layer's TP collectives,
   the embedding's on the first stage, the head's and the loss's on the last; a split backward's weight-gradient
   ones in W), each steps·α + wire bytes·β on the TP link, added to the action's cost;
+- **context parallelism's messages** (``tpsim.plan.cp_terms``): what a layer's attention leaves exposed of
+  them, in its F and B beside the TP collectives (``ranks[r]["cp_s"]`` says how much of ``collectives_s``);
 - **point-to-point messages** of b·s·h elements (÷ t under SP) at the layout's bytes, each α + β·bytes on the
   link ``tpsim.plan.comm.links`` gives PP (NVLink while tp·pp GPUs fit in a node, else InfiniBand);
 - **the collectives around the schedule** (``pipeline_comm.after_schedule``): the last stage starts after the
@@ -37,6 +39,7 @@ import numpy as np
 from tpsim.pipeline.stage_clock import compiled, held_peak, timed
 from tpsim.plan import dp_overlap, param_gather
 from tpsim.plan.comm import boundary_bytes, links, ring_seconds
+from tpsim.plan.cp_terms import stage_cp
 from tpsim.plan.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
 from tpsim.plan.memory import ACT_BYTES
@@ -108,11 +111,13 @@ def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU, dp_buckets=None) -> 
     run on each rank's comm stream (``tpsim.plan.dp_overlap``): ``after_schedule["dp_streams"]`` per rank."""
     compute = stage_costs(model, lay, gpu)
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
-    comm = stage_comm(model, lay, gpu, split)
+    cp = stage_cp(model, lay, gpu)  # context parallelism's exposed messages, in F and B beside TP's collectives
+    comm = stage_comm(model, lay, gpu, split) + cp
     message, start = message_costs(model, lay, gpu), start_times(lay, gpu)
     tables = {"layer": layer_seconds(model, lay, gpu), "head": head_seconds(model, lay, gpu)}
-    buckets = dp_overlap.specs(model, lay, dp_buckets) if lay.dp > 1 else None
-    gathers = [param_gather.gather_seconds(lay, gpu, b) for b in buckets] if lay.dp > 1 and lay.zero else None
+    replicas = lay.grad_replicas  # dp·cp ranks average the gradients
+    buckets = dp_overlap.specs(model, lay, dp_buckets) if replicas > 1 else None
+    gathers = [param_gather.gather_seconds(lay, gpu, b) for b in buckets] if replicas > 1 and lay.zero else None
     timer = param_gather.timer(model, lay, gpu, tables, buckets, gathers) if gathers and lay.overlap_param_gather \
         else timed
     out = simulate(lay, compute, message, comm, start, timer)
@@ -129,12 +134,13 @@ def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU, dp_buckets=None) -> 
     tail["step_s"] = max(tail["ends"])
     out["step_s"], out["after_schedule"] = tail.pop("step_s"), tail
     want = formula.p2p_bytes(lay.schedule, lay.pp, lay.microbatches, lay.vp, micro_batch=lay.micro_batch,
-                             seq_len=lay.seq_len, hidden=model.hidden, bytes_per_element=ACT_BYTES[lay.dtype],
+                             seq_len=lay.local_seq, hidden=model.hidden, bytes_per_element=ACT_BYTES[lay.dtype],
                              tp=lay.tp, sequence_parallel=lay.sp)
     out["p2p_bytes"] = {"measured": out["messages"] * boundary_bytes(model, lay), "formula": want}
     layers = rank_layers(model, lay)
     for r, rank in enumerate(out["ranks"]):
         rank["layers"] = layers[r]
+        rank["cp_s"] = float(cp[r].sum() * lay.microbatches)  # of collectives_s: every action once a micro-batch
     out["stages"] = []
     for s, n in enumerate(virtual_stage_layers(model, lay)):
         r, c = s % lay.pp, s // lay.pp

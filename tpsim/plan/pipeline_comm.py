@@ -21,8 +21,9 @@ instead (``tpsim.plan.tp_overlap``), as the live clock charges them.
 
 Around the schedule (``tpsim.pp.step``), on the link each group has (``tpsim.plan.of_run.GROUP_LINKS``):
 
-    before     the last stage's loss normalizer, an all-reduce of [1] over DP (dp > 1): its clock starts there
-    after      the last stage's loss all-reduce of [1] over DP (dp > 1); the loss broadcast of [2] over the
+    before     the last stage's loss normalizer, an all-reduce of [1] over DP × CP (dp·cp > 1): its clock
+               starts there
+    after      the last stage's loss all-reduce of [1] over DP × CP; the loss broadcast of [2] over the
                pipeline group, which ends every stage at the pipeline's latest clock + its cost; the tied
                embedding's gradient all-reduce over the first and the last stage (``embedding_collectives``);
                the DP gradient sync of each stage (``dp_collectives``' all-reduce; ZeRO-1's reduce-scatter —
@@ -108,7 +109,8 @@ def stage_comm(model: ModelSpec, lay: Layout, gpu: GPU, split: bool) -> np.ndarr
 
 def loss_normalizer_s(lay: Layout, gpu: GPU) -> float:
     """The last stage's all-reduce of its valid-token count over DP, before the schedule (0 at dp 1)."""
-    return ring_seconds("all_reduce", LOSS_BYTES, lay.dp, links(lay, gpu)["dp"]) if lay.dp > 1 else 0.0
+    n = lay.grad_replicas  # the tokens of a step are cut over DP and CP
+    return ring_seconds("all_reduce", LOSS_BYTES, n, links(lay, gpu)["dp"]) if n > 1 else 0.0
 
 
 def start_times(lay: Layout, gpu: GPU) -> list[float]:
@@ -129,13 +131,13 @@ def after_schedule(model: ModelSpec, lay: Layout, gpu: GPU, finish, dp_buckets=N
     bcast = ring_seconds("broadcast", 2 * LOSS_BYTES, p, link["pp"])
     emb = [sum(ring_seconds(op, n, EMBEDDING_GROUP, link["pp"]) for op, n in embedding_collectives(model, lay, r))
            for r in range(p)]
-    layers = rank_layers(model, lay)
-    dp = [sum(ring_seconds(op, n, lay.dp, link["dp"])
+    layers, group = rank_layers(model, lay), lay.grad_replicas  # dp·cp ranks average the gradients
+    dp = [sum(ring_seconds(op, n, group, link["dp"])
               for op, n in dp_collectives(lay, stage_param_elements(model, lay.tp, p, r, layers[r]))[:1])
           for r in range(p)]  # ZeRO-1: the reduce-scatter (its all-gather: tpsim.plan.param_gather)
     if dp_buckets is not None:  # the live run's own buckets: one collective each, α paid per bucket
         op = "reduce_scatter" if lay.zero else "all_reduce"
-        dp = [sum(ring_seconds(op, n, lay.dp, link["dp"]) for n in buckets) if lay.dp > 1 else 0.0
+        dp = [sum(ring_seconds(op, n, group, link["dp"]) for n in buckets) if group > 1 else 0.0
               for buckets in dp_buckets]
     ends = [latest + bcast + e + d for e, d in zip(emb, dp)]
     return {"loss_s": [c + bcast for c in loss], "embedding_s": emb, "dp_s": dp, "ends": ends,

@@ -1,6 +1,7 @@
 """One layout's plan as a JSON-ready dict (the fields are documented in README, "Planning a real run").
 
-    plan(model, layout) -> {"model", "layout", "per_gpu", "pipeline", "time_s", "fits", "tflops_per_gpu", "sources"}
+    plan(model, layout) -> {"model", "layout", "per_gpu", "cp", "pipeline", "time_s", "fits", "tflops_per_gpu",
+                            "sources"}
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import replace
 from tpsim.pipeline.stage_clock import ROUNDING, compiled
 from tpsim.plan.comm import links, ring_seconds, step_comm, tp_wire_bytes_per_layer
 from tpsim.plan.pipeline_comm import stage_comm
+from tpsim.plan.cp_terms import cp_terms
 from tpsim.plan.gpus import gpu as gpu_preset
 from tpsim.plan.kernel_time import optimizer_seconds
 from tpsim.plan.layout import Layout, check
@@ -52,6 +54,8 @@ SOURCES = {
           "tpsim.predict.pipeline beside",
     "time": "each layer's kernels (tpsim.plan.kernels) on a roofline (tpsim.plan.kernel_time: GEMM and HBM "
             "efficiencies fitted once on 18 published runs, tpsim plan --published), or --mfu's flat model",
+    "cp": "tpsim.predict.cp_comm's messages of every attention layer (what the live run sends), alpha-beta on "
+          "the CP link; the ring's steps overlapped with the attention's blocks, the others exposed",
     "flops": "Narayanan et al. 2021: 72·B·s·L·h²·(1 + s/6h + V/12Lh); full recompute repeats the layers' forward",
 }
 
@@ -76,11 +80,12 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
             "params": int(mem["param_count"]),
             "stage": int(mem["stage"]),
             "memory_bytes": memory_bytes,
-            "model_state_bytes_per_param": state_bytes_per_param(lay.dtype, lay.zero, lay.dp),
+            "model_state_bytes_per_param": state_bytes_per_param(lay.dtype, lay.zero, lay.grad_replicas),
             "activation_bytes_per_layer": act,
             "tp_wire_bytes_per_layer_per_microbatch": tp_wire_bytes_per_layer(model, lay),
             "wire_bytes_per_step": comm["wire_bytes"],
         },
+        "cp": cp_terms(model, lay, g, int(mem["stage"]), times["cp"]),
         "pipeline": pipe,
         "time_s": times,
         "flops_per_step": flops,

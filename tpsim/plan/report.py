@@ -24,7 +24,8 @@ def seconds(x: float) -> str:
 def layout_name(lay: dict) -> str:
     extra = "".join([" +SP" if lay["sp"] else "", f" ZeRO-{lay['zero']}" if lay["zero"] else "",
                      f" recompute {lay['recompute']}" if lay["recompute"] != "none" else ""])
-    return f"TP {lay['tp']} x PP {lay['pp']} x DP {lay['dp']}{extra}"
+    cp = f" x CP {lay['cp']}" if lay["cp"] > 1 else ""
+    return f"TP {lay['tp']}{cp} x PP {lay['pp']} x DP {lay['dp']}{extra}"
 
 
 def schedule_name(lay: dict) -> str:
@@ -94,6 +95,7 @@ def time_rows(p: dict) -> list[list[str]]:
     rows = [["time: compute", seconds(t["compute"]), compute_source(lay)],
             ["time: TP exposed", seconds(t["tp"]), "inside F/B/W" + (f"; {seconds(hidden['tp'])} more hidden by "
                                                                      "the GEMMs" if lay["tp_comm_overlap"] else "")],
+            *cp_time_rows(p),
             ["time: bubble / PP exposed", " / ".join(seconds(t[k]) for k in ("bubble", "pp")),
              "idle on the virtual clock / what messages add"],
             ["time: loss + embedding", seconds(t["loss"] + t["embedding"]),
@@ -107,6 +109,32 @@ def time_rows(p: dict) -> list[list[str]]:
     rows.append(["step (critical path)", seconds(t["step"]), f"{p['tflops_per_gpu']:,.0f} TFLOP/s per GPU (model "
                                                              "FLOPs)"])
     return rows
+
+
+def cp_rows(p: dict) -> list[list[str]]:
+    """Context parallelism's lines: its bytes a layer, the variant, the layout, where the group sits (none at cp 1)."""
+    cp = p["cp"]
+    if cp["cp"] == 1:
+        return []
+    per = cp["bytes_per_layer_per_microbatch"]
+    busiest = f" (busiest {cp['busiest_share'] * cp['cp']:.2f}x)" if cp["busiest_share"] * cp["cp"] > 1 + 1e-9 else ""
+    return [[f"CP {cp['cp']} a layer: forward + backward", f"{gb(per['forward'])} + {gb(per['backward'])}",
+             f"{cp['comm']}, {cp['layout']}{busiest}, {cp['placement']}"],
+            ["CP wire per step", gb(cp["wire_bytes_per_step"]), f"on {cp['link']}"]]
+
+
+def cp_time_rows(p: dict) -> list[list[str]]:
+    """What the CP messages expose, a layer's beside all of their time (the ring hides its steps under blocks)."""
+    cp = p["cp"]
+    if cp["cp"] == 1:
+        return []
+    t, x = cp["exposed_s_per_layer"], cp["transfer_s_per_layer"]
+    return [["time: CP exposed", seconds(p["time_s"]["cp"]),
+             f"F {seconds(t['F'])} of {seconds(x['F'])}, B {seconds(t['B'])} of {seconds(x['B'])} a layer"]]
+
+
+def zero_note(lay: dict) -> str:
+    return (" (ZeRO-1 / dp x cp)" if lay["cp"] > 1 else " (ZeRO-1 / dp)") if lay["zero"] else ""
 
 
 def format_plan(p: dict) -> str:
@@ -124,8 +152,7 @@ def format_plan(p: dict) -> str:
             ["parameters", f"{g['params']:,}", ""],
             ["params", gb(mem["params"]), f"{state['params']:g} B/param"],
             ["grads", gb(mem["grads"]), f"{state['grads']:g} B/param"],
-            ["optimizer", gb(mem["optimizer"]), f"{state['optimizer']:g} B/param" + (" (ZeRO-1 / dp)" if lay["zero"]
-                                                                                     else "")],
+            ["optimizer", gb(mem["optimizer"]), f"{state['optimizer']:g} B/param" + zero_note(lay)],
             ["activations", gb(mem["activations"]), "layers x in flight + logits"],
             ["total", gb(mem["total"]), f"of {capacity(lay)}: " + ("fits" if p["fits"] else "DOES NOT FIT")],
             RULE,
@@ -133,7 +160,8 @@ def format_plan(p: dict) -> str:
             ["  + tpsim's own terms", f"{act['tpsim_extra']:,.0f} B", "apart (not in the total)"],
             ["TP wire per layer per micro-batch", gb(g["tp_wire_bytes_per_layer_per_microbatch"]), "predict_step"],
             ["wire per step: TP / DP / PP", " / ".join(gb(wire[k]) for k in ("tp", "dp", "pp")),
-             f"{stage}'s own sends; PP the schedule's"],
+             f"{stage}'s own sends; PP the schedule's" + ("; DP over dp x cp" if lay["cp"] > 1 else "")],
+            *cp_rows(p),
             RULE, *pipeline_rows(p), RULE,
             *time_rows(p)]
     return "\n".join([*head, format_table(rows, right=(1,)), *why_bubble(p)])

@@ -1,8 +1,10 @@
-"""``--search``: every tp × pp × dp = N layout that is valid and fits, ranked by estimated step time.
+"""``--search``: every tp × pp × dp = N / cp layout that is valid and fits, ranked by estimated step time.
 
-tp runs over the divisors of N up to a node (``--gpus-per-node``: TP across nodes is never faster on these
-links, and Megatron-LM keeps it inside — Narayanan et al. 2021, §3.2); pp over the divisors of N / tp that divide
-the layers; dp is what is left. The rules of ``tpsim.plan.layout.problems`` (heads, KV heads, layers, batch,
+Context parallelism is not searched: ``--cp`` (default 1), its variant and layout stay as given, and the other
+N / cp GPUs are laid out (CP pays only at long sequences, where the user knows to ask for it). tp runs over the
+divisors of N / cp up to a node (``--gpus-per-node``: TP across nodes is never faster on these links, and
+Megatron-LM keeps it inside — Narayanan et al. 2021, §3.2); pp over the divisors of N / (cp·tp) that divide the
+layers; dp is what is left. The rules of ``tpsim.plan.layout.problems`` (heads, KV heads, layers, batch,
 sequence under SP, the schedule's: layers a multiple of pp·vp, interleaved's m a multiple of pp) drop the rest;
 memory drops what does not fit. Every layout runs ``base``'s schedule (``--schedule``, default 1f1b; one stage
 takes vp 1); stages are equal. Ties keep the smaller tp, then pp.
@@ -23,13 +25,13 @@ def divisors(n: int) -> list[int]:
 
 
 def candidates(model: ModelSpec, base: Layout, gpus: int) -> list[Layout]:
-    """Valid layouts of ``gpus`` GPUs (``base`` gives everything but tp, pp, dp)."""
-    out = []
-    for tp in divisors(gpus):
+    """Valid layouts of ``gpus`` GPUs (``base`` gives everything but tp, pp, dp; its cp is kept)."""
+    out, rest = [], gpus // base.cp
+    for tp in divisors(rest):
         if tp > base.gpus_per_node:
             break
-        for pp in divisors(gpus // tp):
-            lay = replace(base, tp=tp, pp=pp, dp=gpus // (tp * pp), vp=base.vp if pp > 1 else 1)
+        for pp in divisors(rest // tp):
+            lay = replace(base, tp=tp, pp=pp, dp=rest // (tp * pp), vp=base.vp if pp > 1 else 1)
             if not problems(model, lay):
                 out.append(lay)
     return out
@@ -39,6 +41,8 @@ def search(model: ModelSpec, base: Layout, gpus: int, keep_all: bool = False) ->
     """Plans of the valid layouts that fit (all of them with ``keep_all``), fastest step first."""
     if gpus < 1:
         raise ConfigError(f"--gpus {gpus}: must be >= 1")
+    if base.cp < 1 or gpus % base.cp:
+        raise ConfigError(f"--gpus {gpus} is not divisible by --cp {base.cp}")
     plans = [plan(model, lay) for lay in candidates(model, base, gpus)]
     kept = plans if keep_all else [p for p in plans if p["fits"]]
     return sorted(kept, key=lambda p: (p["time_s"]["step"], p["layout"]["tp"], p["layout"]["pp"]))

@@ -28,6 +28,8 @@ into parts that add up to it exactly, each what the step *exposes*:
     compute      the ranks' mean busy time in F, B, W kernels
     tp           the ranks' mean time in TP collectives inside the actions (sequence parallelism's with
                  ``--tp-comm-overlap``: only what the GEMMs beside them do not hide)
+    cp           the ranks' mean time in context parallelism's messages inside F and B: what the attention
+                 beside them does not hide (``tpsim.plan.cp_terms``; 0 at cp 1)
     bubble       the makespan without messages − compute − tp: the schedule's idle time at these costs (less
                  the loss normalizer's delay of the last stage, counted in loss)
     pp           what the messages add to the makespan (exposed p2p)
@@ -91,9 +93,10 @@ def step_times(pipe: dict, optimizer: float, overlap_param_gather: bool = False)
     gather = inside if overlap_param_gather else tail["param_gather"][last]["exposed_s"] if "param_gather" in tail \
         else 0.0
     compute = sum(r["busy_s"] - r["collectives_s"] for r in ranks) / len(ranks)
-    tp = sum(r["collectives_s"] for r in ranks) / len(ranks)
+    cp = sum(r.get("cp_s", 0.0) for r in ranks) / len(ranks)  # context parallelism's, inside the collectives
+    tp = sum(r["collectives_s"] - r.get("cp_s", 0.0) for r in ranks) / len(ranks)
     late = pipe["start_exposed_s"]  # the loss normalizer before the last stage's schedule, where it delays it
-    bubble = pipe["makespan_without_p2p_s"] - late - compute - tp - inside
+    bubble = pipe["makespan_without_p2p_s"] - late - compute - tp - cp - inside
     pp = pipe["makespan_s"] - pipe["makespan_without_p2p_s"]
     if abs(bubble) <= ROUNDING * pipe["makespan_without_p2p_s"]:  # one stage, or equal ones never waiting
         bubble = 0.0
@@ -101,7 +104,7 @@ def step_times(pipe: dict, optimizer: float, overlap_param_gather: bool = False)
     dp = streams[last]["exposed_s"] if streams else tail["dp_s"][last]
     embedding = tail["embedding_s"][last]
     loss = pipe["step_s"] - pipe["makespan_s"] - dp - embedding - (gather - inside) + late
-    parts = {"compute": compute, "tp": tp, "bubble": bubble, "pp": pp, "loss": loss, "embedding": embedding,
+    parts = {"compute": compute, "tp": tp, "cp": cp, "bubble": bubble, "pp": pp, "loss": loss, "embedding": embedding,
              "dp": dp, "optimizer": optimizer, "dp_gather": gather}
     return {**parts, "step": pipe["step_s"] + optimizer, "pipeline": pipe["makespan_s"]}
 

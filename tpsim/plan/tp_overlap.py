@@ -128,7 +128,7 @@ def layer_overlaps(model: ModelSpec, lay: Layout) -> dict[str, list[Overlap]]:
     """``{"F", "B", "W"}``: the collectives one layer pipelines per micro-batch (W: none — dW sums over the
     rows the re-gather brings, so that all-gather stays whole), in the order the layer issues them."""
     names = model.architecture.config.layer_names
-    m = lay.micro_batch * lay.seq_len
+    m = lay.micro_batch * lay.local_seq
     nbytes = m * model.hidden * ACT_BYTES[lay.dtype]
     parts = (*_sublayer(model, lay, names.attn, m, nbytes), *_sublayer(model, lay, names.mlp, m, nbytes))
     forward = [o for p in parts for o in p["F"]]
@@ -138,7 +138,7 @@ def layer_overlaps(model: ModelSpec, lay: Layout) -> dict[str, list[Overlap]]:
 
 def head_overlaps(model: ModelSpec, lay: Layout) -> dict[str, list[Overlap]]:
     """The LM head's (the last stage's): f̄ beside the logits GEMM [m, h] · [h, V/t], its reduce-scatter beside dh."""
-    m = lay.micro_batch * lay.seq_len
+    m = lay.micro_batch * lay.local_seq
     vocab = padded_vocab_size(model.vocab, lay.tp) // lay.tp
     return _merge(_column("lm_head", m, model.hidden, (vocab,), m * model.hidden * ACT_BYTES[lay.dtype]))
 
