@@ -17,6 +17,14 @@ with pp > 1 the first and last stage of each also form an *embedding group* (a t
 both: Megatron's ``_allreduce_word_embedding_grads``), and the TP × PP ranks of one DP replica a
 *model-parallel* group (the gradient norm sums over every stage; with pp == 1 it is the TP group itself); the
 TP × DP ranks of one stage are its *stage group* (the world when pp == 1).
+
+Context parallelism (``cp > 1``, ``tpsim.cp``) sits between TP and DP, Megatron's order TP, CP, DP, PP:
+``rank = pp_rank·(dp·cp·tp) + dp_rank·(cp·tp) + cp_rank·tp + tp_rank``. The CP ranks of one replica hold the
+same model shard and different tokens of the same sequences, so the gradients are averaged over DP × CP: the
+grid's rows (``cube`` [pp, dp·cp, tp], ``layout``, the group named "dp" and ``replicas`` = dp·cp) are the
+(dp_rank, cp_rank) pairs, ``replica_rank = dp_rank·cp + cp_rank``, while ``dp`` and ``dp_rank`` still say which
+rows of the global batch a rank reads. A *CP group* ("cp") holds the cp ranks of one replica with the same
+tp_rank, in cp_rank order.
 Sizes are checked on every rank before the first collective, so a bad configuration fails the same way
 everywhere instead of leaving some ranks waiting. Every rank's host name is gathered once, at construction
 (untraced: set-up, not model traffic); when the ranks span several hosts the table shows them and warns about a
@@ -42,8 +50,16 @@ def grid_layout(world: int, tp: int, dp: int | None = None) -> np.ndarray:
     return grid_cube(world, tp, dp)[0]
 
 
-def grid_cube(world: int, tp: int, dp: int | None = None, pp: int = 1) -> np.ndarray:
-    """The [pp, dp, tp] array of world ranks, after checking the sizes (pure arithmetic, no MPI)."""
+def grid_cube(world: int, tp: int, dp: int | None = None, pp: int = 1, cp: int = 1) -> np.ndarray:
+    """The [pp, dp·cp, tp] array of world ranks, after checking the sizes (pure arithmetic, no MPI): row
+    dp_rank·cp + cp_rank of a stage holds CP rank cp_rank of DP replica dp_rank."""
+    if cp < 1:
+        raise ConfigError(f"cp must be >= 1, got {cp}")
+    if cp > 1:
+        if world % (tp * pp * cp) or (dp is not None and dp * tp * pp * cp != world):
+            raise ConfigError(f"tp x cp x dp x pp = {tp} x {cp} x {dp or '?'} x {pp} does not match the world size "
+                              f"{world}")
+        return grid_cube(world, tp, None if dp is None else dp * cp, pp)
     if tp < 1:
         raise ConfigError(f"tp must be >= 1, got {tp}")
     if pp < 1:
@@ -63,28 +79,34 @@ class ProcessGrid:
     """TP × DP × PP grid over a communicator (default ``MPI.COMM_WORLD``); one tracer shared by all its groups."""
 
     def __init__(self, tp: int, dp: int | None = None, comm: MPI.Comm | None = None,
-                 tracer: Tracer | None = None, *, pp: int = 1) -> None:
+                 tracer: Tracer | None = None, *, pp: int = 1, cp: int = 1) -> None:
         comm = MPI.COMM_WORLD if comm is None else comm
         self.world_size = comm.Get_size()
         self.rank = comm.Get_rank()
-        self.cube = grid_cube(self.world_size, tp, dp, pp)  # raises before any collective
+        self.cube = grid_cube(self.world_size, tp, dp, pp, cp)  # raises before any collective
         fake = os.environ.get(FAKE_HOSTS_ENV)
         my_host = (parse_fake_hosts(fake, self.world_size)[self.rank] if fake  # raises before any collective too
                    else MPI.Get_processor_name())
-        self.pp, self.dp, self.tp = (int(n) for n in self.cube.shape)
-        self.tp_rank, self.dp_rank = self.rank % self.tp, self.rank // self.tp % self.dp
-        self.pp_rank = self.rank // (self.tp * self.dp)
-        self.layout = self.cube[self.pp_rank]  # this rank's stage: [dp, tp] (the whole grid when pp == 1)
+        self.pp, self.replicas, self.tp = (int(n) for n in self.cube.shape)
+        self.cp, self.dp = cp, self.replicas // cp
+        self.tp_rank, self.replica_rank = self.rank % self.tp, self.rank // self.tp % self.replicas
+        self.dp_rank, self.cp_rank = divmod(self.replica_rank, cp)
+        self.pp_rank = self.rank // (self.tp * self.replicas)
+        self.layout = self.cube[self.pp_rank]  # this rank's stage: [dp·cp, tp] (the whole grid when pp == 1)
         self.tracer = tracer if tracer is not None else Tracer(rank=self.rank)
         # Communicator creation is set-up, not model traffic: it is not traced.
-        stage, chain = self.pp_rank, self.dp_rank * self.tp + self.tp_rank  # chain: which pipeline group
-        tp_comm = comm.Split(color=stage * self.dp + self.dp_rank, key=self.tp_rank)
-        dp_comm = comm.Split(color=stage * self.tp + self.tp_rank, key=self.dp_rank)
+        stage, row = self.pp_rank, self.replica_rank
+        chain = row * self.tp + self.tp_rank  # which pipeline group
+        tp_comm = comm.Split(color=stage * self.replicas + row, key=self.tp_rank)
+        dp_comm = comm.Split(color=stage * self.tp + self.tp_rank, key=row)
         pp_comm = comm.Split(color=chain, key=self.pp_rank)
+        cp_comm = comm.Split(color=(stage * self.dp + self.dp_rank) * self.tp + self.tp_rank, key=self.cp_rank)
         self.world = Group(comm, "world", tuple(range(self.world_size)), self.tracer)
-        self.tp_group = Group(tp_comm, "tp", tuple(self.layout[self.dp_rank].tolist()), self.tracer)
-        self.dp_group = Group(dp_comm, "dp", tuple(self.layout[:, self.tp_rank].tolist()), self.tracer)
-        self.pp_group = Group(pp_comm, "pp", tuple(self.cube[:, self.dp_rank, self.tp_rank].tolist()), self.tracer)
+        self.tp_group = Group(tp_comm, "tp", tuple(self.layout[row].tolist()), self.tracer)
+        self.dp_group = Group(dp_comm, "dp", tuple(self.layout[:, self.tp_rank].tolist()), self.tracer)  # DP × CP
+        first = self.dp_rank * cp
+        self.cp_group = Group(cp_comm, "cp", tuple(self.layout[first:first + cp, self.tp_rank].tolist()), self.tracer)
+        self.pp_group = Group(pp_comm, "pp", tuple(self.cube[:, row, self.tp_rank].tolist()), self.tracer)
         self.embedding_group: Group | None = None  # first and last stage of this pipeline group (pp > 1)
         self.model_parallel_group = self.tp_group  # the ranks one model is split over: TP × PP of one replica
         self.stage_group = self.world  # the ranks of this pipeline stage (TP × DP): the world when pp == 1
@@ -95,8 +117,8 @@ class ProcessGrid:
             emb_comm = comm.Split(color=chain if ends else MPI.UNDEFINED, key=self.pp_rank)
             if ends:
                 self.embedding_group = Group(emb_comm, "embedding", self.pp_group.ranks[::self.pp - 1], self.tracer)
-            mp_comm = comm.Split(color=self.dp_rank, key=self.pp_rank * self.tp + self.tp_rank)
-            self.model_parallel_group = Group(mp_comm, "mp", tuple(self.cube[:, self.dp_rank].ravel().tolist()),
+            mp_comm = comm.Split(color=row, key=self.pp_rank * self.tp + self.tp_rank)
+            self.model_parallel_group = Group(mp_comm, "mp", tuple(self.cube[:, row].ravel().tolist()),
                                               self.tracer)
         with self.tracer.paused():
             self.hosts = gather_host_names(self.world, my_host)  # world rank -> host name, on every rank
@@ -119,22 +141,36 @@ class ProcessGrid:
     @property
     def dp_groups(self) -> list[list[int]]:
         """Every DP group, stage by stage (``[pp_rank·tp + tp_rank]`` is this rank's)."""
-        return self.cube.transpose(0, 2, 1).reshape(-1, self.dp).tolist()
+        return self.cube.transpose(0, 2, 1).reshape(-1, self.replicas).tolist()
 
     @property
     def pp_groups(self) -> list[list[int]]:
         """Every pipeline group, in stage order (``[dp_rank·tp + tp_rank]`` is this rank's)."""
         return self.cube.transpose(1, 2, 0).reshape(-1, self.pp).tolist()
 
+    @property
+    def cp_groups(self) -> list[list[int]]:
+        """Every CP group, stage by stage and replica by replica (one per tp_rank)."""
+        four = self.cube.reshape(self.pp, self.dp, self.cp, self.tp)
+        return four.transpose(0, 1, 3, 2).reshape(-1, self.cp).tolist()
+
     def describe(self) -> str:
         """This rank's place, e.g. ``TP(4) DP(2) rank 5: tp_rank 1, dp_rank 1`` (``PP(2) ... pp_rank 1`` too)."""
+        if self.cp > 1:
+            return (f"TP({self.tp}) CP({self.cp}) DP({self.dp}) PP({self.pp}) rank {self.rank}: tp_rank "
+                    f"{self.tp_rank}, cp_rank {self.cp_rank}, dp_rank {self.dp_rank}, pp_rank {self.pp_rank}")
         if self.pp == 1:
             return f"TP({self.tp}) DP({self.dp}) rank {self.rank}: tp_rank {self.tp_rank}, dp_rank {self.dp_rank}"
         return (f"TP({self.tp}) DP({self.dp}) PP({self.pp}) rank {self.rank}: tp_rank {self.tp_rank}, "
                 f"dp_rank {self.dp_rank}, pp_rank {self.pp_rank}")
 
     def table(self) -> str:
-        return format_grid(self.cube[0], self.hosts) if self.pp == 1 else format_cube(self.cube, self.hosts)
+        text = format_grid(self.cube[0], self.hosts) if self.pp == 1 else format_cube(self.cube, self.hosts)
+        if self.cp == 1:
+            return text
+        return "\n".join([text, f"  context parallelism: CP({self.cp}) inside each DP row pair; the DP groups above are "
+                          f"DP x CP ({self.dp} x {self.cp}), over which gradients are averaged"]
+                         + [f"  CP group {i}: ranks {g}" for i, g in enumerate(self.cp_groups)])
 
 
 def gather_host_names(world: Group, name: str) -> list[str]:

@@ -22,7 +22,9 @@ lse) the block's share of the final probabilities and D = rowsum(dO ⊙ O),
                                                                                  (``block_backward``)
 
 so each block's contribution to dQ, dK and dV is computed where the block is, and the sums are the serial
-gradients. Grouped-query attention: a KV head serves n_rep query heads; ``block_*`` repeat K and V to the query
+gradients. Attention dropout (GPT-2) multiplies the normalised probabilities by a keep mask M/(1 − p): O_j uses
+(exp(S_j − m_j)/l_j ⊙ M_j/(1 − p))·V_j, which merges the same way (the rescaling is linear), and the backward
+reads dV_j = (P_j ⊙ M_j)ᵀ·dO/(1 − p), dP_j = dO·V_jᵀ ⊙ M_j/(1 − p); D = rowsum(dO ⊙ O) still holds. Grouped-query attention: a KV head serves n_rep query heads; ``block_*`` repeat K and V to the query
 heads and fold dK, dV back (only the KV heads travel). Shapes ``[b, heads, s_shard, d]``. Pure NumPy, no MPI.
 """
 
@@ -47,15 +49,20 @@ def _scores(q: np.ndarray, k: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray) 
     return s
 
 
-def block_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray,
-                  k_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(O_j [b, h, sq, d], lse_j [b, h, sq])`` of queries at ``q_pos`` against one K/V block at ``k_pos``."""
+def _dropped(x: np.ndarray, keep: np.ndarray | None, p: float) -> np.ndarray:
+    return x if keep is None else x * keep * (1.0 / (1.0 - p))
+
+
+def block_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray,
+                  keep: np.ndarray | None = None, p: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """``(O_j [b, h, sq, d], lse_j [b, h, sq])`` of queries at ``q_pos`` against one K/V block at ``k_pos``;
+    ``keep``: attention dropout's mask ``bool [b, h, sq, sk]`` of drop probability ``p`` (None: no dropout)."""
     s = _scores(q, k, q_pos, k_pos)
     m = s.max(axis=-1, keepdims=True)
     seen = np.isfinite(m)
     e = np.exp(s - np.where(seen, m, 0.0))  # a row that sees nothing: exp(−∞) = 0 everywhere
     total = e.sum(axis=-1, keepdims=True)
-    out = (e @ _repeat(v, q.shape[1])) / np.where(seen, total, 1.0)
+    out = (_dropped(e / np.where(seen, total, 1.0), keep, p)) @ _repeat(v, q.shape[1])
     lse = np.where(seen, m + np.log(np.where(seen, total, 1.0)), -np.inf)[..., 0]
     return out, lse
 
@@ -72,14 +79,15 @@ def merge(out_a: np.ndarray, lse_a: np.ndarray, out_b: np.ndarray,
 
 
 def block_backward(dout: np.ndarray, out: np.ndarray, lse: np.ndarray, q: np.ndarray, k: np.ndarray,
-                   v: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One block's ``(dQ share, dK_j, dV_j)`` from the final ``out``, ``lse`` and ``dout`` of the queries."""
+                   v: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray, keep: np.ndarray | None = None,
+                   p: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One block's ``(dQ share, dK_j, dV_j)`` from the final ``out``, ``lse`` and ``dout`` of the queries (``keep``,
+    ``p``: the forward's dropout)."""
     heads, scale = q.shape[1], 1.0 / float(np.sqrt(q.shape[-1]))
     s = _scores(q, k, q_pos, k_pos)
-    p = np.exp(s - np.where(np.isfinite(lse), lse, 0.0)[..., None])  # masked keys: exp(−∞) = 0
+    probs = np.exp(s - np.where(np.isfinite(lse), lse, 0.0)[..., None])  # masked keys: exp(−∞) = 0
     d = (dout * out).sum(axis=-1, keepdims=True)
     kr, vr = _repeat(k, heads), _repeat(v, heads)
-    dv = p.swapaxes(-1, -2) @ dout
-    ds = p * (dout @ vr.swapaxes(-1, -2) - d)
+    dv = _dropped(probs, keep, p).swapaxes(-1, -2) @ dout
+    ds = probs * (_dropped(dout @ vr.swapaxes(-1, -2), keep, p) - d)
     return ds @ kr * scale, _fold(ds.swapaxes(-1, -2) @ q * scale, k.shape[1]), _fold(dv, v.shape[1])
