@@ -104,8 +104,8 @@ lesson.close("max |attention of the shard's queries over all keys − serial row
 #     lse = M + log L = log Σ_j exp(lse_j)         O = Σ_j exp(lse_j − lse) · O_j
 #
 # Here each rank holds one K/V block (its shard) and every rank the same queries, all 32: three all-reduces over
-# the CP group — a MAX, then two SUMs — give every query's attention over the whole sequence, exactly the three
-# reductions of lesson 06's vocab-parallel softmax. Two parts at a time, the same rule is `tpsim.cp.blocks.merge`,
+# the CP group — a MAX, then two SUMs — give every query's attention over the whole sequence: the max and the
+# sum of exponentials of lesson 06's vocab-parallel softmax, and a third sum for the outputs, each weighted. Two parts at a time, the same rule is `tpsim.cp.blocks.merge`,
 # the online softmax that ring attention applies as each block comes by. The scores once as they come, once with
 # the queries ×1000, where an exp of a raw lse overflows.
 
@@ -223,7 +223,8 @@ if lesson.rank == 0:
 #   after: the same (C − 1)·2kv forward, in one call; a rank holds the whole sequence's K and V, C blocks.
 # * **Ulysses**: all-to-all Q, K and V from sequence shards to head shards (each rank then holds the whole
 #   sequence for heads/C of the heads), ordinary attention, and all-to-all the output back: (C − 1)/C·(2q + 2kv)
-#   each way; it holds as much as a shard, but needs heads and KV heads divisible by C.
+#   each way; it holds the K and V of the whole sequence for kv_heads/C heads, one shard's worth, but needs the
+#   heads and the KV heads divisible by C.
 #
 # At a real size — a Llama-3-8B layer (32 query heads, 8 KV heads of 128) on one TP rank, one sequence of 128k
 # tokens in bfloat16, C = 8:
@@ -235,11 +236,21 @@ CP_REAL = 8
 kv_shard = REAL["b"] * REAL["kv_heads"] * REAL["s"] // CP_REAL * REAL["head_dim"] * REAL["e"]
 q_shard = kv_shard * REAL["heads"] // REAL["kv_heads"]
 sent = {comm: cp_layer_bytes(comm, CP_REAL, **REAL) for comm in ("ring", "allgather", "ulysses")}
-held = {"ring": 2 * 2 * kv_shard, "allgather": CP_REAL * 2 * kv_shard, "ulysses": q_shard + 2 * kv_shard}
-rows = [["--cp-comm", "forward sent", "backward sent", "K/V (and Q) held at once"]]
+held = {"ring": 2 * 2 * kv_shard, "allgather": CP_REAL * 2 * kv_shard, "ulysses": 2 * kv_shard}  # Q: q in each
+rows = [["--cp-comm", "forward sent", "backward sent", "K and V held at once"]]
 for comm, nbytes in sent.items():
     rows.append([comm, human_bytes(nbytes[FORWARD]), human_bytes(nbytes[BACKWARD]), human_bytes(held[comm])])
-lesson.say(f"one K (or V) shard: {human_bytes(kv_shard)}, one Q shard: {human_bytes(q_shard)}", table(rows))
+lesson.say(f"one K (or V) shard: {human_bytes(kv_shard)}, one Q shard: {human_bytes(q_shard)} (held by every "
+           "way: the ring's and the all-gather's stay home, Ulysses' are the whole sequence's for heads/C heads)",
+           table(rows))
+messages = {comm: [m for m in cp_messages(comm, CP_REAL, **REAL) if m[0] == FORWARD] for comm in held}
+from_messages = {"ring": 2 * next(n for _, op, _, n in messages["ring"] if op == "recv"),  # its own + the arriving
+                 "allgather": next(n for _, op, _, n in messages["allgather"] if op == "all_gather"),
+                 "ulysses": sum(n for _, _, _, n in messages["ulysses"][1:3])}  # its K and V all-to-alls' results
+lesson.expect("what each holds is what its forward messages carry: the ring 2 received-size blocks, the all-gather "
+              "its gathered buffer, Ulysses its K and V all-to-alls' results")
+lesson.equal("K and V held vs cp_messages' forward sizes (ring, allgather, ulysses)",
+             tuple(from_messages.values()), tuple(held.values()))
 lesson.expect("ring and all-gather send the same (C − 1)·2kv forward: the ring is the all-gather cut into steps")
 lesson.equal("forward bytes: ring, allgather vs (C − 1)·2kv", (sent["ring"][FORWARD], sent["allgather"][FORWARD]),
              ((CP_REAL - 1) * 2 * kv_shard,) * 2)
@@ -312,7 +323,7 @@ for comm, layout in (("ring", "zigzag"), ("allgather", "zigzag"), ("ulysses", "z
 # * Cut contiguously, rank r of a causal sequence computes n²·r + n(n + 1)/2 pairs, the last rank about 2C − 1
 #   times the first; the zigzag layout (chunks r and 2C − 1 − r of 2C) gives every rank c²(2C − 1) + c(c + 1).
 # * Ring and all-gather send the same (C − 1)·2kv forward (the ring holds 2 blocks, the all-gather C); Ulysses
-#   sends (C − 1)/C·(2q + 2kv) each way and holds a shard's worth, but only while C divides the KV heads.
+#   sends (C − 1)/C·(2q + 2kv) each way and holds a shard's worth of K/V, but only while C divides the KV heads.
 # * A ring over 4 ranks equals serial attention and its gradients to 1e-12, and its messages are cp_messages'.
 #
 # Exercise: `ex20_context_parallelism.py`: `tpsim lesson start 20` copies it into your work folder

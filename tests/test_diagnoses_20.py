@@ -71,8 +71,8 @@ SLIPS = {
     "weights_swapped": (merge(out="(wb / (wa + wb))[..., None] * out_a + (wa / (wa + wb))[..., None] * out_b"),
                         ex20.SWAPPED),
     "larger_lse_wins": (merge(out="np.where((lse_a >= lse_b)[..., None], out_a, out_b)"), ex20.WINNER),
-    "out_without_the_max_trick": (merge(out="(ea / (ea + eb))[..., None] * out_a + (eb / (ea + eb))[..., None] * out_b"),
-                                  ex20.OUT_OVERFLOW),
+    "out_without_the_max_trick": (merge(out="(ea / (ea + eb))[..., None] * out_a "
+                                            "+ (eb / (ea + eb))[..., None] * out_b"), ex20.OUT_OVERFLOW),
     "chunks_r_and_2cp_minus_r": (zigzag("rank, 2 * cp - rank"), ex20.MIRROR_2CP),
     "chunks_r_and_cp_plus_r": (zigzag("rank, cp + rank"), ex20.CP_PLUS_R),
     "chunks_side_by_side": (zigzag("2 * rank, 2 * rank + 1"), ex20.CONTIGUOUS),

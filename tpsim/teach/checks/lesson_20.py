@@ -31,48 +31,47 @@ from tpsim.teach.verdict import BROKE, FOUND, OK, WRONG, Report, Stop
 
 # --- slips of merge_partials: its lse ---------------------------------------------------------------------------
 MAX_NOT_LSE = ("your lse is the larger of the two: the max is only the shift that keeps the exponentials finite; "
-               "the merged lse is log(exp(lse_a) + exp(lse_b)), the max plus the log of the rescaled sum")
-LSE_ADDED = ("you added the two lse: a sum of logs is the log of a product, and the merged sum of exponentials is "
-             "exp(lse_a) + exp(lse_b), not their product")
-LSE_OVERFLOW = ("your lse overflows when the scores are large: exp(lse) of a ×1000 score is inf in float64; take "
-                "the larger lse out first (the article's global max) and exponentiate only the differences")
+               "the merged lse is the log of both blocks' sums of exponentials together, which is more than either")
+LSE_ADDED = ("you added the two lse: a sum of logs is the log of a product, and the two blocks' sums of "
+             "exponentials add up, they do not multiply")
+LSE_OVERFLOW = ("your lse overflows when the scores are large: exp of a ×1000-sized lse is inf in float64 — the "
+                "article's global max is there to prevent exactly that")
 # --- slips of merge_partials: its out ---------------------------------------------------------------------------
 UNWEIGHTED = ("your out is out_a + out_b: each partial output is already normalised over its own keys, so the "
-              "two must be weighted by their share of the merged sum of exponentials")
-AVERAGED = ("your out is the mean of the two partial outputs: you forgot to rescale them, each weighs its share "
-            "exp(lse_side − lse) of the merged sum, not one half")
-NOT_DIVIDED = ("your out weighs each side by exp(lse_side − max): rescaled to the global max, but never divided by "
-               "the global sum of exponentials, so the weights do not add up to 1")
+              "two must be weighted by their shares of the merged sum of exponentials")
+AVERAGED = ("your out is the mean of the two partial outputs: you forgot to rescale them — a block that holds more "
+            "of the probability must weigh more than one half")
+NOT_DIVIDED = ("your out weighs each side by its exponentials rescaled to the global max, but never divides by the "
+               "global sum of exponentials, so the two weights do not add up to 1")
 RAW_WEIGHTS = ("your out weighs each side by exp(lse_side) itself: those are the sums of exponentials, not yet "
                "divided by their total, so the weights do not add up to 1")
-SWAPPED = ("your weights are swapped: out_a must be weighted by exp(lse_a − lse), the share of block a's keys, "
-           "and out_b by block b's")
+SWAPPED = ("your weights are swapped: out_a carries block b's share of the probability and out_b block a's")
 WINNER = ("your out is the output of the side with the larger lse alone: the other block's keys still carry "
-          "their share exp(lse_side − lse) of the probability")
-OUT_OVERFLOW = ("your out is not finite when the scores are large: exp(lse) of a ×1000 score overflows and "
-                "inf / inf is NaN; rescale by the larger lse before exponentiating")
+          "their share of the probability")
+OUT_OVERFLOW = ("your out is not finite when the scores are large: exp of a ×1000-sized lse overflows and inf / inf "
+                "is NaN — the article's global max is there to prevent exactly that")
 # --- slips of zigzag_chunks ---------------------------------------------------------------------------------------
-MIRROR_2CP = ("your second chunk is 2·cp − r: the chunks are numbered 0 … 2·cp − 1, so rank 0's mirror image is "
-              "chunk 2·cp − 1 (and yours runs past the end)")
-CP_PLUS_R = ("your second chunk is cp + r: that pairs an early chunk with a later one at the same offset, so "
-             "the late ranks still hold the late chunks; the mirror image from the end, 2·cp − 1 − r, balances")
+MIRROR_2CP = ("your second chunk is 2·cp − r: the chunks are numbered 0 … 2·cp − 1, so rank 0's runs past the end "
+              "and no rank holds the last chunk")
+CP_PLUS_R = ("your second chunk is cp + r: an early chunk paired with a later one at the same offset, so the late "
+             "ranks still hold the late chunks and do the most causal work")
 CONTIGUOUS = ("yours are chunks 2r and 2r + 1, side by side: that is the contiguous layout cut finer, and the "
               "last rank still does about 2·cp − 1 times the first one's causal work")
 MIRROR_HALF = ("your second chunk is cp − 1 − r: a mirror image within the first half, so the second half of the "
                "sequence is held by nobody")
 LATE_FIRST = ("your pair has the late chunk first: a rank holds its tokens in sequence order, the earlier chunk "
-              "first (its positions are chunk r's, then chunk 2·cp − 1 − r's)")
-ONE_BASED = ("your chunks are numbered from 1: chunk numbers run 0 … 2·cp − 1, like the ranks")
+              "first")
+ONE_BASED = "your chunks are numbered from 1: chunk numbers start at 0, like the ranks"
 # --- slips of ring_bytes -----------------------------------------------------------------------------------------
-CP_STEPS = ("you counted cp ring steps: a rank already holds its own K/V block, so each other block reaches it "
-            "in cp − 1 steps, and it sends cp − 1 blocks")
+CP_STEPS = ("you counted one ring step too many: a rank holds its own K/V block before the first step, and only the "
+            "blocks it passes on are sent")
 NO_V = "you sent K only: every ring step passes the block's K and its V, two tensors of the same size"
 QUERY_HEADS = ("your K/V block has the query heads: under grouped-query attention only the kv_heads key/value "
                "heads travel, the query heads stay home")
-WHOLE_SEQUENCE = ("your block is the whole sequence's K/V: a rank passes on one shard of s / cp tokens a step")
+WHOLE_SEQUENCE = "your block is the whole sequence's K/V: a rank passes on one shard of the sequence a step"
 ELEMENTS = "yours counts elements: multiply by e, the bytes an element"
-WITH_BACKWARD = ("you counted the backward too: the forward alone sends (cp − 1) K/V blocks; the backward passes "
-                 "them again and sends their gradients home")
+WITH_BACKWARD = ("you counted the backward too (the blocks again, and their gradients sent home): the question is "
+                 "the forward's sends alone")
 RECV_COUNTED = ("you counted what a rank receives as well as what it sends: each step sends one block and "
                 "receives one, and only the send's bytes leave the rank")
 
@@ -141,7 +140,8 @@ def ring_symptoms() -> dict:
         return np.array([fn(cp, b * kv * (s // cp) * d * e, heads / kv, e) for cp, b, s, heads, kv, d, e in
                          RING_CASES], dtype=np.float64)
 
-    return {CP_STEPS: each(lambda cp, block, g, e: cp * 2 * block), NO_V: each(lambda cp, block, g, e: (cp - 1) * block),
+    return {CP_STEPS: each(lambda cp, block, g, e: cp * 2 * block),
+            NO_V: each(lambda cp, block, g, e: (cp - 1) * block),
             QUERY_HEADS: each(lambda cp, block, g, e: (cp - 1) * 2 * block * g),
             WHOLE_SEQUENCE: each(lambda cp, block, g, e: (cp - 1) * 2 * block * cp),
             ELEMENTS: each(lambda cp, block, g, e: (cp - 1) * 2 * block / e),
