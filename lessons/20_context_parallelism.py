@@ -104,10 +104,12 @@ lesson.close("max |attention of the shard's queries over all keys − serial row
 #     lse = M + log L = log Σ_j exp(lse_j)         O = Σ_j exp(lse_j − lse) · O_j
 #
 # Here each rank holds one K/V block (its shard) and every rank the same queries, all 32: three all-reduces over
-# the CP group — a MAX, then two SUMs — give every query's attention over the whole sequence: the max and the
-# sum of exponentials of lesson 06's vocab-parallel softmax, and a third sum for the outputs, each weighted. Two parts at a time, the same rule is `tpsim.cp.blocks.merge`,
-# the online softmax that ring attention applies as each block comes by. The scores once as they come, once with
-# the queries ×1000, where an exp of a raw lse overflows.
+# the CP group — a MAX, then two SUMs — give every query's attention over the whole sequence: the max and the sum
+# of exponentials of lesson 06's vocab-parallel softmax, and a third sum for the outputs, each weighted. (The
+# shift here is the largest lse_j, not the largest score: any common shift gives the same result — lesson 06's
+# loss did not depend on it either — and lse_j is what a block hands over.) Two parts at a time, the same rule is
+# `tpsim.cp.blocks.merge`, the online softmax that ring attention applies as each block comes by. The scores once
+# as they come, once with the queries ×1000, where an exp of a raw lse overflows.
 
 # %%
 lesson.section("The merge is the parallel softmax")

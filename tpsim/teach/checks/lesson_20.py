@@ -149,13 +149,16 @@ def ring_symptoms() -> dict:
             RECV_COUNTED: each(lambda cp, block, g, e: (cp - 1) * 4 * block)}
 
 
-def numbers_of(got, size: int, what: str, r: Report, allowed: str) -> np.ndarray | None:
-    """``got`` as ``size`` floats, or None after a finding that says what it was instead."""
-    numbers = as_numbers(got)
-    if isinstance(numbers, str) or numbers[0].size != size:
-        r.require(False, what, f"your {r.function} returned {describe(got)}: return {allowed}")
-        return None
-    return numbers[0].reshape(-1)
+def numbers_of(answers: list, size: int, whats: list[str], r: Report, allowed: str) -> np.ndarray | None:
+    """Every answer as ``size`` floats, stacked, or None after one finding on the first that is not."""
+    rows = []
+    for got, what in zip(answers, whats):
+        numbers = as_numbers(got)
+        if isinstance(numbers, str) or numbers[0].size != size:
+            r.require(False, what, f"your {r.function} returned {describe(got)}: return {allowed}")
+            return None
+        rows.append(numbers[0].reshape(-1))
+    return np.array(rows)
 
 
 def check_merge(r: Report) -> None:
@@ -178,24 +181,23 @@ def check_zigzag(r: Report) -> None:
     got = [r.call("zigzag_chunks", rank, cp) for rank, cp in zigzag_table()]
     if r.rank != 0:
         return
-    rows = [numbers_of(g, 2, f"zigzag_chunks({rank}, {cp})", r, "a pair of chunk numbers (early, late)")
-            for g, (rank, cp) in zip(got, zigzag_table())]
-    if all(row is not None for row in rows):
+    rows = numbers_of(got, 2, [f"zigzag_chunks({rank}, {cp})" for rank, cp in zigzag_table()], r,
+                      "a pair of chunk numbers (early, late)")
+    if rows is not None:
         right = np.array([(rank, 2 * cp - 1 - rank) for rank, cp in zigzag_table()], dtype=np.float64)
         r.compare(f"zigzag_chunks(rank, cp) for every rank of cp {', '.join(map(str, ZIGZAG_CPS))}, one row "
-                  "(early, late) each", np.array(rows), right, tol=0, symptoms=zigzag_symptoms(), layout="rows")
+                  "(early, late) each", rows, right, tol=0, symptoms=zigzag_symptoms(), layout="rows")
 
 
 def check_ring(r: Report) -> None:
     got = [r.call("ring_bytes", *case) for case in RING_CASES]
     if r.rank != min(1, r.world_size - 1):
         return
-    values = [numbers_of(g, 1, f"ring_bytes{case}", r, "a number of bytes (an int)")
-              for g, case in zip(got, RING_CASES)]
-    if all(v is not None for v in values):
+    values = numbers_of(got, 1, [f"ring_bytes{case}" for case in RING_CASES], r, "a number of bytes (an int)")
+    if values is not None:
         right = np.array([reference_ring(*case) for case in RING_CASES], dtype=np.float64)
         r.compare(f"ring_bytes on {len(RING_CASES)} sizes (cp, b, s, heads, kv_heads, head_dim, e), one value "
-                  "each, against the ring's forward sends", np.concatenate(values), right, tol=0,
+                  "each, against the ring's forward sends", values.reshape(-1), right, tol=0,
                   symptoms=ring_symptoms())
 
 
