@@ -106,5 +106,18 @@ def test_wire_bytes_formulas():
     assert wire_bytes("reduce_scatter", 1000, 4) == 750
     assert wire_bytes("broadcast", 1000, 4) == 1000
     assert wire_bytes("all_reduce", 1000, 1) == 0
+    assert wire_bytes("all_to_all", 1000, 4) == 750  # a rank keeps its own quarter
     with pytest.raises(ValueError):
-        wire_bytes("all_to_all", 1, 2)
+        wire_bytes("all_to_one", 1, 2)
+
+
+def test_all_to_all_sends_chunk_j_to_rank_j(grid):
+    """Chunk j of every rank's split axis lands on rank j, laid along the concat axis in rank order."""
+    world, p, r = grid.world, grid.world.size, grid.world.rank
+    x = np.arange(2 * p * 3, dtype=np.float64).reshape(2, p, 3) + 1000 * r  # [2, p, 3]: chunk j = x[:, j]
+    grid.tracer.reset()
+    got = world.all_to_all(x, split_axis=1, concat_axis=2)  # [2, 1, 3p]
+    want = np.concatenate([np.arange(2 * p * 3).reshape(2, p, 3)[:, r:r + 1] + 1000 * j for j in range(p)], axis=2)
+    np.testing.assert_array_equal(got, want)
+    (event,) = grid.tracer.events
+    assert (event.op, event.bytes, event.wire_bytes) == ("all_to_all", x.nbytes, (p - 1) * x.nbytes // p)

@@ -165,11 +165,12 @@ class ProcessGrid:
                 f"dp_rank {self.dp_rank}, pp_rank {self.pp_rank}")
 
     def table(self) -> str:
-        text = format_grid(self.cube[0], self.hosts) if self.pp == 1 else format_cube(self.cube, self.hosts)
+        if self.pp == 1:
+            return format_grid(self.cube[0], self.hosts, self.cp)
+        text = format_cube(self.cube, self.hosts)
         if self.cp == 1:
             return text
-        return "\n".join([text, f"  context parallelism: CP({self.cp}) inside each DP row pair; the DP groups above are "
-                          f"DP x CP ({self.dp} x {self.cp}), over which gradients are averaged"]
+        return "\n".join([text, f"  with CP({self.cp}): rows are (dp, cp) pairs, the DP groups DP x CP"]
                          + [f"  CP group {i}: ranks {g}" for i, g in enumerate(self.cp_groups)])
 
 
@@ -183,26 +184,37 @@ def gather_host_names(world: Group, name: str) -> list[str]:
     return [row.tobytes().rstrip(b"\0").decode(errors="replace") for row in rows]
 
 
-def _rank_rows(layout: np.ndarray, hosts: list[str] | None, extra: bool, width: int) -> list[str]:
-    """One line per DP row of a [dp, tp] block: its ranks (and its hosts when ``extra``)."""
-    return [f"{'dp' + str(i):>12}" + "".join(f"{r:>{width}}" for r in row)
+def _row_name(i: int, cp: int) -> str:
+    return f"dp{i}" if cp == 1 else f"dp{i // cp} cp{i % cp}"
+
+
+def _rank_rows(layout: np.ndarray, hosts: list[str] | None, extra: bool, width: int, cp: int = 1) -> list[str]:
+    """One line per row of a [dp·cp, tp] block: its ranks (and its hosts when ``extra``)."""
+    return [f"{_row_name(i, cp):>12}" + "".join(f"{r:>{width}}" for r in row)
             + (f"   {row_hosts(row, hosts)}" if extra else "") for i, row in enumerate(layout.tolist())]
 
 
-def format_grid(layout: np.ndarray, hosts: list[str] | None = None) -> str:
+def format_grid(layout: np.ndarray, hosts: list[str] | None = None, cp: int = 1) -> str:
     """The grid as text: the rank map, then every TP and DP group (pure formatting, no MPI). ``hosts`` (world
     rank -> host name): when they name more than one host, each row shows its host(s), a line lists every host's
-    ranks, and a TP group spanning hosts is warned about."""
-    dp, tp = layout.shape
+    ranks, and a TP group spanning hosts is warned about. ``cp``: the rows are (dp, cp) pairs, the DP groups DP
+    × CP, and every CP group is listed."""
+    rows, tp = layout.shape
     width = max(4, len(str(layout.size - 1)) + 1)
     extra = host_lines(layout.tolist(), hosts) if hosts else []
-    lines = [f"Process grid: TP({tp}) x DP({dp}) = {layout.size} ranks "
-             f"(Megatron order: TP ranks consecutive)", ""]
+    sizes = f"TP({tp}) x DP({rows})" if cp == 1 else f"TP({tp}) x CP({cp}) x DP({rows // cp})"
+    lines = [f"Process grid: {sizes} = {layout.size} ranks "
+             f"(Megatron order: TP ranks consecutive{', then CP' if cp > 1 else ''})", ""]
     lines.append(" " * 12 + "".join(f"{'tp' + str(j):>{width}}" for j in range(tp)) + ("   host" if extra else ""))
-    lines += _rank_rows(layout, hosts, bool(extra), width)
+    lines += _rank_rows(layout, hosts, bool(extra), width, cp)
     lines.append("")
-    lines += [f"  TP group {i}: ranks {list(map(int, layout[i]))}" for i in range(dp)]
-    lines += [f"  DP group {j}: ranks {list(map(int, layout[:, j]))}" for j in range(tp)]
+    lines += [f"  TP group {i}: ranks {list(map(int, layout[i]))}" for i in range(rows)]
+    if cp > 1:
+        four = layout.reshape(rows // cp, cp, tp)
+        lines += [f"  CP group {g}: ranks {list(map(int, ranks))}"
+                  for g, ranks in enumerate(four.transpose(0, 2, 1).reshape(-1, cp))]
+    what = "DP group" if cp == 1 else "DP x CP group (gradients averaged)"
+    lines += [f"  {what} {j}: ranks {list(map(int, layout[:, j]))}" for j in range(tp)]
     return "\n".join(lines + extra)
 
 

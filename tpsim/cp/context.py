@@ -27,6 +27,7 @@ from tpsim.cp.gathered import gathered_backward, gathered_forward
 from tpsim.cp.layout import positions
 from tpsim.cp.ring import ring_backward, ring_forward
 from tpsim.cp.ulysses import ulysses_backward, ulysses_forward
+from tpsim.phases import BACKWARD, FORWARD
 
 def _alone_forward(ctx, q, k, v, keep=None, p: float = 0.0):
     """CP 1: the rank holds the whole sequence, nothing to exchange."""
@@ -85,20 +86,36 @@ class ContextParallel:
         self.dtype = x.dtype
         return np.float32 if x.dtype.itemsize < 4 else x.dtype
 
-    def forward(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep=None, p: float = 0.0):
+    def forward(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep=None, p: float = 0.0, *,
+                scope: str | None = None):
         """``(O [b, h, s/C, d], cache)``; ``keep(q_pos, k_pos, heads)``: attention dropout's mask ``bool [b, h', |q|,
-        |k|]`` for local heads ``heads`` (a slice; None: all), or None; ``p`` its drop probability."""
+        |k|]`` for local heads ``heads`` (a slice; None: all), or None; ``p`` its drop probability. The messages
+        are traced under ``scope`` (the attention layer's path; None: the caller's), phase forward."""
         work = self._work(q)
-        out, cache = self._way()[0](self, q.astype(work), k.astype(work), v.astype(work), keep, p)
-        return out.astype(q.dtype, copy=False), (cache, keep, p, q.dtype)
+        with self.group.tracer.region(scope=scope, phase=FORWARD):
+            out, cache = self._way()[0](self, q.astype(work), k.astype(work), v.astype(work), keep, p)
+        return out.astype(q.dtype, copy=False), (cache, keep, p, q.dtype, scope)
 
     def backward(self, dout: np.ndarray, cache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(dQ, dK, dV)`` of this rank's shard, in the activations' dtype."""
-        inner, keep, p, dtype = cache
+        """``(dQ, dK, dV)`` of this rank's shard, in the activations' dtype (traced as the forward, phase
+        backward)."""
+        inner, keep, p, dtype, scope = cache
         self.dtype = np.dtype(dtype)
         work = np.float32 if self.dtype.itemsize < 4 else self.dtype
-        grads = self._way()[1](self, dout.astype(work), inner, keep, p)
+        with self.group.tracer.region(scope=scope, phase=BACKWARD):
+            grads = self._way()[1](self, dout.astype(work), inner, keep, p)
         return tuple(g.astype(dtype, copy=False) for g in grads)
 
     def __repr__(self) -> str:
         return f"ContextParallel(cp={self.group.size}, comm={self.comm}, layout={self.layout})"
+
+
+def attach(model, context: ContextParallel | None):
+    """Give every layer of ``model`` that has a ``context`` slot (the attention layers, the embedding's
+    ``Transformer``) this ``context``; at CP 1 (or None) the model stays as built. Returns ``model``."""
+    if context is None or context.size == 1:
+        return model
+    for _, module in model.named_modules():
+        if hasattr(module, "context"):
+            module.context = context
+    return model

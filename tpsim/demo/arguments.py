@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tpsim.arch import ARCH_NAMES, ARCH_SPELLINGS
 from tpsim.config import DROPOUT_RNGS, DTYPE_ALIASES, DTYPE_NAMES
+from tpsim.cp.choice import CP_COMMS, CP_LAYOUTS
 
 
 def model_arguments(m) -> None:
@@ -29,6 +30,19 @@ def model_arguments(m) -> None:
                    help="llama: key/value heads, dividing --heads (default 2: tp > 2 replicates them)")
     m.add_argument("--ffn", type=int, default=None,
                    help="llama: intermediate size, divisible by tp (default 8h/3 rounded up to a multiple of 32)")
+
+
+def cp_arguments(g) -> None:
+    """Context parallelism (``tpsim.cp``): the sequence cut over --cp ranks, attention across them."""
+    g.add_argument("--cp", type=int, default=1,
+                   help="context-parallel size (default 1): every sequence cut over cp ranks for every layer, "
+                        "attention across them; the ranks are TP fastest, then CP, then DP, stages outermost")
+    g.add_argument("--cp-comm", choices=CP_COMMS, default="ring",
+                   help="how attention reaches the other shards: ring (K/V passed around, merged by log-sum-exp; "
+                        "default), allgather (K/V gathered, Llama 3's choice) or ulysses (all-to-all to heads)")
+    g.add_argument("--cp-layout", choices=CP_LAYOUTS, default="zigzag",
+                   help="which tokens a CP rank holds: zigzag (chunks r and 2cp-1-r of 2cp: equal causal work, "
+                        "default) or contiguous (one block each: the last rank works 2cp-1 times the first)")
 
 
 def clock_arguments(g) -> None:

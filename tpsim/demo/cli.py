@@ -19,7 +19,7 @@ from tpsim.errors import ConfigError
 from tpsim.paths import check_input_file, check_output_dir
 from tpsim.plan.clock_choice import UNIT_CLOCK
 from tpsim.pp.split import parse_stage_layers
-from tpsim.demo.arguments import clock_arguments, file_arguments, model_arguments, overlap_arguments
+from tpsim.demo.arguments import cp_arguments, clock_arguments, file_arguments, model_arguments, overlap_arguments
 
 
 DEFAULT_BATCH = 16
@@ -68,6 +68,7 @@ def build_parser() -> RankZeroParser:
     g.add_argument("--pp-layers", default=None, metavar="A,B,...",
                    help="layers of every pipeline stage (pp x vp sizes in virtual-stage order), summing to "
                         "--layers (default: an even split)")
+    cp_arguments(g)
     clock_arguments(g)
     model_arguments(p.add_argument_group("model"))
     t = p.add_argument_group("training")
@@ -95,12 +96,19 @@ def build_parser() -> RankZeroParser:
     return p
 
 
-def choose_grid(world: int, tp: int | None, dp: int | None, pp: int = 1) -> tuple[int, int]:
+def choose_grid(world: int, tp: int | None, dp: int | None, pp: int = 1, cp: int = 1) -> tuple[int, int]:
     """Fill in whichever of tp/dp is missing; default TP is gcd(world, 4): 8 ranks → TP 4 × DP 2. With ``pp``
-    stages, tp × dp fills each stage's world / pp ranks."""
-    for name, v in (("--tp", tp), ("--dp", dp), ("--pp", pp)):
+    stages, tp × dp fills each stage's world / pp ranks; with ``cp``, tp × dp fills world / cp."""
+    for name, v in (("--tp", tp), ("--dp", dp), ("--pp", pp), ("--cp", cp)):
         if v is not None and v < 1:
             raise ConfigError(f"{name} must be >= 1, got {v}")
+    if cp > 1:
+        if world % cp:
+            raise ConfigError(f"world size {world} is not divisible by --cp {cp}")
+        try:
+            return choose_grid(world // cp, tp, dp, pp)
+        except ConfigError as err:
+            raise ConfigError(f"{err} (with --cp {cp}: world {world} = tp x cp x dp x pp)") from None
     if pp > 1:
         if world % pp:
             raise ConfigError(f"world size {world} is not divisible by --pp {pp}")
@@ -168,7 +176,7 @@ def _model(args: argparse.Namespace):
 
 def config_from(args: argparse.Namespace) -> DemoConfig:
     """Validate every flag (on every rank, before any collective) into one frozen ``DemoConfig``."""
-    tp, dp = choose_grid(world_size(), args.tp, args.dp, args.pp)
+    tp, dp = choose_grid(world_size(), args.tp, args.dp, args.pp, args.cp)
     if args.pp > 1 and args.scenario in ("mlp", "partial-fc"):  # the scenarios without a model to cut
         raise ConfigError(f"--pp {args.pp}: only --scenario gpt runs a pipeline, not {args.scenario}")
     batch_size = _default_batch(args, dp)
@@ -180,6 +188,8 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
                         dropout_rng=args.dropout_rng)
     files = Files(out=args.out, export=args.export, init_from=args.init_from, timeline_steps=args.timeline_steps,
                   save=args.save, resume=args.resume)
+    if args.cp > 1 and args.scenario in ("mlp", "partial-fc"):
+        raise ConfigError(f"--cp {args.cp} cuts a GPT's sequences: it needs --scenario gpt, not {args.scenario}")
     if args.tp_comm_overlap and args.scenario in ("mlp", "partial-fc"):
         raise ConfigError(f"--tp-comm-overlap pipelines a GPT's sequence-parallel collectives: it needs --scenario "
                           f"gpt, not {args.scenario}")
@@ -195,7 +205,8 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
     pipeline = Pipeline(schedule=args.schedule, microbatches=_microbatches(args), vp=args.vp,
                         stage_layers=parse_stage_layers(args.pp_layers), clock=args.clock, mfu=args.mfu)
     run = RunConfig(model, Parallelism(tp=tp, dp=dp, pp=args.pp, sp=args.sequence_parallel, zero=args.zero,
-                                       tp_comm_overlap=args.tp_comm_overlap),
+                                       tp_comm_overlap=args.tp_comm_overlap, cp=args.cp, cp_comm=args.cp_comm,
+                                       cp_layout=args.cp_layout),
                     precision, optimizer, schedule, files, pipeline)
     check_paths(files)
     if files.resume:

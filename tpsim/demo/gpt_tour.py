@@ -26,6 +26,7 @@ from tpsim.demo.report import closing_lines, grid_label, passed, say, step_table
 from tpsim.demo.serial_twin import broadcast_arrays, final_verdict
 from tpsim.demo.tolerances import TOLERANCE  # step 0's, by dtype (pipeline_tour imports it from here too)
 from tpsim.demo.trained_model import gather_trained, reverse_lines
+from tpsim.demo.cp_check import cp_lines, cp_positions, work_lines
 from tpsim.demo.dp_check import overlap_words
 from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
 from tpsim.demo.resume import read_resume, restore, resume_lines, save_training, serial_start
@@ -47,14 +48,15 @@ def task_of(run: RunConfig) -> ReverseTask:
     return ReverseTask(run.model.vocab, run.schedule.seq_len)
 
 
-def read_batch(grid: ProcessGrid, task: ReverseTask, seed: int, step: int, batch_size: int):
-    """TP rank 0 reads the global batch and keeps its DP slice; the TP group gets it by broadcast (the
-    SenseParrots article §3.1)."""
+def read_batch(grid: ProcessGrid, task: ReverseTask, seed: int, step: int, batch_size: int, positions=None):
+    """TP rank 0 reads the global batch and keeps its DP slice (under CP: the tokens at ``positions`` of it);
+    the TP group gets it by broadcast (the SenseParrots article §3.1)."""
     rows = dp_slice(batch_size, grid.dp, grid.dp_rank)
-    local = (batch_size // grid.dp, task.seq_len)
+    positions = np.arange(task.seq_len) if positions is None else positions
+    local = (batch_size // grid.dp, len(positions))
     if grid.tp_rank == 0:
         ids, labels = task.batch(seed, step, batch_size)
-        ids, labels = ids[rows], labels[rows]
+        ids, labels = ids[rows][:, positions], labels[rows][:, positions]
     else:  # only the shape matters here: the broadcast fills it
         ids, labels = np.zeros(local, np.int64), np.zeros(local, np.int64)
     ids, labels = broadcast_batch(grid, ids, labels)
@@ -112,12 +114,13 @@ def header(grid: ProcessGrid, run: RunConfig) -> list[str]:
             f"global batch {sch.batch_size} ({run.local_batch} per DP rank), {run.precision.dtype}, "
             f"dropout {run.dropout} ({sch.dropout_rng} RNG)",
             *(["sequence parallel: on (LayerNorm/dropout regions split along the sequence, "
-               f"{sch.seq_len // grid.tp} positions per TP rank)"] if run.parallel.sp else []), ""]
+               f"{sch.seq_len // grid.cp // grid.tp} positions per TP rank)"] if run.parallel.sp else []),
+            *cp_lines(grid, run), ""]
 
 
 def build(grid: ProcessGrid, run: RunConfig, tensors) -> tuple:
     """This rank's shard of the model, replicas made equal (traced as step 0), and its DP gradient sync."""
-    model = run.build_model(grid.tp_group)
+    model = run.build_model(grid.tp_group, grid.cp_group)
     if tensors is not None:
         load_into(model, tensors)
     grid.tracer.step = 0
@@ -167,7 +170,7 @@ def train(grid, model, grad_sync, run: RunConfig, resume=None) -> tuple[list[dic
     for step in range(start, max(sch.steps, 1)):
         tracer.step = step
         t0 = time.perf_counter()
-        ids, labels, rows = read_batch(grid, task, sch.seed, step, sch.batch_size)
+        ids, labels, rows = read_batch(grid, task, sch.seed, step, sch.batch_size, cp_positions(model, sch.seq_len))
         with guard.quiet():  # a diverging run is reported by the guard, not by NumPy warnings
             loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows),
                                          loss_scale=scale)
@@ -241,10 +244,11 @@ def run(demo) -> int:
     run = demo.run
     resume = read_resume(run) if run.files.resume else None  # every rank, before any collective
     tensors = resume.params if resume else load_init(run.files.init_from, run.model) if run.files.init_from else None
-    grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp)
+    grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp, cp=run.parallel.cp)
     say(grid, *header(grid, run), *resume_lines(run, resume))
     model, grad_sync = build(grid, run, tensors)
     metrics, ok, optimizer = train(grid, model, grad_sync, run, resume)
+    say(grid, *work_lines(grid, model, run))
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
     replicas = check_replicas(model, grid)  # printed after the final verdict, as it reads best
     # Rank 0 writes the files and figures while the last rank trains the serial twin: two cores busy, not one.

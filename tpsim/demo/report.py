@@ -17,8 +17,10 @@ MODEL_PHASES = (FORWARD, BACKWARD, SP_GRAD_SYNC, DP_SYNC, DATA, OPTIMIZER)  # th
 
 
 def grid_label(grid: ProcessGrid, sep: str = "x") -> str:
-    """``TP(4) x DP(2)``, with ``x PP(2)`` when the model is cut into pipeline stages."""
-    label, pp = f"TP({grid.tp}) {sep} DP({grid.dp})", getattr(grid, "pp", 1)  # a stand-in grid may have no pp
+    """``TP(4) x DP(2)``, with ``x PP(2)`` when the model is cut into pipeline stages, ``x CP(2)`` after TP under
+    context parallelism."""
+    pp, cp = getattr(grid, "pp", 1), getattr(grid, "cp", 1)  # a stand-in grid may have neither
+    label = f"TP({grid.tp}) {sep} " + (f"CP({cp}) {sep} " if cp > 1 else "") + f"DP({grid.dp})"
     return label + (f" {sep} PP({pp})" if pp > 1 else "")
 
 

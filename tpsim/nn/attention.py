@@ -50,21 +50,25 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
 
 # --- the dropout mask of the attention probabilities ------------------------------------------------------------
 def attention_keep_mask(plan: DropoutPlan, p: float, key: str, batch: int, heads: int, seq: int,
-                        head_index=None) -> np.ndarray | None:
-    """Keep mask ``bool [batch, len(head_index), seq, seq]`` for the probabilities, or None (no dropout).
+                        head_index=None, q_index=None, k_index=None) -> np.ndarray | None:
+    """Keep mask ``bool [batch, len(head_index), len(q_index), len(k_index)]`` for the probabilities, or None (no
+    dropout).
 
-    ``head_index``: the global heads held here (default all); ``plan.batch_index``: the global batch rows.
-    The request names global positions, so an exact tracker gives a head-sharded or DP rank the serial
-    model's bits.
+    ``head_index``: the global heads held here (default all); ``plan.batch_index``: the global batch rows;
+    ``q_index``, ``k_index``: the absolute query and key positions (default all ``seq``: a context-parallel
+    block names its own). The request names global positions, so an exact tracker gives a head-sharded, DP or
+    CP rank the serial model's bits.
     """
     if p == 0.0 or plan.rng is None:
         return None
     rows = plan.rows(batch)
     # Only the global batch extent is unknown here; as the outermost dimension it never enters a flat index.
     global_shape = (int(rows.max()) + 1 if batch else 0, heads, seq, seq)
+    every = slice(None)
     return plan.rng.keep_mask(p, key=key, step=plan.step, global_shape=global_shape,
-                              index=(rows, slice(None) if head_index is None else head_index,
-                                     slice(None), slice(None)), region="partitioned")
+                              index=(rows, every if head_index is None else head_index,
+                                     every if q_index is None else q_index, every if k_index is None else k_index),
+                              region="partitioned")
 
 
 # --- the core: attention over some heads ------------------------------------------------------------------------
@@ -154,6 +158,7 @@ class MultiHeadAttention(Module):
         self.attn_dropout = float(attn_dropout)
         self.head_index = head_index
         self.heads_per_partition = heads if head_index is None else len(head_index)
+        self.context = None  # context parallelism: a tpsim.cp.context.ContextParallel, set by the model's build
 
     def sequence_length(self, x: np.ndarray) -> int:
         """The whole sequence the core attends over, from ``x: [b, s, h]`` (a sequence-parallel layer's is longer)."""
@@ -163,17 +168,39 @@ class MultiHeadAttention(Module):
         """``x: [b, s, h]`` (SP: ``[b, s/p, h]``) -> ``(y shaped as x, cache)``. Dropout on the probabilities needs
         ``plan.rng``; ``plan.batch_index``: the global batch positions of the local rows (default all)."""
         b, s = x.shape[0], self.sequence_length(x)
-        keep = attention_keep_mask(plan, self.attn_dropout, self.path + ".attn_dropout", b, self.heads, s,
-                                   head_index=self.head_index)
         qkv, c_attn = self.c_attn.forward(x)  # TP: [b, s, 3h/p], f: identity forward (SP: f̄ all-gathers s)
-        ctx, core = qkv_attention_forward(qkv, self.heads_per_partition, keep, self.attn_dropout)
+        if self.context is not None:  # CP: this rank's s/C tokens against the whole sequence (tpsim.cp)
+            ctx, core = self._context_forward(qkv, plan, b, s)
+        else:
+            keep = attention_keep_mask(plan, self.attn_dropout, self.path + ".attn_dropout", b, self.heads, s,
+                                       head_index=self.head_index)
+            ctx, core = qkv_attention_forward(qkv, self.heads_per_partition, keep, self.attn_dropout)
         y, c_proj = self.c_proj.forward(ctx)  # TP: g, the one all-reduce of the forward (SP: ḡ reduce-scatter)
         return y, AttentionCache(c_attn, core, c_proj)
+
+    def _context_forward(self, qkv: np.ndarray, plan: DropoutPlan, b: int, s: int):
+        """The core across the CP group: ``self.context`` (a ``tpsim.cp.context.ContextParallel``) attends; the
+        dropout mask of each block is drawn at its absolute query and key positions."""
+        heads = np.arange(self.heads) if self.head_index is None else np.asarray(self.head_index)
+
+        def keep(q_pos, k_pos, local):
+            return attention_keep_mask(plan, self.attn_dropout, self.path + ".attn_dropout", b, self.heads,
+                                       s * self.context.size, heads[local if local is not None else slice(None)],
+                                       q_pos, k_pos)
+        q, k, v = (split_heads(t, self.heads_per_partition) for t in np.split(qkv, 3, axis=-1))
+        with_dropout = self.attn_dropout > 0 and plan.rng is not None
+        ctx, core = self.context.forward(q, k, v, keep if with_dropout else None, self.attn_dropout,
+                                         scope=self.path)
+        return merge_heads(ctx), core
 
     def backward(self, dy: np.ndarray, cache: AttentionCache) -> np.ndarray:
         """``dy`` shaped as the output -> ``dx`` shaped as the input; adds into the grads of c_attn and c_proj."""
         dctx = self.c_proj.backward(dy, cache.c_proj)  # TP: g backward, the identity
-        dqkv = qkv_attention_backward(dctx, cache.core)  # local: the heads held here only
+        if self.context is not None:  # CP: the backward ring (or gather, or all-to-all) of tpsim.cp
+            grads = self.context.backward(split_heads(dctx, self.heads_per_partition), cache.core)
+            dqkv = np.concatenate([merge_heads(g) for g in grads], axis=-1)
+        else:
+            dqkv = qkv_attention_backward(dctx, cache.core)  # local: the heads held here only
         return self.c_attn.backward(dqkv, cache.c_attn)  # TP: f backward, the one all-reduce of the backward
 
 

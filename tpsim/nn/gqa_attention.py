@@ -64,7 +64,7 @@ class GQAttentionCache(NamedTuple):
     """The cache of ``GroupedQueryAttention`` (serial or parallel)."""
 
     qkv: tuple  # the caches of q_proj, k_proj, v_proj (one multi-output linear)
-    core: GQACoreCache
+    core: GQACoreCache  # under context parallelism: (the CP core's cache, RopeCache)
     o_proj: LinearCache
 
 
@@ -93,6 +93,7 @@ class GroupedQueryAttention(Module):
         self.head_dim, self.rope_theta = self.hidden // heads, float(rope_theta)
         self.heads_per_partition = heads if heads_per_partition is None else heads_per_partition
         self.kv_heads_per_partition = kv_heads if kv_heads_per_partition is None else kv_heads_per_partition
+        self.context = None  # context parallelism: a tpsim.cp.context.ContextParallel, set by the model's build
 
     # the three projections under their Hugging Face names (they live in qkv)
     q_proj = property(lambda self: self.qkv.q_proj)
@@ -107,18 +108,32 @@ class GroupedQueryAttention(Module):
                 positions: np.ndarray | None = None) -> tuple[np.ndarray, GQAttentionCache]:
         """``x: [b, s, h]`` (SP: ``[b, s/p, h]``) -> ``(y shaped as x, cache)``; ``positions`` default
         ``arange(s)`` over the whole sequence; ``plan`` unused (no attention dropout)."""
-        positions = np.arange(self.sequence_length(x)) if positions is None else positions
+        s = self.sequence_length(x)
+        if positions is None:  # CP: the absolute positions of this rank's tokens, RoPE's angles
+            positions = np.arange(s) if self.context is None else self.context.positions(s)
         cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_theta, x.dtype)  # no communication
         (q, k, v), c_qkv = self.qkv.forward(x)  # TP: f once for the three (SP: f̄ all-gathers s once)
         nq, nkv = self.heads_per_partition, self.kv_heads_per_partition
-        ctx, core = gqa_core_forward(split_heads(q, nq), split_heads(k, nkv), split_heads(v, nkv), cos, sin)
+        q, k, v = split_heads(q, nq), split_heads(k, nkv), split_heads(v, nkv)
+        if self.context is not None:  # CP (tpsim.cp): RoPE here, then the core across the CP group
+            q, rope = rope_forward(q, cos, sin)
+            k, _ = rope_forward(k, cos, sin)
+            ctx, inner = self.context.forward(q, k, v, scope=self.path)
+            core = (inner, rope)
+        else:
+            ctx, core = gqa_core_forward(q, k, v, cos, sin)
         y, c_o = self.o_proj.forward(merge_heads(ctx))  # TP: g, the one all-reduce of the forward
         return y, GQAttentionCache(c_qkv, core, c_o)
 
     def backward(self, dy: np.ndarray, cache: GQAttentionCache) -> np.ndarray:
         """``dy`` shaped as the output -> ``dx`` shaped as the input; adds into the four projections' grads."""
-        dctx = self.o_proj.backward(dy, cache.o_proj)
-        dq, dk, dv = gqa_core_backward(split_heads(dctx, self.heads_per_partition), cache.core)
+        dctx = split_heads(self.o_proj.backward(dy, cache.o_proj), self.heads_per_partition)
+        if self.context is not None:
+            inner, rope = cache.core
+            dq, dk, dv = self.context.backward(dctx, inner)
+            dq, dk = rope_backward(dq, rope), rope_backward(dk, rope)
+        else:
+            dq, dk, dv = gqa_core_backward(dctx, cache.core)
         return self.qkv.backward((merge_heads(dq), merge_heads(dk), merge_heads(dv)), cache.qkv)
 
 

@@ -18,7 +18,7 @@ def gather_stages(shard: PipelineShard, grid: ProcessGrid, which: str = "params"
     with grid.tracer.paused():
         shapes = shard.config.param_shapes()
         mine = full_tensors(shard, grid.tp_group, which, {name: shapes[name] for name, _ in shard.named_parameters()})
-        first_chain = grid.dp_rank == 0 and grid.tp_rank == 0  # rank 0's pipeline group: one rank per stage
+        first_chain = grid.replica_rank == 0 and grid.tp_rank == 0  # rank 0's pipeline group: one rank per stage
         stages = grid.pp_group.gather_objects(mine if first_chain else {}, root=0)
     if grid.rank != 0:
         return None

@@ -17,6 +17,11 @@ linear), each of the whole activation, b·s·h elements (b = rows per DP rank). 
     clip_grad_norm        optimizer  all_reduce  tp     float64 [1], when clipping
     loss_scaler           optimizer  all_reduce  world  float64 [1] found-inf flag, float16 loss scaling only
 
+Context parallelism (``cp > 1``, ``tpsim.cp``): every row above is a CP rank's, on its s/cp tokens (b·(s/cp)·h
+activations); the "dp" group is DP × CP (dp·cp ranks average the gradients, the loss normaliser sums over them);
+and every attention layer adds its CP messages in group "cp", forward and backward (``tpsim.predict.cp_comm``:
+ring send/recv, all-gather/reduce-scatter, or Ulysses' all-to-alls).
+
 Mixed precision (a bfloat16/float16 ``dtype``, ``tpsim.nn.precision``): activations and the TP collectives
 that carry them are 2 bytes per element; what is accumulated in float32 — the main gradients (DDP, the
 sequence-parallel LayerNorm gradients) and the cross-entropy's reductions over the vocabulary (logits cast
@@ -68,9 +73,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpsim.cost import wire_bytes
+from tpsim.predict.cp_comm import cp_messages
 from tpsim.nn.precision import accum_itemsize
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER, SP_GRAD_SYNC
-from tpsim.arch.shape import LayerNames, kv_replicas
+from tpsim.arch.shape import LayerNames, kv_heads_per_rank, kv_replicas
 from tpsim.predict.memory import param_elements
 from tpsim.partition import padded_length
 
@@ -106,8 +112,9 @@ class _Rows:
     """The predictions being built, keyed by (layer, phase, op, group) in the order the collectives are issued.
     ``repeat``: every call added is issued that many times (a pipeline's micro-batches); ``pp``: the pipeline."""
 
-    def __init__(self, tp: int, dp: int, kv: int = 1, *, pp: int = 1, repeat: int = 1) -> None:
-        self.sizes = {"tp": tp, "dp": dp, "kv": kv, "world": tp * dp * pp, "pp": pp, "embedding": 2, "mp": tp * pp}
+    def __init__(self, tp: int, dp: int, kv: int = 1, *, pp: int = 1, repeat: int = 1, cp: int = 1) -> None:
+        self.sizes = {"tp": tp, "dp": dp * cp, "kv": kv, "world": tp * dp * cp * pp, "pp": pp, "embedding": 2,
+                      "mp": tp * pp, "cp": cp}  # "dp": the gradient group, DP x CP
         self.repeat = repeat
         self.rows: dict[tuple[str, str, str, str], Prediction] = {}
 
@@ -192,10 +199,12 @@ def _sp_backward(rows: _Rows, blocks: list[str], act: int, ln_grads: int, regath
 
 def model_rows(rows: _Rows, config, tp: int, sp: bool, blocks: list[str], *, b: int, s: int, e: int, acc: int,
                first: bool = True, last: bool = True, normalizer: bool = False, label_smoothing: bool = False,
-               sp_regather_in_backward: bool = True, overlap: bool = False) -> None:
+               sp_regather_in_backward: bool = True, overlap: bool = False, cp_comm: str = "ring") -> None:
     """The collectives of one forward and backward of ``blocks`` on ``b`` rows of ``s`` tokens (``e`` bytes an
     activation element, ``acc`` an accumulated one); ``first`` / ``last``: the embedding / the head and loss are
-    here too (a whole model: both). ``normalizer``: the DP loss normaliser follows the loss (dp > 1, no pipeline)."""
+    here too (a whole model: both). ``normalizer``: the DP loss normaliser follows the loss (dp > 1, no pipeline).
+    Under context parallelism (``rows`` made with cp > 1) ``s`` is a CP rank's s/cp tokens and every attention
+    layer adds its CP messages (``tpsim.predict.cp_comm``, by ``cp_comm``)."""
     n, h = config.layer_names, config.hidden
     act = b * s * h * e  # one [b, s, h] activation
     _forward(rows, blocks, act, sp, n, first, last, overlap)
@@ -209,6 +218,12 @@ def model_rows(rows: _Rows, config, tp: int, sp: bool, blocks: list[str], *, b: 
     if kv_replicas(config, tp) > 1:  # replicated KV heads: (dW_k, dW_v) summed over the tp / kv ranks sharing one
         for blk in reversed(blocks):
             rows.add(f"{blk}.{n.attn}", BACKWARD, "all_reduce", "kv", 2 * h * config.head_dim * acc)
+    cp = rows.sizes["cp"]
+    for blk in blocks if cp > 1 else ():  # context parallelism: attention's messages over the CP group
+        sizes = dict(b=b, s=s * cp, heads=config.heads // tp, kv_heads=kv_heads_per_rank(config, tp),
+                     head_dim=config.head_dim, e=e)
+        for phase, op, calls, nbytes in cp_messages(cp_comm, cp, **sizes):
+            rows.add(f"{blk}.{n.attn}", phase, op, "cp", nbytes, calls)
 
 
 def predict_step(run, *, clip: bool, update: bool = True, grad_bytes_local: int | None = None,
@@ -237,15 +252,16 @@ def predict_step(run, *, clip: bool, update: bool = True, grad_bytes_local: int 
     if par.pp > 1:
         raise ValueError("a pipeline's step: tpsim.predict.pipeline_comm.predict_pipeline_step")
     n = config.layer_names
-    e, b, s = _itemsize(dtype), batch_size // dp, seq_len
+    e, b, s = _itemsize(dtype), batch_size // dp, seq_len // par.cp  # s: a CP rank's tokens
     acc = e if isinstance(dtype, int) else accum_itemsize(dtype)  # float32 accumulations under 16-bit dtypes
     blocks = [f"{n.block}.{i}" for i in range(config.layers)]
-    rows = _Rows(tp, dp, kv_replicas(config, tp))  # kv: 1 unless KV heads are replicated (tp > kv_heads)
+    rows = _Rows(tp, dp, kv_replicas(config, tp), cp=par.cp)  # kv: 1 unless KV heads are replicated (tp > kv)
+    dp = par.grad_replicas  # from here on the gradient group: DP x CP
     if tp > 1:
         rows.add("batch", DATA, "broadcast", "tp", 2 * b * s * 8)  # int64 [2, b, s]: ids and labels
     model_rows(rows, config, tp, sequence_parallel, blocks, b=b, s=s, e=e, acc=acc, normalizer=dp > 1,
                label_smoothing=label_smoothing, sp_regather_in_backward=sp_regather_in_backward,
-               overlap=par.tp_comm_overlap)
+               overlap=par.tp_comm_overlap, cp_comm=par.cp_comm)
     elements = param_elements(config, tp)
     if zero:  # one bucket padded to a multiple of dp, unless the caller gives the padded buckets' bytes
         total = padded_length(elements, dp) * acc if grad_bytes_local is None else grad_bytes_local

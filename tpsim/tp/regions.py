@@ -175,6 +175,9 @@ class SequenceParallelRegion:
         """Keep this rank's s/p positions, ``[b, s, h] -> [b, s/p, h]`` (no communication), and tell the dropout
         plan which positions they are (masks are keyed by global position)."""
         partition = sequence_partition(x.shape[1], group)
+        outer = plan.seq_partition  # CP: x's rows are already some positions of the sequence
+        if outer is not None:
+            partition = replace(partition, index=outer.index[partition.index], full=outer.full)
         return ScatterToSequenceParallelRegion.forward(x, group), replace(plan, seq_partition=partition)
 
     def split_sequence_backward(self, dx: np.ndarray, group: Group, scope: str) -> np.ndarray:

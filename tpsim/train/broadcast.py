@@ -42,7 +42,7 @@ def broadcast_params(module: Module, grid: ProcessGrid) -> None:
             if e.partition is None:  # replicated across TP: TP rank 0's copy wins
                 with tracer.region(scope=e.name, phase=INIT):
                     grid.tp_group.broadcast(e.param, root=0)
-    if grid.dp > 1:
+    if grid.replicas > 1:
         for e in entries:  # every shard equals its twin in DP replica 0
             with tracer.region(scope=e.name, phase=INIT):
                 grid.dp_group.broadcast(e.param, root=0)

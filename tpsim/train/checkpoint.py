@@ -80,7 +80,7 @@ def gather_state(model: Module, optimizer: OptimizerProtocol, grid: ProcessGrid)
         shapes = {name: all_shapes[name] for name, _ in model.named_parameters()}
         mine = {state_key(slot, name): a for slot in slots
                 for name, a in gather_full(shards[slot], parts, shapes, grid.tp_group).items()}
-        first_chain = grid.dp_rank == 0 and grid.tp_rank == 0  # one rank per stage: rank 0's pipeline group
+        first_chain = grid.replica_rank == 0 and grid.tp_rank == 0  # one rank per stage: rank 0's pipeline group
         stages = grid.pp_group.gather_objects(mine if first_chain else {}, root=0)
     if grid.rank != 0:
         return None

@@ -105,10 +105,10 @@ def check_replicas(module: Module, grid: ProcessGrid) -> ConsistencyReport:
     n, n_rep = len(entries), len(replicated)
 
     # row g of tp_bad / column t of dp_bad: filled by the ranks of TP group g / DP group t, zero elsewhere
-    tp_bad = np.zeros((grid.dp, n_rep), dtype=np.int8)
+    tp_bad = np.zeros((grid.replicas, n_rep), dtype=np.int8)
     dp_bad = np.zeros((grid.tp, n), dtype=np.int8)
     with grid.tracer.region(scope="check_replicas", phase=VERIFY):
-        tp_bad[grid.dp_rank] = _differs(grid.tp_group, digests[replicated])
+        tp_bad[grid.replica_rank] = _differs(grid.tp_group, digests[replicated])
         dp_bad[grid.tp_rank] = _differs(grid.dp_group, digests)
         flags = np.concatenate([tp_bad.ravel(), dp_bad.ravel()])
         if grid.stage_group.size > 1 and flags.size:  # the world, or one pipeline stage (its own parameters)
@@ -119,4 +119,4 @@ def check_replicas(module: Module, grid: ProcessGrid) -> ConsistencyReport:
              for g, j in zip(*np.nonzero(tp_bad))]
     found += [Mismatch(names[j], "dp", tuple(int(r) for r in grid.layout[:, t]))
               for t, j in zip(*np.nonzero(dp_bad))]
-    return ConsistencyReport(n_params=n, n_replicated=n_rep, tp=grid.tp, dp=grid.dp, mismatches=tuple(found))
+    return ConsistencyReport(n_params=n, n_replicated=n_rep, tp=grid.tp, dp=grid.replicas, mismatches=tuple(found))

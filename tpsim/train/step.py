@@ -2,7 +2,9 @@
 
 The model's loss is the mean over *this rank's* non-ignored tokens. Averaging the replicas' gradients (DDP)
 then gives the mean of per-replica means — which is the global-batch mean only when every replica has the same
-number of valid tokens. With padding (``ignore_index``) they differ, so each replica scales its backward:
+number of valid tokens. With padding (``ignore_index``) they differ, so each replica scales its backward (under
+context parallelism "replica" means each of the dp·cp ranks holding the same model shard, ``grid.replicas``:
+each CP rank's loss is the mean over its own tokens, and the same rule makes their sum the global mean):
 
     n_d = valid tokens of replica d,   N = Σ_d n_d   (one tiny all-reduce in the DP group)
     global loss  L = Σ_d n_d·L_d / N
@@ -52,14 +54,14 @@ def global_loss_scale(grid: ProcessGrid, loss_local: float, n_local: int) -> tup
     One all-reduce of ``float64 [2] = (n_d, n_d·L_d)`` in the DP group when dp > 1 (counts are exact in float64
     far beyond any batch). A replica without valid tokens gets dloss 0; a global batch without any, loss 0.
     """
-    if grid.dp == 1:
+    if grid.replicas == 1:  # the DP x CP ranks (``replicas``: dp, or dp·cp under context parallelism)
         return float(loss_local), 1.0, int(n_local)
     with grid.tracer.region(scope="loss_normalizer", phase=DP_SYNC):
         total = grid.dp_group.all_reduce(np.array([n_local, n_local * loss_local], dtype=np.float64))
     n_global = int(total[0])
     if n_global == 0:
         return 0.0, 0.0, 0
-    return float(total[1] / n_global), n_local * grid.dp / n_global, n_global
+    return float(total[1] / n_global), n_local * grid.replicas / n_global, n_global
 
 
 def compute_grads(model: Module, grid: ProcessGrid, grad_sync: GradSync | None, ids_local: np.ndarray,
@@ -72,8 +74,8 @@ def compute_grads(model: Module, grid: ProcessGrid, grad_sync: GradSync | None, 
 
     Split from ``train_step`` so a caller can look at (check, export) the gradients before the update.
     """
-    if grad_sync is None and grid.dp > 1:
-        raise ValueError(f"dp = {grid.dp}: gradients must be averaged over the DP group by a GradSync")
+    if grad_sync is None and grid.replicas > 1:
+        raise ValueError(f"dp x cp = {grid.replicas}: gradients must be averaged over the DP group by a GradSync")
     if grad_sync is not None:  # (--overlap-param-gather: each layer waits for its all-gathers at its forward)
         grad_sync.start_step()
     model.zero_grad()

@@ -91,17 +91,17 @@ class DistributedOptimizer(ZeroCommunication):
                  loss_scaler: DynamicLossScaler | None = None, overlap_grad_reduce: bool = False,
                  overlap_param_gather: bool = False, held: tuple[np.ndarray, ...] = ()) -> None:
         self.optimizer, self.grid = optimizer, grid
-        self.dp_group, self.dp = grid.dp_group, grid.dp
+        self.dp_group, self.dp = grid.dp_group, grid.replicas  # DP x CP under context parallelism
         model = optimizer.module
         self.half = any(is_half(p.dtype) for _, p in model.named_parameters())
         if loss_scaler is not None and not self.half:
             raise ValueError("a loss scaler needs a 16-bit (float16) model")
         self.loss_scaler, self.skipped = loss_scaler, False  # skipped: the last step, for an overflow
-        self.grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes, pad_to=grid.dp,
+        self.grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes, pad_to=grid.replicas,
                                   overlap=overlap_grad_reduce, held=held)
         self.grad_sync.launch, self.grad_sync.finish = self._reduce_scatter, self._keep_owned
         self._reduced: dict[int, object] = {}  # bucket -> its posted reduce-scatter
-        self.overlap_param_gather = overlap_param_gather and grid.dp > 1
+        self.overlap_param_gather = overlap_param_gather and grid.replicas > 1
         self._gathering: list[tuple[int, object]] = []  # (bucket, posted all-gather) until finish_param_gather
         self._hooked: list = []  # the layers waiting for them at their forward (``params_wait``)
         self.buckets, self.buffers = self.grad_sync.buckets, self.grad_sync.buffers
