@@ -12,7 +12,8 @@
 # attentions over disjoint keys merge exactly — the online softmax, which is the SenseParrots article's parallel
 # softmax (lesson 06) again; why a contiguous cut of a causal sequence leaves the last rank most of the work and
 # how the zigzag layout balances it; what ring attention, an all-gather and Ulysses each send and hold; and last
-# a ring over the 4 ranks, equal to serial attention and its gradients.
+# a ring over the 4 ranks, equal to serial attention and its gradients, and a whole GPT on CP 2 × TP 2 equal to
+# the serial model.
 #
 # Sources: the SenseParrots article, eqs. (3) and (4) (the parallel softmax: a global max, a global sum of
 # exponentials); Liu, Zaharia and Abbeel 2023, "Ring Attention with Blockwise Transformers for Near-Infinite
@@ -31,17 +32,23 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from tpsim.arch import GPTConfig
 from tpsim.comm import ProcessGrid
 from tpsim.cp.blocks import block_forward, merge
 from tpsim.cp.choice import check_sizes
 from tpsim.cp.context import ContextParallel
 from tpsim.cp.layout import causal_pairs, positions
+from tpsim.compare import shard_differences
+from tpsim.config import RunConfig
 from tpsim.errors import ConfigError
 from tpsim.nn import attention_core_backward, attention_core_forward, gelu_forward, layernorm_forward
+from tpsim.nn.dropout import DropoutPlan
 from tpsim.phases import BACKWARD, FORWARD
 from tpsim.predict.cp_comm import cp_layer_bytes, cp_messages
 from tpsim.table import human_bytes
 from tpsim.teach.runtime import Lesson, table
+from tpsim.tp.random import ExactDropoutRNG
+from tpsim.train import GradSync, compute_grads
 
 lesson = Lesson("20", RANKS)
 grid = ProcessGrid(tp=1, cp=RANKS)  # one replica, its 4 ranks one CP group
@@ -315,6 +322,56 @@ for comm, layout in (("ring", "zigzag"), ("allgather", "zigzag"), ("ulysses", "z
         lesson.check(f"ring ({layout}): head_pairs per rank", str(work), cp_attn.head_pairs == pairs)
 
 # %% [markdown]
+# ## A whole GPT on CP 2 × TP 2
+#
+# The same attention inside a whole model: a GPT-2 of 2 layers (dropout 0.1, the exact RNG, so every mask is
+# drawn at the token's absolute position) on the 4 ranks as TP 2 × CP 2 (`RunConfig.of(..., tp=2, cp=2)`,
+# `build_model(tp_group, cp_group)`): each CP rank reads the tokens of its zigzag shard, its learned position
+# rows are those of its absolute positions, each TP rank holds half the heads, and the ring runs over the CP
+# group of each TP rank's heads. The loss is the mean over all the sequence's tokens (the normaliser summed over
+# DP × CP), and a weight gradient is a sum over the tokens, so it is all-reduced over DP × CP. Step 0's loss and
+# every gradient shard must be the serial model's, and each attention layer's traced forward sends on the CP
+# group the ring's (C − 1)·2kv at the TP rank's heads.
+
+# %%
+lesson.section("A whole GPT on CP 2 × TP 2")
+GPT_B, GPT_S, GPT_SEED = 4, 16, 20
+gpt = GPTConfig(vocab_size=19, n_positions=GPT_S, n_embd=16, n_layer=2, n_head=4, dropout=0.1)
+grid22 = ProcessGrid(tp=2, cp=2)
+run = RunConfig.of(gpt, tp=2, dp=grid22.dp, cp=2, cp_comm="ring", batch_size=GPT_B, seq_len=GPT_S, seed=GPT_SEED)
+model = run.build_model(grid22.tp_group, grid22.cp_group)
+ids = np.random.default_rng(GPT_SEED).integers(0, gpt.vocab, (GPT_B, GPT_S + 1))
+ids, labels = ids[:, :-1], ids[:, 1:]
+here = model.body().context.positions(GPT_S // 2)
+grid22.tracer.reset()
+loss, _ = compute_grads(model, grid22, GradSync(model, grid22.dp_group), ids[:, here], labels[:, here],
+                        plan=DropoutPlan(ExactDropoutRNG(GPT_SEED), 0, np.arange(GPT_B)))
+serial = run.serial_model()
+want_loss = serial.loss_and_grads(ids, labels, DropoutPlan(ExactDropoutRNG(GPT_SEED), 0))
+worst = shard_differences(model, dict(serial.named_grads()))
+lesson.say(f"{grid22.describe()}; tokens {here.tolist()}")
+lesson.expect("the loss of the whole batch, every rank, = the serial model's")
+lesson.close(f"|CP 2 × TP 2 loss − serial loss| (serial {want_loss:.6f})", loss, want_loss)
+lesson.expect("every gradient shard (embeddings, LayerNorms, attention, MLP) = its slice of the serial gradient")
+lesson.close(f"max over {len(worst)} gradients of |CP × TP − serial|", max(worst.values()), 0.0)
+sends = [e for e in grid22.tracer.events if e.group == "cp" and e.op == "send" and e.phase == FORWARD]
+per_layer = Counter(e.scope for e in sends)
+ring_fwd = cp_layer_bytes("ring", 2, b=GPT_B, s=GPT_S, heads=gpt.n_head // 2, kv_heads=gpt.n_head // 2,
+                          head_dim=gpt.n_embd // gpt.n_head, e=8)[FORWARD]
+lesson.expect(f"each of the {gpt.n_layer} attention layers' forward sends (C − 1)·2kv = {ring_fwd} bytes on the "
+              "CP group, at this TP rank's 2 heads")
+lesson.check("forward CP sends by layer (scope: bytes)",
+             ", ".join(f"{s}: {sum(e.wire_bytes for e in sends if e.scope == s)}" for s in sorted(per_layer)),
+             len(per_layer) == gpt.n_layer and all(sum(e.wire_bytes for e in sends if e.scope == s) == ring_fwd
+                                                    for s in per_layer))
+synced = [e for e in grid22.tracer.events if e.group == "dp" and e.op == "all_reduce"]
+lesson.expect("the gradients are all-reduced over DP × CP, here the 2 CP ranks of each TP rank (DP is 1)")
+lesson.check("the gradient all-reduces: calls, group size", f"{len(synced)} calls over "
+             f"{sorted({e.group_size for e in synced})} ranks, group {synced[0].group_ranks if synced else ()}",
+             bool(synced) and all(e.group_size == 2 for e in synced)
+             and set(synced[0].group_ranks) == set(grid22.cp_group.ranks))
+
+# %% [markdown]
 # ## What to take away
 #
 # * Every layer but attention works token by token: on a shard of the sequence it gives the serial rows, with
@@ -327,6 +384,8 @@ for comm, layout in (("ring", "zigzag"), ("allgather", "zigzag"), ("ulysses", "z
 # * Ring and all-gather send the same (C − 1)·2kv forward (the ring holds 2 blocks, the all-gather C); Ulysses
 #   sends (C − 1)/C·(2q + 2kv) each way and holds a shard's worth of K/V, but only while C divides the KV heads.
 # * A ring over 4 ranks equals serial attention and its gradients to 1e-12, and its messages are cp_messages'.
+# * A whole GPT on CP 2 × TP 2 (dropout, learned positions at the absolute places) equals the serial model's
+#   loss and gradients: only attention talks over the CP group, and the gradients sum over DP × CP.
 #
 # Exercise: `ex20_context_parallelism.py`: `tpsim lesson start 20` copies it into your work folder
 # (`tpsim-work/`), then `tpsim check 20`.

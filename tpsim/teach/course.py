@@ -46,7 +46,8 @@ COURSE: dict[str, Stop] = {
     "19": Stop(("11", "16", "18"), "a live step on the GPU clock = the planner's, part by part; exposed DP sync, "
                                    "when it hides; the bubble and a published run at real size", 4),
     "20": Stop(("06", "10", "11"), "per-token layers on a shard = serial; the merge = the parallel softmax; zigzag "
-                                   "balances causal work; ring, all-gather, Ulysses bytes; a live ring = serial", 3),
+                                   "balances causal work; ring, all-gather, Ulysses bytes; a live ring and a "
+                                   "CP × TP GPT = serial", 3),
 }
 
 # A one-week course: (day, lessons, what the day is about). Exercises are part of each day.
