@@ -167,11 +167,7 @@ class ProcessGrid:
     def table(self) -> str:
         if self.pp == 1:
             return format_grid(self.cube[0], self.hosts, self.cp)
-        text = format_cube(self.cube, self.hosts)
-        if self.cp == 1:
-            return text
-        return "\n".join([text, f"  with CP({self.cp}): rows are (dp, cp) pairs, the DP groups DP x CP"]
-                         + [f"  CP group {i}: ranks {g}" for i, g in enumerate(self.cp_groups)])
+        return format_cube(self.cube, self.hosts, self.cp)
 
 
 def gather_host_names(world: Group, name: str) -> list[str]:
@@ -218,22 +214,31 @@ def format_grid(layout: np.ndarray, hosts: list[str] | None = None, cp: int = 1)
     return "\n".join(lines + extra)
 
 
-def format_cube(cube: np.ndarray, hosts: list[str] | None = None) -> str:
+def format_cube(cube: np.ndarray, hosts: list[str] | None = None, cp: int = 1) -> str:
     """The TP × DP × PP grid as text: one rank map per pipeline stage, then every TP, DP, pipeline and embedding
-    group (pure formatting, no MPI); ``hosts`` as for ``format_grid``."""
+    group (pure formatting, no MPI); ``hosts`` as for ``format_grid``. ``cp``: rows are (dp, cp) pairs, the DP
+    groups DP × CP, and every CP group is listed."""
     pp, dp, tp = cube.shape
     width = max(4, len(str(cube.size - 1)) + 1)
     extra = host_lines(cube.reshape(-1, tp).tolist(), hosts) if hosts else []
-    lines = [f"Process grid: TP({tp}) x DP({dp}) x PP({pp}) = {cube.size} ranks "
-             f"(Megatron order: TP ranks consecutive, then DP, pipeline stages outermost: "
-             f"rank = pp_rank·{dp * tp} + dp_rank·{tp} + tp_rank)", ""]
+    if cp == 1:
+        sizes, order = f"TP({tp}) x DP({dp}) x PP({pp})", f"rank = pp_rank·{dp * tp} + dp_rank·{tp} + tp_rank"
+    else:
+        sizes = f"TP({tp}) x CP({cp}) x DP({dp // cp}) x PP({pp})"
+        order = f"rank = pp_rank·{dp * tp} + dp_rank·{cp * tp} + cp_rank·{tp} + tp_rank"
+    lines = [f"Process grid: {sizes} = {cube.size} ranks (Megatron order: TP ranks consecutive, then "
+             f"{'CP, then ' if cp > 1 else ''}DP, pipeline stages outermost: {order})", ""]
     for k in range(pp):
         lines.append(f"{'stage ' + str(k):>12}" + "".join(f"{'tp' + str(j):>{width}}" for j in range(tp))
                      + ("   host" if extra else ""))
-        lines += _rank_rows(cube[k], hosts, bool(extra), width)
+        lines += _rank_rows(cube[k], hosts, bool(extra), width, cp)
     lines.append("")
     lines += [f"  TP group {i}: ranks {g}" for i, g in enumerate(cube.reshape(-1, tp).tolist())]
-    lines += [f"  DP group {j}: ranks {g}" for j, g in enumerate(cube.transpose(0, 2, 1).reshape(-1, dp).tolist())]
+    if cp > 1:
+        four = cube.reshape(pp, dp // cp, cp, tp).transpose(0, 1, 3, 2).reshape(-1, cp)
+        lines += [f"  CP group {g}: ranks {list(map(int, ranks))}" for g, ranks in enumerate(four)]
+    what = "DP group" if cp == 1 else "DP x CP group"
+    lines += [f"  {what} {j}: ranks {g}" for j, g in enumerate(cube.transpose(0, 2, 1).reshape(-1, dp).tolist())]
     chains = cube.transpose(1, 2, 0).reshape(-1, pp).tolist()
     lines += [f"  PP group {c}: ranks {g} (stage order)" for c, g in enumerate(chains)]
     lines += [f"  embedding group {c}: ranks {[g[0], g[-1]]} (first and last stage)" for c, g in enumerate(chains)]

@@ -30,15 +30,20 @@ def cp_lines(grid, run) -> list[str]:
             f"rank ({held}); gradients averaged over DP x CP = {par.dp} x {par.cp}"]
 
 
+def _context(model):
+    """The model's ContextParallel (a whole model's body, or a pipeline chunk's), or None."""
+    return getattr(model.body() if hasattr(model, "body") else model, "context", None)
+
+
 def cp_positions(model, seq_len: int):
     """The positions this rank reads of every sequence (None without CP)."""
-    context = getattr(model.body(), "context", None)
+    context = _context(model)
     return None if context is None else context.positions(seq_len // context.size)
 
 
 def work_lines(grid, model, run) -> list[str]:
     """Attention work per CP rank, measured (gathered, untraced set-up talk) vs the layout's causal pairs."""
-    context = getattr(model.body(), "context", None)
+    context = _context(model)
     if context is None:
         return []
     with grid.tracer.paused():

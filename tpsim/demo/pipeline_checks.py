@@ -74,7 +74,8 @@ def activation_check(run: RunConfig, held: list[int]) -> tuple[bool, str]:
 def p2p_sent(grid, records: list[dict], step: int) -> int:
     """Bytes rank 0's pipeline (one DP replica, one TP rank) sent in ``step``, from the records."""
     chain = set(grid.pp_group.ranks)
-    return sum(r["bytes"] for r in records if r["op"] == "send" and r["rank"] in chain and r["step"] == step)
+    return sum(r["bytes"] for r in records
+               if r["op"] == "send" and r["group"] == "pp" and r["rank"] in chain and r["step"] == step)
 
 
 BUBBLE_TOLERANCE = 1e-9

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from tpsim.comm import ProcessGrid
 from tpsim.config import RunConfig
+from tpsim.demo.cp_check import cp_positions
 from tpsim.demo.dp_check import dp_check, tp_overlap_lines
 from tpsim.demo.export_check import check_export
 from tpsim.demo.gpt_tour import TOLERANCE, _number, check_against_serial, gather_and_write, header, task_of
@@ -79,7 +80,8 @@ def build(grid: ProcessGrid, run: RunConfig, tensors):
     broadcast_params(shard, grid)
     grad_sync = make_sync(shard, grid, run)
     schedule = build_schedule(run.pipeline.schedule, grid.pp, run.pipeline.microbatches, run.pipeline.vp)
-    s = run.schedule.seq_len // grid.tp if run.parallel.sp else run.schedule.seq_len
+    s = run.schedule.seq_len // grid.cp  # a CP rank's tokens
+    s = s // grid.tp if run.parallel.sp else s
     boundary = (run.micro_batch, s, run.model.hidden)
     executor = Executor(schedule, shard.chunks, grid.pp_group, boundary, run.precision.numpy,
                         costs=clock_costs(run, schedule, boundary, run.precision.numpy))
@@ -122,12 +124,12 @@ def train(grid, shard, grad_sync, executor, run: RunConfig, resume=None):
     scale = optimizer.loss_scale
     rng = make_dropout_rng(sch.dropout_rng, sch.seed, grid.tp_rank)
     clip, metrics, ok, guard, peak, virtual = run.optimizer.max_norm, [], True, demo_guard(run), 0, {}
-    steps = max(sch.steps, 1)
+    steps, mine = max(sch.steps, 1), cp_positions(shard.chunks[0], sch.seq_len)  # CP: the tokens read here
     for step in range(start, steps):
         tracer.step = step
         t0 = time.perf_counter()
         ids, labels, rows = stage_batch(grid, lambda: task.batch(sch.seed, step, sch.batch_size), sch.batch_size,
-                                        sch.seq_len)
+                                        sch.seq_len, mine)
         with guard.quiet():
             loss, tokens, result = pipeline_grads(shard, executor, grid, grad_sync, ids, labels, rows=rows, rng=rng,
                                                   step=step, loss_scale=scale)
@@ -198,7 +200,7 @@ def run(demo) -> int:
     run = demo.run
     resume = read_resume(run) if run.files.resume else None  # every rank, before any collective
     tensors = resume.params if resume else load_init(run.files.init_from, run.model) if run.files.init_from else None
-    grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp, pp=run.parallel.pp)
+    grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp, pp=run.parallel.pp, cp=run.parallel.cp)
     say(grid, *header(grid, run), *resume_lines(run, resume))
     shard, grad_sync, executor = build(grid, run, tensors)
     metrics, ok, optimizer, peak, result, virtual = train(grid, shard, grad_sync, executor, run, resume)

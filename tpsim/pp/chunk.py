@@ -32,6 +32,7 @@ import numpy as np
 from tpsim.models.gpt import _Wiring
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.module import Module, WeightGradients
+from tpsim.partition import Partition
 from tpsim.tp.sequence_parallel import sequence_partition
 
 
@@ -56,7 +57,23 @@ class ModelChunk(_Wiring):
             raise ValueError(f"virtual stage {stage} of {stages}: the embedding goes with stage 0, the head with the last")
         self.edge, self.blocks, self.head = edge, list(blocks), head
         self.region, self.group = region, group
+        self.context = None  # context parallelism: the CP attention of every layer here (tpsim.cp.context.attach)
         self._named = dict(named)  # full serial path -> module: what ``children`` lists
+
+    def boundary_plan(self, x: np.ndarray, plan: DropoutPlan) -> DropoutPlan:
+        """The dropout plan for a boundary activation ``x`` arriving from the previous stage: masks are keyed by
+        global position, so it names the positions ``x``'s rows hold — a CP rank's tokens (``context``), then
+        under SP this TP rank's part of them."""
+        sp = self.region is not None and self.region.splits_sequence
+        s = self.region.sequence_length(x.shape[1], self.group) if sp else x.shape[1]
+        if self.context is not None:
+            cp = self.context.size
+            plan = replace(plan, seq_partition=Partition(1, self.context.positions(s), s * cp))
+        if sp:
+            inner, outer = sequence_partition(s, self.group), plan.seq_partition
+            plan = replace(plan, seq_partition=inner if outer is None else
+                           replace(inner, index=outer.index[inner.index], full=outer.full))
+        return plan
 
     def children(self) -> dict[str, Module]:
         """The chunk's layers under their full serial paths (``transformer.h.3``), not its attribute names."""
@@ -70,9 +87,7 @@ class ModelChunk(_Wiring):
                 x, plan, c_embed = self.edge.embed(x, plan)
             else:
                 x, c_embed = x, None
-                if self.region is not None and self.region.splits_sequence:  # dropout masks by global position
-                    s = self.region.sequence_length(x.shape[1], self.group)
-                    plan = replace(plan, seq_partition=sequence_partition(s, self.group))
+                plan = self.boundary_plan(x, plan)
             caches = []
             for block in self.blocks:
                 x, c = self._timed(block, "forward", x, plan)
@@ -129,6 +144,21 @@ class PipelineShard(Module):
         super().__init__()
         self.config, self.chunks, self.stage_layers = config, list(chunks), tuple(stage_layers)
         self.shared_embedding = shared_embedding
+
+    def boundary_plan(self, x: np.ndarray, plan: DropoutPlan) -> DropoutPlan:
+        """The dropout plan for a boundary activation ``x`` arriving from the previous stage: masks are keyed by
+        global position, so it names the positions ``x``'s rows hold — a CP rank's tokens (``context``), then
+        under SP this TP rank's part of them."""
+        sp = self.region is not None and self.region.splits_sequence
+        s = self.region.sequence_length(x.shape[1], self.group) if sp else x.shape[1]
+        if self.context is not None:
+            cp = self.context.size
+            plan = replace(plan, seq_partition=Partition(1, self.context.positions(s), s * cp))
+        if sp:
+            inner, outer = sequence_partition(s, self.group), plan.seq_partition
+            plan = replace(plan, seq_partition=inner if outer is None else
+                           replace(inner, index=outer.index[inner.index], full=outer.full))
+        return plan
 
     def children(self) -> dict[str, Module]:
         out: dict[str, Module] = {}

@@ -75,8 +75,9 @@ def on_clock(clock: LiveClock, group: Group, name: str, *, patient: bool = False
 
 
 def _normalizer(grid: ProcessGrid, n_local: int, clock: LiveClock) -> int:
-    """N, the global batch's valid tokens: the last stage's Σ_j n_dj summed over DP."""
-    if grid.dp == 1:
+    """N, the global batch's valid tokens: the last stage's Σ_j n_dj summed over DP (× CP: each CP rank counts
+    its own tokens)."""
+    if grid.replicas == 1:
         return n_local
     with grid.tracer.region(scope=LOSS_SCOPE, phase=DP_SYNC), on_clock(clock, grid.dp_group, "loss normalizer"):
         return int(grid.dp_group.all_reduce(np.array([n_local], dtype=np.float64))[0])
@@ -87,7 +88,7 @@ def _global_loss(grid: ProcessGrid, weighted: float, n_global: int, clock: LiveC
     total = np.array([weighted, n_global], dtype=np.float64)
     tracer = grid.tracer
     with tracer.region(scope=LOSS_SCOPE, phase=DP_SYNC):
-        if grid.last_stage and grid.dp > 1:
+        if grid.last_stage and grid.replicas > 1:
             with on_clock(clock, grid.dp_group, "loss all-reduce"):
                 total[0] = grid.dp_group.all_reduce(total[:1])[0]
         if grid.pp > 1:  # the stages reach it as the drain frees them: wait by sleeping
@@ -128,7 +129,7 @@ def pipeline_grads(shard: PipelineShard, executor: Executor, grid: ProcessGrid, 
         ignore = shard.chunks[-1].loss.ignore_index
         counts = [int(np.count_nonzero(lab != ignore)) for lab in labels_mb]
         n_global = _normalizer(grid, sum(counts), clock)
-        seeds = [(grid.dp * n / n_global if n_global else 0.0) * loss_scale for n in counts]
+        seeds = [(grid.replicas * n / n_global if n_global else 0.0) * loss_scale for n in counts]
     if grad_sync is not None:  # (--overlap-param-gather: each layer waits for its all-gathers at its forward)
         grad_sync.start_step()
     shard.zero_grad()
@@ -152,9 +153,10 @@ def param_gathers(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: Liv
     not ZeRO-1, dp 1, or a clock that prices no collective). The clock prices every step as one that follows an
     optimizer step: with ``--overlap-param-gather`` they run on the comm stream from the step's start and gate
     the pieces of micro-batch 0's forward (``clock.gates``, ``tpsim.pipeline.overlap.forward_gates``)."""
-    if not clock.prices_collectives or grid.dp == 1 or grad_sync is None or grad_sync.zero_stage != 1:
+    if not clock.prices_collectives or grid.replicas == 1 or grad_sync is None or grad_sync.zero_stage != 1:
         return None
-    seconds = [clock.costs.collective("all_gather", "dp", grid.dp, wire_bytes("all_gather", n, grid.dp))
+    d = grid.replicas  # the DP group: DP x CP
+    seconds = [clock.costs.collective("all_gather", "dp", d, wire_bytes("all_gather", n, d))
                for n in grad_sync.gather_bytes()]
     if grad_sync.overlap_param_gather:
         stream = comm_stream(forward_order(len(seconds)), [0.0] * len(seconds), seconds, 0.0)
@@ -167,7 +169,7 @@ def dp_sync(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: LiveClock
     (``LiveClock.dp_sync``): each priced from its trace record on the DP link; with ``--overlap-grad-reduce``
     each ready at the end of the piece that finished its last gradient (the tied embedding's once its sum over
     the embedding group is done), run in issue order; without, one after another from the DP group's latest clock."""
-    if not clock.prices_collectives or grid.dp == 1:
+    if not clock.prices_collectives or grid.replicas == 1:
         grad_sync.sync()
         return
     with grid.tracer.paused():

@@ -60,14 +60,15 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
     first, last = stage == 0, stage == pp - 1  # virtual stage 0 is rank 0's chunk 0, the last the last rank's
     e = run.precision.numpy.itemsize
     acc = accum_itemsize(run.precision.numpy)
-    b, s, h = run.micro_batch, sch.seq_len, config.hidden
-    rows = _Rows(tp, dp, kv_replicas(config, tp), pp=pp)
+    b, s, h = run.micro_batch, sch.seq_len // par.cp, config.hidden  # s: a CP rank's tokens
+    rows = _Rows(tp, dp, kv_replicas(config, tp), pp=pp, cp=par.cp)
     if tp > 1 and (first or last):  # ids on the first stage, labels on the last (Megatron-LM's get_batch)
         rows.add("batch", DATA, "broadcast", "tp", (first + last) * run.local_batch * s * 8)  # pp 1: both, one call
-    per_micro = _Rows(tp, dp, kv_replicas(config, tp), pp=pp, repeat=m)
+    per_micro = _Rows(tp, dp, kv_replicas(config, tp), pp=pp, repeat=m, cp=par.cp)
+    dp = par.grad_replicas  # from here on the gradient group: DP x CP
     blocks = [f"{config.layer_names.block}.{i}" for layers in chunks for i in layers]
     model_rows(per_micro, config, tp, par.sp, blocks, b=b, s=s, e=e, acc=acc, first=first, last=last,
-               overlap=par.tp_comm_overlap)
+               overlap=par.tp_comm_overlap, cp_comm=par.cp_comm)
     boundary = b * (s // tp if par.sp else s) * h * e
     stages = pp * len(chunks)
     for c in range(len(chunks)):  # activations go down the pipeline, gradients up, at every chunk's boundaries
@@ -130,6 +131,6 @@ def p2p_bytes_formula(run) -> int:
     ``tpsim.predict.pipeline.p2p_bytes``, exact in integers)."""
     par, pipe = run.parallel, run.pipeline
     bytes_ = p2p_bytes(pipe.schedule, par.pp, pipe.microbatches, pipe.vp, micro_batch=run.micro_batch,
-                       seq_len=run.schedule.seq_len, hidden=run.model.hidden,
+                       seq_len=run.schedule.seq_len // par.cp, hidden=run.model.hidden,
                        bytes_per_element=run.precision.numpy.itemsize, tp=par.tp, sequence_parallel=par.sp)
     return int(round(bytes_))
