@@ -45,6 +45,9 @@ COURSE: dict[str, Stop] = {
     "18": Stop(("17",), "interleaving and ZB-H1 live = serial: bubble ÷ v, p2p bytes, activations; the B/W split, a third of the idle", 5),
     "19": Stop(("11", "16", "18"), "a live step on the GPU clock = the planner's, part by part; exposed DP sync, "
                                    "when it hides; the bubble and a published run at real size", 4),
+    "20": Stop(("06", "10", "11"), "per-token layers on a shard = serial; the merge = the parallel softmax; zigzag "
+                                   "balances causal work; ring, all-gather, Ulysses bytes; a live ring and a "
+                                   "CP × TP GPT = serial", 3),
 }
 
 # A one-week course: (day, lessons, what the day is about). Exercises are part of each day.
@@ -53,8 +56,8 @@ WEEK: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("Tuesday", ("04", "05", "06"), "a parallel transformer block and its loss"),
     ("Wednesday", ("07", "08", "09"), "dropout and clipping, data × tensor parallelism, the InsightFace way"),
     ("Thursday", ("10", "11", "12", "13"), "sequence parallelism, reading a trace, today's transformer, inference"),
-    ("Friday", ("14", "15", "16", "17", "18", "19"),
-     "ZeRO-1, 16-bit training, planning a real run, pipelines, their bubble, where the time goes"),
+    ("Friday", ("14", "15", "16", "17", "18", "19", "20"),
+     "ZeRO-1, 16-bit training, planning a real run, pipelines, their bubble, where the time goes, long sequences"),
 )
 
 

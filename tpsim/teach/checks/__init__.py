@@ -15,6 +15,8 @@
                     then those predictions against a live interleaved pipeline
     lesson_19       the exposed seconds of an overlapped DP sync's bucket schedule, and the Playbook's inequality
                     read bucket by bucket
+    lesson_20       context parallelism: the online-softmax merge, the zigzag layout's chunks, the ring's forward
+                    bytes, then those answers against a live ring (``lesson_20_live``, loaded only then: MPI)
 
 Rules about communication (how many collectives, of which kind, how many bytes) are checked from the tracer,
 because the right numbers computed with the wrong collectives miss the point; values are compared first, so
@@ -22,7 +24,7 @@ a wrong value is diagnosed by its symptom before a rule is quoted.
 """
 
 from tpsim.teach.checks import (backward, lesson_12, lesson_13, lesson_14, lesson_15, lesson_16,  # noqa: F401
-                                 lesson_17, lesson_18, lesson_19, lessons_01_05, lessons_06_11, planning)
+                                 lesson_17, lesson_18, lesson_19, lesson_20, lessons_01_05, lessons_06_11, planning)
 from tpsim.teach.checks.registry import CHECKS, exercise  # noqa: F401
 
 __all__ = ["CHECKS", "exercise"]
