@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from tpsim.nn import LayerNorm, check_module_grads
+from tpsim.nn.layernorm import layernorm_backward, layernorm_forward
 
 TOL = 1e-7
 
@@ -49,3 +50,19 @@ def test_layernorm_params_and_shape_check():
     assert ln.eps == 1e-6
     with pytest.raises(ValueError, match="17"):
         ln.forward(np.zeros((3, 16)))
+
+
+def test_layernorm_of_a_strided_input_equals_that_of_its_copy():
+    """A column-sliced input (``x[:, idx]``: a CP rank's positions) is not C-contiguous; forward and backward
+    must not depend on the layout (the row blocks write into C-ordered buffers)."""
+    rng = np.random.default_rng(4)
+    x, dy = rng.standard_normal((3, 16, 8)), rng.standard_normal((3, 5, 8))
+    idx = np.array([0, 1, 2, 13, 15])
+    strided = x[:, idx]  # fancy indexing on axis 1: not C-contiguous
+    assert not strided.flags["C_CONTIGUOUS"]
+    w, b = rng.standard_normal(8), rng.standard_normal(8)
+    y, cache = layernorm_forward(strided, w, b)
+    y_ref, cache_ref = layernorm_forward(np.ascontiguousarray(strided), w, b)
+    np.testing.assert_array_equal(y, y_ref)
+    np.testing.assert_array_equal(layernorm_backward(np.asfortranarray(dy), cache)[0],
+                                  layernorm_backward(dy, cache_ref)[0])

@@ -51,13 +51,13 @@ def test_variants_do_not_matter_at_cp_1():
 
 @pytest.mark.parametrize("comm", ["ring", "allgather", "ulysses"])
 def test_gpt_layer_activations_by_hand(comm):
-    """Korthikanti's TP line s'bh(10 + 24/t) at s' = s/cp, and the attention term the variant keeps: the ring
-    the lse (4·a·s'·b/t bytes), allgather and ulysses the scores of s' queries × s keys (5·a·s'·s·b/t) —
-    allgather also the other ranks' K and V (2·b·(s − s')·(a/t)·d elements, 2 bytes each)."""
+    """Korthikanti's TP line s'bh(10 + 24/t) at s' = s/cp, and the attention term: every variant runs
+    flash-style (tpsim.cp recomputes the scores in the backward), so it keeps the lse (4·a·s'·b/t bytes) and no
+    scores — allgather also the other ranks' K and V (2·b·(s − s')·(a/t)·d elements, 2 bytes each)."""
     b, s, t, cp, h, a, d = 2, 1024, 2, 2, GPT2.hidden, GPT2.heads, GPT2.head_dim  # ulysses: 6 heads a TP rank
     mine = s // cp
     want = mine * b * h * (10 + 24 / t)
-    want += 4 * a * mine * b / t if comm == "ring" else 5 * a * mine * s * b / t
+    want += 4 * a * mine * b / t
     if comm == "allgather":
         want += 2 * 2 * b * (s - mine) * (a // t) * d
     got = activation_bytes_per_layer(GPT2, gpt2_layout(cp=cp, cp_comm=comm))["paper"]
@@ -65,15 +65,15 @@ def test_gpt_layer_activations_by_hand(comm):
 
 
 def test_fused_and_selective_drop_the_scores_of_every_variant():
-    """Fused attention keeps each row's lse and no scores; selective recompute drops the scores (the ring,
-    flash-style whatever --attention says, keeps its lse as a fused kernel does under selective)."""
+    """Fused attention keeps each row's lse and no scores; so does selective recompute under CP (every variant
+    flash-style whatever --attention says)."""
     b, s, t, cp, h, a = 2, 1024, 2, 2, GPT2.hidden, GPT2.heads
     mine = s // cp
     for comm in ("ring", "ulysses"):
         fused = activation_bytes_per_layer(GPT2, gpt2_layout(cp=cp, cp_comm=comm, attention="fused"))["paper"]
         assert fused == pytest.approx(mine * b * h * (10 + 24 / t) + 4 * a * mine * b / t, rel=1e-12)
         selective = activation_bytes_per_layer(GPT2, gpt2_layout(cp=cp, cp_comm=comm, recompute="selective"))
-        lse = 4 * a * mine * b / t if comm == "ring" else 0  # the ring's blocks are flash-style: lse kept, as fused
+        lse = 4 * a * mine * b / t  # flash-style blocks: the lse kept, as a fused kernel's
         assert selective["paper"] == pytest.approx(mine * b * h * (10 + 24 / t) + lse, rel=1e-12)
 
 

@@ -41,6 +41,8 @@ def row_views(*arrays: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
 
     The arrays share their leading shape (their last dims may differ: LayerNorm's ``rstd`` has one column), so
     row ``i`` of each is the same position; a block holds as many rows as fit the widest array's ``CHUNK_BYTES``.
+    An array written through the views must be C-contiguous (else its reshape is a copy and the writes are lost);
+    one only read may be any layout.
     """
     flat = [a.reshape(-1, a.shape[-1]) for a in arrays]
     widest = max(f.shape[1] * f.itemsize for f in flat)

@@ -44,7 +44,7 @@ def layernorm_forward(
 ) -> tuple[np.ndarray, LayerNormCache]:
     """``x: [..., C]``, ``w, b: [C]`` -> ``(y: [..., C], LayerNormCache(xhat [..., C], rstd [..., 1], w))``."""
     x = np.asarray(x)
-    xhat = np.empty_like(x, dtype=np.result_type(x, 1.0))
+    xhat = np.empty(x.shape, dtype=np.result_type(x, 1.0))  # C order whatever x's: row_views writes into views
     rstd = np.empty(x.shape[:-1] + (1,), dtype=xhat.dtype)
     y = np.empty_like(xhat, dtype=np.result_type(xhat, w))
     for xs, xh, rs, ys in row_views(x, xhat, rstd, y):  # block by block of rows: in cache (tpsim.nn.chunked)

@@ -1,12 +1,14 @@
 """The live side of ``tpsim plan --validate``: one rank of a small real run (run under ``mpiexec``).
 
-    mpiexec -n N python -m tpsim.plan.live --tp T --dp D [--sp] [--arch gpt2|llama] [--zero] [--dtype D] --json PATH
+    mpiexec -n N python -m tpsim.plan.live --tp T --dp D [--sp] [--arch gpt2|llama] [--zero] [--dtype D]
+                                           [--cp C --cp-comm ring|allgather|ulysses] --json PATH
 
 Builds the toy GPT (float64, dropout 0.1 so the paper's masks exist) or the toy Llama (GQA, 2 KV heads), runs
 one traced training step of a global batch split over the DP replicas (DDP, or ZeRO-1 with ``--zero``), and
 measures on every rank: the bytes the first layer caches (``transformer.h.0`` / ``model.layers.0``), the
 parameters, gradients and optimizer state held, and the wire bytes of the step's collectives — the first
-layer's TP collectives and the DP gradient sync. Rank 0 writes every rank's numbers to PATH.
+layer's TP collectives (and, with ``--cp``, its CP messages: each CP rank reads its zigzag tokens of every
+sequence) and the DP gradient sync. Rank 0 writes every rank's numbers to PATH.
 """
 
 from __future__ import annotations
@@ -29,14 +31,16 @@ def toy_config(arch: str):
     return TOYS[architecture(arch).name]
 
 
-def build(arch: str, grid, sp: bool, dtype=None):
+def build(arch: str, grid, sp: bool, dtype=None, cp_comm: str = "ring"):
     """``(model, sequence length, dropout plan)``: the toy GPT (dropout 0.1) or the toy Llama (no dropout), in
-    ``dtype`` (float64 when None)."""
+    ``dtype`` (float64 when None); attention across ``grid.cp_group`` by ``cp_comm`` when cp > 1."""
+    from tpsim.cp.context import ContextParallel, attach
     from tpsim.nn.dropout import DropoutPlan
     from tpsim.tp.random import ExactDropoutRNG
 
     cfg = toy_config(arch)
     model = architecture(arch).build(cfg, grid.tp_group, seed=SEED, dtype=dtype, sequence_parallel=sp)
+    attach(model, ContextParallel(grid.cp_group, cp_comm) if grid.cp > 1 else None)
     return model, cfg.max_positions, DropoutPlan(ExactDropoutRNG(SEED), 0) if cfg.dropout else DropoutPlan()
 
 
@@ -51,11 +55,11 @@ def optimizer_and_sync(model, grid, zero: bool, mixed: bool = False):
         opt = DistributedOptimizer(AdamW(model), grid)
         return opt, opt
     opt = mixed_precision(model, AdamW, grid.world) if mixed else AdamW(model)
-    return opt, GradSync(model, grid.dp_group) if grid.dp > 1 else None
+    return opt, GradSync(model, grid.dp_group) if grid.replicas > 1 else None
 
 
 def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt2", zero: bool = False,
-           dtype: str = "float64") -> int:
+           dtype: str = "float64", cp: int = 1, cp_comm: str = "ring") -> int:
     import numpy as np
 
     from tpsim.nn.precision import dtype_of
@@ -64,12 +68,15 @@ def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt2", zero: bool
     from tpsim.trace.measure import measure_activations, measure_memory
     from tpsim.train import compute_grads
 
-    grid = ProcessGrid(tp=tp, dp=dp)
-    model, seq, plan = build(arch, grid, sp, dtype_of(dtype))
+    grid = ProcessGrid(tp=tp, dp=dp, cp=cp)
+    model, seq, plan = build(arch, grid, sp, dtype_of(dtype), cp_comm)
     optimizer, sync = optimizer_and_sync(model, grid, zero, mixed=dtype in ("bfloat16", "float16"))
     rows = slice(grid.dp_rank * ROWS_PER_REPLICA, (grid.dp_rank + 1) * ROWS_PER_REPLICA)
     ids = np.random.default_rng(SEED).integers(0, model.config.vocab, (ROWS_PER_REPLICA * dp, seq))[rows]
     labels = np.roll(ids, -1, axis=1)
+    if cp > 1:  # this CP rank's tokens of every sequence
+        held = model.body().context.positions(seq // cp)
+        ids, labels = np.ascontiguousarray(ids[:, held]), np.ascontiguousarray(labels[:, held])
     with grid.tracer.paused():
         _, cache = model.forward(ids, labels, plan)
     mine = measure_memory(model, optimizer, cache, exclude=(ids, labels)).as_dict()
@@ -80,6 +87,8 @@ def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt2", zero: bool
         optimizer.step()  # ZeRO-1's all-gather of the updated slices belongs to the step
     events = list(grid.tracer.events)
     mine["tp_layer_wire"] = sum(e.wire_bytes for e in events if e.group in ("tp", "kv")
+                                and e.scope.startswith(f"{model.config.layer_names.block}.0."))
+    mine["cp_layer_wire"] = sum(e.wire_bytes for e in events if e.group == "cp"
                                 and e.scope.startswith(f"{model.config.layer_names.block}.0."))
     mine["dp_grad_wire"] = sum(e.wire_bytes for e in events if e.group == "dp" and e.scope.startswith(("ddp", "zero")))
     everyone = grid.world.gather_objects(mine)
@@ -96,8 +105,11 @@ if __name__ == "__main__":
     parser.add_argument("--arch", default="gpt2", choices=ARCH_SPELLINGS)
     parser.add_argument("--zero", action="store_true", help="ZeRO-1 (tpsim.train.zero) instead of DDP")
     parser.add_argument("--dtype", default="float64", choices=("float64", "float32", "bfloat16", "float16"))
+    parser.add_argument("--cp", type=int, default=1)
+    parser.add_argument("--cp-comm", default="ring", choices=("ring", "allgather", "ulysses"))
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
     from tpsim.comm.launch import run_main
 
-    run_main(lambda: worker(args.tp, args.dp, args.sp, args.json, args.arch, args.zero, args.dtype), prog="tpsim.plan.live")
+    run_main(lambda: worker(args.tp, args.dp, args.sp, args.json, args.arch, args.zero, args.dtype, args.cp,
+                            args.cp_comm), prog="tpsim.plan.live")

@@ -41,19 +41,23 @@ arithmetic for every architecture, from the entry's config class (``positions``,
 of s/C tokens (s → s/C in Korthikanti's formulas and the derivation for Llama; the logits b·(s/C)·V/t·4) but
 attention's, whose queries are the rank's and whose keys are the whole sequence's (``tpsim.plan.cp_shape``):
 
-- ring: block by block, one [s/C, s/C] block of scores live at a time and none kept — the blocks merge by
-  log-sum-exp and the backward recomputes each block's scores from the output and the lse
-  (``tpsim.cp.blocks``), as a flash kernel does — so the score term (GPT's 5·a·s²·b/t bytes, Llama's
-  a·s²·b/t elements) is the lse's 2·a·(s/C)·b/t 16-bit elements whatever ``--attention`` says; and the two K/V
-  receive buffers (the block attended to, the next arriving), 2 × 2·b·g_t·(s/C)·d·e bytes, live during one
-  layer's attention: once a GPU (``ring_buffer_bytes``), not per layer.
-- allgather: the whole K and V are gathered and kept for the backward (it reduce-scatters their gradients and
+Every variant runs flash-style, as the live ``tpsim.cp`` does (each block's partial attention and log-sum-exp,
+the backward recomputing the scores from the output and the lse, ``tpsim.cp.blocks``; TransformerEngine's CP
+needs a flash kernel too), whatever ``--attention`` says: the score term (GPT's 5·a·s²·b/t bytes, Llama's
+a·s²·b/t elements) is the lse's a·(s/C)·b/t float32 rows (two 16-bit elements each; a float64 run keeps them in
+float64), and
+
+- ring: the two K/V receive buffers (the block attended to, the next arriving), 2 × 2·b·g_t·(s/C)·d·e bytes,
+  live during one layer's attention: once a GPU (``ring_buffer_bytes``), not per layer;
+- allgather: the whole K and V gathered and kept for the backward (it reduce-scatters their gradients and
   gathers nothing again): beyond the rank's own, already in the paper's count, 2·b·(s − s/C)·g_t·d elements a
-  layer. Unfused scores of s/C queries against s keys: 5·a·(s/C)·s·b/t bytes (GPT), C times the [s/C, s/C]
-  count; fused: the lse of the s/C rows.
-- ulysses: after the all-to-all a rank holds whole sequences for a/(t·C) heads, so q, k, v and the context are
-  the paper's s/C-token counts again; scores [s, s] for a/(t·C) heads, 5·(a/(tC))·s²·b = 5·a·(s/C)·s·b/t bytes —
-  allgather's; fused, the lse of a/(tC) heads × s rows = a·(s/C)·b/t.
+  layer;
+- ulysses: after the all-to-all a rank holds a/(t·C) heads of whole sequences, as many elements as its s/C
+  tokens of every head: the paper's s/C-token counts, nothing more.
+
+tpsim's own terms (apart from the paper's, in "total"): its CP core keeps O [b, a/t, s/C, d] beside the output
+projection's input (the same numbers, another layout), and K, V only for the KV heads (the serial Llama keeps
+them repeated to every query head).
 
 Full recompute keeps b·(s/C)·h (÷ t under SP). CP does not shard the weights: parameters, gradients and Adam's
 state per parameter are as above, but ZeRO-1 shards the optimizer over the dp·C ranks that average the
@@ -139,16 +143,16 @@ def layer_activation_elements(model: ModelSpec, b: int, s: int, t: int, sp: bool
     parallelism")."""
     if recompute == "full":  # the layer's input only: under SP its sequence shard (Megatron keeps [s/t, b, h])
         return float(s // cp * b * model.hidden / (t if sp else 1)), 0.0, 0.0
-    fused, mine = attention == "fused" or cp > 1 and cp_comm == "ring", s // cp  # the ring: flash-style blocks
+    fused, mine = attention == "fused" or cp > 1, s // cp  # CP: every variant flash-style (tpsim.cp)
     no_scores = recompute == "selective" or fused
     floats, masks, own = model.architecture.memory.paper_layer_elements(model, b, mine, t, sp, no_scores)
-    if cp > 1 and not no_scores:  # allgather, ulysses: s/cp × s scores, cp times the [s/cp, s/cp] count
-        bare, bare_masks, _ = model.architecture.memory.paper_layer_elements(model, b, mine, t, sp, True)
-        floats, masks = bare + cp * (floats - bare), bare_masks + cp * (masks - bare_masks)
     if fused:  # no scores kept; the kernel (the ring's merge) saves each row's float32 log-sum-exp
         floats += 2 * model.heads * mine * b / t  # a·s·b/t of them (a·(s/cp)·b/t a CP rank), two 16-bit each
-    if cp > 1 and cp_comm == "allgather":  # the other ranks' K and V, gathered and kept for the backward
-        floats += 2 * b * (s - mine) * kv_heads_per_rank(model, t) * model.head_dim
+    if cp > 1:
+        kv = 2 * b * mine * kv_heads_per_rank(model, t) * model.head_dim  # this rank's K and V, KV heads only
+        own += mine * b * model.hidden / t - (2 * mine * b * model.hidden / t - kv)  # O twice; K, V not repeated
+        if cp_comm == "allgather":  # the other ranks' K and V, gathered and kept for the backward
+            floats += 2 * b * (s - mine) * kv_heads_per_rank(model, t) * model.head_dim
     return floats, masks, 2 * b * mine / (t if sp else 1) + own
 
 
@@ -159,6 +163,9 @@ def activation_bytes_per_layer(model: ModelSpec, lay: Layout, dtype: str | None 
     floats, masks, extra = layer_activation_elements(model, lay.micro_batch, lay.seq_len, lay.tp, lay.sp,
                                                      lay.recompute, lay.attention, lay.cp, lay.cp_comm)
     paper = e * floats + masks
+    if lay.attention == "fused" or lay.cp > 1:  # the lse counted as two 16-bit elements: float32, or wider
+        rows = model.heads * lay.local_seq * lay.micro_batch / lay.tp
+        extra += rows * (max(4, e) - 2 * e) / e  # a float64 run keeps it in float64, one element a row
     return {"paper": paper, "tpsim_extra": e * extra, "total": paper + e * extra}
 
 

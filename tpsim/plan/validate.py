@@ -7,6 +7,7 @@ planner's own functions give for the same model and layout at float64:
 
     activation bytes per layer    measure_activations(transformer.h.0's cache)  vs  Korthikanti Table 2 + rstd
     TP wire bytes per layer       the trace's transformer.h.0.* records          vs  tp_wire_bytes_per_layer
+    CP wire bytes per layer       its CP messages (cp > 1: ring, allgather, ulysses) vs  tpsim.plan.cp_terms
     params, grads, optimizer      the live arrays (tpsim.predict.memory)           vs  params × bytes per parameter
     DP wire bytes per step        the trace's ddp records                        vs  dp_wire_bytes
 
@@ -33,6 +34,7 @@ from pathlib import Path
 from tpsim.config import Parallelism, arch_name, dtype_name
 from tpsim.launcher import launch
 from tpsim.plan.comm import dp_wire_bytes, tp_wire_bytes_per_layer
+from tpsim.plan.cp_terms import layer_bytes as cp_layer_bytes
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import activation_bytes_per_layer, stage_param_elements, state_bytes_per_param
 from tpsim.plan.of_run import model_spec
@@ -62,8 +64,10 @@ class Case:
         return self.parallel.world
 
 
-def _case(name: str, tp: int, dp: int = 1, sp: bool = False, zero: int = 0, **rest) -> Case:
-    return Case(name, Parallelism(tp=tp, dp=dp, sp=sp, zero=zero).check(), **rest)
+def _case(name: str, tp: int, dp: int = 1, sp: bool = False, zero: int = 0, cp: int = 1, cp_comm: str = "ring",
+          **rest) -> Case:
+    par = Parallelism(tp=tp, dp=dp, sp=sp, zero=zero, cp=cp, cp_comm=cp_comm).check()
+    return Case(name, par, **rest)
 
 
 CASES = [_case("TP 2", 2), _case("TP 2 + SP", 2, sp=True), _case("DP 2", 1, dp=2),
@@ -73,6 +77,10 @@ BF16_CACHES = ("tpsim's 16-bit layers keep LayerNorm's x-hat, the GeLU input and
                "float32 (the fused-kernel inputs), where Korthikanti et al. count 2 bytes")
 CASES += [_case("bfloat16 TP 2 x DP 2", 2, 2, dtype="bfloat16",  # 16-bit mixed precision (tpsim.train.mixed_precision)
                 not_compared=(("activation bytes per layer", BF16_CACHES),))]
+# context parallelism (tpsim.cp): each CP rank's s/cp tokens, the CP messages of a layer, gradients over DP x CP
+CASES += [_case("CP 2 ring x TP 2", 2, cp=2), _case("Llama CP 2 allgather x DP 2", 1, 2, cp=2, cp_comm="allgather",
+                                                     arch="llama"),
+          _case("CP 2 ulysses x TP 2 + SP, ZeRO-1", 2, zero=1, sp=True, cp=2, cp_comm="ulysses")]
 # ZeRO-1 in 16 bits: float32 gradients reduce-scattered, bfloat16 parameters all-gathered
 CASES += [_case("ZeRO-1 bfloat16 TP 2 x DP 2", 2, 2, zero=1, dtype="bfloat16",
                 not_compared=(("activation bytes per layer", BF16_CACHES),))]
@@ -93,12 +101,14 @@ def predicted_terms(case: Case) -> dict[str, int]:
     lay = Layout(**asdict(par), seq_len=model.positions, micro_batch=rows, global_batch=rows * par.dp,
                  dtype=case.dtype)
     n = stage_param_elements(model, par.tp, 1, 0)
-    per = state_bytes_per_param(case.dtype, par.zero, par.dp)  # ZeRO-1: the optimizer ÷ dp
+    per = state_bytes_per_param(case.dtype, par.zero, par.grad_replicas)  # ZeRO-1: the optimizer ÷ dp·cp
     terms = {"activation bytes per layer": activation_bytes_per_layer(model, lay)["total"],
              "TP wire bytes per layer": tp_wire_bytes_per_layer(model, lay),
              "params bytes": n * per["params"], "grads bytes": n * per["grads"],
              "optimizer bytes": round(n * per["optimizer"])}
-    if par.dp > 1:
+    if par.cp > 1:
+        terms["CP wire bytes per layer"] = sum(cp_layer_bytes(model, lay).values())
+    if par.grad_replicas > 1:
         terms["DP wire bytes per step"] = dp_wire_bytes(lay, n)
     return terms
 
@@ -107,7 +117,7 @@ def measured_terms(rank: dict) -> dict[str, int]:
     return {"activation bytes per layer": rank["layer"]["activations"] + rank["layer"]["masks"],
             "TP wire bytes per layer": rank["tp_layer_wire"], "params bytes": rank["params"],
             "grads bytes": rank["grads"], "optimizer bytes": rank["optimizer"],
-            "DP wire bytes per step": rank["dp_grad_wire"]}
+            "CP wire bytes per layer": rank.get("cp_layer_wire"), "DP wire bytes per step": rank["dp_grad_wire"]}
 
 
 def run_case(case: Case, folder: Path, timeout: float = 120) -> list[dict]:
@@ -115,7 +125,7 @@ def run_case(case: Case, folder: Path, timeout: float = 120) -> list[dict]:
     par = case.parallel
     args = ["-m", "tpsim.plan.live", "--tp", str(par.tp), "--dp", str(par.dp), "--json", str(path),
             "--arch", case.arch, *(["--sp"] if par.sp else []), *(["--zero"] if par.zero else []),
-            "--dtype", case.dtype, *case.live_args]
+            "--dtype", case.dtype, "--cp", str(par.cp), "--cp-comm", par.cp_comm, *case.live_args]
     run = launch(case.ranks, args, timeout=timeout)
     if run.returncode:
         raise RuntimeError(f"{case.name}: mpiexec exited with {run.returncode}\n"
