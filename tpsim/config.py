@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tpsim.arch import ARCH_NAMES, architecture, architecture_of
-from tpsim.errors import ConfigError
+from tpsim.errors import ConfigError, at_least
 from tpsim.nn.precision import DTYPE_NAMES, dtype_of  # DTYPE_NAMES: what --dtype accepts and prints
 from tpsim.cp import choice as cp_choice  # pure: --cp, --cp-comm, --cp-layout
 from tpsim.pipeline_settings import Pipeline  # how pp > 1 runs (re-exported: tpsim.config.Pipeline)
@@ -59,12 +59,6 @@ def dtype_name(name) -> str:
 def arch_name(name: str) -> str:
     """The one spelling of an architecture name: ``gpt`` → ``gpt2`` (``tpsim.arch``)."""
     return architecture(name).name
-
-
-def _at_least(minimum: float, **values) -> None:
-    for name, value in values.items():
-        if not value >= minimum:  # also catches nan
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= {minimum:g}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -121,7 +115,7 @@ class Precision:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
-        _at_least(1, loss_scale_interval=self.loss_scale_interval)
+        at_least(1, loss_scale_interval=self.loss_scale_interval)
 
     @property
     def numpy(self):
@@ -153,7 +147,7 @@ class OptimizerSettings:
     overlap_param_gather: bool = False
 
     def __post_init__(self) -> None:
-        _at_least(0, lr=self.lr, clip=self.clip, bucket_mb=self.bucket_mb, max_skipped_steps=self.max_skipped_steps)
+        at_least(0, lr=self.lr, clip=self.clip, bucket_mb=self.bucket_mb, max_skipped_steps=self.max_skipped_steps)
 
     @property
     def bucket_cap_bytes(self) -> int:
@@ -178,8 +172,8 @@ class Schedule:
     dropout_rng: str = "exact"
 
     def __post_init__(self) -> None:
-        _at_least(1, batch_size=self.batch_size, seq_len=self.seq_len)
-        _at_least(0, steps=self.steps)
+        at_least(1, batch_size=self.batch_size, seq_len=self.seq_len)
+        at_least(0, steps=self.steps)
         if self.dropout_rng not in DROPOUT_RNGS:
             raise ConfigError(f"--dropout-rng {self.dropout_rng!r}: one of {', '.join(DROPOUT_RNGS)}")
 
@@ -199,7 +193,7 @@ class Files:
     resume: str | None = None
 
     def __post_init__(self) -> None:
-        _at_least(0, timeline_steps=self.timeline_steps)
+        at_least(0, timeline_steps=self.timeline_steps)
 
 
 @dataclass(frozen=True)

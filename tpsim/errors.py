@@ -15,6 +15,13 @@ class ConfigError(ValueError):
     """A configuration that cannot work (sizes that do not divide, ...). Raised identically on every rank."""
 
 
+def at_least(minimum: float, **values) -> None:
+    """``ConfigError`` naming the first flag below ``minimum`` (``--batch-size must be >= 1, got 0``); nan fails."""
+    for name, value in values.items():
+        if not value >= minimum:  # also catches nan
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= {minimum:g}, got {value}")
+
+
 class TrainingStopped(RuntimeError):
     """A run that cannot go on (e.g. too many non-finite steps in a row), decided identically on every rank:
     entry points print one line on rank 0 and exit with status 1 on every rank (``run_main``), no traceback."""

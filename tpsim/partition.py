@@ -18,7 +18,7 @@ padding changes the shapes, never the math.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -40,6 +40,14 @@ class Partition:
     index: np.ndarray
     full: int
     replica: int = 0
+
+
+def within(inner: Partition, outer: Partition | None) -> Partition:
+    """``inner``'s positions read through ``outer``'s: a shard of a shard (SP's part of a CP rank's tokens) as
+    positions of the whole tensor; ``inner`` itself when ``outer`` is None."""
+    if outer is None:
+        return inner
+    return replace(inner, index=outer.index[inner.index], full=outer.full)
 
 
 def divide(n: int, p: int, what: str = "dimension") -> int:

@@ -7,14 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpsim.errors import ConfigError
+from tpsim.errors import ConfigError, at_least
 from tpsim.plan import clock_choice  # pure: --clock and --mfu
-
-
-def _at_least(minimum: float, **values) -> None:
-    for name, value in values.items():
-        if not value >= minimum:  # also catches nan
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= {minimum:g}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -32,7 +26,7 @@ class Pipeline:
     mfu: float | None = None
 
     def __post_init__(self) -> None:
-        _at_least(1, microbatches=self.microbatches, vp=self.vp)
+        at_least(1, microbatches=self.microbatches, vp=self.vp)
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", tuple(int(n) for n in self.stage_layers))
         for name, value in zip(("clock", "mfu"), clock_choice.clock_setting(self.clock, self.mfu)):

@@ -32,7 +32,7 @@ import numpy as np
 from tpsim.models.gpt import _Wiring
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.module import Module, WeightGradients
-from tpsim.partition import Partition
+from tpsim.partition import Partition, within
 from tpsim.tp.sequence_parallel import sequence_partition
 
 
@@ -70,9 +70,7 @@ class ModelChunk(_Wiring):
             cp = self.context.size
             plan = replace(plan, seq_partition=Partition(1, self.context.positions(s), s * cp))
         if sp:
-            inner, outer = sequence_partition(s, self.group), plan.seq_partition
-            plan = replace(plan, seq_partition=inner if outer is None else
-                           replace(inner, index=outer.index[inner.index], full=outer.full))
+            plan = replace(plan, seq_partition=within(sequence_partition(s, self.group), plan.seq_partition))
         return plan
 
     def children(self) -> dict[str, Module]:
@@ -144,21 +142,6 @@ class PipelineShard(Module):
         super().__init__()
         self.config, self.chunks, self.stage_layers = config, list(chunks), tuple(stage_layers)
         self.shared_embedding = shared_embedding
-
-    def boundary_plan(self, x: np.ndarray, plan: DropoutPlan) -> DropoutPlan:
-        """The dropout plan for a boundary activation ``x`` arriving from the previous stage: masks are keyed by
-        global position, so it names the positions ``x``'s rows hold — a CP rank's tokens (``context``), then
-        under SP this TP rank's part of them."""
-        sp = self.region is not None and self.region.splits_sequence
-        s = self.region.sequence_length(x.shape[1], self.group) if sp else x.shape[1]
-        if self.context is not None:
-            cp = self.context.size
-            plan = replace(plan, seq_partition=Partition(1, self.context.positions(s), s * cp))
-        if sp:
-            inner, outer = sequence_partition(s, self.group), plan.seq_partition
-            plan = replace(plan, seq_partition=inner if outer is None else
-                           replace(inner, index=outer.index[inner.index], full=outer.full))
-        return plan
 
     def children(self) -> dict[str, Module]:
         out: dict[str, Module] = {}

@@ -31,6 +31,7 @@ from dataclasses import replace
 import numpy as np
 
 from tpsim.comm import Group
+from tpsim.partition import within
 from tpsim.phases import BACKWARD, FORWARD
 from tpsim.tp.collective_matmul import gather_matmul, matmul_scatter, times
 from tpsim.tp.mappings import CopyToTPRegion, ReduceFromTPRegion
@@ -174,10 +175,7 @@ class SequenceParallelRegion:
     def split_sequence(self, x: np.ndarray, plan: DropoutPlan, group: Group) -> tuple[np.ndarray, DropoutPlan]:
         """Keep this rank's s/p positions, ``[b, s, h] -> [b, s/p, h]`` (no communication), and tell the dropout
         plan which positions they are (masks are keyed by global position)."""
-        partition = sequence_partition(x.shape[1], group)
-        outer = plan.seq_partition  # CP: x's rows are already some positions of the sequence
-        if outer is not None:
-            partition = replace(partition, index=outer.index[partition.index], full=outer.full)
+        partition = within(sequence_partition(x.shape[1], group), plan.seq_partition)  # CP: rows already a shard
         return ScatterToSequenceParallelRegion.forward(x, group), replace(plan, seq_partition=partition)
 
     def split_sequence_backward(self, dx: np.ndarray, group: Group, scope: str) -> np.ndarray:
