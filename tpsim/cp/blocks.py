@@ -24,7 +24,8 @@ lse) the block's share of the final probabilities and D = rowsum(dO ⊙ O),
 so each block's contribution to dQ, dK and dV is computed where the block is, and the sums are the serial
 gradients. Attention dropout (GPT-2) multiplies the normalised probabilities by a keep mask M/(1 − p): O_j uses
 (exp(S_j − m_j)/l_j ⊙ M_j/(1 − p))·V_j, which merges the same way (the rescaling is linear), and the backward
-reads dV_j = (P_j ⊙ M_j)ᵀ·dO/(1 − p), dP_j = dO·V_jᵀ ⊙ M_j/(1 − p); D = rowsum(dO ⊙ O) still holds. Grouped-query attention: a KV head serves n_rep query heads; ``block_*`` repeat K and V to the query
+reads dV_j = (P_j ⊙ M_j)ᵀ·dO/(1 − p), dP_j = dO·V_jᵀ ⊙ M_j/(1 − p); D = rowsum(dO ⊙ O) still holds.
+Grouped-query attention: a KV head serves n_rep query heads; ``block_*`` repeat K and V to the query
 heads and fold dK, dV back (only the KV heads travel). Shapes ``[b, heads, s_shard, d]``. Pure NumPy, no MPI.
 """
 

@@ -103,7 +103,7 @@ class ContextParallel:
         self.dtype = np.dtype(dtype)
         work = np.float32 if self.dtype.itemsize < 4 else self.dtype
         with self.group.tracer.region(scope=scope, phase=BACKWARD):
-            grads = self._way()[1](self, dout.astype(work), inner, keep, p)
+            grads = self._way()[1](self, dout.astype(work, copy=False), inner, keep, p)
         return tuple(g.astype(dtype, copy=False) for g in grads)
 
     def __repr__(self) -> str:

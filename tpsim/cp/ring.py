@@ -58,7 +58,8 @@ def ring_forward(ctx, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep=None, p:
         k_pos = ctx.rank_positions(j, q.shape[2])
         if ctx.count(q_pos, k_pos, q.shape[1]):
             mask = keep(q_pos, k_pos, None) if keep is not None else None
-            o_j, lse_j = block_forward(q, held[0].astype(work), held[1].astype(work), q_pos, k_pos, mask, p)
+            k_j, v_j = (x.astype(work, copy=False) for x in held)
+            o_j, lse_j = block_forward(q, k_j, v_j, q_pos, k_pos, mask, p)
             out, lse = (o_j, lse_j) if out is None else merge(out, lse, o_j, lse_j)
         if t < cp - 1:
             held = _pass(group, held, FORWARD_TAG)
@@ -78,13 +79,13 @@ def ring_backward(ctx, dout: np.ndarray, cache: RingCache, keep=None, p: float =
         k_pos = ctx.rank_positions(j, q.shape[2])
         if ctx.count(q_pos, k_pos, q.shape[1], backward=True):
             mask = keep(q_pos, k_pos, None) if keep is not None else None
-            dq_j, dk_j, dv_j = block_backward(dout, cache.out, cache.lse, q, held[0].astype(work),
-                                              held[1].astype(work), q_pos, k_pos, mask, p)
+            k_j, v_j = (x.astype(work, copy=False) for x in held)
+            dq_j, dk_j, dv_j = block_backward(dout, cache.out, cache.lse, q, k_j, v_j, q_pos, k_pos, mask, p)
             dq += dq_j
-            acc = (acc.astype(work) + np.stack([dk_j, dv_j])).astype(cache.dtype)
+            acc = (acc.astype(work, copy=False) + np.stack([dk_j, dv_j])).astype(cache.dtype, copy=False)  # new
         if t < cp - 1:
             held = _pass(group, held, KV_TAG)
         if cp > 1:
             acc = _pass(group, acc, DKV_TAG)  # to r + 1; the last step takes each accumulator home
     group.wait_sends()
-    return dq, acc[0].astype(work), acc[1].astype(work)
+    return dq, acc[0].astype(work, copy=False), acc[1].astype(work, copy=False)
