@@ -12,14 +12,17 @@ from launch_program import run_mpi, without_launcher_notices
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("args", [
-    ["--cp", "2", "--tp", "2"],
-    ["--cp", "2", "--tp", "2", "--cp-comm", "allgather", "--arch", "llama", "--sequence-parallel"],
-    ["--cp", "2", "--tp", "1", "--cp-comm", "ulysses", "--zero", "1"],
-    ["--cp", "2", "--tp", "1", "--pp", "2", "--arch", "llama"],
-], ids=["ring-tp2", "allgather-llama-sp", "ulysses-zero1", "ring-pp2-llama"])
-def test_demo_with_cp_passes_every_check(tmp_path, args):
-    r = run_mpi(4, ["-m", "tpsim.demo", "--steps", "3", "--out", str(tmp_path), *args], timeout=300)
+@pytest.mark.parametrize("ranks, args", [
+    (4, ["--cp", "2", "--tp", "2"]),
+    (4, ["--cp", "2", "--tp", "2", "--cp-comm", "allgather", "--arch", "llama", "--sequence-parallel"]),
+    (4, ["--cp", "2", "--tp", "1", "--cp-comm", "ulysses", "--zero", "1"]),
+    (4, ["--cp", "2", "--tp", "1", "--pp", "2", "--arch", "llama"]),
+    (8, ["--cp", "2", "--tp", "2", "--dp", "2"]),
+    (8, ["--cp", "2", "--tp", "2", "--pp", "2", "--cp-comm", "ulysses", "--heads", "8"]),
+], ids=["ring-tp2", "allgather-llama-sp", "ulysses-zero1", "ring-pp2-llama", "8-ranks-cp2-tp2-dp2",
+        "8-ranks-cp2-tp2-pp2-ulysses"])
+def test_demo_with_cp_passes_every_check(tmp_path, ranks, args):
+    r = run_mpi(ranks, ["-m", "tpsim.demo", "--steps", "3", "--out", str(tmp_path), *args], timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "every check holds" in r.stdout and "FORMULA CHECK: all" in r.stdout
     assert r.stdout.count("VERDICT: MATCH") >= 2 and "MISMATCH" not in r.stdout

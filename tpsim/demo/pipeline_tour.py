@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tpsim.comm import ProcessGrid
 from tpsim.config import RunConfig
-from tpsim.demo.cp_check import cp_positions
+from tpsim.demo.cp_check import cp_positions, work_lines
 from tpsim.demo.dp_check import dp_check, tp_overlap_lines
 from tpsim.demo.export_check import check_export
 from tpsim.demo.gpt_tour import TOLERANCE, _number, check_against_serial, gather_and_write, header, task_of
@@ -204,6 +204,7 @@ def run(demo) -> int:
     say(grid, *header(grid, run), *resume_lines(run, resume))
     shard, grad_sync, executor = build(grid, run, tensors)
     metrics, ok, optimizer, peak, result, virtual = train(grid, shard, grad_sync, executor, run, resume)
+    say(grid, *work_lines(grid, shard.chunks[0], run))  # CP: rank 0's CP group, its stage's layers
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
     replicas = check_replicas(shard, grid)  # each stage its own parameters
     stage_reports = per_stage(grid, (replicas.ok, replicas.summary(), peak,
