@@ -25,7 +25,7 @@ from tpsim.cp.choice import CP_COMMS, CP_LAYOUTS
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import SCHEDULES
 from tpsim.plan.gpus import GPUS
-from tpsim.plan.layout import ATTENTION, DTYPE_CHOICES, DTYPES, RECOMPUTE, Layout
+from tpsim.plan.layout import ATTENTION, DTYPE_CHOICES, DTYPES, PLANNED_ZERO_STAGES, RECOMPUTE, Layout
 from tpsim.plan.models import PRESETS, resolve
 
 
@@ -44,7 +44,9 @@ def parser() -> argparse.ArgumentParser:
                         "blocks; default), allgather (K/V gathered first, Llama 3's), ulysses (all-to-all to heads)")
     p.add_argument("--cp-layout", default="zigzag", choices=CP_LAYOUTS,
                    help="zigzag (2 x cp chunks, causal work balanced; default) or contiguous (the last rank busiest)")
-    p.add_argument("--zero", type=int, default=0, choices=(0, 1), help="1: distributed optimizer (ZeRO-1)")
+    p.add_argument("--zero", type=int, default=0, choices=PLANNED_ZERO_STAGES,
+                   help="ZeRO stage: 1 the optimizer state sharded over dp x cp (distributed optimizer), 2 the "
+                        "gradients too, 3 the parameters too (gathered piece by piece)")
     p.add_argument("--recompute", default="none", choices=RECOMPUTE)
     p.add_argument("--seq-len", type=int, default=None,
                    help="tokens per sequence (default: the model's maximum, at most 8192)")

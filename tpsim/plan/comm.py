@@ -23,7 +23,12 @@ that no stage claims raises, so a new collective cannot be dropped silently.
 
 **DP**: the gradients of this GPU's parameters, all-reduced once per step (one bucket) over the dp·cp ranks
 that hold them (context parallelism's ranks average their gradients too); with ``--zero 1`` reduce-scattered,
-then the updated parameters all-gathered (Megatron-LM's distributed optimizer, sharded over DP × CP). Under
+then the updated parameters all-gathered (Megatron-LM's distributed optimizer, sharded over DP × CP); ZeRO-2
+moves the same bytes (Rajbhandari et al. 2019 §7: it only frees the gradients a rank does not own). ZeRO-3
+(parameters sharded) all-gathers each piece's parameters before its forward and again before its backward and
+reduce-scatters its gradients after its backward, every micro-batch: m × (2 gathers + 1 reduce-scatter) of the
+stage's parameters a step — at m = 1 and one dtype 3·(d − 1)/d·N, 1.5× DDP's all-reduce 2·(d − 1)/d·N (§7);
+under a pipeline or gradient accumulation m times that, since nothing is kept between micro-batches. Under
 context parallelism every activation term — TP's collectives, the p2p boundary — is that of the s/cp tokens a
 CP rank holds; CP's own messages are ``tpsim.plan.cp_terms``'s.
 
@@ -121,9 +126,14 @@ def links(lay: Layout, gpu: GPU) -> dict:
 
 
 def dp_collectives(lay: Layout, stage_params: int) -> list[tuple[str, int]]:
-    """``(op, logical bytes)`` of the DP gradient sync per step: an all-reduce of the gradients, or with ZeRO-1
-    a reduce-scatter of the gradients and an all-gather of the updated parameters."""
+    """``(op, logical bytes)`` of the DP traffic per step: an all-reduce of the gradients; with ZeRO-1 or ZeRO-2 a
+    reduce-scatter of the gradients and an all-gather of the updated parameters (the same bytes: ZeRO-2 only
+    frees the unowned gradients); with ZeRO-3 every micro-batch's reduce-scatter and its two all-gathers of the
+    parameters, before each piece's forward and again before its backward (module docstring)."""
     p_bytes, g_bytes, _ = STATE_BYTES[lay.dtype]
+    if lay.zero >= 3:
+        m = lay.microbatches
+        return [("reduce_scatter", m * stage_params * g_bytes), ("all_gather", 2 * m * stage_params * p_bytes)]
     if lay.zero:
         return [("reduce_scatter", stage_params * g_bytes), ("all_gather", stage_params * p_bytes)]
     return [("all_reduce", stage_params * g_bytes)]

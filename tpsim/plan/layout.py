@@ -29,6 +29,9 @@ DTYPES = ("bfloat16", "float16", "float32")  # the planner prices these (``bf16`
 DTYPE_CHOICES = (*DTYPES, *(a for a, name in DTYPE_ALIASES.items() if name in DTYPES))
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("unfused", "fused")
+# ZeRO stages the planner prices (tpsim.config.ZERO_STAGES: those that run live): 2 shards the gradients too,
+# 3 the parameters as well (Rajbhandari et al. 2019, §5); a Layout is never Parallelism.check-ed, so these pass
+PLANNED_ZERO_STAGES = (0, 1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -149,8 +152,8 @@ def problems(model: ModelSpec, lay: Layout) -> list[str]:
         out.append(f"sequence length {lay.seq_len} not divisible by tp {lay.tp} (sequence parallelism)")
     if tp_comm_overlap_problem(lay):
         out.append(tp_comm_overlap_problem(lay))
-    if lay.zero not in (0, 1):
-        out.append(f"--zero {lay.zero}: the planner models ZeRO stage 0 or 1")
+    if lay.zero not in PLANNED_ZERO_STAGES:
+        out.append(f"--zero {lay.zero}: the planner models ZeRO stages {', '.join(map(str, PLANNED_ZERO_STAGES))}")
     if lay.recompute not in RECOMPUTE:
         out.append(f"--recompute {lay.recompute!r}: one of {', '.join(RECOMPUTE)}")
     if lay.dtype not in DTYPES:
@@ -164,8 +167,9 @@ def problems(model: ModelSpec, lay: Layout) -> list[str]:
         out.append(f"--attention {lay.attention!r}: one of {', '.join(ATTENTION)}")
     if lay.fp8 and lay.dtype != "bfloat16":
         out.append(f"--dtype fp8 runs the matmuls in FP8 and keeps the rest in bfloat16, not {lay.dtype}")
-    if lay.overlap_param_gather and not lay.zero:
-        out.append("--overlap-param-gather overlaps ZeRO-1's parameter all-gather: it needs --zero 1")
+    if lay.overlap_param_gather and lay.zero not in (1, 2):
+        out.append("--overlap-param-gather overlaps ZeRO-1/2's parameter all-gather after the step: it needs --zero 1 "
+                   "or 2 (ZeRO-3 gathers each layer before its forward and backward instead)")
     return out + cp_problems(model, lay)
 
 

@@ -8,7 +8,9 @@ parameter as (params, grads, optimizer), Adam's two moments and fp32 master copi
     --dtype fp32   fp32 params, fp32 grads   4 + 4 +  8 (m 4, v 4: no master copy needed)            = 16
 
 With ``--zero 1`` (the distributed optimizer, ZeRO stage 1) the optimizer column is split over the DP group:
-20 → 4 + 16/d, 18 → 6 + 12/d, 16 → 8 + 8/d. tpsim's live runs are float64 with AdamW's two slots: 8 + 8 + 16.
+20 → 4 + 16/d, 18 → 6 + 12/d, 16 → 8 + 8/d; ``--zero 2`` splits the gradients too (18 → 2 + 16/d), ``--zero 3``
+the parameters as well (18 → 18/d, plus two gathered pieces in flight: ``tpsim.plan.zero3``). tpsim's live
+runs are float64 with AdamW's two slots: 8 + 8 + 16.
 The ZeRO paper (Rajbhandari et al. 2019, arXiv:1910.02054, §3.1) counts mixed-precision Adam as 2 + 2 + K with
 K = 12 (fp32 params, momentum, variance) = 16 bytes: it keeps no fp32 gradient copy, where Megatron's
 fp16 row keeps a 4-byte fp32 main-gradient buffer — hence 16 vs 20, and 4 + 12/d vs 4 + 16/d sharded.
@@ -84,6 +86,7 @@ from tpsim.pipeline.stage_clock import compiled, held_peak
 from tpsim.plan.cp_shape import kv_heads_per_rank
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
 from tpsim.plan.models import ModelSpec
+from tpsim.plan.zero3 import gathered_bytes, sharded_state
 from tpsim.predict.model_state import MEGATRON_LAYOUTS, TPSIM_FLOAT64
 
 
@@ -101,9 +104,9 @@ ACT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
 def state_bytes_per_param(dtype: str, zero: int = 0, dp: int = 1, table=None) -> dict[str, float]:
-    """``{"params", "grads", "optimizer", "total"}`` bytes per parameter; ZeRO-1 divides the optimizer by dp."""
-    p, g, o = STATE_BYTES[dtype_name(dtype)] if table is None else table
-    o = o / dp if zero >= 1 else o
+    """``{"params", "grads", "optimizer", "total"}`` bytes per parameter over ``dp`` ranks: ZeRO-1 divides the
+    optimizer by dp, ZeRO-2 the gradients too, ZeRO-3 the parameters too (``tpsim.plan.zero3``)."""
+    p, g, o = sharded_state(*(STATE_BYTES[dtype_name(dtype)] if table is None else table), zero, dp)
     return {"params": p, "grads": g, "optimizer": o, "total": p + g + o}
 
 
@@ -185,15 +188,18 @@ def activation_peaks(model: ModelSpec, lay: Layout, count: str = "paper") -> lis
 
 
 def stage_memory(model: ModelSpec, lay: Layout, stage: int, peaks: list[float] | None = None) -> dict[str, float]:
-    """Bytes on one GPU of ``stage``: params, grads, optimizer, activations (in flight + logits), total."""
+    """Bytes on one GPU of ``stage``: params, grads, optimizer, activations (in flight + logits, and ZeRO-3's
+    gathered pieces: ``zero3_gathered``, of them), total."""
     n = stage_param_elements(model, lay.tp, lay.pp, stage, rank_layers(model, lay)[stage])
     per = state_bytes_per_param(lay.dtype, lay.zero, lay.grad_replicas)  # ZeRO-1 shards over dp·cp
     acts = (activation_peaks(model, lay) if peaks is None else peaks)[stage] + ring_buffer_bytes(model, lay)
     if stage == lay.pp - 1:
         acts += logits_bytes(model, lay)
+    p_bytes, g_bytes, _ = STATE_BYTES[lay.dtype]
+    gathered = gathered_bytes(model, lay, stage, p_bytes, g_bytes)
     out = {"params": n * per["params"], "grads": n * per["grads"], "optimizer": n * per["optimizer"],
-           "activations": acts}
-    return {**out, "total": sum(out.values()), "param_count": n, "stage": stage}
+           "activations": acts + gathered}
+    return {**out, "total": sum(out.values()), "param_count": n, "stage": stage, "zero3_gathered": gathered}
 
 
 def ring_buffer_bytes(model: ModelSpec, lay: Layout) -> int:

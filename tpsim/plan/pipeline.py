@@ -14,6 +14,9 @@ m micro-batches and ``--vp`` chunks (``tpsim.pipeline.schedules.build``, checked
   ones in W), each steps·α + wire bytes·β on the TP link, added to the action's cost;
 - **context parallelism's messages** (``tpsim.plan.cp_terms``): what a layer's attention leaves exposed of
   them, in its F and B beside the TP collectives (``ranks[r]["cp_s"]`` says how much of ``collectives_s``);
+- **ZeRO-3's per-piece all-gathers and reduce-scatters** (``tpsim.plan.zero3_time``): what the stream,
+  prefetching one piece ahead, leaves exposed in each F, B and W (``ranks[r]["zero3_s"]`` of ``collectives_s``);
+  ZeRO-3 has no DP sync after the schedule and no parameter all-gather after the step;
 - **point-to-point messages** of b·s·h elements (÷ t under SP) at the layout's bytes, each α + β·bytes on the
   link ``tpsim.plan.comm.links`` gives PP (NVLink while tp·pp GPUs fit in a node, else InfiniBand);
 - **the collectives around the schedule** (``pipeline_comm.after_schedule``): the last stage starts after the
@@ -37,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.pipeline.stage_clock import compiled, held_peak, timed
-from tpsim.plan import dp_overlap, param_gather
+from tpsim.plan import dp_overlap, param_gather, zero3_time
 from tpsim.plan.comm import boundary_bytes, links, ring_seconds
 from tpsim.plan.cp_terms import stage_cp
 from tpsim.plan.gpus import GPU
@@ -112,12 +115,13 @@ def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU, dp_buckets=None) -> 
     compute = stage_costs(model, lay, gpu)
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
     cp = stage_cp(model, lay, gpu)  # context parallelism's exposed messages, in F and B beside TP's collectives
-    comm = stage_comm(model, lay, gpu, split) + cp
     message, start = message_costs(model, lay, gpu), start_times(lay, gpu)
     tables = {"layer": layer_seconds(model, lay, gpu), "head": head_seconds(model, lay, gpu)}
-    replicas = lay.grad_replicas  # dp·cp ranks average the gradients
-    buckets = dp_overlap.specs(model, lay, dp_buckets) if replicas > 1 else None
-    gathers = [param_gather.gather_seconds(lay, gpu, b) for b in buckets] if replicas > 1 and lay.zero else None
+    zero3 = zero3_time.stage_zero3(model, lay, gpu, tables)  # ZeRO-3's exposed per-piece gathers and scatters
+    comm = stage_comm(model, lay, gpu, split) + cp + zero3
+    replicas = lay.grad_replicas  # dp·cp ranks average the gradients; ZeRO-3 syncs inside the actions instead
+    buckets = dp_overlap.specs(model, lay, dp_buckets) if replicas > 1 and lay.zero < 3 else None
+    gathers = [param_gather.gather_seconds(lay, gpu, b) for b in buckets] if buckets and lay.zero else None
     timer = param_gather.timer(model, lay, gpu, tables, buckets, gathers) if gathers and lay.overlap_param_gather \
         else timed
     out = simulate(lay, compute, message, comm, start, timer)
@@ -141,6 +145,7 @@ def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU, dp_buckets=None) -> 
     for r, rank in enumerate(out["ranks"]):
         rank["layers"] = layers[r]
         rank["cp_s"] = float(cp[r].sum() * lay.microbatches)  # of collectives_s: every action once a micro-batch
+        rank["zero3_s"] = float(zero3[r].sum() * lay.microbatches)  # of collectives_s too
     out["stages"] = []
     for s, n in enumerate(virtual_stage_layers(model, lay)):
         r, c = s % lay.pp, s // lay.pp

@@ -27,7 +27,8 @@ Around the schedule (``tpsim.pp.step``), on the link each group has (``tpsim.pla
                pipeline group, which ends every stage at the pipeline's latest clock + its cost; the tied
                embedding's gradient all-reduce over the first and the last stage (``embedding_collectives``);
                the DP gradient sync of each stage (``dp_collectives``' all-reduce; ZeRO-1's reduce-scatter —
-               its all-gather of the updated parameters belongs to the optimizer step, as the clip norm does)
+               its all-gather of the updated parameters belongs to the optimizer step, as the clip norm does;
+               ZeRO-3's none: each piece's reduce-scatter runs inside its backward, ``tpsim.plan.zero3_time``)
 
 ``step_s``: the latest clock after the last of them, the step's virtual time. MPI-free.
 """
@@ -135,6 +136,8 @@ def after_schedule(model: ModelSpec, lay: Layout, gpu: GPU, finish, dp_buckets=N
     dp = [sum(ring_seconds(op, n, group, link["dp"])
               for op, n in dp_collectives(lay, stage_param_elements(model, lay.tp, p, r, layers[r]))[:1])
           for r in range(p)]  # ZeRO-1: the reduce-scatter (its all-gather: tpsim.plan.param_gather)
+    if lay.zero >= 3:  # reduce-scattered piece by piece inside each backward (tpsim.plan.zero3_time)
+        dp = [0.0] * p
     if dp_buckets is not None:  # the live run's own buckets: one collective each, α paid per bucket
         op = "reduce_scatter" if lay.zero else "all_reduce"
         dp = [sum(ring_seconds(op, n, group, link["dp"]) for n in buckets) if group > 1 else 0.0

@@ -30,6 +30,8 @@ into parts that add up to it exactly, each what the step *exposes*:
                  ``--tp-comm-overlap``: only what the GEMMs beside them do not hide)
     cp           the ranks' mean time in context parallelism's messages inside F and B: what the attention
                  beside them does not hide (``tpsim.plan.cp_terms``; 0 at cp 1)
+    zero3_gather the ranks' mean time in ZeRO-3's per-piece all-gathers and reduce-scatters that the prefetching
+                 comm stream leaves exposed inside F, B and W (``tpsim.plan.zero3_time``; 0 below stage 3)
     bubble       the makespan without messages − compute − tp: the schedule's idle time at these costs (less
                  the loss normalizer's delay of the last stage, counted in loss)
     pp           what the messages add to the makespan (exposed p2p)
@@ -38,7 +40,7 @@ into parts that add up to it exactly, each what the step *exposes*:
                  before it delays the step (dp: its gradient sync —
                  with ``--overlap-grad-reduce`` only the part the backward did not hide)
     optimizer    the optimizer step's kernels (``optimizer_seconds``) and the clip norm's all-reduce
-    dp_gather    ZeRO-1's all-gather of the updated parameters: after the DP sync, or with
+    dp_gather    ZeRO-1/2's all-gather of the updated parameters: after the DP sync, or with
                  ``--overlap-param-gather`` only the next forward's waits for it (``tpsim.plan.param_gather``)
 
 ``step`` is their sum, the clock's ``step_s`` + the optimizer; ``pipeline.after_schedule["dp_streams"]`` says what
@@ -94,9 +96,10 @@ def step_times(pipe: dict, optimizer: float, overlap_param_gather: bool = False)
         else 0.0
     compute = sum(r["busy_s"] - r["collectives_s"] for r in ranks) / len(ranks)
     cp = sum(r.get("cp_s", 0.0) for r in ranks) / len(ranks)  # context parallelism's, inside the collectives
-    tp = sum(r["collectives_s"] - r.get("cp_s", 0.0) for r in ranks) / len(ranks)
+    zero3 = sum(r.get("zero3_s", 0.0) for r in ranks) / len(ranks)  # ZeRO-3's exposed stream, inside them too
+    tp = sum(r["collectives_s"] - r.get("cp_s", 0.0) - r.get("zero3_s", 0.0) for r in ranks) / len(ranks)
     late = pipe["start_exposed_s"]  # the loss normalizer before the last stage's schedule, where it delays it
-    bubble = pipe["makespan_without_p2p_s"] - late - compute - tp - cp - inside
+    bubble = pipe["makespan_without_p2p_s"] - late - compute - tp - cp - zero3 - inside
     pp = pipe["makespan_s"] - pipe["makespan_without_p2p_s"]
     if abs(bubble) <= ROUNDING * pipe["makespan_without_p2p_s"]:  # one stage, or equal ones never waiting
         bubble = 0.0
@@ -105,7 +108,7 @@ def step_times(pipe: dict, optimizer: float, overlap_param_gather: bool = False)
     embedding = tail["embedding_s"][last]
     loss = pipe["step_s"] - pipe["makespan_s"] - dp - embedding - (gather - inside) + late
     parts = {"compute": compute, "tp": tp, "cp": cp, "bubble": bubble, "pp": pp, "loss": loss, "embedding": embedding,
-             "dp": dp, "optimizer": optimizer, "dp_gather": gather}
+             "dp": dp, "optimizer": optimizer, "dp_gather": gather, "zero3_gather": zero3}
     return {**parts, "step": pipe["step_s"] + optimizer, "pipeline": pipe["makespan_s"]}
 
 
