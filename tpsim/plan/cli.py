@@ -1,6 +1,6 @@
 """``tpsim plan``: memory, communication and time of a real-size layout, from the formulas the live runs check.
 
-    tpsim plan --model NAME | --config config.json --tp T --pp P --dp D [--sp] [--zero 0|1]
+    tpsim plan --model NAME | --config config.json --tp T --pp P --dp D [--sp] [--zero 0|1|2|3]
                [--cp C] [--cp-comm ring|allgather|ulysses] [--cp-layout zigzag|contiguous]
                [--recompute none|selective|full] --seq-len S --micro-batch b --global-batch B
                [--schedule afab|1f1b|interleaved|zb-h1] [--vp V] [--pp-layers a,b,...]
@@ -10,6 +10,7 @@
     tpsim plan --model NAME --gpus N --search [...] [--top 10] [--json]
     tpsim plan --validate          live runs check every per-layer term (``tpsim.plan.validate``)
     tpsim plan --published         18 published runs' step times beside the planner's (``tpsim.plan.published``)
+    tpsim plan --zero-example      the ZeRO paper's 7.5 B on 64 GPUs, stages 0-3, beside the planner's bytes
 
 Pure arithmetic, no MPI (``--validate`` launches ``mpiexec`` in a subprocess). ``--json`` prints one JSON object
 as the last line (README, "Planning a real run", documents every field). A bad layout: one line, exit 2.
@@ -21,6 +22,7 @@ import argparse
 import json
 import sys
 
+from tpsim.config import dtype_alias
 from tpsim.cp.choice import CP_COMMS, CP_LAYOUTS
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import SCHEDULES
@@ -76,7 +78,7 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--overlap-grad-reduce", action="store_true",
                    help="DP gradient buckets reduced during the last micro-batch's backward")
     o.add_argument("--overlap-param-gather", action="store_true",
-                   help="ZeRO-1's parameter all-gather hidden under the next forward (needs --zero 1)")
+                   help="ZeRO-1/2's parameter all-gather hidden under the next forward (needs --zero 1 or 2)")
     o.add_argument("--tp-comm-overlap", action="store_true",
                    help="SP's all-gather / reduce-scatter pipelined with the GEMMs beside them (needs --sp)")
     o.add_argument("--bucket-mb", type=float, default=25.0, help="DP gradient bucket cap in MiB (default 25)")
@@ -87,6 +89,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--validate", action="store_true", help="check the planner's terms against live runs")
     p.add_argument("--published", action="store_true",
                    help="step time vs 18 published runs (Narayanan et al. 2021, Korthikanti et al. 2022)")
+    p.add_argument("--zero-example", action="store_true",
+                   help="the ZeRO paper's 7.5 B parameters on 64 GPUs, stages 0-3 (Rajbhandari et al. 2019, Fig. 1)")
     return p
 
 
@@ -125,6 +129,10 @@ def run(args) -> int:
     if args.published:
         from tpsim.plan.published import format_published
         print(format_published())
+        return 0
+    if args.zero_example:
+        from tpsim.plan.published import format_zero_example
+        print(format_zero_example(dtype="bfloat16" if args.dtype == "fp8" else dtype_alias(args.dtype)))
         return 0
     if not (args.model or args.config):
         raise ConfigError("give --model NAME or --config config.json")

@@ -43,7 +43,8 @@ def optimizer_s(model: ModelSpec, lay: Layout, g, params: int) -> float:
     return optimizer_seconds(params, lay, g) + (norm if lay.gpus > 1 else 0.0)
 
 SOURCES = {
-    "model_state_bytes_per_param": "Megatron-LM distributed-optimizer table (docs/source/api-guide/dist_optimizer.md)",
+    "model_state_bytes_per_param": "Megatron-LM distributed-optimizer table (docs/source/api-guide/dist_optimizer.md); "
+                                   "ZeRO-2/3 shard the gradients / parameters too (Rajbhandari et al. 2019 §5)",
     "activation_bytes_per_layer": "GPT: Korthikanti et al. 2022 Table 2; Llama: derived from the architecture "
                                   "in Megatron's way of counting; tpsim's own extra terms apart (paper + extra = "
                                   "what tpsim's layers cache, checked by --validate)",
@@ -80,6 +81,7 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
             "params": int(mem["param_count"]),
             "stage": int(mem["stage"]),
             "memory_bytes": memory_bytes,
+            "zero3_gathered_bytes": int(round(mem["zero3_gathered"])),  # of the activations (tpsim.plan.zero3)
             "model_state_bytes_per_param": state_bytes_per_param(lay.dtype, lay.zero, lay.grad_replicas),
             "activation_bytes_per_layer": act,
             "tp_wire_bytes_per_layer_per_microbatch": tp_wire_bytes_per_layer(model, lay),

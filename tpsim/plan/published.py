@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import replace
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from tpsim.plan.layout import Layout
@@ -98,3 +99,38 @@ def zero_paper_example(params: float = 7.5e9, dp: int = 64) -> dict[str, float]:
     megatron = state_bytes_per_param("float16", 1, dp)["total"]
     return {"baseline_gb": params * plain / 1e9, "os_sharded_gb": params * sharded / 1e9,
             "megatron_fp16_sharded_gb": params * megatron / 1e9}
+
+
+ZERO_STAGE_NAMES = ("baseline", "P_os", "P_os+g", "P_os+g+p")  # the paper's Figure 1 columns, stages 0-3
+ZERO_PAPER_GB = (120.0, 31.4, 16.6, 1.9)  # Figure 1's per-device memory, as the paper prints it
+
+
+def paper_round(x: float) -> float:
+    """One decimal, halves up, as the paper rounds 1.875 GB to 1.9 GB (GB = 1e9 bytes)."""
+    return float(Decimal(repr(x)).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
+
+
+def zero_stages_example(params: float = 7.5e9, dp: int = 64, dtype: str = "bfloat16") -> list[dict]:
+    """Figure 1 of Rajbhandari et al. 2019 stage by stage: per stage its name, the paper's bytes per parameter
+    (2 + 2 + K, K = 12, split over Nd = ``dp``: 16, 4 + 12/d, 2 + 14/d, 16/d), GB per GPU for ``params`` and
+    rounded as the paper does, and the planner's own bytes for ``dtype`` (bf16: Megatron's 18 = 2 + 4 + 12)."""
+    out = []
+    for zero, name in enumerate(ZERO_STAGE_NAMES):
+        paper = state_bytes_per_param("float16", zero, dp, table=ZERO_PAPER_STATE_BYTES)
+        mine = state_bytes_per_param(dtype, zero, dp)
+        gb = params * paper["total"] / 1e9
+        out.append({"zero": zero, "name": name, "bytes_per_param": paper, "gb": gb, "paper_gb": paper_round(gb),
+                    "planner_bytes_per_param": mine, "planner_gb": params * mine["total"] / 1e9})
+    return out
+
+
+def format_zero_example(params: float = 7.5e9, dp: int = 64, dtype: str = "bfloat16") -> str:
+    """``tpsim plan --zero-example``: Figure 1's four columns beside the planner's own recipe for ``dtype``."""
+    rows = [["ZeRO", "paper's column", "B/param (2+2+K)", "GB / GPU", "as printed", f"{dtype} B/param",
+             f"{dtype} GB"], RULE]
+    for r in zero_stages_example(params, dp, dtype):
+        rows.append([str(r["zero"]), r["name"], f"{r['bytes_per_param']['total']:g}", f"{r['gb']:.4g}",
+                     f"{r['paper_gb']:g}", f"{r['planner_bytes_per_param']['total']:g}", f"{r['planner_gb']:.4g}"])
+    title = (f"Model state of {params / 1e9:g} B parameters on Nd = {dp} GPUs (Rajbhandari et al. 2019, Figure 1):\n"
+             "the paper's mixed-precision Adam (2 + 2 + K, K = 12) beside Megatron's recipe for the dtype")
+    return format_table(rows, right=(2, 3, 4, 5, 6), title=title)

@@ -57,7 +57,7 @@ def pipeline_rows(p: dict) -> list[list[str]]:
              "virtual clock / unit costs (tpsim.predict.pipeline)"],
             ["p2p per step, one replica", gb(p2p["measured"]), f"{pipe['messages']:,} messages, 2m(v*p - 1)"],
             ["step on the pipeline's clock", seconds(pipe["step_s"]),
-             "the schedule, its collectives, the DP sync" + (" + gather" if lay["zero"] else "")]]
+             "the schedule, its collectives, the DP sync" + (" + gather" if lay["zero"] in (1, 2) else "")]]
 
 
 def why_bubble(p: dict) -> list[str]:
@@ -102,10 +102,13 @@ def time_rows(p: dict) -> list[list[str]]:
              f"after the schedule; embedding {gb(wire['embedding'])}" if t["embedding"] else "after the schedule"],
             ["time: DP exposed", seconds(t["dp"]), dp_how],
             ["time: optimizer", seconds(t["optimizer"]), "its kernels at HBM speed + the clip norm"]]
-    if lay["zero"]:
-        rows.append(["time: ZeRO-1 all-gather", seconds(t["dp_gather"]),
+    if lay["zero"] in (1, 2):
+        rows.append([f"time: ZeRO-{lay['zero']} all-gather", seconds(t["dp_gather"]),
                      f"{seconds(hidden['dp_gather'])} more hidden under the next forward" if lay["overlap_param_gather"]
                      else "after the DP sync"])
+    if lay["zero"] == 3:
+        rows.append(["time: ZeRO-3 gathers exposed", seconds(t["zero3_gather"]),
+                     "per piece before F and B, one ahead; + reduce-scatters"])
     rows.append(["step (critical path)", seconds(t["step"]), f"{p['tflops_per_gpu']:,.0f} TFLOP/s per GPU (model "
                                                              "FLOPs)"])
     return rows
@@ -133,8 +136,16 @@ def cp_time_rows(p: dict) -> list[list[str]]:
              f"F {seconds(t['F'])} of {seconds(x['F'])}, B {seconds(t['B'])} of {seconds(x['B'])} a layer"]]
 
 
-def zero_note(lay: dict) -> str:
-    return (" (ZeRO-1 / dp x cp)" if lay["cp"] > 1 else " (ZeRO-1 / dp)") if lay["zero"] else ""
+def fit_note(total: float, lay: dict) -> str:
+    """``fits, 13.36 GB left`` or ``DOES NOT FIT, 6.51 GB over``: the GPU's usable memory less the total."""
+    left = lay["gpu_usable_bytes"] - total
+    return f"fits, {gb(left)} left" if left >= 0 else f"DOES NOT FIT, {gb(-left)} over"
+
+
+def zero_note(lay: dict, stage: int) -> str:
+    """`` (ZeRO-2 / dp)`` beside a model-state column ZeRO ``lay["zero"]`` shards (optimizer 1, grads 2, params 3)."""
+    over = "dp x cp" if lay["cp"] > 1 else "dp"
+    return f" (ZeRO-{lay['zero']} / {over})" if lay["zero"] >= stage else ""
 
 
 def format_plan(p: dict) -> str:
@@ -150,11 +161,12 @@ def format_plan(p: dict) -> str:
     stage = f"stage {g['stage']}"
     rows = [[f"per GPU of {stage} (most memory)", "value", "source"], RULE,
             ["parameters", f"{g['params']:,}", ""],
-            ["params", gb(mem["params"]), f"{state['params']:g} B/param"],
-            ["grads", gb(mem["grads"]), f"{state['grads']:g} B/param"],
-            ["optimizer", gb(mem["optimizer"]), f"{state['optimizer']:g} B/param" + zero_note(lay)],
-            ["activations", gb(mem["activations"]), "layers x in flight + logits"],
-            ["total", gb(mem["total"]), f"of {capacity(lay)}: " + ("fits" if p["fits"] else "DOES NOT FIT")],
+            ["params", gb(mem["params"]), f"{state['params']:g} B/param" + zero_note(lay, 3)],
+            ["grads", gb(mem["grads"]), f"{state['grads']:g} B/param" + zero_note(lay, 2)],
+            ["optimizer", gb(mem["optimizer"]), f"{state['optimizer']:g} B/param" + zero_note(lay, 1)],
+            ["activations", gb(mem["activations"]), "layers x in flight + logits" + (
+                f" + {gb(g['zero3_gathered_bytes'])} gathered" if lay["zero"] == 3 else "")],
+            ["total", gb(mem["total"]), f"of {capacity(lay)}: " + fit_note(mem["total"], lay)],
             RULE,
             ["activations per layer", gb(act["paper"]), architecture(m["arch"]).memory.ACTIVATION_SOURCE],
             ["  + tpsim's own terms", f"{act['tpsim_extra']:,.0f} B", "apart (not in the total)"],
