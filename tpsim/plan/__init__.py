@@ -8,8 +8,10 @@ models; memory and comm read the schedule's lists from ``tpsim.pipeline.stage_cl
     layout    Layout (tp, cp, pp, dp, sp, zero, recompute, batch, dtype, schedule, vp, pp_layers, ...) and its rules
     cp_shape  a context-parallel rank's attention: its query rows against the keys, the busiest rank's share
     cp_terms  context parallelism's bytes (tpsim.predict.cp_comm), link, and time the attention leaves exposed
-    memory    model state per parameter (Megatron's table, ZeRO-1), activations per layer (Korthikanti Table 2;
-              Llama derived), the schedule's micro-batches in flight per stage
+    memory    model state per parameter (Megatron's table, ZeRO-1/2/3), activations per layer (Korthikanti
+              Table 2; Llama derived), the schedule's micro-batches in flight per stage
+    zero3     ZeRO's stages per parameter column (``PLANNED_ZERO_STAGES`` in layout) and ZeRO-3's pieces and their
+              gathered bytes in flight; ``zero3_time``: their per-piece gathers on the comm stream, one ahead
     comm      wire bytes per step by group (TP from tpsim.predict.formulas.predict_step, DP, PP: the schedule's
               sends) and the α-β time of TP and DP
     timing    FLOPs per step (Narayanan et al. 2021) and per layer as F, B (dX), W (dW); step time with and
@@ -19,7 +21,7 @@ models; memory and comm read the schedule's lists from ``tpsim.pipeline.stage_cl
     planner   plan(model, layout) → the JSON-ready dict ``--json`` prints
     search    --search: every tp × pp × dp = N / cp that fits, fastest first (cp as given)
     report    the readable tables
-    published Narayanan et al. 2021's runs and the ZeRO paper's example beside the planner
+    published Narayanan et al. 2021's runs and the ZeRO paper's Figure 1 (stages 0-3) beside the planner
     validate  --validate: small live layouts check every per-layer term (launches mpiexec; the ranks run ``live``)
               and, in ``validate_pipeline``, the pipeline terms on live pipelines (the ranks run ``live_pipeline``)
     of_run    a live run as the planner sees it (ModelSpec, Layout) and the costs of its ``--clock GPU``;

@@ -46,9 +46,8 @@ def parser() -> argparse.ArgumentParser:
                         "blocks; default), allgather (K/V gathered first, Llama 3's), ulysses (all-to-all to heads)")
     p.add_argument("--cp-layout", default="zigzag", choices=CP_LAYOUTS,
                    help="zigzag (2 x cp chunks, causal work balanced; default) or contiguous (the last rank busiest)")
-    p.add_argument("--zero", type=int, default=0, choices=PLANNED_ZERO_STAGES,
-                   help="ZeRO stage: 1 the optimizer state sharded over dp x cp (distributed optimizer), 2 the "
-                        "gradients too, 3 the parameters too (gathered piece by piece)")
+    p.add_argument("--zero", type=int, default=0, choices=PLANNED_ZERO_STAGES, help="ZeRO stage: 1 the optimizer "
+                   "sharded over dp x cp, 2 the gradients too, 3 the parameters too (gathered piece by piece)")
     p.add_argument("--recompute", default="none", choices=RECOMPUTE)
     p.add_argument("--seq-len", type=int, default=None,
                    help="tokens per sequence (default: the model's maximum, at most 8192)")
