@@ -186,3 +186,16 @@ def test_llama3_405b_fits_on_metas_layout_with_zero_2(capsys):
     assert not plan(L405B, other)["fits"]
     assert round(plan(L405B, other)["per_gpu"]["memory_bytes"]["total"] / 1e9, 2) == 89.53
     assert plan(L405B, replace(other, zero=2))["fits"]
+
+
+@pytest.mark.parametrize("zero", range(4))
+def test_the_planners_columns_are_the_live_layouts(zero):
+    """``tpsim.predict.model_state``'s layouts (what a live run's table checks) give the planner's totals at every
+    stage: Megatron's three rows, tpsim's float64 and 16-bit ones; ZeRO-2's "2 + 16/d" written as Megatron would."""
+    from tpsim.predict.model_state import MEGATRON_LAYOUTS, TPSIM_16BIT, TPSIM_FLOAT64, format_formula
+    d = 8
+    for layout, dtype in zip((*MEGATRON_LAYOUTS, TPSIM_FLOAT64, TPSIM_16BIT),
+                             ("float16", "bfloat16", "float32", "float64", "bfloat16")):
+        want = state_bytes_per_param(dtype, zero, d)["total"]
+        assert float(layout.bytes_per_zero_stage(zero, d)) == pytest.approx(want, rel=1e-15), (layout.name, zero)
+    assert [format_formula(MEGATRON_LAYOUTS[1], z) for z in range(4)] == ["18", "6 + 12/d", "2 + 16/d", "18/d"]

@@ -186,7 +186,8 @@ def format_search(plans: list[dict], gpus: int, top: int = 10) -> str:
     for i, p in enumerate(plans[:top], 1):
         t = p["time_s"]
         rows.append([str(i), layout_name(p["layout"]), gb(p["per_gpu"]["memory_bytes"]["total"]),
-                     *(seconds(t[k]) for k in ("step", "compute", "tp", "dp", "pp", "bubble")),
+                     *(seconds(t[k]) for k in ("step", "compute", "tp")), seconds(t["dp"] + t["zero3_gather"]),
+                     *(seconds(t[k]) for k in ("pp", "bubble")),
                      f"{p['tflops_per_gpu']:,.0f}"])
     name = plans[0]["model"]["name"]
     return format_table(rows, right=range(2, 10), title=f"{name} on {gpus} GPUs: {len(plans)} layouts fit, "

@@ -1,4 +1,4 @@
-"""Model state under ZeRO-1: who owns which slice of a gradient buffer, and the bytes per parameter.
+"""Model state under ZeRO: who owns which slice of a gradient buffer, and the bytes per parameter.
 
 Pure arithmetic (no MPI), shared by ``tpsim.train.zero``, the formulas, the demo's table and lesson 14.
 
@@ -20,6 +20,9 @@ under the distributed optimizer, the fp32 main parameter (when the model's is 16
     fp16 params, fp16 grads        2     2        4           4         8         20     4 + 16/d
     bf16 params, fp32 grads        2     4        4           -         8         18     6 + 12/d
     fp32 params, fp32 grads        4     4        -           -         8         16     8 + 8/d
+
+ZeRO-2 shards the model's gradient too (its owned slice only: bf16 row 2 + 16/d), ZeRO-3 the parameter as
+well (18/d): ``StateLayout.bytes_per_zero_stage``; the planner's columns are the same (``tpsim.plan.zero3``).
 
 tpsim's own float32 layout is the last row exactly (AdamW updates the model's array in place: the parameter
 *is* the main parameter, and the gradient buffer's owned slice *is* the main gradient). Its float64 default
@@ -82,6 +85,17 @@ class StateLayout:
         """replicated + sharded, with the sharded part ÷ dp when ``distributed`` (exact, as a Fraction)."""
         return self.replicated + Fraction(self.sharded, dp if distributed else 1)
 
+    def zero_split(self, zero: int) -> tuple[int, int]:
+        """``(kept whole, sharded over d)`` bytes per parameter at ZeRO stage ``zero`` (Rajbhandari et al. 2019
+        §5): 1 shards the main copies and the optimizer, 2 the model's gradient too, 3 its parameter as well."""
+        whole = {0: self.replicated + self.sharded, 1: self.replicated, 2: self.param, 3: 0}[zero]
+        return whole, self.replicated + self.sharded - whole
+
+    def bytes_per_zero_stage(self, zero: int, dp: int) -> Fraction:
+        """Bytes per parameter one of ``dp`` ranks holds at ZeRO ``zero``: whole + sharded/dp, exactly."""
+        whole, sharded = self.zero_split(zero)
+        return whole + Fraction(sharded, dp)
+
 
 MEGATRON_LAYOUTS = (  # dist_optimizer.md's three rows
     StateLayout("fp16 params, fp16 grads", 2, 2, 4, 4, 8),
@@ -95,9 +109,11 @@ TPSIM_FLOAT64 = StateLayout("tpsim float64 (AdamW in place)", 8, 8, 0, 0, 16)
 TPSIM_16BIT = StateLayout("tpsim 16-bit (fp32 main grads)", 2, 4, 4, 0, 8)
 
 
-def format_formula(layout: StateLayout) -> str:
-    """``"4 + 16/d"``: the distributed column the way Megatron writes it."""
-    return f"{layout.replicated} + {layout.sharded}/d"
+def format_formula(layout: StateLayout, zero: int = 1) -> str:
+    """``"4 + 16/d"``: the distributed column the way Megatron writes it (ZeRO-1; ``zero`` 2: ``"2 + 18/d"``,
+    3: ``"20/d"``)."""
+    whole, sharded = layout.zero_split(zero)
+    return f"{whole} + {sharded}/d" if whole and sharded else f"{sharded}/d" if sharded else str(whole)
 
 
 # --- measured from live arrays ---------------------------------------------------------------------------------
