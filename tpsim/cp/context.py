@@ -29,6 +29,7 @@ from tpsim.cp.ring import ring_backward, ring_forward
 from tpsim.cp.ulysses import ulysses_backward, ulysses_forward
 from tpsim.phases import BACKWARD, FORWARD
 
+
 def _alone_forward(ctx, q, k, v, keep=None, p: float = 0.0):
     """CP 1: the rank holds the whole sequence, nothing to exchange."""
     pos = np.arange(q.shape[2])
@@ -91,7 +92,7 @@ class ContextParallel:
         """``(O [b, h, s/C, d], cache)``; ``keep(q_pos, k_pos, heads)``: attention dropout's mask ``bool [b, h', |q|,
         |k|]`` for local heads ``heads`` (a slice; None: all), or None; ``p`` its drop probability. The messages
         are traced under ``scope`` (the attention layer's path; None: the caller's), phase forward."""
-        work = self._work(q)
+        work = self._work(q)  # astype copies on purpose: the cache keeps Q, K, V, not the whole qkv they view
         with self.group.tracer.region(scope=scope, phase=FORWARD):
             out, cache = self._way()[0](self, q.astype(work), k.astype(work), v.astype(work), keep, p)
         return out.astype(q.dtype, copy=False), (cache, keep, p, q.dtype, scope)

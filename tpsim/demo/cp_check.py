@@ -1,6 +1,6 @@
 """What the demo says about context parallelism (``--cp``): the layout line, and which tokens a rank reads.
 
-    context parallel: CP(2) ring, zigzag layout: 8 tokens per CP rank, rank 0 holds positions 0-3, 12-15 ...
+    context parallel: CP(2) ring, zigzag layout, 8 tokens per CP rank (rank 0: 0-3, 12-15; rank 1: 4-11); ...
 
 The attention work per CP rank (``tpsim.cp.context.ContextParallel.head_pairs``) is gathered after the run and
 printed beside the layout's prediction (``tpsim.cp.layout.causal_pairs``): equal under zigzag, the contiguous
