@@ -85,8 +85,10 @@ def test_zero_example_on_the_command_line(capsys):
 
 
 def test_zero_2_moves_zero_1s_bytes_and_takes_its_time():
-    """Same reduce-scatter, same all-gather (§7); the step identical to the last bit, only the gradients shrink."""
-    for lay in (small(zero=1), small(zero=1, pp=2, dp=2, global_batch=8), small(zero=1, cp=2, seq_len=2048)):
+    """At one micro-batch a step: the same reduce-scatter, the same all-gather (§7); the step identical to the last
+    bit, only the gradients shrink."""
+    for lay in (small(zero=1), small(zero=1, cp=2, seq_len=2048)):
+        assert lay.microbatches == 1
         one, two = plan(GPT2, lay), plan(GPT2, replace(lay, zero=2))
         assert dp_collectives(replace(lay, zero=2), 1000) == dp_collectives(lay, 1000)
         assert two["per_gpu"]["wire_bytes_per_step"] == one["per_gpu"]["wire_bytes_per_step"]
@@ -94,6 +96,21 @@ def test_zero_2_moves_zero_1s_bytes_and_takes_its_time():
             {k: v for k, v in one["time_s"].items() if k != "hidden"}
         m1, m2 = one["per_gpu"]["memory_bytes"], two["per_gpu"]["memory_bytes"]
         assert m2["grads"] == round(m1["grads"] / lay.grad_replicas) and m2["params"] == m1["params"]
+
+
+def test_zero_2_with_micro_batches_reduce_scatters_each_one():
+    """m > 1: the owned slices accumulate, so every micro-batch's gradients are reduce-scattered — m times ZeRO-1's
+    reduce-scatter, the one all-gather after the step; the memory still g/d, the DP time longer."""
+    lay = small(zero=1, pp=2, dp=2, global_batch=8)
+    m = lay.microbatches
+    assert m > 1
+    (rs1, n1), (ag1, a1) = dp_collectives(lay, 1000)
+    (rs2, n2), (ag2, a2) = dp_collectives(replace(lay, zero=2), 1000)
+    assert (rs1, ag1) == (rs2, ag2) == ("reduce_scatter", "all_gather") and n2 == m * n1 and a2 == a1
+    one, two = plan(GPT2, lay), plan(GPT2, replace(lay, zero=2))
+    assert two["time_s"]["dp"] > one["time_s"]["dp"] and two["time_s"]["step"] > one["time_s"]["step"]
+    m1, m2 = one["per_gpu"]["memory_bytes"], two["per_gpu"]["memory_bytes"]
+    assert m2["grads"] == round(m1["grads"] / lay.grad_replicas)
 
 
 @pytest.mark.parametrize("d", [2, 4, 64])
@@ -168,8 +185,9 @@ def test_layout_rules_for_the_new_stages():
 
 def test_llama3_405b_fits_on_metas_layout_with_zero_2(capsys):
     """TP 8 × PP 16 × DP 64 on 8,192 H100s, 8K tokens, 16 M tokens a step: ZeRO-1 fits by under a GB (its
-    12.75 GB of float32 gradients whole), ZeRO-2 leaves 13.29 GB a GPU at the same step; the first stage holding
-    8 layers beside the embedding with selective recompute, ZeRO-1 needs 89.53 GB (no fit), ZeRO-2 fits."""
+    12.75 GB of float32 gradients whole), ZeRO-2 leaves 13.29 GB a GPU — and pays for it: its 32 micro-batches'
+    reduce-scatters, one each, make the step longer; the first stage holding 8 layers beside the embedding with
+    selective recompute, ZeRO-1 needs 89.53 GB (no fit), ZeRO-2 fits."""
     assert main([*META_8K, "--zero", "2", "--json"]) == 0
     out = capsys.readouterr().out
     p = json.loads(out.splitlines()[-1])
@@ -181,7 +199,8 @@ def test_llama3_405b_fits_on_metas_layout_with_zero_2(capsys):
                  pp_layers=META_SPLIT, zero=1)
     one = plan(L405B, lay)
     assert one["fits"] and round(one["per_gpu"]["memory_bytes"]["grads"] / 1e9, 2) == 12.75
-    assert one["time_s"]["step"] == p["time_s"]["step"]
+    assert p["layout"]["microbatches"] == 32 and p["time_s"]["step"] > one["time_s"]["step"]
+    assert p["time_s"]["dp"] > 30 * one["time_s"]["dp"]  # 32 reduce-scatters against one
     other = replace(lay, attention="unfused", recompute="selective", pp_layers=(8,) * 15 + (6,))
     assert not plan(L405B, other)["fits"]
     assert round(plan(L405B, other)["per_gpu"]["memory_bytes"]["total"] / 1e9, 2) == 89.53

@@ -126,14 +126,17 @@ def links(lay: Layout, gpu: GPU) -> dict:
 
 
 def dp_collectives(lay: Layout, stage_params: int) -> list[tuple[str, int]]:
-    """``(op, logical bytes)`` of the DP traffic per step: an all-reduce of the gradients; with ZeRO-1 or ZeRO-2 a
-    reduce-scatter of the gradients and an all-gather of the updated parameters (the same bytes: ZeRO-2 only
-    frees the unowned gradients); with ZeRO-3 every micro-batch's reduce-scatter and its two all-gathers of the
+    """``(op, logical bytes)`` of the DP traffic per step: an all-reduce of the gradients; with ZeRO-1 a
+    reduce-scatter of the gradients and an all-gather of the updated parameters; ZeRO-2 the same at one
+    micro-batch, and with m of them m reduce-scatters (each micro-batch's gradients into the owned slices: the
+    whole gradient is never kept); with ZeRO-3 every micro-batch's reduce-scatter and its two all-gathers of the
     parameters, before each piece's forward and again before its backward (module docstring)."""
     p_bytes, g_bytes, _ = STATE_BYTES[lay.dtype]
+    m = lay.microbatches
     if lay.zero >= 3:
-        m = lay.microbatches
         return [("reduce_scatter", m * stage_params * g_bytes), ("all_gather", 2 * m * stage_params * p_bytes)]
+    if lay.zero == 2:  # every micro-batch's gradients reduce-scattered into the owned slices (tpsim.plan.zero3)
+        return [("reduce_scatter", m * stage_params * g_bytes), ("all_gather", stage_params * p_bytes)]
     if lay.zero:
         return [("reduce_scatter", stage_params * g_bytes), ("all_gather", stage_params * p_bytes)]
     return [("all_reduce", stage_params * g_bytes)]

@@ -148,10 +148,11 @@ def specs(model: ModelSpec, lay: Layout, dp_buckets) -> list[list[BucketSpec]]:
 
 
 def bucket_seconds(lay: Layout, gpu: GPU, nbytes: float) -> float:
-    """One bucket's all-reduce (ZeRO-1: reduce-scatter) on the DP link, α-β (``tpsim.cost``)."""
+    """One bucket's all-reduce (ZeRO-1: reduce-scatter) on the DP link, α-β (``tpsim.cost``); ZeRO-2's m of them,
+    one a micro-batch (``tpsim.plan.zero3``), charged when the last one is ready."""
     op = "reduce_scatter" if lay.zero else "all_reduce"
-    n = lay.grad_replicas  # dp·cp ranks average the gradients
-    return ring_seconds(op, nbytes, n, links(lay, gpu)["dp"]) if n > 1 and ring_steps(op, n) else 0.0
+    n, times = lay.grad_replicas, lay.microbatches if lay.zero == 2 else 1  # dp·cp ranks average the gradients
+    return times * ring_seconds(op, nbytes, n, links(lay, gpu)["dp"]) if n > 1 and ring_steps(op, n) else 0.0
 
 
 def _ready(model, lay, gpu, tables, starts, buckets: list[BucketSpec], held_at: float) -> list[float]:

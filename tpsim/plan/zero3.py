@@ -13,13 +13,13 @@ In the paper's accounting (mixed precision, 2 + 2 + K with K = 12) 16 → 4 + 12
 Megatron's bf16 recipe (float32 main gradients: 2 + 4 + 12) 18 → 6 + 12/d → 2 + 16/d → 18/d; tpsim's float64
 live layout (AdamW in place, 8 + 8 + 16) 32 → 16 + 16/d → 8 + 24/d → 32/d.
 
-**ZeRO-2 and micro-batches.** The planner prices ZeRO-2 as §7 does — ZeRO-1's bytes, one reduce-scatter of
-the stage's gradients a step and the parameters all-gathered after it — and counts the owned slice in the
-gradient column (g/d). Both hold at once for one micro-batch a step, each bucket reduce-scattered as the
-backward fills it and then freed. With m > 1 micro-batches a run must choose: keep the whole gradient buffer
-while it accumulates (ZeRO-1's bytes, but ZeRO-1's gradient memory at the peak), or reduce-scatter every
-micro-batch's buckets into the owned slices (the g/d column, m times the reduce-scatter's bytes: DeepSpeed's
-ZeRO-2, FSDP's default). The planner's numbers pair the paper's bytes with the g/d column.
+**ZeRO-2 and micro-batches.** The gradient column is the owned slice (g/d) only if the whole gradient is
+never kept: each bucket reduce-scattered as the backward fills it, into the owned slice, and freed. At one
+micro-batch a step that is ZeRO-1's bytes (Rajbhandari et al. §7). With m > 1 micro-batches (a pipeline, or
+gradient accumulation) the planner keeps the g/d column and so charges m reduce-scatters a step, one a
+micro-batch, accumulating into the owned slices — DeepSpeed's ZeRO-2 and FSDP's SHARD_GRAD_OP do so; the
+alternative, keeping the whole buffer until the last micro-batch, moves ZeRO-1's bytes with ZeRO-1's gradient
+memory, which ``--zero 1`` already prices. The transient buckets (one or two, of ``--bucket-mb``) are not counted.
 
 **ZeRO-3's pieces in flight.** Each *piece* of a stage — the embedding (first stage), every layer, the head (last
 stage: the final norm and the LM head, unless a tied head is the embedding itself on one stage) — is
