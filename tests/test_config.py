@@ -53,7 +53,7 @@ def test_precision_says_what_mixed_precision_needs():
      "--overlap-grad-reduce with --zero 2: ZeRO-2 reduce-scatters each bucket during the backward already"),
     (lambda: RunConfig.of(GPT3, pp=3, dp=2, zero=2, pipeline=Pipeline(clock="h100-80gb")),
      "--clock h100-80gb with --zero 2: the live clock does not yet place ZeRO-2's per-micro-batch reduce-scatters"),
-    (lambda: RunConfig.of(dataclasses.replace(GPT, n_layer=4), pp=2, dp=2, zero=2, pipeline=Pipeline(schedule="interleaved", vp=2)),
+    (lambda: RunConfig.of(dataclasses.replace(GPT, n_layer=4), pp=2, dp=2, zero=2, pipeline=Pipeline(schedule="interleaved", vp=2, microbatches=2)),
      "--vp 2 with --zero 2: a bucket shared by two chunks"),
     (lambda: RunConfig.of(GPT, tp=0), "--tp must be >= 1, got 0"),
     (lambda: RunConfig.of(GPT, pp=2), "2 pipeline stages for 1 layer: every stage needs at least one layer"),

@@ -24,7 +24,6 @@ from tpsim.models.build import build_gpt
 from tpsim.nn.precision import dtype_of
 from tpsim.predict.formulas import predict_step
 from tpsim.predict.model_state import MEGATRON_LAYOUTS, TPSIM_16BIT, TPSIM_FLOAT64, measure_model_state
-from tpsim.predict.pipeline_comm import zero2_reduce_scatter
 from tpsim.trace.formula_check import compare, format_comparison
 from tpsim.train import (AdamW, DynamicLossScaler, GradSync, apply_update, broadcast_batch, compute_grads, dp_slice,
                          train_step)
