@@ -1,10 +1,10 @@
 """The live side of ``tpsim plan --validate``: one rank of a small real run (run under ``mpiexec``).
 
-    mpiexec -n N python -m tpsim.plan.live --tp T --dp D [--sp] [--arch gpt2|llama] [--zero] [--dtype D]
+    mpiexec -n N python -m tpsim.plan.live --tp T --dp D [--sp] [--arch gpt2|llama] [--zero 0|1|2] [--dtype D]
                                            [--cp C --cp-comm ring|allgather|ulysses] --json PATH
 
 Builds the toy GPT (float64, dropout 0.1 so the paper's masks exist) or the toy Llama (GQA, 2 KV heads), runs
-one traced training step of a global batch split over the DP replicas (DDP, or ZeRO-1 with ``--zero``), and
+one traced training step of a global batch split over the DP replicas (DDP, or ZeRO-1/2 with ``--zero``), and
 measures on every rank: the bytes the first layer caches (``transformer.h.0`` / ``model.layers.0``), the
 parameters, gradients and optimizer state held, and the wire bytes of the step's collectives — the first
 layer's TP collectives (and, with ``--cp``, its CP messages: each CP rank reads its zigzag tokens of every
@@ -44,21 +44,21 @@ def build(arch: str, grid, sp: bool, dtype=None, cp_comm: str = "ring"):
     return model, cfg.max_positions, DropoutPlan(ExactDropoutRNG(SEED), 0) if cfg.dropout else DropoutPlan()
 
 
-def optimizer_and_sync(model, grid, zero: bool, mixed: bool = False):
-    """AdamW with a DDP ``GradSync`` (dp > 1), or ZeRO-1's ``DistributedOptimizer``, itself the gradient sync;
+def optimizer_and_sync(model, grid, zero: int, mixed: bool = False):
+    """AdamW with a DDP ``GradSync`` (dp > 1), or ZeRO-1/2's ``DistributedOptimizer``, itself the gradient sync;
     ``mixed``: AdamW inside the mixed-precision optimizer (float32 main parameters)."""
     from tpsim.train import AdamW, GradSync, mixed_precision
 
-    if zero:  # tpsim.train.zero: Megatron's distributed optimizer (branch i15-zero)
+    if zero:  # tpsim.train.zero: Megatron's distributed optimizer; stage 2 keeps only the owned gradients
         from tpsim.train.zero import DistributedOptimizer
 
-        opt = DistributedOptimizer(AdamW(model), grid)
+        opt = DistributedOptimizer(AdamW(model), grid, stage=zero)
         return opt, opt
     opt = mixed_precision(model, AdamW, grid.world) if mixed else AdamW(model)
     return opt, GradSync(model, grid.dp_group) if grid.replicas > 1 else None
 
 
-def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt2", zero: bool = False,
+def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt2", zero: int = 0,
            dtype: str = "float64", cp: int = 1, cp_comm: str = "ring") -> int:
     import numpy as np
 
@@ -84,7 +84,7 @@ def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt2", zero: bool
     grid.tracer.reset()
     compute_grads(model, grid, sync, ids, labels, plan=plan)
     if zero:
-        optimizer.step()  # ZeRO-1's all-gather of the updated slices belongs to the step
+        optimizer.step()  # ZeRO's all-gather of the updated slices belongs to the step
     events = list(grid.tracer.events)
     mine["tp_layer_wire"] = sum(e.wire_bytes for e in events if e.group in ("tp", "kv")
                                 and e.scope.startswith(f"{model.config.layer_names.block}.0."))
@@ -103,7 +103,8 @@ if __name__ == "__main__":
     parser.add_argument("--dp", type=int, default=1)
     parser.add_argument("--sp", action="store_true")
     parser.add_argument("--arch", default="gpt2", choices=ARCH_SPELLINGS)
-    parser.add_argument("--zero", action="store_true", help="ZeRO-1 (tpsim.train.zero) instead of DDP")
+    parser.add_argument("--zero", type=int, default=0, choices=(0, 1, 2),
+                        help="ZeRO-1 or ZeRO-2 (tpsim.train.zero) instead of DDP")
     parser.add_argument("--dtype", default="float64", choices=("float64", "float32", "bfloat16", "float16"))
     parser.add_argument("--cp", type=int, default=1)
     parser.add_argument("--cp-comm", default="ring", choices=("ring", "allgather", "ulysses"))

@@ -84,6 +84,10 @@ CASES += [_case("CP 2 ring x TP 2", 2, cp=2), _case("Llama CP 2 allgather x DP 2
 # ZeRO-1 in 16 bits: float32 gradients reduce-scattered, bfloat16 parameters all-gathered
 CASES += [_case("ZeRO-1 bfloat16 TP 2 x DP 2", 2, 2, zero=1, dtype="bfloat16",
                 not_compared=(("activation bytes per layer", BF16_CACHES),))]
+# ZeRO-2 (tpsim.train.zero2): the gradients kept as owned slices only (measured at rest), ZeRO-1's bytes at m = 1
+CASES += [_case("ZeRO-2 TP 2 x DP 2", 2, 2, zero=2), _case("Llama ZeRO-2 DP 4", 1, 4, zero=2, arch="llama"),
+          _case("ZeRO-2 bfloat16 DP 4", 1, 4, zero=2, dtype="bfloat16",
+                not_compared=(("activation bytes per layer", BF16_CACHES),))]
 
 
 def toy(arch: str = "gpt2"):
@@ -124,7 +128,7 @@ def run_case(case: Case, folder: Path, timeout: float = 120) -> list[dict]:
     path = folder / f"{case.name.replace(' ', '_').replace('+', 'sp')}.json"
     par = case.parallel
     args = ["-m", "tpsim.plan.live", "--tp", str(par.tp), "--dp", str(par.dp), "--json", str(path),
-            "--arch", case.arch, *(["--sp"] if par.sp else []), *(["--zero"] if par.zero else []),
+            "--arch", case.arch, *(["--sp"] if par.sp else []), "--zero", str(par.zero),
             "--dtype", case.dtype, "--cp", str(par.cp), "--cp-comm", par.cp_comm, *case.live_args]
     run = launch(case.ranks, args, timeout=timeout)
     if run.returncode:
