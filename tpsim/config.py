@@ -35,7 +35,7 @@ from tpsim.plan import tp_overlap_choice  # pure: --tp-comm-overlap
 from tpsim.plan.clock_choice import UNIT_CLOCK
 
 DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-ZERO_STAGES = (0, 1, 2)  # ZeRO stages that run live (the planner prices 3 as well: tpsim.plan.layout)
+ZERO_STAGES = (0, 1, 2, 3)  # ZeRO stages that run live (and that the planner prices: tpsim.plan.layout)
 DROPOUT_RNGS = ("exact", "megatron")
 
 
@@ -224,15 +224,22 @@ class RunConfig:
         cp_choice.check_clock(par.cp, self.pipeline.clock)
         if self.optimizer.overlap_param_gather and par.zero not in (1, 2):  # plain DP gathers no parameters
             raise ConfigError("--overlap-param-gather (ZeRO's all-gather under the next forward) needs --zero 1 or 2")
-        if self.optimizer.overlap_grad_reduce and par.zero == 2:
-            raise ConfigError("--overlap-grad-reduce with --zero 2: ZeRO-2 reduce-scatters each bucket during the "
-                              "backward already, as its layers finish it")
-        if par.zero == 2 and self.pipeline.vp > 1:
-            raise ConfigError(f"--vp {self.pipeline.vp} with --zero 2: a bucket shared by two chunks would be "
-                              "reduce-scattered once per chunk's backward; ZeRO-2 runs with one chunk per stage")
-        if par.zero == 2 and self.pipeline.clock != UNIT_CLOCK:
-            raise ConfigError(f"--clock {self.pipeline.clock} with --zero 2: the live clock does not yet place "
-                              "ZeRO-2's per-micro-batch reduce-scatters (`tpsim plan --zero 2` prices them)")
+        self._check_sharded_zero(par)
+
+    def _check_sharded_zero(self, par: Parallelism) -> None:
+        """ZeRO-2 and 3 reduce-scatter during the backward (and 3 gathers there): what they do not compose with."""
+        z = par.zero
+        if z < 2:
+            return
+        if self.optimizer.overlap_grad_reduce:
+            raise ConfigError(f"--overlap-grad-reduce with --zero {z}: ZeRO-{z} reduce-scatters each bucket during "
+                              "the backward already, as its layers finish it")
+        if self.pipeline.vp > 1:
+            raise ConfigError(f"--vp {self.pipeline.vp} with --zero {z}: a bucket shared by two chunks would be "
+                              f"reduce-scattered once per chunk's backward; ZeRO-{z} runs with one chunk per stage")
+        if self.pipeline.clock != UNIT_CLOCK:
+            raise ConfigError(f"--clock {self.pipeline.clock} with --zero {z}: the live clock does not yet place "
+                              f"ZeRO-{z}'s per-micro-batch collectives (`tpsim plan --zero {z}` prices them)")
 
     @property
     def arch(self) -> str:

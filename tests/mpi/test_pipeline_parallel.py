@@ -98,11 +98,12 @@ def assert_grads_equal_serial(shard, serial) -> None:
     assert held == set(ref), f"parameters no stage holds: {sorted(set(ref) - held)}"
 
 
-def train_against_serial(grid, shard, opt, serial, live_step) -> None:
+def train_against_serial(grid, shard, opt, serial, live_step, whole=None) -> None:
     """Three AdamW steps (lr 1e-2, weight decay 0.01) clipped at 0.05, a threshold every step crosses, live and on
     the serial reference (``tpsim.train.reference``): each step's loss and clip norm equal (``TOL``) — the norm
     must sum over every stage and count a tied embedding once —, the parameters after them too.
-    ``live_step(step) -> (loss, the global batch (ids, labels) it trained on)``."""
+    ``live_step(step) -> (loss, the global batch (ids, labels) it trained on)``; ``whole()``, when given, makes
+    the stage's parameters whole before they are compared (ZeRO-3's ``finish_param_gather``)."""
     params, grads = [p for _, p in serial.named_parameters()], [g for _, g in serial.named_grads()]
     m, v = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params]
     clip, norms = 0.05, []
@@ -117,6 +118,8 @@ def train_against_serial(grid, shard, opt, serial, live_step) -> None:
         assert_everywhere(relative_difference(loss, loss_s, floor=0.0) <= TOL, f"step {step} loss")
     assert_everywhere(all(relative_difference(a, b, floor=0.0) <= TOL for a, b in norms), f"norms {norms}")
     assert all(b > clip for _, b in norms), "the threshold must clip every step for this test to mean something"
+    if whole is not None:
+        whole()
     assert_params_equal_serial(shard, serial, params)
 
 

@@ -34,12 +34,12 @@ LAYOUTS = [(pp, tp, N // (pp * tp)) for pp in (2, 4) for tp in (1, 2) if N % (pp
 CAP = 1000  # bytes: several buckets a stage
 
 
-def zero2_pipeline(arch, grid, schedule):
+def zero2_pipeline(arch, grid, schedule, stage=2):
     cfg = model_config(arch, grid.tp)
     serial = architecture_of(cfg).serial(cfg, seed=SEED)
     shard = pipeline_from_serial(serial, grid, split_layers(cfg.layers, grid.pp, SIZES[grid.pp]))
     shared = getattr(shard, "shared_embedding", None)
-    opt = DistributedOptimizer(AdamW(shard, lr=1e-2, weight_decay=0.01), grid, bucket_cap_bytes=CAP, stage=2,
+    opt = DistributedOptimizer(AdamW(shard, lr=1e-2, weight_decay=0.01), grid, bucket_cap_bytes=CAP, stage=stage,
                                held=(shared.grads["weight"],) if shared is not None else ())
     ex = Executor(build(schedule, grid.pp, M), shard.chunks, grid.pp_group, (B_MICRO, SEQ, cfg.hidden), np.float64)
     return cfg, serial, shard, opt, ex
@@ -48,19 +48,21 @@ def zero2_pipeline(arch, grid, schedule):
 pytestmark = pytest.mark.skipif(not LAYOUTS, reason="ZeRO-2 under a pipeline needs pp >= 2 and dp >= 2: 4+ ranks")
 
 
+@pytest.mark.parametrize("stage", [2, 3], ids=["zero2", "zero3"])
 @pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 @pytest.mark.parametrize("layout", LAYOUTS or [(2, 1, 1)], ids=lambda t: f"pp{t[0]}-tp{t[1]}-dp{t[2]}")
-def test_step0_gradients_equal_serial_and_each_micro_batch_reduce_scatters(layout, arch, schedule):
+def test_step0_gradients_equal_serial_and_each_micro_batch_reduce_scatters(layout, arch, schedule, stage):
     grid = get_grid(*layout)
-    cfg, serial, shard, opt, ex = zero2_pipeline(arch, grid, schedule)
+    cfg, serial, shard, opt, ex = zero2_pipeline(arch, grid, schedule, stage)
     grid.tracer.step = 0
     run_step(cfg, grid, shard, opt, ex)
     rs = grid.tracer.select(op="reduce_scatter", group="dp")
     held = opt.sharded.held
     want = zero2_reduce_scatter(M, opt.total_bytes, len(opt.buckets),
                                 (sum(opt.buckets[i].nbytes for i in held), len(held)))
-    assert_everywhere((sum(e.bytes for e in rs), len(rs)) == want, f"reduce-scatters {len(rs)}, formula {want}")
+    assert_everywhere((sum(e.bytes for e in rs), len(rs)) == want, f"reduce-scatters {len(rs)}, formula {want}, "
+                      f"per bucket {opt.sharded.reductions}, held {held}")
     assert_everywhere(len(opt.buckets) > 1, "one bucket: the test would not see the per-micro-batch sums")
     assert_everywhere(arch == "llama" or grid.pp_rank not in (0, grid.pp - 1) or bool(held), "the tied bucket held")
     opt.gather_grads()
@@ -69,11 +71,13 @@ def test_step0_gradients_equal_serial_and_each_micro_batch_reduce_scatters(layou
     assert_grads_equal_serial(shard, serial)
 
 
+@pytest.mark.parametrize("stage", [2, 3], ids=["zero2", "zero3"])
 @pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 @pytest.mark.parametrize("layout", LAYOUTS or [(2, 1, 1)], ids=lambda t: f"pp{t[0]}-tp{t[1]}-dp{t[2]}")
-def test_training_with_clipping_equals_serial_training(layout, arch, schedule):
+def test_training_with_clipping_equals_serial_training(layout, arch, schedule, stage):
     grid = get_grid(*layout)
-    cfg, serial, shard, opt, ex = zero2_pipeline(arch, grid, schedule)
+    cfg, serial, shard, opt, ex = zero2_pipeline(arch, grid, schedule, stage)
     train_against_serial(grid, shard, opt, serial, lambda step: (
-        run_step(cfg, grid, shard, opt, ex, step=step)[0], global_batch(cfg, B_MICRO * M * grid.dp, seed=step)))
+        run_step(cfg, grid, shard, opt, ex, step=step)[0], global_batch(cfg, B_MICRO * M * grid.dp, seed=step)),
+        whole=opt.finish_param_gather)

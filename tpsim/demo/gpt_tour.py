@@ -195,11 +195,12 @@ def train(grid, model, grad_sync, run: RunConfig, resume=None) -> tuple[list[dic
         if (step % max(1, sch.steps // 10) == 0 or step == sch.steps - 1) and not guard.last.skipped:
             say(grid, f"  step {step:4d}  loss {_number(loss, 7, 4)}  |grad| {_number(norm, 6, 3)}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} collectives/rank")
+    table = state_table(model, optimizer, grid)  # at rest: before ZeRO-3 gathers the whole model
     grad_sync.finish_param_gather()  # --overlap-param-gather: the last step's parameters, before anything reads them
     if run.optimizer.overlap_grad_reduce or run.optimizer.overlap_param_gather:
         say(grid, overlap_words(run, grad_sync, tracer))
     say(grid, f"  tok/s measures how this machine schedules {grid.world.size} processes, not a GPU cluster "
-              "(docs/performance.md)", "", state_table(model, optimizer, grid))
+              "(docs/performance.md)", "", table)
     return metrics, ok, optimizer
 
 

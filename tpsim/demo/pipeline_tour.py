@@ -155,9 +155,10 @@ def train(grid, shard, grad_sync, executor, run: RunConfig, resume=None):
         if (step % max(1, sch.steps // 10) == 0 or step == sch.steps - 1) and not guard.last.skipped:
             say(grid, f"  step {step:4d}  loss {_number(loss, 7, 4)}  |grad| {_number(norm, 6, 3)}"
                       f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} moved by rank 0")
+    table = state_table(shard, optimizer, grid)  # at rest: before ZeRO-3 gathers the whole model
     grad_sync.finish_param_gather()  # --overlap-param-gather: the last step's parameters, before anything reads them
     say(grid, f"  tok/s measures how this machine schedules {grid.world.size} processes, not a GPU cluster "
-              "(docs/performance.md)", "", state_table(shard, optimizer, grid))
+              "(docs/performance.md)", "", table)
     return metrics, ok, optimizer, peak, last, virtual
 
 

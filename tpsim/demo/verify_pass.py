@@ -47,6 +47,7 @@ def _train(grid: ProcessGrid, run: RunConfig, zero: int) -> tuple[dict[str, np.n
         ids = np.random.default_rng([seed, step]).integers(0, cfg.vocab_size, (batch, cfg.n_positions))
         compute_grads(model, grid, sync, ids[rows], np.roll(ids, -1, axis=1)[rows])
         apply_update(model, optimizer, grid, clip=1.0)
+    sync.finish_param_gather()  # ZeRO-3: the whole parameters gathered from the owned slices
     return {name: p.copy() for name, p in model.named_parameters()}, padded, len(sync.buckets)
 
 

@@ -13,6 +13,7 @@ from tpsim.config import RunConfig
 from tpsim.nn.module import Module
 from tpsim.predict.model_state import (format_model_state, layout_for, measure_model_state, zero_buffer_elements,
                                      zero_optimizer_bytes)
+from tpsim.table import human_bytes
 from tpsim.train.protocol import OptimizerProtocol
 
 
@@ -22,9 +23,9 @@ def grad_bytes_of(run: RunConfig, sync) -> int | None:
 
 
 def held_of(sync) -> tuple[int, int] | None:
-    """ZeRO-2's ``(bytes, buckets)`` held for the tied embedding's sum (reduce-scattered once a step, the rest
+    """ZeRO-2/3's ``(bytes, buckets)`` held for the tied embedding's sum (reduce-scattered once a step, the rest
     once a micro-batch: ``tpsim.predict.pipeline_comm.zero2_reduce_scatter``); None for any other sync."""
-    if sync.zero_stage != 2:
+    if sync.zero_stage < 2:
         return None
     held = sync.sharded.held
     return sum(sync.buckets[i].nbytes for i in held), len(held)
@@ -39,18 +40,33 @@ def state_table(model: Module, optimizer: OptimizerProtocol, grid: ProcessGrid) 
     formula; ZeRO-2's gradients are its owned slices, checked exactly like the optimizer's."""
     zero = optimizer.zero_stage  # > 0: the slices of a DistributedOptimizer
     itemsize = next(p for _, p in model.named_parameters()).itemsize
-    grads = None
+    grads = params = None
     if zero:
         sizes = dict((n, p.size) for n, p in model.named_parameters())
         elements = [sum(sizes[n] for n in b.names) for b in optimizer.buckets]
         grad_itemsize = np.dtype(optimizer.buckets[0].dtype).itemsize
         predicted = zero_optimizer_bytes(elements, grid.replicas, grad_itemsize, len(optimizer.rule.slots),
                                          main_param_bytes=4 * optimizer.half)
-        if zero >= 2:  # the owned slices of the padded buckets
-            grads = zero_buffer_elements(elements, grid.replicas) // grid.replicas * grad_itemsize
+        owned = zero_buffer_elements(elements, grid.replicas) // grid.replicas  # elements of the owned slices
+        grads = owned * grad_itemsize if zero >= 2 else None
+        params = owned * itemsize if zero >= 3 else None
     else:  # AdamW's two slots (and, in 16 bits, the float32 main parameters) for every parameter
         predicted = layout_for(itemsize).sharded * sum(p.size for _, p in model.named_parameters())
     how = f"ZeRO-{zero} over DP {grid.replicas}" if zero else "AdamW on every DP rank"
     title = f"Model state per parameter on rank 0 ({how}, {_dtype_name(model)}, live arrays):"
-    return format_model_state(measure_model_state(model, optimizer), layout_for(itemsize), grid.replicas, zero,
-                              predicted, title=title, grads_formula=grads)
+    text = format_model_state(measure_model_state(model, optimizer), layout_for(itemsize), grid.replicas, zero,
+                              predicted, title=title, grads_formula=grads, params_formula=params)
+    return text + in_flight_line(optimizer)
+
+
+def in_flight_line(optimizer: OptimizerProtocol) -> str:
+    """ZeRO-2/3: what is whole only for a while — the gradient buckets materialised at once and (ZeRO-3) the
+    parameters gathered at once in the last step, at most, beside the whole buckets."""
+    if optimizer.zero_stage < 2:
+        return ""
+    whole = human_bytes(optimizer.total_bytes)
+    line = (f"\n  in flight in the last step, at most: {human_bytes(optimizer.sharded.peak_bytes)} of gradient "
+            f"buckets (of {whole} whole)")
+    if optimizer.sparams is not None:
+        line += f", {human_bytes(optimizer.sparams.peak_bytes)} of gathered parameters (one layer at a time)"
+    return line

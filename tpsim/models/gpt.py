@@ -85,11 +85,17 @@ class _Wiring(Module):
 
     def _timed(self, child: Module, method: str, *args, **kwargs):
         """``child.forward(...)`` or ``child.backward(...)``, timed as span (child.path, method); a forward first
-        waits for its parameters' posted all-gather (``params_wait``: ZeRO-1's ``--overlap-param-gather``)."""
+        waits for its parameters' posted all-gather (``params_wait``: ZeRO-1's ``--overlap-param-gather``); under
+        ZeRO-3 the child's parameters are gathered for the call and freed after it (``params_use``)."""
         if method == "forward" and child.params_wait is not None:
             child.params_wait(child)
+        if child.params_use is not None:
+            child.params_use(child, method, True)
         with self._span(child.path, method):
-            return getattr(child, method)(*args, **kwargs)
+            out = getattr(child, method)(*args, **kwargs)
+        if child.params_use is not None:
+            child.params_use(child, method, False)
+        return out
 
 
 def attach_tracer(model: Module, tracer) -> Module:

@@ -158,6 +158,7 @@ class Module:
     grad_ready: Callable[["Module"], None] | None = None  # set on the instances by an overlapping DP sync
     params_wait: Callable[["Module"], None] | None = None  # set by ZeRO-1's --overlap-param-gather until it is done
     grads_needed: Callable[["Module"], None] | None = None  # set by ZeRO-2: materialise this layer's grad buckets
+    params_use: Callable[["Module", str, bool], None] | None = None  # ZeRO-3: gather (True) / free (False) around a call
 
     def __init__(self) -> None:
         self.params: dict[str, np.ndarray] = {}

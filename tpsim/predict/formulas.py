@@ -78,7 +78,7 @@ from tpsim.nn.precision import accum_itemsize
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER, SP_GRAD_SYNC
 from tpsim.arch.shape import LayerNames, kv_heads_per_rank, kv_replicas
 from tpsim.predict.memory import param_elements
-from tpsim.partition import padded_length
+from tpsim.partition import padded_length, padded_vocab_size
 
 
 @dataclass
@@ -274,9 +274,26 @@ def predict_step(run, *, clip: bool, update: bool = True, grad_bytes_local: int 
         rows.add("loss_scaler", OPTIMIZER, "all_reduce", "world", 8)
     if clip:  # ZeRO-1's norm sums the owned slices over the whole world
         rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "world" if zero else "tp", 8)
-    if zero and dp > 1:  # the updated parameters, all-gathered after the step in their own dtype (the same
-        _bucketed(rows, "zero", OPTIMIZER, "all_gather", total // acc * e, ddp_buckets)  # elements as the RS)
+    if zero and dp > 1:
+        zero_gathers(rows, config, zero, total // acc * e, ddp_buckets, tp=tp, e=e, microbatches=1)
     return list(rows.rows.values())
+
+
+def zero_gathers(rows: _Rows, config, zero: int, params: int, buckets: int | None, *, tp: int, e: int,
+                 microbatches: int, tied_head: bool = True) -> None:
+    """ZeRO's parameter all-gathers over DP: ZeRO-1/2 once after the step, every padded bucket in the parameters'
+    dtype (``params`` bytes, the reduce-scatter's elements); ZeRO-3 (``tpsim.train.zero3``) every unit's bucket
+    before its forward and again before its backward, each micro-batch, and a tied LM head (``tied_head``: it
+    shares the embedding's weight on this rank) gathers the embedding's bucket for its own two calls as well."""
+    if zero < 3:
+        _bucketed(rows, "zero", OPTIMIZER, "all_gather", params, buckets)
+        return
+    dp = rows.sizes["dp"]
+    tied = padded_length(padded_vocab_size(config.vocab, tp) // tp * config.hidden, dp) * e
+    tied = tied if config.tied and tied_head else 0
+    calls = None if buckets is None else microbatches * (buckets + bool(tied))
+    for phase in (FORWARD, BACKWARD):
+        _bucketed(rows, "zero", phase, "all_gather", microbatches * (params + tied), calls)
 
 
 def _bucketed(rows: _Rows, layer: str, phase: str, op: str, total: int, buckets: int | None) -> None:

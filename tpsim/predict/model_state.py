@@ -148,7 +148,8 @@ def measure_model_state(model, optimizer, parameters: int | None = None) -> Mode
     ``parameters`` defaults to the elements of this rank's parameters; under ZeRO-1 with TP 1 the model is
     whole on each rank, so bytes ÷ parameters is the table's per-parameter figure.
     """
-    params = sum(p.nbytes for _, p in model.named_parameters())
+    params = sum(held_nbytes(p) for _, p in model.named_parameters())
+    params += optimizer.param_bytes() if optimizer is not None else 0  # ZeRO-3's owned slices
     grads = sum(held_nbytes(g) for _, g in model.named_grads())
     grads += optimizer.grad_bytes() if optimizer is not None else 0  # ZeRO-2's owned slices
     count = sum(p.size for _, p in model.named_parameters()) if parameters is None else parameters
@@ -172,13 +173,14 @@ def _fraction(x: Fraction) -> str:
 
 
 def format_model_state(measured: ModelState, layout: StateLayout, dp: int, zero: int, optimizer_formula: int,
-                       title: str = "", grads_formula: int | None = None) -> str:
+                       title: str = "", grads_formula: int | None = None, params_formula: int | None = None) -> str:
     """Measured bytes ÷ parameters beside the layout's formula at ZeRO stage ``zero`` (0: a plain optimizer);
     with a distributed optimizer, Megatron's three rows at this d and stage (without one every row is its plain
     count, so the table would say nothing: one line says so).
 
     ``optimizer_formula``: the predicted optimizer bytes of this rank (padding included), checked exactly;
-    ``grads_formula`` (ZeRO-2: the owned slices' bytes), when given, checks the gradients the same way.
+    ``grads_formula`` (ZeRO-2: the owned slices' bytes), when given, checks the gradients the same way;
+    ``params_formula`` (ZeRO-3) the parameters.
     """
     from tpsim.table import RULE, format_table  # pure text
 
@@ -187,13 +189,14 @@ def format_model_state(measured: ModelState, layout: StateLayout, dp: int, zero:
     whole = {"params": layout.param, "grads": layout.grad, "optimizer": layout.sharded}
     formula = {k: Fraction(v, dp if zero >= shard[k] else 1) for k, v in whole.items()}
     formula["total"] = layout.bytes_per_zero_stage(zero, dp)
-    exact = {"optimizer": optimizer_formula, "grads": grads_formula}
+    exact = {"optimizer": optimizer_formula, "grads": grads_formula, "params": params_formula}
     rows = [["", "bytes", "per parameter", "formula", "check"], RULE]
     for key in ("params", "grads", "optimizer", "total"):
         value, want = getattr(measured, key), exact.get(key)
         check = "" if want is None else "ok" if value == want else "DIFFERS"
         rows.append([key, f"{value:,}", _fraction(per[key]), _fraction(formula[key]), check])
-    checked = "optimizer and gradient columns add" if grads_formula is not None else "optimizer column adds"
+    checked = ("parameter, gradient and optimizer columns add" if params_formula is not None
+               else "optimizer and gradient columns add" if grads_formula is not None else "optimizer column adds")
     lines = [format_table(rows, title=title),
              f"  formula: {layout.name}, {format_formula(layout, zero) if zero else layout.replicated + layout.sharded}"
              f"{' at d = ' + str(dp) if zero else ' (plain optimizer)'}; the measured {checked} only the padding "

@@ -34,7 +34,7 @@ from tpsim.partition import padded_length, padded_vocab_size
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER
 from tpsim.arch import architecture_of
 from tpsim.arch.shape import kv_replicas
-from tpsim.predict.formulas import Prediction, _Rows, _bucketed, model_rows
+from tpsim.predict.formulas import Prediction, _Rows, _bucketed, model_rows, zero_gathers
 from tpsim.predict.pipeline import p2p_bytes
 
 
@@ -90,7 +90,7 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
                    for c, layers in enumerate(chunks))
     if par.zero:
         total = padded_length(elements, dp) * acc if grad_bytes is None else grad_bytes
-        if dp > 1 and par.zero == 2:  # each micro-batch reduce-scatters what it wrote
+        if dp > 1 and par.zero >= 2:  # each micro-batch reduce-scatters what it wrote
             tied = config.tied and pp > 1 and (first or last)  # one bucket (the default) holds the embedding
             held = held if held is not None else (total, buckets) if tied else (0, 0)
             rs_bytes, rs_calls = zero2_reduce_scatter(m, total, buckets, held)
@@ -103,8 +103,9 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
         rows.add("loss_scaler", OPTIMIZER, "all_reduce", "world", 8)
     if clip:
         rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "world" if par.zero else "mp" if pp > 1 else "tp", 8)
-    if par.zero and dp > 1:
-        _bucketed(rows, "zero", OPTIMIZER, "all_gather", total // acc * e, buckets)
+    if par.zero and dp > 1:  # a tied head on its own stage gathers a copy of its own (pp > 1): no extra
+        zero_gathers(rows, config, par.zero, total // acc * e, buckets, tp=tp, e=e, microbatches=m,
+                     tied_head=pp == 1)
     return rows
 
 

@@ -74,7 +74,8 @@ class MemoryReport:
 
 def measure_memory(model, optimizer, cache, exclude=()) -> MemoryReport:
     """Bytes of ``model``'s parameters and gradients, ``optimizer``'s state (None: 0) and the forward ``cache``."""
-    params = sum(p.nbytes for _, p in model.named_parameters())
+    params = sum(held_nbytes(p) for _, p in model.named_parameters())
+    params += optimizer.param_bytes() if optimizer is not None else 0  # ZeRO-3's owned slices
     grads = sum(held_nbytes(g) for _, g in model.named_grads())
     grads += optimizer.grad_bytes() if optimizer is not None else 0  # ZeRO-2's owned slices
     state = optimizer.state_bytes() if optimizer is not None else 0

@@ -59,6 +59,8 @@ class GradSync:
     Attributes: ``buckets`` (list of ``Bucket``: names and bytes, for printing), ``buffers`` (the flat arrays,
     ``[nbytes / itemsize]`` each), ``dp_group``. ``pad_to``: each buffer's length is rounded up to a multiple
     of it with zeros after the last gradient (``tpsim.train.zero`` pads to dp so a reduce-scatter splits it).
+    ``groups(names)``, when given, cuts the buckets instead of the cap: lists of positions in ``names`` (the
+    gradients in packing order), each list one bucket.
     """
 
     zero_stage = 0  # plain DP: every rank keeps the whole optimizer state (ZeRO-1's sync says 1)
@@ -66,14 +68,15 @@ class GradSync:
 
     def __init__(self, module: Module, dp_group: Group,
                  bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *, pad_to: int = 1,
-                 overlap: bool = False, held: tuple[np.ndarray, ...] = ()) -> None:
+                 overlap: bool = False, held: tuple[np.ndarray, ...] = (), groups=None) -> None:
         if bucket_cap_bytes is not None and bucket_cap_bytes < 0:
             raise ValueError(f"bucket_cap_bytes must be >= 0 or None, got {bucket_cap_bytes}")
         self.module, self.dp_group = module, dp_group
         self.bucket_cap_bytes = bucket_cap_bytes
         # reverse registration order: the last layers' gradients are ready first in backward
         entries = list(module.named_grads())[::-1]
-        groups = assign_buckets([(n, g.nbytes, str(g.dtype)) for n, g in entries], bucket_cap_bytes)
+        groups = (assign_buckets([(n, g.nbytes, str(g.dtype)) for n, g in entries], bucket_cap_bytes) if groups is None
+                  else groups([n for n, _ in entries]))  # ZeRO-3: one bucket per unit (tpsim.train.zero3)
         self.buckets: list[Bucket] = []
         self.buffers: list[np.ndarray] = []
         self._views: list[tuple[str, np.ndarray]] = []  # (name, view) in packing order, to detect replacement

@@ -152,6 +152,10 @@ class MixedPrecisionOptimizer:
         """Gradient bytes beside the model's arrays: none (a 16-bit parameter's float32 gradient is its main one)."""
         return 0
 
+    def param_bytes(self) -> int:
+        """Parameter bytes beside the model's arrays: none (the float32 main parameters are ``state_bytes``)."""
+        return 0
+
     def state_dict(self) -> dict:
         sd = self.inner.state_dict()
         sd["main_params"] = self.main.state_dict()

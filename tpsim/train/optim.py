@@ -176,6 +176,10 @@ class Optimizer:
         """Gradient bytes held beside the model's own arrays: none (the model's gradients are the gradients)."""
         return 0
 
+    def param_bytes(self) -> int:
+        """Parameter bytes held beside the model's own arrays: none."""
+        return 0
+
 
 class SGD(Optimizer):
     """Stochastic gradient descent, PyTorch semantics with dampening 0:

@@ -16,7 +16,8 @@ Three classes implement it, fully — nothing is optional, nothing is discovered
   (``MainParams``) stepped by an inner AdamW/SGD, float16's dynamic loss scaler.
 - ``DistributedOptimizer`` (``tpsim.train.zero``): ZeRO-1 — the same rule and the same ``MainParams`` on this
   DP rank's 1/d slice of every bucket, the norm over the world from the owned slices; ZeRO-2 (``stage=2``) with
-  only those slices of the gradients kept (``tpsim.train.zero2``).
+  only those slices of the gradients kept (``tpsim.train.zero2``), ZeRO-3 (``stage=3``) of the parameters too
+  (``tpsim.train.zero3``).
 
 What an optimizer *is* is said by the object, once (``zero_stage``), never by sniffing its type: a caller that
 must know whether the state is sliced reads ``opt.zero_stage``; the state itself is ``opt.state_pieces()``
@@ -65,7 +66,8 @@ class OptimizerProtocol(Protocol):
     """The methods and attributes above; see the module docstring for the order a step calls them in."""
 
     zero_stage: int  # 0: every DP rank holds the whole state; 1: ZeRO-1, this rank holds 1/d of it; 2: ZeRO-2,
-    # the gradients too (the model's gradient arrays are placeholders at rest, ``grad_bytes`` the owned slices)
+    # the gradients too (the model's gradient arrays are placeholders at rest, ``grad_bytes`` the owned slices);
+    # 3: ZeRO-3, the parameters too (``param_bytes``; each layer's gathered around its forward and backward)
     loss_scaler: DynamicLossScaler | None  # float16's dynamic loss scaler; None without loss scaling
     skipped: bool  # the last ``unscale_grads`` found an overflow (the step was skipped)
 
@@ -109,3 +111,6 @@ class OptimizerProtocol(Protocol):
 
     def grad_bytes(self) -> int:
         """Gradient bytes this optimizer holds beside the model's gradient arrays (ZeRO-2's owned slices)."""
+
+    def param_bytes(self) -> int:
+        """Parameter bytes this optimizer holds beside the model's parameter arrays (ZeRO-3's owned slices)."""

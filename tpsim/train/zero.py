@@ -41,6 +41,7 @@ Traced: reduce-scatter scope ``zero.bucket{i}`` phase ``dp_sync``; all-gather sc
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -58,6 +59,7 @@ from tpsim.train.mixed_precision import MainParams
 from tpsim.train.optim import Optimizer
 from tpsim.train.protocol import MAIN_PARAM, Overflow, StatePiece
 from tpsim.train.zero2 import ShardedGrads
+from tpsim.train.zero3 import ShardedParams, unit_groups
 from tpsim.train.zero_comm import ZeroCommunication, flat_view
 
 
@@ -94,10 +96,13 @@ class DistributedOptimizer(ZeroCommunication):
                  bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *,
                  loss_scaler: DynamicLossScaler | None = None, overlap_grad_reduce: bool = False,
                  overlap_param_gather: bool = False, held: tuple[np.ndarray, ...] = (), stage: int = 1) -> None:
-        if stage not in (1, 2):
-            raise ValueError(f"stage {stage}: the DistributedOptimizer runs ZeRO stage 1 or 2")
-        if stage == 2 and overlap_grad_reduce:
-            raise ValueError("ZeRO-2 reduce-scatters each bucket during the backward already: no overlap_grad_reduce")
+        if stage not in (1, 2, 3):
+            raise ValueError(f"stage {stage}: the DistributedOptimizer runs ZeRO stage 1, 2 or 3")
+        if stage >= 2 and overlap_grad_reduce:
+            raise ValueError(f"ZeRO-{stage} reduce-scatters each bucket during the backward already: no "
+                             "overlap_grad_reduce")
+        if stage == 3 and overlap_param_gather:
+            raise ValueError("ZeRO-3 gathers each layer's parameters before its forward: no overlap_param_gather")
         self.optimizer, self.grid, self.zero_stage = optimizer, grid, stage
         self.dp_group, self.dp = grid.dp_group, grid.replicas  # DP x CP under context parallelism
         model = optimizer.module
@@ -106,7 +111,8 @@ class DistributedOptimizer(ZeroCommunication):
             raise ValueError("a loss scaler needs a 16-bit (float16) model")
         self.loss_scaler, self.skipped = loss_scaler, False  # skipped: the last step, for an overflow
         self.grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes, pad_to=grid.replicas,
-                                  overlap=overlap_grad_reduce, held=held)
+                                  overlap=overlap_grad_reduce, held=held,
+                                  groups=partial(unit_groups, model) if stage == 3 else None)
         self.bucket_sizes = [len(buf) for buf in self.grad_sync.buffers]  # padded elements of each bucket
         self.grad_sync.launch, self.grad_sync.finish = self._reduce_scatter, self._keep_owned
         self._reduced: dict[int, object] = {}  # bucket -> its posted reduce-scatter
@@ -118,7 +124,10 @@ class DistributedOptimizer(ZeroCommunication):
         self.owned = [owned_range(n, self.dp, self.dp_group.rank) for n in self.bucket_sizes]
         # ZeRO-2: the buckets materialised only while a backward writes them, reduced into owned slices
         self.sharded = ShardedGrads(model, self.grad_sync, self.owned, self._reduce_into_owned,
-                                    self.grad_sync.held) if stage == 2 else None
+                                    self.grad_sync.held) if stage >= 2 else None
+        # ZeRO-3: the parameters' owned slices, each unit's bucket gathered around its forward and backward
+        self.sparams = (ShardedParams(model, self.buckets, self.bucket_sizes, self.owned, self.dp_group)
+                        if stage == 3 else None)
         if self.sharded is not None:
             self.grad_sync.hand_over(self.sharded.buffers)
             self.buffers = self.sharded.buffers  # None where a bucket is not materialised
@@ -140,7 +149,8 @@ class DistributedOptimizer(ZeroCommunication):
             state = {s: arr[at:at + size] for s, arr in self.slot_buffers[b].items()}
             grad = (self.sharded.owned[b][at:at + size] if self.sharded is not None
                     else buf[seg.buffer_start:seg.buffer_start + size])
-            own = flat_view(params[name])[seg.start:seg.stop]
+            own = (self.sparams.owned[b][at:at + size] if self.sparams is not None
+                   else flat_view(params[name])[seg.start:seg.stop])
             # 16 bits: the float32 main parameter of this piece, made once from the 16-bit weights
             param = self.main.add(b, at, own) if self.half else own
             pieces.append(Piece(name, param, grad, state, partitions[name], self.optimizer.decay_for(name), at,
@@ -183,6 +193,10 @@ class DistributedOptimizer(ZeroCommunication):
         """Gradient bytes held here beside the model's arrays: ZeRO-2's owned slices (ZeRO-1: none, its owned
         slices are ranges of the model's buckets)."""
         return self.sharded.nbytes if self.sharded is not None else 0
+
+    def param_bytes(self) -> int:
+        """Parameter bytes held here beside the model's arrays: ZeRO-3's owned slices (else none)."""
+        return self.sparams.nbytes if self.sparams is not None else 0
 
     def state_dict(self) -> dict:
         """``{"step", "dp", "slots"}``: this DP rank's shard of the state (one dict of slot arrays per bucket), as
@@ -248,6 +262,9 @@ class DistributedOptimizer(ZeroCommunication):
         self.main.round_into_model()
         if self.sharded is not None:  # ZeRO-2: buckets a caller gathered gradients into (gather_grads) go
             self.sharded.free_all()
+        if self.sparams is not None:  # ZeRO-3: the owned slices are the parameters; whole ones are stale now
+            self.sparams.hook()
+            return
         self.gather_params()
 
     def state_pieces(self) -> list[StatePiece]:

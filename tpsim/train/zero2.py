@@ -47,14 +47,20 @@ class ShardedGrads:
         self.dtypes = [buf.dtype for buf in sync.buffers]
         self.ranges = owned  # this rank's range of each bucket
         self.owned = [np.zeros(len(mine), dt) for mine, dt in zip(owned, self.dtypes)]
-        self.bindings: list[list[tuple[Module, str, int, tuple[int, ...]]]] = [[] for _ in sync.buffers]
+        # per bucket: (every (module, key) holding the gradient, offset, shape): one view shared by the holders
+        self.bindings: list[list[tuple[list[tuple[Module, str]], int, tuple[int, ...]]]] = [[] for _ in sync.buffers]
         self._buckets_of: dict[int, set[int]] = {}  # id(module) -> the buckets its gradients sit in
+        holders: dict[int, list[tuple[Module, str]]] = {}
         for _, mod in module.named_modules():
             for key, g in mod.grads.items():
-                for i, buf in enumerate(sync.buffers):
-                    if np.shares_memory(g, buf):
-                        at = (g.__array_interface__["data"][0] - buf.__array_interface__["data"][0]) // g.itemsize
-                        self.bindings[i].append((mod, key, at, g.shape))
+                holders.setdefault(id(g), []).append((mod, key))
+        for mod_key in holders.values():
+            g = mod_key[0][0].grads[mod_key[0][1]]
+            for i, buf in enumerate(sync.buffers):
+                if np.shares_memory(g, buf):
+                    at = (g.__array_interface__["data"][0] - buf.__array_interface__["data"][0]) // g.itemsize
+                    self.bindings[i].append((mod_key, at, g.shape))
+                    for mod, _ in mod_key:
                         self._buckets_of.setdefault(id(mod), set()).add(i)
         for _, mod in module.named_modules():  # a layer's W may write its children's gradients (multi-output)
             below = set().union(*(self._buckets_of.get(id(m), set()) for _, m in mod.named_modules()))
@@ -77,13 +83,17 @@ class ShardedGrads:
         if self.buffers[i] is not None:
             return
         buf = self.buffers[i] = np.zeros(self.sizes[i], self.dtypes[i])
-        for mod, key, at, shape in self.bindings[i]:
-            mod.grads[key] = buf[at:at + int(np.prod(shape))].reshape(shape)
+        for holders, at, shape in self.bindings[i]:
+            view = buf[at:at + int(np.prod(shape))].reshape(shape)
+            for mod, key in holders:
+                mod.grads[key] = view
         self.peak_bytes = max(self.peak_bytes, self.live_bytes)
 
     def _free(self, i: int) -> None:
-        for mod, key, _, shape in self.bindings[i]:
-            mod.grads[key] = placeholder(shape, self.dtypes[i])
+        for holders, _, shape in self.bindings[i]:
+            empty = placeholder(shape, self.dtypes[i])
+            for mod, key in holders:
+                mod.grads[key] = empty
         self.buffers[i] = None
 
     @property

@@ -35,6 +35,8 @@ class ZeroCommunication:
     ``_gathering``, ``_hooked``)."""
 
     def start_step(self) -> None:
+        if self.sparams is not None:
+            self.sparams.start()  # ZeRO-3: every unit gathers around its calls again
         if self.sharded is not None:
             self.sharded.start()  # the owned slices zeroed, every bucket freed
         else:
@@ -151,7 +153,11 @@ class ZeroCommunication:
         return len(self._gathering)
 
     def finish_param_gather(self, buckets=None) -> None:
-        """Complete the posted parameter all-gathers (of ``buckets``, default all) into the model's arrays."""
+        """Complete the posted parameter all-gathers (of ``buckets``, default all) into the model's arrays.
+        ZeRO-3: gather the whole model (phase ``verify``) for whoever reads it next (until the next step)."""
+        if self.sparams is not None:
+            self.sparams.gather_all()
+            return
         targets = None
         keep = []
         for i, pending in self._gathering:
@@ -170,6 +176,8 @@ class ZeroCommunication:
         """All-gather the reduced gradients so the model's whole gradients are the DP mean again (to check them
         against a serial model: scope ``zero.grads{i}``, phase ``verify``). ZeRO-2 materialises its buckets for
         them first (freed again at the next step's start)."""
+        if self.sparams is not None:  # ZeRO-3: the whole parameters too, for whoever reads the model now
+            self.sparams.gather_all()
         if self.sharded is not None:
             self.sharded.materialise_all()
             if self.dp == 1:  # nothing to gather: the owned slice is the whole bucket

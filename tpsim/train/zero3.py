@@ -1,0 +1,161 @@
+"""ZeRO-3's parameters: each rank keeps its owned slice of every bucket; a layer's bucket is all-gathered just
+before its forward and again before its backward, and freed after each (Rajbhandari et al. 2019, §5.3, P_os+g+p;
+PyTorch FSDP's FULL_SHARD, one flat parameter per wrapped unit).
+
+The *units* are the layers the model's wiring calls one after another (``tpsim.models.gpt._Wiring._timed``): every
+transformer block, and each layer outside the blocks that has parameters (the embeddings, the final norm, the LM
+head). ZeRO-3's buckets are cut at the units (``unit_groups``: one bucket a unit, no size cap), so a unit gathers
+exactly its own parameters, padded to a multiple of d:
+
+    before unit U's forward     all-gather U's bucket over DP (scope ``zero.params{i}``, phase ``forward``)
+                                and bind every parameter of U (each module holding it) to a view into it
+    after it                    free it: the parameters become read-only zero placeholders again
+    before / after its backward the same (phase ``backward``); the gradients go as ZeRO-2's (``tpsim.train.zero2``)
+
+so every micro-batch all-gathers every parameter twice and reduce-scatters every gradient once — 1.5× DDP's
+bytes in one dtype (§7) — and a rank holds 1/d of the parameters at rest, plus one gathered unit at a time
+(``peak_bytes``). A tied LM head gathers the embedding's bucket for its own forward and backward (the weight is
+one parameter used by two units: 4 all-gathers of it a micro-batch).
+
+The optimizer updates the owned slices in place (``owned``: the pieces' parameters, or under mixed precision the
+16-bit slices its float32 main pieces are rounded into), so nothing is gathered after the step. Whoever reads the
+whole model (the checks against the serial model, ``--export``, a checkpoint, generation) calls ``gather_all``
+(phase ``verify``), which also unhooks the units until the next step's ``hook``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpsim.nn.module import Module, placeholder
+from tpsim.phases import VERIFY
+
+
+def units(model: Module) -> list[Module]:
+    """The modules ZeRO-3 gathers for: each block, and each layer outside the blocks with parameters of its own."""
+    block = model.config.layer_names.block
+    out = []
+    for path, mod in model.named_modules():
+        inside = path.startswith(block + ".")
+        if (inside and path.count(".") == block.count(".") + 1) or (not inside and mod.params):
+            out.append(mod)
+    return out
+
+
+def unit_groups(model: Module, names: list[str]) -> list[list[int]]:
+    """Positions in ``names`` (the gradients in packing order) grouped by the unit that registered each
+    parameter: consecutive runs, one bucket each (``GradSync(groups=...)``)."""
+    owner: dict[int, int] = {}
+    for u, mod in enumerate(units(model)):
+        for _, p in mod.named_parameters():
+            owner.setdefault(id(p), u)
+    params = dict(model.named_parameters())
+    groups: list[list[int]] = []
+    last = None
+    for i, name in enumerate(names):
+        u = owner.get(id(params[name]), -1)
+        if u != last or not groups:
+            groups.append([])
+            last = u
+        groups[-1].append(i)
+    return groups
+
+
+class ShardedParams:
+    """The owned slices of the parameters of ``buckets`` (``tpsim.train.ddp.Bucket``, padded lengths ``sizes``,
+    this rank's ``ranges``) over ``dp_group``, gathered unit by unit (module docstring)."""
+
+    def __init__(self, model: Module, buckets, sizes: list[int], ranges: list, dp_group) -> None:
+        self.model, self.dp_group, self.sizes, self.ranges = model, dp_group, sizes, ranges
+        params = dict(model.named_parameters())
+        self.dtypes = [params[b.names[0]].dtype for b in buckets]
+        holders: dict[int, list[tuple[Module, str]]] = {}
+        for _, mod in model.named_modules():
+            for key, p in mod.params.items():
+                holders.setdefault(id(p), []).append((mod, key))
+        # per bucket: (every (module, key) holding the parameter, offset, shape): one view shared by the holders
+        self.bindings: list[list[tuple[list[tuple[Module, str]], int, tuple[int, ...]]]] = []
+        self.owned: list[np.ndarray] = []
+        bucket_of: dict[int, int] = {}
+        for i, b in enumerate(buckets):
+            full, at, binds = np.zeros(sizes[i], self.dtypes[i]), 0, []
+            for name in b.names:
+                p = params[name]
+                full[at:at + p.size] = p.reshape(-1)
+                binds.append((holders[id(p)], at, p.shape))
+                bucket_of[id(p)] = i
+                at += p.size
+            self.bindings.append(binds)
+            self.owned.append(full[ranges[i].start:ranges[i].stop].copy())
+        self.unit_buckets = {id(u): sorted({bucket_of[id(p)] for _, p in u.named_parameters()}) for u in units(model)}
+        self.units = [u for u in units(model) if self.unit_buckets[id(u)]]
+        self.live: dict[int, np.ndarray] = {}
+        for i in range(len(buckets)):
+            self._free(i)
+        self.start()  # gathers: all-gathers of each bucket this step; peak_bytes: the most gathered at once
+
+    # --- one bucket ------------------------------------------------------------------------------------------
+    def gather(self, i: int, phase: str) -> None:
+        """All-gather bucket ``i``'s owned slices over DP and bind its parameters to views into the result."""
+        if i in self.live:
+            return
+        tracer = self.dp_group.tracer
+        if self.dp_group.size == 1:
+            full = self.owned[i].copy()
+        else:
+            with tracer.region(scope=f"zero.params{i}", phase=phase):
+                full = self.dp_group.all_gather(self.owned[i], axis=0)
+        self.live[i] = full
+        for holders, at, shape in self.bindings[i]:
+            _bind(holders, full[at:at + int(np.prod(shape))].reshape(shape))
+        self.gathers[i] += 1
+        self.peak_bytes = max(self.peak_bytes, sum(a.nbytes for a in self.live.values()))
+
+    def _free(self, i: int) -> None:
+        for holders, _, shape in self.bindings[i]:
+            _bind(holders, placeholder(shape, self.dtypes[i]))
+        self.live.pop(i, None)
+
+    # --- the units' hooks ------------------------------------------------------------------------------------
+    def _use(self, mod: Module, method: str, starting: bool) -> None:
+        for i in self.unit_buckets[id(mod)]:
+            if starting:
+                self.gather(i, method)
+            else:
+                self._free(i)
+
+    def hook(self) -> None:
+        """Every unit gathers its bucket around its forward and its backward (``Module.params_use``), every
+        gathered bucket freed (after the step: the whole parameters are stale)."""
+        for i in list(self.live):
+            self._free(i)
+        for u in self.units:
+            u.params_use = self._use
+
+    def start(self) -> None:
+        """A new step: ``hook``, the gathers and the peak counted afresh."""
+        self.hook()
+        self.gathers, self.peak_bytes = [0] * len(self.sizes), 0
+
+    def gather_all(self) -> None:
+        """The whole model's parameters gathered (phase ``verify``) for a reader of the whole model, the units
+        unhooked until the next ``hook`` (the next step's start)."""
+        for u in self.units:
+            u.__dict__.pop("params_use", None)  # back to the class's None
+        for i in range(len(self.sizes)):
+            self.gather(i, VERIFY)
+
+    @property
+    def hooked(self) -> bool:
+        return any("params_use" in u.__dict__ for u in self.units)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the owned slices: the parameters this rank keeps at rest."""
+        return sum(a.nbytes for a in self.owned)
+
+
+def _bind(holders: list[tuple[Module, str]], array: np.ndarray) -> None:
+    """``array`` as the parameter of every module holding it: one object, so a tied weight stays one parameter."""
+    for mod, key in holders:
+        mod.params[key] = array
