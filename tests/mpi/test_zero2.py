@@ -66,7 +66,10 @@ def train(grid, stage: int, cap, dtype="float64"):
     return model, opt, out
 
 
-def params(model):
+def params(model, opt=None):
+    """The parameters, copied (ZeRO-3's gathered whole first: ``opt.finish_param_gather``)."""
+    if opt is not None:
+        opt.finish_param_gather()
     return {n: p.copy() for n, p in model.named_parameters()}
 
 
