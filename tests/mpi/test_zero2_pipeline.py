@@ -20,7 +20,7 @@ from tpsim.pipeline.schedules import build
 from tpsim.pp.build import pipeline_from_serial
 from tpsim.pp.executor import Executor
 from tpsim.pp.split import split_layers
-from tpsim.predict.pipeline_comm import zero2_reduce_scatter
+from tpsim.predict.zero_rows import zero2_reduce_scatter
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.train.optim import AdamW
 from tpsim.train.zero import DistributedOptimizer

@@ -125,16 +125,26 @@ def links(lay: Layout, gpu: GPU) -> dict:
             "dp": gpu.intra if one_node else gpu.inter}
 
 
-def dp_collectives(lay: Layout, stage_params: int) -> list[tuple[str, int]]:
+def tied_head_elements(model: ModelSpec, lay: Layout) -> int:
+    """ZeRO-3 at pp 1: the tied LM head shares the embedding's weight on the one stage, and gathers it for its own
+    forward and backward as well (``tpsim.train.zero3``): its elements on a TP rank (0 where it does not apply)."""
+    if lay.zero < 3 or lay.pp > 1 or not model.tied:
+        return 0
+    return padded_vocab_size(model.vocab, lay.tp) // lay.tp * model.hidden
+
+
+def dp_collectives(lay: Layout, stage_params: int, tied_head: int = 0) -> list[tuple[str, int]]:
     """``(op, logical bytes)`` of the DP traffic per step: an all-reduce of the gradients; with ZeRO-1 a
     reduce-scatter of the gradients and an all-gather of the updated parameters; ZeRO-2 the same at one
     micro-batch, and with m of them m reduce-scatters (each micro-batch's gradients into the owned slices: the
     whole gradient is never kept); with ZeRO-3 every micro-batch's reduce-scatter and its two all-gathers of the
-    parameters, before each piece's forward and again before its backward (module docstring)."""
+    parameters, before each piece's forward and again before its backward (module docstring), and a tied head's
+    two more of the embedding's weight (``tied_head`` elements: ``tied_head_elements``)."""
     p_bytes, g_bytes, _ = STATE_BYTES[lay.dtype]
     m = lay.microbatches
     if lay.zero >= 3:
-        return [("reduce_scatter", m * stage_params * g_bytes), ("all_gather", 2 * m * stage_params * p_bytes)]
+        return [("reduce_scatter", m * stage_params * g_bytes),
+                ("all_gather", 2 * m * (stage_params + tied_head) * p_bytes)]
     if lay.zero == 2:  # every micro-batch's gradients reduce-scattered into the owned slices (tpsim.plan.zero3)
         return [("reduce_scatter", m * stage_params * g_bytes), ("all_gather", stage_params * p_bytes)]
     if lay.zero:
@@ -142,8 +152,8 @@ def dp_collectives(lay: Layout, stage_params: int) -> list[tuple[str, int]]:
     return [("all_reduce", stage_params * g_bytes)]
 
 
-def dp_wire_bytes(lay: Layout, stage_params: int) -> int:
-    return sum(wire_bytes(op, n, lay.grad_replicas) for op, n in dp_collectives(lay, stage_params))
+def dp_wire_bytes(lay: Layout, stage_params: int, tied_head: int = 0) -> int:
+    return sum(wire_bytes(op, n, lay.grad_replicas) for op, n in dp_collectives(lay, stage_params, tied_head))
 
 
 def _ends(model: ModelSpec, lay: Layout, stage: int) -> list[Prediction]:
@@ -206,8 +216,9 @@ def step_comm(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, stage_params:
     tp_wire = m * (per_stage * sum(r.wire_bytes for r in layer) + sum(r.wire_bytes for r in ends))
     tp_wire += sum(r.wire_bytes for r in once)
     tp_time = m * (per_stage * _seconds(layer, link["tp"]) + _seconds(ends, link["tp"])) + _seconds(once, link["tp"])
-    dp_ops = dp_collectives(lay, stage_params)
-    dp_wire = dp_wire_bytes(lay, stage_params)
+    tied = tied_head_elements(model, lay)
+    dp_ops = dp_collectives(lay, stage_params, tied)
+    dp_wire = dp_wire_bytes(lay, stage_params, tied)
     dp_time = sum(ring_seconds(op, n, lay.grad_replicas, link["dp"]) for op, n in dp_ops)
     emb = embedding_collectives(model, lay, stage)
     emb_wire = sum(wire_bytes(op, n, EMBEDDING_GROUP) for op, n in emb)

@@ -103,8 +103,8 @@ if __name__ == "__main__":
     parser.add_argument("--dp", type=int, default=1)
     parser.add_argument("--sp", action="store_true")
     parser.add_argument("--arch", default="gpt2", choices=ARCH_SPELLINGS)
-    parser.add_argument("--zero", type=int, default=0, choices=(0, 1, 2),
-                        help="ZeRO-1 or ZeRO-2 (tpsim.train.zero) instead of DDP")
+    parser.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3),
+                        help="ZeRO-1, 2 or 3 (tpsim.train.zero) instead of DDP")
     parser.add_argument("--dtype", default="float64", choices=("float64", "float32", "bfloat16", "float16"))
     parser.add_argument("--cp", type=int, default=1)
     parser.add_argument("--cp-comm", default="ring", choices=("ring", "allgather", "ulysses"))

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from tpsim.config import Parallelism, arch_name, dtype_name
 from tpsim.launcher import launch
-from tpsim.plan.comm import dp_wire_bytes, tp_wire_bytes_per_layer
+from tpsim.plan.comm import dp_wire_bytes, tied_head_elements, tp_wire_bytes_per_layer
 from tpsim.plan.cp_terms import layer_bytes as cp_layer_bytes
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import activation_bytes_per_layer, stage_param_elements, state_bytes_per_param
@@ -88,6 +88,10 @@ CASES += [_case("ZeRO-1 bfloat16 TP 2 x DP 2", 2, 2, zero=1, dtype="bfloat16",
 CASES += [_case("ZeRO-2 TP 2 x DP 2", 2, 2, zero=2), _case("Llama ZeRO-2 DP 4", 1, 4, zero=2, arch="llama"),
           _case("ZeRO-2 bfloat16 DP 4", 1, 4, zero=2, dtype="bfloat16",
                 not_compared=(("activation bytes per layer", BF16_CACHES),))]
+# ZeRO-3 (tpsim.train.zero3): the parameters too, every unit gathered before its forward and its backward
+CASES += [_case("ZeRO-3 TP 2 x DP 2", 2, 2, zero=3), _case("Llama ZeRO-3 DP 4", 1, 4, zero=3, arch="llama"),
+          _case("ZeRO-3 bfloat16 CP 2 x DP 2", 1, 2, zero=3, cp=2, dtype="bfloat16",
+                not_compared=(("activation bytes per layer", BF16_CACHES),))]
 
 
 def toy(arch: str = "gpt2"):
@@ -113,7 +117,7 @@ def predicted_terms(case: Case) -> dict[str, int]:
     if par.cp > 1:
         terms["CP wire bytes per layer"] = sum(cp_layer_bytes(model, lay).values())
     if par.grad_replicas > 1:
-        terms["DP wire bytes per step"] = dp_wire_bytes(lay, n)
+        terms["DP wire bytes per step"] = dp_wire_bytes(lay, n, tied_head_elements(model, lay))
     return terms
 
 

@@ -39,6 +39,10 @@ the reduce-scatter carries the float32 main gradients (4 bytes per element), the
 parameters (2 bytes per element, traced as bfloat16/float16), so ZeRO-1 sends 3/4 of the float32 all-reduce's
 wire bytes; float16 adds the ``loss_scaler`` row as without ZeRO.
 
+ZeRO-2 and ZeRO-3 (``zero=2|3``): ``tpsim.predict.zero_rows`` — ZeRO-2 the same rows at one micro-batch, ZeRO-3
+the reduce-scatter and every unit's all-gather before its forward and before its backward (phases forward and
+backward), none after the step.
+
 TP collectives are issued (and traced, with zero wire bytes) even at tp = 1; DP ones are skipped at dp = 1.
 
 Sequence parallelism (Korthikanti et al., 2022, §4.2.2; ``sequence_parallel=True``). Each all-reduce of a
@@ -78,7 +82,8 @@ from tpsim.nn.precision import accum_itemsize
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER, SP_GRAD_SYNC
 from tpsim.arch.shape import LayerNames, kv_heads_per_rank, kv_replicas
 from tpsim.predict.memory import param_elements
-from tpsim.partition import padded_length, padded_vocab_size
+from tpsim.partition import padded_length
+from tpsim.predict.zero_rows import zero_gathers
 
 
 @dataclass
@@ -274,26 +279,10 @@ def predict_step(run, *, clip: bool, update: bool = True, grad_bytes_local: int 
         rows.add("loss_scaler", OPTIMIZER, "all_reduce", "world", 8)
     if clip:  # ZeRO-1's norm sums the owned slices over the whole world
         rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "world" if zero else "tp", 8)
-    if zero and dp > 1:
-        zero_gathers(rows, config, zero, total // acc * e, ddp_buckets, tp=tp, e=e, microbatches=1)
+    if zero and dp > 1:  # the parameters' all-gathers: after the step, or (ZeRO-3) around each unit's calls
+        for phase, n, calls in zero_gathers(config, zero, total // acc * e, ddp_buckets, tp=tp, dp=dp, e=e):
+            _bucketed(rows, "zero", phase, "all_gather", n, calls)
     return list(rows.rows.values())
-
-
-def zero_gathers(rows: _Rows, config, zero: int, params: int, buckets: int | None, *, tp: int, e: int,
-                 microbatches: int, tied_head: bool = True) -> None:
-    """ZeRO's parameter all-gathers over DP: ZeRO-1/2 once after the step, every padded bucket in the parameters'
-    dtype (``params`` bytes, the reduce-scatter's elements); ZeRO-3 (``tpsim.train.zero3``) every unit's bucket
-    before its forward and again before its backward, each micro-batch, and a tied LM head (``tied_head``: it
-    shares the embedding's weight on this rank) gathers the embedding's bucket for its own two calls as well."""
-    if zero < 3:
-        _bucketed(rows, "zero", OPTIMIZER, "all_gather", params, buckets)
-        return
-    dp = rows.sizes["dp"]
-    tied = padded_length(padded_vocab_size(config.vocab, tp) // tp * config.hidden, dp) * e
-    tied = tied if config.tied and tied_head else 0
-    calls = None if buckets is None else microbatches * (buckets + bool(tied))
-    for phase in (FORWARD, BACKWARD):
-        _bucketed(rows, "zero", phase, "all_gather", microbatches * (params + tied), calls)
 
 
 def _bucketed(rows: _Rows, layer: str, phase: str, op: str, total: int, buckets: int | None) -> None:

@@ -34,7 +34,8 @@ from tpsim.partition import padded_length, padded_vocab_size
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER
 from tpsim.arch import architecture_of
 from tpsim.arch.shape import kv_replicas
-from tpsim.predict.formulas import Prediction, _Rows, _bucketed, model_rows, zero_gathers
+from tpsim.predict.formulas import Prediction, _Rows, _bucketed, model_rows
+from tpsim.predict.zero_rows import zero2_reduce_scatter, zero_gathers
 from tpsim.predict.pipeline import p2p_bytes
 
 
@@ -104,19 +105,10 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
     if clip:
         rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "world" if par.zero else "mp" if pp > 1 else "tp", 8)
     if par.zero and dp > 1:  # a tied head on its own stage gathers a copy of its own (pp > 1): no extra
-        zero_gathers(rows, config, par.zero, total // acc * e, buckets, tp=tp, e=e, microbatches=m,
-                     tied_head=pp == 1)
+        for phase, n, calls in zero_gathers(config, par.zero, total // acc * e, buckets, tp=tp, dp=dp, e=e,
+                                            microbatches=m, tied_head=pp == 1):
+            _bucketed(rows, "zero", phase, "all_gather", n, calls)
     return rows
-
-
-def zero2_reduce_scatter(m: int, total: int, buckets: int | None, held: tuple[int, int]) -> tuple[int, int | None]:
-    """ZeRO-2's reduce-scatter bytes and calls of a stage in a step of ``m`` micro-batches: every bucket it wrote
-    reduce-scattered after each micro-batch's backward (``tpsim.train.zero2``), but those ``held`` for the tied
-    embedding's sum over the embedding group (``(bytes, buckets)``), once after the last:
-    m·(total − held) + held bytes, m·(buckets − held) + held calls (None: the count not predicted)."""
-    held_bytes, held_buckets = held
-    calls = None if buckets is None else m * (buckets - held_buckets) + held_buckets
-    return m * (total - held_bytes) + held_bytes, calls
 
 
 def predict_pipeline_step(run, *, clip: bool, update: bool = True, grad_bytes: list[int | None] | None = None,
