@@ -1,0 +1,222 @@
+# %% [markdown]
+# # Lesson 21 — ZeRO's four stages side by side, under tensor parallelism
+#
+# Runs on **4 ranks**: `mpirun -n 4 python lessons/21_zero_stages.py` (or `tpsim lesson run 21`;
+# as a notebook on as many engines: `tpsim lesson notebook 21`).
+#
+# Lesson 14 ran ZeRO stage 1 live: the optimizer state cut into d owned slices, a reduce-scatter and an
+# all-gather in place of DDP's all-reduce. Rajbhandari et al. go two stages further. Stage 2 (P_os+g) keeps of
+# each gradient bucket only the owned slice: the bucket is reduce-scattered as the backward fills it and freed.
+# Stage 3 (P_os+g+p) keeps of each parameter only the owned slice too, and gathers a layer's parameters just
+# before the layer needs them. This lesson sets the four stages side by side: the bytes each keeps per
+# parameter (the paper's, Megatron's bf16 recipe, tpsim's float64), the paper's Figure 1, how a bucket is cut
+# into owned slices, when each stage moves what, who holds what once TP is there too, and a live ZeRO-1 over
+# the 4 ranks (TP 2 × DP 2) equal to plain DP × TP.
+#
+# Sources: Rajbhandari et al. 2019, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
+# arXiv:1910.02054, §5 (P_os, P_os+g, P_os+g+p and their bytes, 2 + 2 + K with K = 12), §7 (the communication:
+# stages 1 and 2 at DDP's volume, stage 3 at 1.5 times) and Figure 1; Megatron-LM's
+# `docs/source/api-guide/dist_optimizer.md` (bytes per parameter of the distributed optimizer); Zhao et al.
+# 2023, "PyTorch FSDP", arXiv:2304.11277 (full sharding, the per-layer gathers); the SenseParrots article, §3.1
+# (DP beside TP, and ZeRO as its reference 1).
+
+# %%
+RANKS = 4
+
+from fractions import Fraction
+
+import numpy as np
+
+from tpsim.arch.gpt2 import GPTConfig
+from tpsim.comm import ProcessGrid
+from tpsim.cost import wire_bytes
+from tpsim.data import ReverseTask
+from tpsim.demo.gpt_tour import read_batch
+from tpsim.models.build import build_gpt
+from tpsim.partition import owned_range, owned_segments, padded_length
+from tpsim.plan.comm import dp_collectives, dp_wire_bytes
+from tpsim.plan.layout import Layout
+from tpsim.plan.models import PRESETS
+from tpsim.plan.published import ZERO_PAPER_GB, ZERO_STAGE_NAMES, zero_stages_example
+from tpsim.plan.zero3 import IN_FLIGHT, gathered_bytes, piece_elements, sharded_state
+from tpsim.predict.model_state import (MEGATRON_LAYOUTS, TPSIM_FLOAT64, StateLayout, format_formula,
+                                       zero_optimizer_bytes)
+from tpsim.teach.runtime import Lesson, table
+from tpsim.train import AdamW, GradSync, train_step
+from tpsim.train.zero import DistributedOptimizer
+
+lesson = Lesson("21", RANKS)
+grid = ProcessGrid(tp=2, dp=2)
+lesson.say(grid.table(), "")
+
+# %% [markdown]
+# ## Four stages, the bytes each keeps
+#
+# A parameter's model state is three pieces: the parameter the forward reads (p bytes), its gradient (g) and
+# the optimizer's state (o: for mixed-precision Adam an fp32 master copy and two fp32 moments). Stage 0 is
+# plain data parallelism: every one of the d ranks keeps all three. Each stage cuts one more piece into d owned
+# slices, in the order a step stops needing it whole:
+#
+#     stage 0   p + g + o          stage 2   p + (g + o)/d
+#     stage 1   p + g + o/d        stage 3   (p + g + o)/d
+#
+# The paper counts p = g = 2 (fp16) and K = o = 12: 16 → 4 + 12/d → 2 + 14/d → 16/d. Megatron's bf16 recipe
+# keeps fp32 main gradients (g = 4): 18 → 6 + 12/d → 2 + 16/d → 18/d. tpsim's float64 AdamW steps the model's
+# own arrays (p = g = 8, o = 16): 32 → 16 + 16/d → 8 + 24/d → 32/d. Two pieces of code compute these: the
+# live tables' `StateLayout.bytes_per_zero_stage` and the planner's `sharded_state`; they must agree.
+
+# %%
+lesson.section("Four stages, the bytes each keeps")
+PAPER = StateLayout("ZeRO paper (fp16, K = 12)", 2, 2, 0, 0, 12)
+BF16 = MEGATRON_LAYOUTS[1]
+LAYOUTS = (PAPER, BF16, TPSIM_FLOAT64)
+DS = (1, 2, 4, 8, 64)
+rows = [["bytes per parameter", *[f"ZeRO-{z}" for z in range(4)], *[f"ZeRO-3, d = {d}" for d in DS[1:]]]]
+rows += [[row.name, *[format_formula(row, z) for z in range(4)],
+          *[f"{float(row.bytes_per_zero_stage(3, d)):g}" for d in DS[1:]]] for row in LAYOUTS]
+lesson.say(table(rows), "")
+lesson.expect("the paper's 16, 4 + 12/d, 2 + 14/d, 16/d; Megatron's bf16 18, 6 + 12/d, 2 + 16/d, 18/d; tpsim's "
+              "float64 32, 16 + 16/d, 8 + 24/d, 32/d")
+lesson.equal("the formulas, three layouts × four stages",
+             [[format_formula(row, z) for z in range(4)] for row in LAYOUTS],
+             [["16", "4 + 12/d", "2 + 14/d", "16/d"], ["18", "6 + 12/d", "2 + 16/d", "18/d"],
+              ["32", "16 + 16/d", "8 + 24/d", "32/d"]])
+agree = [row.bytes_per_zero_stage(z, d) == sum(sharded_state(Fraction(row.param), Fraction(row.grad),
+                                                              Fraction(row.sharded), z, d))
+         for row in LAYOUTS for z in range(4) for d in DS]  # Fractions in: the planner's arithmetic, exactly
+lesson.expect("the live tables' bytes_per_zero_stage = the planner's sharded_state, for every layout, stage and d")
+lesson.check("bytes_per_zero_stage vs sharded_state (3 layouts × 4 stages × d = 1, 2, 4, 8, 64)",
+             f"{sum(agree)} of {len(agree)} equal", all(agree))
+lesson.expect("at d = 1 nothing is split: every stage is plain data parallelism")
+lesson.equal("every stage at d = 1, three layouts", [{int(row.bytes_per_zero_stage(z, 1)) for z in range(4)}
+                                                     for row in LAYOUTS], [{16}, {18}, {32}])
+lesson.expect("ZeRO-1 is Megatron's distributed optimizer: its column of dist_optimizer.md, for all three rows")
+lesson.check("bytes_per_zero_stage(1, d) = bytes_per_parameter(d, distributed) at d = 1, 2, 4, 8, 64", "3 rows",
+             all(row.bytes_per_zero_stage(1, d) == row.bytes_per_parameter(d, distributed=True)
+                 for row in MEGATRON_LAYOUTS for d in DS))
+
+# %% [markdown]
+# ## The ZeRO paper's Figure 1
+#
+# The paper's opening picture: a model of Ψ = 7.5 B parameters on Nd = 64 GPUs. At 16 bytes a parameter plain
+# data parallelism needs 120 GB on every GPU; P_os 4 + 12/64 bytes, 31.4 GB; P_os+g 2 + 14/64, 16.6 GB; P_os+g+p
+# 16/64, 1.9 GB (1.875, rounded half up). `tpsim plan --zero-example` prints the same table beside the bf16
+# recipe's.
+
+# %%
+lesson.section("The ZeRO paper's Figure 1")
+figure = zero_stages_example(7.5e9, 64)
+lesson.say(table([["stage", "paper's column", "B/param", "GB / GPU", "as printed", "bf16 recipe GB"]] +
+                 [[str(r["zero"]), r["name"], f"{r['bytes_per_param']['total']:g}", f"{r['gb']:.4g}",
+                   f"{r['paper_gb']:g}", f"{r['planner_gb']:.4g}"] for r in figure]), "")
+lesson.expect("Figure 1's 120, 31.4, 16.6 and 1.9 GB, from 7.5e9 × the paper's bytes per parameter at d = 64")
+lesson.equal("GB per GPU as the paper prints them", tuple(r["paper_gb"] for r in figure), ZERO_PAPER_GB)
+lesson.expect("the same GB from this lesson's own StateLayout of the paper's accounting, exactly")
+lesson.check("7.5e9 × PAPER.bytes_per_zero_stage(z, 64) / 1e9 vs the planner's GB, stages 0–3",
+             ", ".join(f"{ZERO_STAGE_NAMES[z]} {float(7.5 * PAPER.bytes_per_zero_stage(z, 64)):g}" for z in range(4)),
+             all(abs(float(7.5 * PAPER.bytes_per_zero_stage(z, 64)) - figure[z]["gb"]) < 1e-9 for z in range(4)))
+
+# %% [markdown]
+# ## One bucket cut into d owned slices
+#
+# Every stage cuts the same way (lesson 14): the gradients of a TP rank are packed into flat buckets, a bucket
+# of n elements is padded with zeros to n_pad = ⌈n/d⌉·d, and DP rank r owns positions [r·n_pad/d,
+# (r + 1)·n_pad/d). Stage 1 keeps the optimizer state of that slice, stage 2 its gradients too, stage 3 its
+# parameters too: the cut is the same, only what is kept of it grows. The slices ignore parameter boundaries; a
+# parameter may straddle two owners, and `owned_segments` says which piece of which parameter a slice holds. The
+# figure draws one bucket of this run's model at this run's d = 2 and at d = 4, from `owned_segments` alone.
+
+# %%
+lesson.section("One bucket cut into d owned slices")
+config = GPTConfig(vocab_size=19, n_positions=7, n_embd=10, n_layer=2, n_head=2)  # odd sizes: padding
+SEED, BATCH, STEPS, CLIP, CAP = 21, 8, 3, 0.5, 2000
+
+
+def adamw(model):
+    return AdamW(model, lr=1e-2, weight_decay=0.1, no_decay=lambda n: n.endswith("bias"))
+
+
+model = build_gpt(config, grid.tp_group, seed=SEED)
+zero = DistributedOptimizer(adamw(model), grid, bucket_cap_bytes=CAP)
+sizes = {name: p.size for name, p in model.named_parameters()}
+elements = [sum(sizes[name] for name in b.names) for b in zero.buckets]
+shown = max(range(len(elements)), key=lambda b: (len(zero.buckets[b].names) > 1, elements[b] % grid.dp,
+                                                 padded_length(elements[b], 4) - elements[b]))
+names = list(zero.buckets[shown].names)
+n, bucket_sizes = elements[shown], [sizes[name] for name in names]
+lesson.say(f"TP rank {grid.tp_rank}'s bucket {shown}: {len(names)} parameters, {n} elements, padded to "
+           f"{padded_length(n, grid.dp)} at d = {grid.dp} and to {padded_length(n, 4)} at d = 4", "")
+
+
+def slice_rows(d: int) -> list[list[str]]:
+    out = []
+    for r in range(d):
+        mine = owned_range(n, d, r)
+        pieces = [f"{names[s.index].removeprefix('transformer.')} [{s.start}, {s.stop})"
+                  for s in owned_segments(bucket_sizes, d, r)]
+        pad = len(mine) - sum(s.stop - s.start for s in owned_segments(bucket_sizes, d, r))
+        out.append([str(d), str(r), f"[{mine.start}, {mine.stop})", "; ".join(pieces) or "-", str(pad)])
+    return out
+
+
+lesson.say(table([["d", "DP rank", "owns", "pieces [start, stop) inside each parameter", "padded"]] +
+                 slice_rows(grid.dp) + slice_rows(4)), "")
+live = [(p.name, p.start, p.start + p.param.size) for p in zero.pieces[shown]]
+lesson.expect("the pieces owned_segments gives this DP rank are the ones its live optimizer updates")
+lesson.check(f"bucket {shown}: the live optimizer's pieces vs owned_segments, on every rank",
+             f"{len(live)} pieces on this rank", live == [(names[s.index], s.start, s.stop) for s in
+                                                          owned_segments(bucket_sizes, grid.dp, grid.dp_rank)])
+
+
+def tiles_once(d: int) -> bool:
+    """Every parameter's pieces over the d ranks, in rank order, run from 0 to its size with no gap or overlap."""
+    pieces = [(s.index, s.start, s.stop) for r in range(d) for s in owned_segments(bucket_sizes, d, r)]
+    return all([(a, b) for j, a, b in pieces if j == i] == list(zip([0, *[b for j, _, b in pieces if j == i][:-1]],
+                                                                    [b for j, _, b in pieces if j == i]))
+               and max(b for j, _, b in pieces if j == i) == size for i, size in enumerate(bucket_sizes))
+
+
+lesson.expect("at d = 2 and d = 4 the slices' pieces cover every parameter exactly once, and the rest is padding")
+lesson.check("pieces over all DP ranks: each parameter whole, once", f"d = {grid.dp}: {n} + "
+             f"{padded_length(n, grid.dp) - n} padded, d = 4: {n} + {padded_length(n, 4) - n} padded",
+             tiles_once(grid.dp) and tiles_once(4))
+
+
+def draw_bucket(ax, d: int) -> None:
+    """One bar: each rank's pieces coloured by parameter (from owned_segments), the padding hatched grey."""
+    palette = ["#4C72B0", "#55A868", "#C44E52", "#8172B2", "#CCB974", "#64B5CD", "#DD8452"]
+    n_pad, shard = padded_length(n, d), padded_length(n, d) // d
+    for r in range(d):
+        for s in owned_segments(bucket_sizes, d, r):
+            ax.barh(0, s.stop - s.start, left=s.buffer_start, height=0.6, color=palette[s.index % len(palette)],
+                    edgecolor="white", lw=0.5)
+        ax.text((r + 0.5) * shard, 0.45, f"rank {r}: [{r * shard}, {(r + 1) * shard})", ha="center",
+                va="bottom", fontsize=7)
+        ax.axvline(r * shard, color="black", lw=1.5)
+    ax.axvline(n_pad, color="black", lw=1.5)
+    ax.barh(0, n_pad - n, left=n, height=0.6, color="#DDDDDD", hatch="///", edgecolor="#888888")
+    for edge in np.cumsum(bucket_sizes)[:-1]:
+        ax.axvline(edge, ymin=0.2, ymax=0.55, color="white", lw=2, ls=":")
+    ax.set_xlim(0, padded_length(n, 4))
+    ax.set_ylim(-0.6, 1.0)
+    ax.set_yticks([])
+    ax.set_title(f"d = {d}: {n} elements + {n_pad - n} padded (hatched), slices of {shard}", fontsize=8)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+
+
+if lesson.rank == 0:
+    plt = lesson.pyplot()
+    fig, axes = plt.subplots(2, 1, figsize=(10, 3.6), sharex=True)
+    for ax, d in zip(axes, (grid.dp, 4)):
+        draw_bucket(ax, d)
+    labels = [name.removeprefix("transformer.") for name in names]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=["#4C72B0", "#55A868", "#C44E52", "#8172B2", "#CCB974", "#64B5CD",
+                                                   "#DD8452"][i % 7]) for i in range(len(names))]
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(names)), fontsize=7, frameon=False)
+    axes[-1].set_xlabel("position in the bucket (colours: parameters; black lines: owned slices)", fontsize=8)
+    fig.suptitle(f"TP rank 0's bucket {shown} cut into d owned slices (the same cut at every ZeRO stage)",
+                 fontsize=9)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    lesson.save(fig, "21_owned_slices.png")
+lesson.finish()
