@@ -219,4 +219,155 @@ if lesson.rank == 0:
                  fontsize=9)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     lesson.save(fig, "21_owned_slices.png")
+
+# %% [markdown]
+# ## When each stage moves what
+#
+# A ring all-reduce is a reduce-scatter and an all-gather, (d − 1)/d of the buffer each. DDP all-reduces the
+# gradients. ZeRO-1 reduce-scatters them into the owned slices, steps its slice, and all-gathers the updated
+# parameters: the all-reduce's two halves with the step between them. ZeRO-2 issues the same two, the
+# reduce-scatter bucket by bucket during the backward (and the rest of each bucket freed): at one micro-batch
+# DDP's bytes again (with m micro-batches, m reduce-scatters). ZeRO-3 keeps no whole parameter, so every layer
+# is all-gathered before its forward, freed, gathered *again* before its backward, and its gradients
+# reduce-scattered after it: 3 × (d − 1)/d, 1.5 times DDP's bytes in one dtype (the paper's §7). Below, for the
+# 2,000,000 float64 elements of one TP rank's gradients at d = 4, the planner's `dp_collectives`:
+
+# %%
+lesson.section("When each stage moves what")
+N, D4 = 2_000_000, 4
+plans = {z: Layout(dp=D4, zero=z, dtype="float64", micro_batch=1, global_batch=D4) for z in range(4)}
+rows = [["stage", "DP collectives of a step (logical bytes)", "wire bytes a rank", "÷ DDP's"]]
+for z, lay in plans.items():
+    ops = ", ".join(f"{op} {nbytes:,}" for op, nbytes in dp_collectives(lay, N))
+    ratio = Fraction(dp_wire_bytes(lay, N), dp_wire_bytes(plans[0], N))
+    rows.append([f"ZeRO-{z}", ops, f"{dp_wire_bytes(lay, N):,}", str(ratio)])
+lesson.say(table(rows), "")
+ddp = 2 * (D4 - 1) * N * 8 // D4
+lesson.expect("ZeRO-1 and ZeRO-2 send DDP's 2(d − 1)/d of the buffer; ZeRO-3 3(d − 1)/d, 3/2 of it")
+lesson.equal("wire bytes a rank, stages 0–3, vs 2(d − 1)/d · N · 8 and 3/2 of it",
+             [dp_wire_bytes(lay, N) for lay in plans.values()], [ddp, ddp, ddp, 3 * ddp // 2])
+lesson.expect("ZeRO-3's extra bytes are one more all-gather of the parameters: (d − 1)/d of the buffer")
+lesson.equal("ZeRO-3 − ZeRO-1 wire bytes vs one ring all-gather of N · 8 bytes",
+             dp_wire_bytes(plans[3], N) - dp_wire_bytes(plans[1], N), wire_bytes("all_gather", N * 8, D4))
+
+# %% [markdown]
+# What ZeRO-3 holds at once besides its slices: the layer it computes with, gathered whole, and the next one,
+# prefetched — and in the backward their whole gradients before the reduce-scatter. The planner charges two of
+# the stage's largest *pieces* (the embedding, each layer, the head) at p + g bytes an element, with the
+# activations (`tpsim.plan.zero3.gathered_bytes`). At GPT-3 175B size on TP 8 × DP 64 in bf16 (p = 2, g = 4):
+
+# %%
+gpt3 = PRESETS["gpt3-175b"]
+big = Layout(tp=8, dp=64, zero=3, dtype="bfloat16", micro_batch=1, global_batch=64)
+pieces = piece_elements(gpt3, big, 0)
+transient = gathered_bytes(gpt3, big, 0, 2, 4)
+lesson.say(f"pieces on one TP rank: embedding {pieces[0]:,}, each of {len(pieces) - 2} layers {pieces[1]:,}, head "
+           f"{pieces[-1]:,} elements; all of them {sum(pieces):,}",
+           f"gathered at once: {IN_FLIGHT} × {max(pieces):,} × (2 + 4) bytes = {transient / 1e9:.2f} GB; its whole "
+           f"bf16 parameters would be {2 * sum(pieces) / 1e9:.1f} GB, its ZeRO-3 model state "
+           f"{float(BF16.bytes_per_zero_stage(3, 64)) * sum(pieces) / 1e9:.2f} GB", "")
+lesson.expect("two of the largest pieces (here a layer) in flight, at p + g bytes: a few GB, not the whole model")
+lesson.equal("gathered_bytes vs IN_FLIGHT · max(pieces) · (2 + 4)", transient, float(2 * pieces[1] * 6))
+lesson.expect("at d = 1 nothing is sharded, so nothing is gathered")
+lesson.equal("gathered_bytes at DP 1", gathered_bytes(gpt3, Layout(tp=8, dp=1, zero=3, micro_batch=1, global_batch=1),
+                                                      0, 2, 4), 0.0)
+
+# %% [markdown]
+# ## Who holds what with TP
+#
+# Tensor parallelism cuts each weight first, by rows or columns over the t TP ranks; ZeRO then cuts each TP
+# rank's *shard* over its d DP ranks: the buckets above are one TP rank's, and the DP ranks that share a TP rank
+# own slices of the same shard. Megatron's distributed optimizer does exactly this, and so does FSDP2 with TP (a
+# 2-D mesh: the TP shard of each weight sharded again over DP). Each of the t·d GPUs thus keeps 1/(t·d) of the
+# sharded state. On this run, TP 2 × DP 2:
+
+# %%
+lesson.section("Who holds what with TP")
+mine = (grid.tp_rank, grid.dp_rank, sum(elements), sum(len(o) for o in zero.owned), zero.state_bytes())
+everyone = lesson.gather(mine)
+if everyone is not None:
+    lesson.say(table([["rank", "TP rank", "DP rank", "its TP shard's elements", "owned elements", "optimizer bytes"]]
+                     + [[str(k), str(t), str(d), f"{s:,}", f"{o:,}", f"{b:,}"]
+                        for k, (t, d, s, o, b) in enumerate(everyone)]), "")
+ranges = grid.dp_group.gather_objects([(o.start, o.stop) for o in zero.owned])
+lesson.expect("the DP ranks of one TP rank own slices of the same padded buckets, tiling each exactly once")
+lesson.check("owned ranges of every bucket, gathered over the DP group", f"{len(elements)} buckets",
+             ranges is None or all([ranges[r][b] for r in range(grid.dp)] ==
+                                   [(r * len(buf) // grid.dp, (r + 1) * len(buf) // grid.dp) for r in range(grid.dp)]
+                                   for b, buf in enumerate(zero.buffers)))
+lesson.expect("each rank's optimizer state: 2 slots × 8 bytes × its owned slices = 1/d of its TP shard's padded "
+              "buckets")
+lesson.equal("state_bytes() vs zero_optimizer_bytes(buckets, d, 8)", zero.state_bytes(),
+             zero_optimizer_bytes(elements, grid.dp, itemsize=8, slots=2))
+
+# %% [markdown]
+# ## ZeRO-1 equals plain DP × TP, live
+#
+# The same GPT trained twice for three clipped AdamW steps on the 4 ranks: once with DDP's all-reduce and a
+# whole AdamW on every replica, once with the distributed optimizer, each DP rank stepping its owned slices and
+# the clip norm summed over the slices of the world. In float64 the losses, the norms and every parameter shard
+# must be plain DP × TP's to 1e-12, and the traced DP bytes those of the table above.
+
+# %%
+lesson.section("ZeRO-1 equals plain DP × TP, live")
+task = ReverseTask(config.vocab_size, config.n_positions)
+
+
+def train(use_zero: bool):
+    m = build_gpt(config, grid.tp_group, seed=SEED)
+    if use_zero:
+        opt = sync = DistributedOptimizer(adamw(m), grid, bucket_cap_bytes=CAP)
+    else:
+        opt, sync = adamw(m), GradSync(m, grid.dp_group, bucket_cap_bytes=CAP)
+    results = []
+    for step in range(STEPS):
+        grid.tracer.reset()
+        ids, labels, _ = read_batch(grid, task, SEED, step, BATCH)
+        results.append(train_step(m, opt, grid, sync, ids, labels, clip=CLIP))
+    dp_bytes = sum(e.wire_bytes for e in grid.tracer.events if e.group == "dp" and e.scope.startswith(("ddp", "zero")))
+    return m, opt, results, dp_bytes
+
+
+plain_model, plain_opt, plain_results, plain_bytes = train(use_zero=False)
+zero_model, zero_opt, zero_results, zero_bytes = train(use_zero=True)
+lesson.say(table([["step", "loss plain", "loss ZeRO-1", "|grad| plain", "|grad| ZeRO-1"]] +
+                 [[str(i), f"{a.loss:.12f}", f"{b.loss:.12f}", f"{a.grad_norm:.12f}", f"{b.grad_norm:.12f}"]
+                  for i, (a, b) in enumerate(zip(plain_results, zero_results))]), "")
+lesson.expect("the clip really scales (every norm above 0.5), and the losses and norms are plain DP × TP's")
+lesson.check("grad norms above the clip", ", ".join(f"{r.grad_norm:.3f}" for r in plain_results),
+             all(r.grad_norm > CLIP for r in plain_results))
+lesson.close("losses and norms, ZeRO-1 vs plain", [(r.loss, r.grad_norm) for r in zero_results],
+             [(r.loss, r.grad_norm) for r in plain_results], tol=1e-12)
+lesson.expect("every parameter shard after 3 steps equal to float64 rounding")
+lesson.close("every parameter shard, ZeRO-1 vs plain",
+             np.concatenate([p.ravel() for _, p in zero_model.named_parameters()]),
+             np.concatenate([p.ravel() for _, p in plain_model.named_parameters()]), tol=1e-12)
+lesson.expect("ZeRO-1's optimizer state is 1/d of plain AdamW's, up to the padding of its owned slices")
+lesson.equal("d × ZeRO-1 state bytes vs 2 slots × 8 bytes × the padded buckets (plain AdamW's, with the padding)",
+             grid.dp * zero_opt.state_bytes(), 2 * 8 * sum(padded_length(n, grid.dp) for n in elements))
+lesson.expect("the last step's traced DP bytes: DDP's all-reduce and ZeRO-1's pair, as the planner prices them")
+lesson.equal("traced DP wire bytes (plain, ZeRO-1) vs dp_wire_bytes(zero 0 of the buckets, zero 1 of the padded)",
+             (plain_bytes, zero_bytes),
+             (sum(dp_wire_bytes(Layout(dp=grid.dp, zero=0, dtype="float64"), n) for n in elements),
+              sum(dp_wire_bytes(Layout(dp=grid.dp, zero=1, dtype="float64"), padded_length(n, grid.dp))
+                  for n in elements)))
+
+# %% [markdown]
+# ## What to take away
+#
+# * Each ZeRO stage cuts one more piece of a parameter's state into d owned slices: the optimizer state (1),
+#   the gradients (2), the parameters (3). In the paper's bytes 16 → 4 + 12/d → 2 + 14/d → 16/d; in Megatron's
+#   bf16 recipe 18 → 6 + 12/d → 2 + 16/d → 18/d; Figure 1's 7.5 B parameters on 64 GPUs: 120, 31.4, 16.6, 1.9 GB.
+# * The cut is the same at every stage: a bucket padded to ⌈n/d⌉·d, rank r owning [r·n_pad/d, (r + 1)·n_pad/d),
+#   through parameter boundaries; the padding is the end of the last slices.
+# * ZeRO-1 and ZeRO-2 send DDP's bytes (a reduce-scatter and an all-gather are an all-reduce); ZeRO-3 gathers
+#   the parameters twice, before the forward and before the backward: 1.5 times, with two pieces in flight.
+# * With TP, each TP rank's shard is sharded over its DP group: t·d GPUs, 1/(t·d) of the sharded state each.
+# * Live, ZeRO-1 over TP 2 × DP 2 equals plain DP × TP to 1e-12, with 1/d of the optimizer state.
+#
+# Exercise: `ex21_zero_stages.py`: `tpsim lesson start 21` copies it into your work folder (`tpsim-work/`), then
+# `tpsim check 21`.
+
+# %%
+lesson.takeaways()
 lesson.finish()

@@ -196,8 +196,8 @@ def check_zero3(r: Report) -> None:
                            "(12 / d if stage >= 1 else 12)"),
           owned_slice=("pad the bucket up to the next multiple of d, cut it into d equal slices: where are the "
                        "padded positions?",
-                       "shard = ⌈n/d⌉; rank r owns [r·shard, (r + 1)·shard); the padding is [n, shard·d), the end "
-                       "of the bucket, so count how much of it overlaps the rank's slice",
+                       "shard = ⌈n/d⌉; rank r owns [r·shard, (r + 1)·shard); the padding is [n, shard·d), the "
+                       "end of the bucket, so count how much of it overlaps the rank's slice",
                        "start, stop = r·shard, (r + 1)·shard; return start, stop, max(0, stop − max(start, n))"),
           zero3_step_bytes=("list the step's DP collectives under ZeRO-3: the parameters are sharded, so they must "
                             "be gathered before each use, and the gradients end up sharded",
