@@ -9,7 +9,7 @@
 # each gradient bucket only the owned slice: the bucket is reduce-scattered as the backward fills it and freed.
 # Stage 3 (P_os+g+p) keeps of each parameter only the owned slice too, and gathers a layer's parameters just
 # before the layer needs them. This lesson sets the four stages side by side: the bytes each keeps per
-# parameter (the paper's, Megatron's bf16 recipe, tpsim's float64), the paper's Figure 1, how a bucket is cut
+# parameter (the ZeRO paper's, Megatron's bf16 recipe, tpsim's float64), its Figure 1, how a bucket is cut
 # into owned slices, when each stage moves what, who holds what once TP is there too, and a live ZeRO-1 over
 # the 4 ranks (TP 2 × DP 2) equal to plain DP × TP.
 #
@@ -75,7 +75,7 @@ rows = [["bytes per parameter", *[f"ZeRO-{z}" for z in range(4)], *[f"ZeRO-3, d 
 rows += [[row.name, *[format_formula(row, z) for z in range(4)],
           *[f"{float(row.bytes_per_zero_stage(3, d)):g}" for d in DS[1:]]] for row in LAYOUTS]
 lesson.say(table(rows), "")
-lesson.expect("the paper's 16, 4 + 12/d, 2 + 14/d, 16/d; Megatron's bf16 18, 6 + 12/d, 2 + 16/d, 18/d; tpsim's "
+lesson.expect("the ZeRO paper's 16, 4 + 12/d, 2 + 14/d, 16/d; Megatron's bf16 18, 6 + 12/d, 2 + 16/d, 18/d; tpsim's "
               "float64 32, 16 + 16/d, 8 + 24/d, 32/d")
 lesson.equal("the formulas, three layouts × four stages",
              [[format_formula(row, z) for z in range(4)] for row in LAYOUTS],
@@ -111,7 +111,7 @@ lesson.say(table([["stage", "paper's column", "B/param", "GB / GPU", "as printed
                    f"{r['paper_gb']:g}", f"{r['planner_gb']:.4g}"] for r in figure]), "")
 lesson.expect("Figure 1's 120, 31.4, 16.6 and 1.9 GB, from 7.5e9 × the paper's bytes per parameter at d = 64")
 lesson.equal("GB per GPU as the paper prints them", tuple(r["paper_gb"] for r in figure), ZERO_PAPER_GB)
-lesson.expect("the same GB from this lesson's own StateLayout of the paper's accounting, exactly")
+lesson.expect("the same GB from this lesson's own StateLayout of Rajbhandari et al.'s accounting, exactly")
 lesson.check("7.5e9 × PAPER.bytes_per_zero_stage(z, 64) / 1e9 vs the planner's GB, stages 0–3",
              ", ".join(f"{ZERO_STAGE_NAMES[z]} {float(7.5 * PAPER.bytes_per_zero_stage(z, 64)):g}" for z in range(4)),
              all(abs(float(7.5 * PAPER.bytes_per_zero_stage(z, 64)) - figure[z]["gb"]) < 1e-9 for z in range(4)))
@@ -229,7 +229,7 @@ if lesson.rank == 0:
 # reduce-scatter bucket by bucket during the backward (and the rest of each bucket freed): at one micro-batch
 # DDP's bytes again (with m micro-batches, m reduce-scatters). ZeRO-3 keeps no whole parameter, so every layer
 # is all-gathered before its forward, freed, gathered *again* before its backward, and its gradients
-# reduce-scattered after it: 3 × (d − 1)/d, 1.5 times DDP's bytes in one dtype (the paper's §7). Below, for the
+# reduce-scattered after it: 3 × (d − 1)/d, 1.5 times DDP's bytes in one dtype (Rajbhandari et al. §7). Below, for the
 # 2,000,000 float64 elements of one TP rank's gradients at d = 4, the planner's `dp_collectives`:
 
 # %%
@@ -356,7 +356,7 @@ lesson.equal("traced DP wire bytes (plain, ZeRO-1) vs dp_wire_bytes(zero 0 of th
 # ## What to take away
 #
 # * Each ZeRO stage cuts one more piece of a parameter's state into d owned slices: the optimizer state (1),
-#   the gradients (2), the parameters (3). In the paper's bytes 16 → 4 + 12/d → 2 + 14/d → 16/d; in Megatron's
+#   the gradients (2), the parameters (3). In the ZeRO paper's bytes 16 → 4 + 12/d → 2 + 14/d → 16/d; in Megatron's
 #   bf16 recipe 18 → 6 + 12/d → 2 + 16/d → 18/d; Figure 1's 7.5 B parameters on 64 GPUs: 120, 31.4, 16.6, 1.9 GB.
 # * The cut is the same at every stage: a bucket padded to ⌈n/d⌉·d, rank r owning [r·n_pad/d, (r + 1)·n_pad/d),
 #   through parameter boundaries; the padding is the end of the last slices.
