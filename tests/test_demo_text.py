@@ -16,7 +16,7 @@ def model_state_text(distributed: bool, dp: int = 2) -> str:
     params = 1000
     optimizer = params * layout.sharded // (dp if distributed else 1)
     measured = ModelState(params=params * 8, grads=params * 8, optimizer=optimizer, parameters=params)
-    return format_model_state(measured, layout, dp, distributed, optimizer)
+    return format_model_state(measured, layout, dp, int(distributed), optimizer)
 
 
 def test_every_column_of_the_model_state_table_has_a_header():

@@ -303,7 +303,7 @@ def test_the_step_prices_each_dp_bucket_the_run_cut(tmp_path, monkeypatch):
 @pytest.mark.parametrize("args, message", [
     (["--pp", "2", "--clock", "tpu"], "--clock 'tpu' is neither unit nor a GPU: choose unit or one of h100-80gb"),
     (["--pp", "2", "--clock", "a100"], "--clock 'a100' names more than one GPU"),
-    (["--overlap-param-gather"], "--overlap-param-gather (ZeRO-1's all-gather under the next forward) needs --zero 1"),
+    (["--overlap-param-gather"], "--overlap-param-gather (ZeRO's all-gather under the next forward) needs --zero 1 or 2"),
     (["--pp", "2", "--mfu", "0.3"], "--mfu 0.3 prices a GPU clock: give --clock GPU too"),
 ])
 def test_a_clock_the_demo_cannot_take_is_one_line_before_any_work(args, message):

@@ -32,9 +32,10 @@ from tpsim.nn.precision import DTYPE_NAMES, dtype_of  # DTYPE_NAMES: what --dtyp
 from tpsim.cp import choice as cp_choice  # pure: --cp, --cp-comm, --cp-layout
 from tpsim.pipeline_settings import Pipeline  # how pp > 1 runs (re-exported: tpsim.config.Pipeline)
 from tpsim.plan import tp_overlap_choice  # pure: --tp-comm-overlap
+from tpsim.plan.clock_choice import UNIT_CLOCK
 
 DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-ZERO_STAGES = (0, 1)  # ZeRO stages that run live (and that the planner prices)
+ZERO_STAGES = (0, 1, 2)  # ZeRO stages that run live (the planner prices 3 as well: tpsim.plan.layout)
 DROPOUT_RNGS = ("exact", "megatron")
 
 
@@ -221,8 +222,17 @@ class RunConfig:
         self.model.check(par.tp)
         cp_choice.check_sizes(par, self.model, sch.seq_len)
         cp_choice.check_clock(par.cp, self.pipeline.clock)
-        if self.optimizer.overlap_param_gather and par.zero != 1:  # plain DP gathers no parameters
-            raise ConfigError("--overlap-param-gather (ZeRO-1's all-gather under the next forward) needs --zero 1")
+        if self.optimizer.overlap_param_gather and par.zero not in (1, 2):  # plain DP gathers no parameters
+            raise ConfigError("--overlap-param-gather (ZeRO's all-gather under the next forward) needs --zero 1 or 2")
+        if self.optimizer.overlap_grad_reduce and par.zero == 2:
+            raise ConfigError("--overlap-grad-reduce with --zero 2: ZeRO-2 reduce-scatters each bucket during the "
+                              "backward already, as its layers finish it")
+        if par.zero == 2 and self.pipeline.vp > 1:
+            raise ConfigError(f"--vp {self.pipeline.vp} with --zero 2: a bucket shared by two chunks would be "
+                              "reduce-scattered once per chunk's backward; ZeRO-2 runs with one chunk per stage")
+        if par.zero == 2 and self.pipeline.clock != UNIT_CLOCK:
+            raise ConfigError(f"--clock {self.pipeline.clock} with --zero 2: the live clock does not yet place "
+                              "ZeRO-2's per-micro-batch reduce-scatters (`tpsim plan --zero 2` prices them)")
 
     @property
     def arch(self) -> str:

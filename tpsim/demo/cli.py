@@ -85,7 +85,9 @@ def build_parser() -> RankZeroParser:
     t.add_argument("--bucket-mb", type=float, default=25.0, help="DP gradient bucket size in MiB (0 = per tensor)")
     t.add_argument("--zero", type=int, choices=ZERO_STAGES, default=0,
                    help="1: ZeRO-1, Megatron's distributed optimizer: gradients reduce-scattered over DP, AdamW "
-                        "state for this rank's 1/dp slice only, parameters all-gathered (default 0: plain DP)")
+                        "state for this rank's 1/dp slice only, parameters all-gathered; 2: ZeRO-2, only that "
+                        "slice of the gradients kept too, each bucket reduce-scattered as the backward finishes it "
+                        "(default 0: plain DP)")
     overlap_arguments(t)
     t.add_argument("--loss-scale-interval", type=int, default=1000,
                    help="float16: clean steps before the loss scale doubles (default 1000)")

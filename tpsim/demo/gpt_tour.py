@@ -125,7 +125,7 @@ def build(grid: ProcessGrid, run: RunConfig, tensors) -> tuple:
         load_into(model, tensors)
     grid.tracer.step = 0
     broadcast_params(model, grid)
-    grad_sync = make_sync(model, grid, run)  # GradSync, or ZeRO-1's DistributedOptimizer (--zero 1)
+    grad_sync = make_sync(model, grid, run)  # GradSync, or ZeRO's DistributedOptimizer (--zero 1|2)
     say(grid, f"DP gradient sync: {len(grad_sync.buckets)} bucket(s), "
               f"{human_bytes(grad_sync.total_bytes)} of gradients per rank", "")
     return model, grad_sync
@@ -175,7 +175,7 @@ def train(grid, model, grad_sync, run: RunConfig, resume=None) -> tuple[list[dic
             loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows),
                                          loss_scale=scale)
         if step == start:
-            grad_sync.gather_grads()  # ZeRO-1 reduced owned slices only: gather them (phase verify) to check all
+            grad_sync.gather_grads()  # ZeRO reduced owned slices only: gather them (phase verify) to check all
             ok = first_step(grid, model, run, loss, scale, start)
             if sch.steps == 0:
                 break
@@ -267,6 +267,6 @@ def run(demo) -> int:
         say(grid, *reverse_lines(run, trained), "")
     first = metrics[0]["step"] if metrics else 0  # > 0 when resumed
     checks = {f"step {first} = serial": ok, "trained = serial": final_ok, "replicas agree": replicas.ok,
-              **({"ZeRO-1 padding": padding_ok} if run.parallel.zero else {}), "formulas": formula_ok}
+              **({f"ZeRO-{run.parallel.zero} padding": padding_ok} if run.parallel.zero else {}), "formulas": formula_ok}
     say(grid, *closing_lines(grid, run.schedule.steps, metrics, run.files.out, checks))
     return 0 if passed(checks) else 1  # a check that cannot decide fails nothing

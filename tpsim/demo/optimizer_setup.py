@@ -4,7 +4,7 @@ The library takes no flags: ``tpsim.train`` builds optimizers from numbers and o
 demo's ``RunConfig`` (``tpsim.config``: ``--lr``, ``--dtype``, ``--zero``, ``--bucket-mb``,
 ``--loss-scale-interval``, ``--max-skipped-steps``) and turns it into the objects ``gpt_tour`` trains with:
 
-    sync = make_sync(model, grid, run)                   # GradSync, or ZeRO-1's DistributedOptimizer (--zero 1)
+    sync = make_sync(model, grid, run)                   # GradSync, or ZeRO's DistributedOptimizer (--zero 1|2)
     optimizer = demo_optimizer(model, grid, run, sync)   # the DistributedOptimizer itself, or (mixed-precision) AdamW
     guard = demo_guard(run)                              # StepGuard whose stop message names the demo's flags
 
@@ -40,7 +40,7 @@ def _scaler(run: RunConfig) -> DynamicLossScaler | None:
 
 
 def make_sync(model: Module, grid: ProcessGrid, run: RunConfig) -> GradSync | DistributedOptimizer:
-    """The DP gradient sync: DDP's ``GradSync``, or with ``--zero 1`` the ``DistributedOptimizer``, which is the
+    """The DP gradient sync: DDP's ``GradSync``, or with ``--zero 1|2`` the ``DistributedOptimizer``, which is the
     sync *and* the optimizer (16 bits: float32 main pieces; float16 also scales the loss)."""
     opt = run.optimizer
     cap, overlap = opt.bucket_cap_bytes, opt.overlap_grad_reduce
@@ -49,13 +49,13 @@ def make_sync(model: Module, grid: ProcessGrid, run: RunConfig) -> GradSync | Di
     if run.parallel.zero:
         return DistributedOptimizer(demo_adamw(model, run), grid, bucket_cap_bytes=cap, loss_scaler=_scaler(run),
                                     overlap_grad_reduce=overlap, overlap_param_gather=opt.overlap_param_gather,
-                                    held=held)
+                                    held=held, stage=run.parallel.zero)
     return GradSync(model, grid.dp_group, bucket_cap_bytes=cap, overlap=overlap, held=held)
 
 
 def demo_optimizer(model: Module, grid: ProcessGrid, run: RunConfig,
                    sync: GradSync | DistributedOptimizer) -> OptimizerProtocol:
-    """The run's optimizer: ZeRO-1's ``sync`` itself, else AdamW — wrapped by ``mixed_precision`` for a 16-bit
+    """The run's optimizer: ZeRO's ``sync`` itself, else AdamW — wrapped by ``mixed_precision`` for a 16-bit
     model (float16: dynamic loss scaling)."""
     if run.parallel.zero:
         return sync

@@ -38,7 +38,7 @@ from tpsim.demo.resume import read_resume, restore, resume_lines, save_training
 from tpsim.demo.serial_twin import final_verdict
 from tpsim.demo.trained_model import reverse_lines
 from tpsim.demo.verify_pass import check_zero_padding
-from tpsim.demo.zero_demo import grad_bytes_of, state_table
+from tpsim.demo.zero_demo import grad_bytes_of, held_of, state_table
 from tpsim.hf.checkpoint import load_into, to_hf, write_model_folder, write_step0
 from tpsim.hf.folder import load_init
 from tpsim.pipeline.schedules import build as build_schedule
@@ -177,8 +177,8 @@ def final_report(grid, run: RunConfig, metrics, stage_sync, records, paths, t_st
     last = metrics[-1]["step"] if metrics else 0
     print(step_table(records, last, grid.world_size) + "\n")
     trained = run.schedule.steps > 0
-    predicted = predict_pipeline_step(run, clip=trained, update=trained, buckets=[b for b, _ in stage_sync],
-                                      grad_bytes=[g for _, g in stage_sync])
+    predicted = predict_pipeline_step(run, clip=trained, update=trained, buckets=[s[0] for s in stage_sync],
+                                      grad_bytes=[s[1] for s in stage_sync], held=[s[2] for s in stage_sync])
     step_records = [r for r in records if r["step"] == last]
     rows = compare(step_records, predicted)
     formula_ok, verdict = formula_verdict(rows)
@@ -208,7 +208,8 @@ def run(demo) -> int:
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
     replicas = check_replicas(shard, grid)  # each stage its own parameters
     stage_reports = per_stage(grid, (replicas.ok, replicas.summary(), peak,
-                                     (len(grad_sync.buckets), grad_bytes_of(run, grad_sync)), result.peak_layer_bytes,
+                                     (len(grad_sync.buckets), grad_bytes_of(run, grad_sync), held_of(grad_sync)),
+                                     result.peak_layer_bytes,
                                      bucket_specs(shard, grad_sync, held=True)))
     with grid.tracer.paused():
         timing = grid.world.gather_objects((grid.rank, grid.pp_rank, result.clock.schedule_end, result.clock.busy,
@@ -249,7 +250,7 @@ def run(demo) -> int:
         say(grid, *reverse_lines(run, trained), "")
     first = metrics[0]["step"] if metrics else 0  # > 0 when resumed
     checks = {f"step {first} = serial": ok, "trained = serial": final_ok, "replicas agree": replicas_ok,
-              "peak in flight and bubble": pipe_ok, **({"ZeRO-1 padding": padding_ok} if run.parallel.zero else {}),
+              "peak in flight and bubble": pipe_ok, **({f"ZeRO-{run.parallel.zero} padding": padding_ok} if run.parallel.zero else {}),
               "formulas": formula_ok}
     say(grid, *closing_lines(grid, run.schedule.steps, metrics, run.files.out, checks))
     return 0 if passed(checks) else 1  # a check that cannot decide fails nothing

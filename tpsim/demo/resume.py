@@ -199,7 +199,7 @@ def resume_lines(run: RunConfig, resume: Resume | None) -> list[str]:
     cp = w.get("cp", 1)  # folders written before context parallelism have no "cp"
     layout = (f"TP {w['tp']}" + (f" x CP {cp}" if cp > 1 else "") + f" x DP {w['dp']}"
               + (f" x PP {w['pp']}" if w["pp"] > 1 else "")
-              + (f" (vp {w['vp']})" if w["vp"] > 1 else "") + (" ZeRO-1" if w["zero"] else ""))
+              + (f" (vp {w['vp']})" if w["vp"] > 1 else "") + (f" ZeRO-{w['zero']}" if w["zero"] else ""))
     lines = [f"resumed from {resume.folder}/ at step {resume.step} (written by {layout}; AdamW step count "
              f"{resume.step_count}" + (f", loss scale {p['loss_scaler']['scale']:g}" if p["loss_scaler"] else "")
              + f"): training continues to step {run.schedule.steps}"]

@@ -1,12 +1,12 @@
-"""The demo's verify pass under ``--zero 1``: ZeRO-1 with *padded* buckets against plain DP × TP.
+"""The demo's verify pass under ``--zero 1`` or ``2``: ZeRO with *padded* buckets against plain DP × TP.
 
-At the demo's sizes every gradient bucket already divides by dp, so the padding that ZeRO-1 adds to make a
+At the demo's sizes every gradient bucket already divides by dp, so the padding that ZeRO adds to make a
 reduce-scatter split evenly (``tpsim.partition.padded_length``) never happens in the training run, and a bug in
 it (a slice off by the padding, a piece of a straddling parameter updated twice) would pass every verdict. The
 verify pass runs, beside the training and outside its trace, a GPT of awkward sizes — hidden 3·tp, so each TP
 rank's share of the qkv bias is 9 elements, and vocabulary 13 — with one bucket per tensor, so that buckets of
 odd length are padded at every dp > 1, and trains it two clipped AdamW steps twice from the same seed: once
-with ``DistributedOptimizer`` and once with DDP + AdamW. In float64 the two must agree to rounding.
+with ``DistributedOptimizer`` at the run's stage and once with DDP + AdamW. In float64 the two must agree to rounding.
 """
 
 from __future__ import annotations
@@ -30,17 +30,17 @@ def awkward_config(tp: int) -> GPTConfig:
     return GPTConfig(vocab_size=13, n_positions=5, n_embd=3 * tp, n_layer=1, n_head=tp, dropout=0.0)
 
 
-def _train(grid: ProcessGrid, run: RunConfig, zero: bool) -> tuple[dict[str, np.ndarray], int, int]:
-    """Two steps of the awkward GPT; ``(parameters, padded buckets, buckets)``."""
+def _train(grid: ProcessGrid, run: RunConfig, zero: int) -> tuple[dict[str, np.ndarray], int, int]:
+    """Two steps of the awkward GPT at ZeRO stage ``zero`` (0: DDP); ``(parameters, padded buckets, buckets)``."""
     cfg, seed = awkward_config(grid.tp), run.schedule.seed
     model = build_gpt(cfg, grid.tp_group, seed=seed, dtype=np.float64)
     adamw = AdamW(model, lr=run.optimizer.lr, weight_decay=run.optimizer.weight_decay)
     if zero:
-        sync = optimizer = DistributedOptimizer(adamw, grid, bucket_cap_bytes=0)
+        sync = optimizer = DistributedOptimizer(adamw, grid, bucket_cap_bytes=0, stage=zero)
+        sizes = {name: p.size for name, p in model.named_parameters()}
+        padded = sum(n != sum(sizes[m] for m in b.names) for b, n in zip(sync.buckets, sync.bucket_sizes))
     else:
-        sync, optimizer = GradSync(model, grid.dp_group, bucket_cap_bytes=0), adamw
-    sizes = {name: p.size for name, p in model.named_parameters()}
-    padded = sum(len(buf) != sum(sizes[n] for n in b.names) for b, buf in zip(sync.buckets, sync.buffers))
+        sync, optimizer, padded = GradSync(model, grid.dp_group, bucket_cap_bytes=0), adamw, 0
     batch = 2 * grid.dp
     rows = dp_slice(batch, grid.dp, grid.dp_rank)
     for step in range(STEPS):  # every rank draws the same global batch and keeps its replica's rows
@@ -51,16 +51,18 @@ def _train(grid: ProcessGrid, run: RunConfig, zero: bool) -> tuple[dict[str, np.
 
 
 def check_zero_padding(grid: ProcessGrid, run: RunConfig) -> tuple[bool, list[str]]:
-    """``(ok, lines)``: the padded ZeRO-1 run vs the plain one, agreed on every rank (tracer paused)."""
+    """``(ok, lines)``: the padded ZeRO run (the run's stage) vs the plain one, agreed on every rank (tracer
+    paused)."""
+    stage = run.parallel.zero
     with grid.tracer.paused():  # verification, not the run's traffic
-        plain, _, _ = _train(grid, run, zero=False)
-        zero, padded, buckets = _train(grid, run, zero=True)
+        plain, _, _ = _train(grid, run, zero=0)
+        zero, padded, buckets = _train(grid, run, zero=stage)
         worst = max(relative_difference(zero[n], plain[n], floor=1e-30) for n in plain)
         worst, padded = Agreement(grid.world).reduce([worst, float(padded)], op="max")
     ok = bool(worst <= TOLERANCE)
-    return ok, ["Verify pass: ZeRO-1 with padded buckets (a GPT of awkward sizes, vocab 13, hidden "
+    return ok, [f"Verify pass: ZeRO-{stage} with padded buckets (a GPT of awkward sizes, vocab 13, hidden "
                 f"{3 * grid.tp}; up to {int(padded)} of {buckets} buckets padded to a multiple of dp {grid.dp}) vs "
                 f"plain DP x TP after {STEPS} clipped AdamW steps: max relative |Δparam| {worst:.2e}",
-                f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — ZeRO-1's padded buckets "
+                f"VERDICT: {'MATCH' if ok else 'MISMATCH'} — ZeRO-{stage}'s padded buckets "
                 f"{'update' if ok else 'do not update'} the parameters as plain DP x TP does "
                 f"(tolerance {TOLERANCE:g}, float64)"]

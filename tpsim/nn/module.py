@@ -139,6 +139,17 @@ def deferred_weight_grads(module: "Module") -> Iterator[WeightGradients]:
             del m.deferral  # back to the class's None
 
 
+def placeholder(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """A read-only zero array of ``shape`` that holds no memory: a gradient not held (ZeRO-2's, between its
+    bucket's uses: ``tpsim.train.zero2``)."""
+    return np.broadcast_to(np.zeros((), dtype), shape)
+
+
+def held_nbytes(a: np.ndarray) -> int:
+    """Bytes ``a`` really holds: 0 for a ``placeholder`` (every stride 0), else ``a.nbytes``."""
+    return 0 if a.ndim and a.size and not any(a.strides) else a.nbytes
+
+
 class Module:
     """Base class: parameters, gradients and child modules by name (Hugging Face-style dotted names)."""
 
@@ -146,6 +157,7 @@ class Module:
     deferral: WeightGradients | None = None  # set on the instances only inside ``deferred_weight_grads``
     grad_ready: Callable[["Module"], None] | None = None  # set on the instances by an overlapping DP sync
     params_wait: Callable[["Module"], None] | None = None  # set by ZeRO-1's --overlap-param-gather until it is done
+    grads_needed: Callable[["Module"], None] | None = None  # set by ZeRO-2: materialise this layer's grad buckets
 
     def __init__(self) -> None:
         self.params: dict[str, np.ndarray] = {}
@@ -211,9 +223,12 @@ class Module:
         return ((name, mod.partition.get(key)) for name, mod, key in self._unique(prefix))
 
     def zero_grad(self) -> None:
+        """Fill every gradient with zeros in place; a read-only one is a gradient not held (ZeRO-2's between
+        its bucket's uses, ``tpsim.train.zero2``): zero already, it is left as it is."""
         for _, mod in self.named_modules():
             for g in mod.grads.values():
-                g.fill(0)
+                if g.flags.writeable:
+                    g.fill(0)
 
     def set_path(self, path: str) -> "Module":
         """Give this module and every descendant its dotted path (used as the trace scope)."""
@@ -224,13 +239,17 @@ class Module:
     def weight_grad(self, fn: Callable, *args) -> None:
         """This layer's W: ``fn(*args)`` adds its weight gradients into ``self.grads``. Runs it now, or, inside
         ``deferred_weight_grads``, queues it (with ``args``, the tensors it reads) for the deferral's ``run``.
-        Once it has run, ``grad_ready(self)`` is told, when set (the DP sync's overlap, ``tpsim.train.grad_ready``)."""
+        Once it has run, ``grad_ready(self)`` is told, when set (the DP sync's overlap, ``tpsim.train.grad_ready``);
+        before it runs, ``grads_needed(self)``, when set (ZeRO-2 materialises the buckets it writes into)."""
+        hooked = self.grad_ready is not None or self.grads_needed is not None
         if self.deferral is None:
             self._weight_grad_now(fn, *args)
         else:
-            self.deferral.add(partial(self._weight_grad_now, fn) if self.grad_ready is not None else fn, args)
+            self.deferral.add(partial(self._weight_grad_now, fn) if hooked else fn, args)
 
     def _weight_grad_now(self, fn: Callable, *args) -> None:
+        if self.grads_needed is not None:
+            self.grads_needed(self)
         fn(*args)
         if self.grad_ready is not None:
             self.grad_ready(self)

@@ -128,8 +128,9 @@ class Executor:
 
     @contextmanager
     def _producing(self, a, grad_sync):
-        """Around a B or W: the DP sync armed while it runs when it is its chunk's ``final`` one."""
-        armed = grad_sync is not None and self.final(a)
+        """Around a B or W: the DP sync armed while it runs when it is its chunk's ``final`` one (ZeRO-2's around
+        every one: each micro-batch reduce-scatters the buckets it wrote)."""
+        armed = grad_sync is not None and (self.final(a) or grad_sync.arms_every_backward)
         if armed:
             grad_sync.arm()
         try:

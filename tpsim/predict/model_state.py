@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from tpsim.nn.module import held_nbytes
 from tpsim.partition import padded_length
 
 # --- owned slices ----------------------------------------------------------------------------------------------
@@ -140,14 +141,16 @@ class ModelState:
 
 
 def measure_model_state(model, optimizer, parameters: int | None = None) -> ModelState:
-    """Bytes of ``model``'s parameter and gradient arrays (each tied array once) and ``optimizer.state_bytes()``
+    """Bytes of ``model``'s parameter and gradient arrays (each tied array once; ZeRO-2's placeholders hold none,
+    its owned slices are ``optimizer.grad_bytes()``) and ``optimizer.state_bytes()``
     (any dtype: a mixed-precision optimizer counts its fp32 main parameters and gradients there).
 
     ``parameters`` defaults to the elements of this rank's parameters; under ZeRO-1 with TP 1 the model is
     whole on each rank, so bytes ÷ parameters is the table's per-parameter figure.
     """
     params = sum(p.nbytes for _, p in model.named_parameters())
-    grads = sum(g.nbytes for _, g in model.named_grads())
+    grads = sum(held_nbytes(g) for _, g in model.named_grads())
+    grads += optimizer.grad_bytes() if optimizer is not None else 0  # ZeRO-2's owned slices
     count = sum(p.size for _, p in model.named_parameters()) if parameters is None else parameters
     return ModelState(params, grads, optimizer.state_bytes() if optimizer is not None else 0, count)
 
@@ -168,38 +171,43 @@ def _fraction(x: Fraction) -> str:
     return str(x.numerator) if x.denominator == 1 else f"{float(x):.3f}"
 
 
-def format_model_state(measured: ModelState, layout: StateLayout, dp: int, distributed: bool,
-                       optimizer_formula: int, title: str = "") -> str:
-    """Measured bytes ÷ parameters beside the layout's formula; with a distributed optimizer, Megatron's three
-    rows at this d (without one every row is its plain count, so the table would say nothing: one line says so).
+def format_model_state(measured: ModelState, layout: StateLayout, dp: int, zero: int, optimizer_formula: int,
+                       title: str = "", grads_formula: int | None = None) -> str:
+    """Measured bytes ÷ parameters beside the layout's formula at ZeRO stage ``zero`` (0: a plain optimizer);
+    with a distributed optimizer, Megatron's three rows at this d and stage (without one every row is its plain
+    count, so the table would say nothing: one line says so).
 
-    ``optimizer_formula``: the predicted optimizer bytes of this rank (padding included), checked exactly.
+    ``optimizer_formula``: the predicted optimizer bytes of this rank (padding included), checked exactly;
+    ``grads_formula`` (ZeRO-2: the owned slices' bytes), when given, checks the gradients the same way.
     """
     from tpsim.table import RULE, format_table  # pure text
 
     per = measured.per_parameter()
-    d = dp if distributed else 1
-    formula = {"params": Fraction(layout.param), "grads": Fraction(layout.grad),
-               "optimizer": Fraction(layout.sharded, d), "total": layout.bytes_per_parameter(dp, distributed)}
+    shard = {"params": 3, "grads": 2, "optimizer": 1}  # the stage from which each column is sharded over d
+    whole = {"params": layout.param, "grads": layout.grad, "optimizer": layout.sharded}
+    formula = {k: Fraction(v, dp if zero >= shard[k] else 1) for k, v in whole.items()}
+    formula["total"] = layout.bytes_per_zero_stage(zero, dp)
+    exact = {"optimizer": optimizer_formula, "grads": grads_formula}
     rows = [["", "bytes", "per parameter", "formula", "check"], RULE]
     for key in ("params", "grads", "optimizer", "total"):
-        value = getattr(measured, key)
-        check = ("ok" if value == optimizer_formula else "DIFFERS") if key == "optimizer" else ""
+        value, want = getattr(measured, key), exact.get(key)
+        check = "" if want is None else "ok" if value == want else "DIFFERS"
         rows.append([key, f"{value:,}", _fraction(per[key]), _fraction(formula[key]), check])
+    checked = "optimizer and gradient columns add" if grads_formula is not None else "optimizer column adds"
     lines = [format_table(rows, title=title),
-             f"  formula: {layout.name}, {format_formula(layout) if distributed else layout.replicated + layout.sharded}"
-             f"{' at d = ' + str(dp) if distributed else ' (plain optimizer)'}; the measured optimizer column "
-             "adds only the padding of the buckets, if any"]
-    if not distributed:
+             f"  formula: {layout.name}, {format_formula(layout, zero) if zero else layout.replicated + layout.sharded}"
+             f"{' at d = ' + str(dp) if zero else ' (plain optimizer)'}; the measured {checked} only the padding "
+             "of the buckets, if any"]
+    if not zero:
         return "\n".join(lines + ["  Megatron's table (dist_optimizer.md) shards the optimizer state over d DP ranks: "
-                                  "--zero 1 shows it at this d"])
-    lines.append(f"  Megatron's table (dist_optimizer.md), bytes per parameter, plain -> distributed at d = {dp}:")
-    values = [row.bytes_per_parameter(dp, distributed=True) for row in MEGATRON_LAYOUTS]
+                                  "--zero 1 shows it at this d (--zero 2 the gradients too)"])
+    lines.append(f"  Megatron's table (dist_optimizer.md), bytes per parameter, plain -> ZeRO-{zero} at d = {dp}:")
+    values = [row.bytes_per_zero_stage(zero, dp) for row in MEGATRON_LAYOUTS]
     for row, value in zip(MEGATRON_LAYOUTS, values):
-        lines.append(f"    {row.name:<24} {_fraction(row.bytes_per_parameter()):>3} -> {format_formula(row):<9} = "
+        lines.append(f"    {row.name:<24} {_fraction(row.bytes_per_parameter()):>3} -> {format_formula(row, zero):<9} = "
                      f"{_fraction(value)}")
-    if len(set(values)) == 1:  # d = 2: each layout's replicated bytes make up for what it shards
-        apart = " / ".join(f"{float(row.bytes_per_parameter(8, distributed=True)):g}" for row in MEGATRON_LAYOUTS)
+    if len(set(values)) == 1:  # d = 2 at ZeRO-1: each layout's replicated bytes make up for what it shards
+        apart = " / ".join(f"{float(row.bytes_per_zero_stage(zero, 8)):g}" for row in MEGATRON_LAYOUTS)
         lines.append(f"    (all three come to {_fraction(values[0])} at d = {dp}: the layouts that keep more "
                      f"replicated shard less; at d = 8 they part, {apart})")
     return "\n".join(lines)

@@ -52,9 +52,10 @@ def stage_elements(config, tp: int, layers: range, first: bool, last: bool) -> i
 
 
 def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update: bool, grad_bytes: int | None,
-               buckets: int | None) -> _Rows:
+               buckets: int | None, held: tuple[int, int] | None = None) -> _Rows:
     """Every collective and message one rank of pipeline rank ``stage`` issues in one step; ``chunks[c]``: the
-    layers of its chunk c (virtual stage c·pp + stage)."""
+    layers of its chunk c (virtual stage c·pp + stage). ``held``: ZeRO-2's ``(bytes, buckets)`` held for the tied
+    embedding's sum (``zero2_reduce_scatter``)."""
     config, par, sch, pipe = run.model, run.parallel, run.schedule, run.pipeline
     tp, dp, pp, m = par.tp, par.dp, par.pp, pipe.microbatches
     first, last = stage == 0, stage == pp - 1  # virtual stage 0 is rank 0's chunk 0, the last the last rank's
@@ -89,7 +90,12 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
                    for c, layers in enumerate(chunks))
     if par.zero:
         total = padded_length(elements, dp) * acc if grad_bytes is None else grad_bytes
-        if dp > 1:
+        if dp > 1 and par.zero == 2:  # each micro-batch reduce-scatters what it wrote
+            tied = config.tied and pp > 1 and (first or last)  # one bucket (the default) holds the embedding
+            held = held if held is not None else (total, buckets) if tied else (0, 0)
+            rs_bytes, rs_calls = zero2_reduce_scatter(m, total, buckets, held)
+            _bucketed(rows, "zero", DP_SYNC, "reduce_scatter", rs_bytes, rs_calls)
+        elif dp > 1:
             _bucketed(rows, "zero", DP_SYNC, "reduce_scatter", total, buckets)
     elif dp > 1:
         _bucketed(rows, "ddp", DP_SYNC, "all_reduce", elements * acc if grad_bytes is None else grad_bytes, buckets)
@@ -102,11 +108,23 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
     return rows
 
 
+def zero2_reduce_scatter(m: int, total: int, buckets: int | None, held: tuple[int, int]) -> tuple[int, int | None]:
+    """ZeRO-2's reduce-scatter bytes and calls of a stage in a step of ``m`` micro-batches: every bucket it wrote
+    reduce-scattered after each micro-batch's backward (``tpsim.train.zero2``), but those ``held`` for the tied
+    embedding's sum over the embedding group (``(bytes, buckets)``), once after the last:
+    m·(total − held) + held bytes, m·(buckets − held) + held calls (None: the count not predicted)."""
+    held_bytes, held_buckets = held
+    calls = None if buckets is None else m * (buckets - held_buckets) + held_buckets
+    return m * (total - held_bytes) + held_bytes, calls
+
+
 def predict_pipeline_step(run, *, clip: bool, update: bool = True, grad_bytes: list[int | None] | None = None,
-                          buckets: list[int | None] | None = None) -> list[Prediction]:
+                          buckets: list[int | None] | None = None,
+                          held: list[tuple[int, int] | None] | None = None) -> list[Prediction]:
     """Every collective and message of one step of a pipeline ``run`` (pp > 1), as per-rank averages over the
     world (the module docstring): ``stage_rows`` of every stage, summed, ÷ pp. ``grad_bytes[i]`` /
-    ``buckets[i]``: stage i's DP sync bytes and bucket count (None: its parameters' bytes, count unpredicted)."""
+    ``buckets[i]``: stage i's DP sync bytes and bucket count (None: its parameters' bytes, count unpredicted);
+    ``held[i]``: ZeRO-2's held ``(bytes, buckets)`` on stage i (None: all of a tied stage's, ``stage_rows``)."""
     from tpsim.pp.split import split_layers
 
     par, pipe = run.parallel, run.pipeline
@@ -114,7 +132,8 @@ def predict_pipeline_step(run, *, clip: bool, update: bool = True, grad_bytes: l
     out: dict[tuple, Prediction] = {}
     for i in range(par.pp):
         mine = stage_rows(run, i, layers[i::par.pp], clip=clip, update=update,
-                          grad_bytes=(grad_bytes or [None] * par.pp)[i], buckets=(buckets or [None] * par.pp)[i])
+                          grad_bytes=(grad_bytes or [None] * par.pp)[i], buckets=(buckets or [None] * par.pp)[i],
+                          held=(held or [None] * par.pp)[i])
         for key, row in mine.rows.items():
             if key not in out:
                 out[key] = replace(row, calls=0 if row.calls is not None else None, bytes=0, wire_bytes=0)

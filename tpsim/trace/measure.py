@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from tpsim.nn.module import held_nbytes
 from tpsim.table import format_table
 
 
@@ -74,7 +75,8 @@ class MemoryReport:
 def measure_memory(model, optimizer, cache, exclude=()) -> MemoryReport:
     """Bytes of ``model``'s parameters and gradients, ``optimizer``'s state (None: 0) and the forward ``cache``."""
     params = sum(p.nbytes for _, p in model.named_parameters())
-    grads = sum(g.nbytes for _, g in model.named_grads())
+    grads = sum(held_nbytes(g) for _, g in model.named_grads())
+    grads += optimizer.grad_bytes() if optimizer is not None else 0  # ZeRO-2's owned slices
     state = optimizer.state_bytes() if optimizer is not None else 0
     return MemoryReport(params, grads, state, **measure_activations(cache, exclude))
 

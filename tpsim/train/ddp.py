@@ -62,6 +62,7 @@ class GradSync:
     """
 
     zero_stage = 0  # plain DP: every rank keeps the whole optimizer state (ZeRO-1's sync says 1)
+    arms_every_backward = False  # armed around the last micro-batch's backward only (ZeRO-2: around every one)
 
     def __init__(self, module: Module, dp_group: Group,
                  bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *, pad_to: int = 1,
@@ -100,8 +101,9 @@ class GradSync:
         self.finish = self._average  # what completes it
         self._pending: dict[int, object] = {}  # bucket -> its posted collective (tpsim.comm.pending.Pending)
         self.bucket_events: dict[int, object] = {}  # bucket -> the trace record of its last collective (or None)
-        held = tuple(replace.get(id(g), g) for g in held)  # the held gradients, now views into their buckets
-        self.ready = BucketReadiness(module, self.buffers, lambda i: self.launch(i), held) if self.overlap else None
+        self.held = tuple(replace.get(id(g), g) for g in held)  # the held gradients, now views into their buckets
+        self.ready = (BucketReadiness(module, self.buffers, lambda i: self.launch(i), self.held) if self.overlap
+                      else None)
 
     @property
     def dp(self) -> int:
@@ -120,6 +122,11 @@ class GradSync:
             if names.get(name) != id(view):
                 raise RuntimeError(f"gradient of {name} is no longer a view into its DDP bucket (was the array "
                                    "replaced after GradSync was built?); build GradSync after the model is final")
+
+    def hand_over(self, buffers: list) -> None:
+        """ZeRO-2 (``tpsim.train.zero2``) materialises the buckets itself: ``buffers`` (its live list) replaces
+        this sync's, and the views kept to detect a replaced gradient are dropped (they would keep the memory)."""
+        self.buffers, self._views = buffers, []
 
     # --- the overlap (tpsim.train.grad_ready): issue during the last backward, wait in sync() ---------------------
     def start_step(self) -> None:

@@ -148,6 +148,10 @@ class MixedPrecisionOptimizer:
         """Optimizer state held by this rank: the inner state (float32) plus the float32 main parameters."""
         return self.inner.state_bytes() + self.main.nbytes
 
+    def grad_bytes(self) -> int:
+        """Gradient bytes beside the model's arrays: none (a 16-bit parameter's float32 gradient is its main one)."""
+        return 0
+
     def state_dict(self) -> dict:
         sd = self.inner.state_dict()
         sd["main_params"] = self.main.state_dict()

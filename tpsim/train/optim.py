@@ -172,6 +172,10 @@ class Optimizer:
         """Bytes of optimizer state held by this rank (shard-sized for sharded parameters)."""
         return sum(v.nbytes for slots in self.state.values() for v in slots.values())
 
+    def grad_bytes(self) -> int:
+        """Gradient bytes held beside the model's own arrays: none (the model's gradients are the gradients)."""
+        return 0
+
 
 class SGD(Optimizer):
     """Stochastic gradient descent, PyTorch semantics with dampening 0:

@@ -15,7 +15,8 @@ Three classes implement it, fully — nothing is optional, nothing is discovered
 - ``MixedPrecisionOptimizer`` (``tpsim.train.mixed_precision``): a 16-bit model, float32 main parameters
   (``MainParams``) stepped by an inner AdamW/SGD, float16's dynamic loss scaler.
 - ``DistributedOptimizer`` (``tpsim.train.zero``): ZeRO-1 — the same rule and the same ``MainParams`` on this
-  DP rank's 1/d slice of every bucket, the norm over the world from the owned slices.
+  DP rank's 1/d slice of every bucket, the norm over the world from the owned slices; ZeRO-2 (``stage=2``) with
+  only those slices of the gradients kept (``tpsim.train.zero2``).
 
 What an optimizer *is* is said by the object, once (``zero_stage``), never by sniffing its type: a caller that
 must know whether the state is sliced reads ``opt.zero_stage``; the state itself is ``opt.state_pieces()``
@@ -63,7 +64,8 @@ MAIN_PARAM = "main_param"  # the slot of a 16-bit model's float32 main parameter
 class OptimizerProtocol(Protocol):
     """The methods and attributes above; see the module docstring for the order a step calls them in."""
 
-    zero_stage: int  # 0: every DP rank holds the whole state; 1: ZeRO-1, this rank holds 1/d of it
+    zero_stage: int  # 0: every DP rank holds the whole state; 1: ZeRO-1, this rank holds 1/d of it; 2: ZeRO-2,
+    # the gradients too (the model's gradient arrays are placeholders at rest, ``grad_bytes`` the owned slices)
     loss_scaler: DynamicLossScaler | None  # float16's dynamic loss scaler; None without loss scaling
     skipped: bool  # the last ``unscale_grads`` found an overflow (the step was skipped)
 
@@ -104,3 +106,6 @@ class OptimizerProtocol(Protocol):
 
     def state_bytes(self) -> int:
         """Bytes of optimizer state on this rank (float32 main parameters included)."""
+
+    def grad_bytes(self) -> int:
+        """Gradient bytes this optimizer holds beside the model's gradient arrays (ZeRO-2's owned slices)."""

@@ -57,6 +57,7 @@ from tpsim.train.loss_scale import DynamicLossScaler, unscale_and_agree
 from tpsim.train.mixed_precision import MainParams
 from tpsim.train.optim import Optimizer
 from tpsim.train.protocol import MAIN_PARAM, Overflow, StatePiece
+from tpsim.train.zero2 import ShardedGrads
 from tpsim.train.zero_comm import ZeroCommunication, flat_view
 
 
@@ -75,22 +76,29 @@ class Piece(NamedTuple):
 
 
 class DistributedOptimizer(ZeroCommunication):
-    """ZeRO-1 around a tpsim ``Optimizer`` (its update rule and hyper-parameters; its full state is dropped).
+    """ZeRO-1 (``stage=1``) or ZeRO-2 (``stage=2``) around a tpsim ``Optimizer`` (its update rule and
+    hyper-parameters; its full state is dropped).
 
-    Implements the optimizer protocol (``tpsim.train.protocol``) with ``zero_stage`` 1, and is also the gradient
-    sync of the step (``sync()``: the reduce-scatter), so it goes where a ``GradSync`` goes. Attributes:
+    Implements the optimizer protocol (``tpsim.train.protocol``) with ``zero_stage`` 1 or 2, and is also the
+    gradient sync of the step (``sync()``: the reduce-scatter), so it goes where a ``GradSync`` goes. ZeRO-2
+    (``tpsim.train.zero2.ShardedGrads``, ``sharded``) keeps only the owned slices of the gradients: each bucket is
+    reduce-scattered as its backward finishes it and freed, and the pieces' gradients are views into the owned
+    slices instead of into the buckets; the rest — clipping, the step, the parameter all-gather — is ZeRO-1's.
+    Attributes:
     ``buckets``/``buffers`` (padded), ``owned`` (this rank's range of each bucket), ``pieces``, ``main`` (the
     ``MainParams`` of the owned ranges: 16-bit models only, no buffers otherwise), ``loss_scaler``: float16's
     ``DynamicLossScaler`` (only for a 16-bit model).
     """
 
-    zero_stage = 1
-
     def __init__(self, optimizer: Optimizer, grid: ProcessGrid,
                  bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *,
                  loss_scaler: DynamicLossScaler | None = None, overlap_grad_reduce: bool = False,
-                 overlap_param_gather: bool = False, held: tuple[np.ndarray, ...] = ()) -> None:
-        self.optimizer, self.grid = optimizer, grid
+                 overlap_param_gather: bool = False, held: tuple[np.ndarray, ...] = (), stage: int = 1) -> None:
+        if stage not in (1, 2):
+            raise ValueError(f"stage {stage}: the DistributedOptimizer runs ZeRO stage 1 or 2")
+        if stage == 2 and overlap_grad_reduce:
+            raise ValueError("ZeRO-2 reduce-scatters each bucket during the backward already: no overlap_grad_reduce")
+        self.optimizer, self.grid, self.zero_stage = optimizer, grid, stage
         self.dp_group, self.dp = grid.dp_group, grid.replicas  # DP x CP under context parallelism
         model = optimizer.module
         self.half = any(is_half(p.dtype) for _, p in model.named_parameters())
@@ -99,6 +107,7 @@ class DistributedOptimizer(ZeroCommunication):
         self.loss_scaler, self.skipped = loss_scaler, False  # skipped: the last step, for an overflow
         self.grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes, pad_to=grid.replicas,
                                   overlap=overlap_grad_reduce, held=held)
+        self.bucket_sizes = [len(buf) for buf in self.grad_sync.buffers]  # padded elements of each bucket
         self.grad_sync.launch, self.grad_sync.finish = self._reduce_scatter, self._keep_owned
         self._reduced: dict[int, object] = {}  # bucket -> its posted reduce-scatter
         self.overlap_param_gather = overlap_param_gather and grid.replicas > 1
@@ -106,10 +115,16 @@ class DistributedOptimizer(ZeroCommunication):
         self._hooked: list = []  # the layers waiting for them at their forward (``params_wait``)
         self.buckets, self.buffers = self.grad_sync.buckets, self.grad_sync.buffers
         slots = optimizer.slots
-        self.owned = [owned_range(len(buf), self.dp, self.dp_group.rank) for buf in self.buffers]
+        self.owned = [owned_range(n, self.dp, self.dp_group.rank) for n in self.bucket_sizes]
+        # ZeRO-2: the buckets materialised only while a backward writes them, reduced into owned slices
+        self.sharded = ShardedGrads(model, self.grad_sync, self.owned, self._reduce_into_owned,
+                                    self.grad_sync.held) if stage == 2 else None
+        if self.sharded is not None:
+            self.grad_sync.hand_over(self.sharded.buffers)
+            self.buffers = self.sharded.buffers  # None where a bucket is not materialised
         # flat optimizer state for the owned slice of each bucket, padding included (Megatron's shard)
-        self.slot_buffers = [{s: np.zeros(len(mine), buf.dtype) for s in slots}
-                             for mine, buf in zip(self.owned, self.buffers)]
+        self.slot_buffers = [{s: np.zeros(len(mine), bucket.dtype) for s in slots}
+                             for mine, bucket in zip(self.owned, self.buckets)]
         # 16 bits only: the float32 main parameters of the owned ranges (fp32/fp64 pieces are their own main)
         self.main = MainParams([len(mine) for mine in self.owned] if self.half else [])
         self.pieces: list[list[Piece]] = [self._pieces(b) for b in range(len(self.buckets))]
@@ -123,7 +138,8 @@ class DistributedOptimizer(ZeroCommunication):
         for seg in owned_segments([params[n].size for n in bucket.names], self.dp, self.dp_group.rank):
             name, at, size = bucket.names[seg.index], seg.buffer_start - mine.start, seg.stop - seg.start
             state = {s: arr[at:at + size] for s, arr in self.slot_buffers[b].items()}
-            grad = buf[seg.buffer_start:seg.buffer_start + size]
+            grad = (self.sharded.owned[b][at:at + size] if self.sharded is not None
+                    else buf[seg.buffer_start:seg.buffer_start + size])
             own = flat_view(params[name])[seg.start:seg.stop]
             # 16 bits: the float32 main parameter of this piece, made once from the 16-bit weights
             param = self.main.add(b, at, own) if self.half else own
@@ -162,6 +178,11 @@ class DistributedOptimizer(ZeroCommunication):
         """Optimizer-state bytes on this rank: the slots over its owned slices (1/d of the buckets), and under
         mixed precision the float32 main parameters of the same slices."""
         return sum(a.nbytes for slots in self.slot_buffers for a in slots.values()) + self.main.nbytes
+
+    def grad_bytes(self) -> int:
+        """Gradient bytes held here beside the model's arrays: ZeRO-2's owned slices (ZeRO-1: none, its owned
+        slices are ranges of the model's buckets)."""
+        return self.sharded.nbytes if self.sharded is not None else 0
 
     def state_dict(self) -> dict:
         """``{"step", "dp", "slots"}``: this DP rank's shard of the state (one dict of slot arrays per bucket), as
@@ -225,6 +246,8 @@ class DistributedOptimizer(ZeroCommunication):
         rounded into the model's), then all-gather the parameters."""
         self.optimizer.step_pieces((p.param, p.grad, p.state, p.decay) for p in self._all_pieces())
         self.main.round_into_model()
+        if self.sharded is not None:  # ZeRO-2: buckets a caller gathered gradients into (gather_grads) go
+            self.sharded.free_all()
         self.gather_params()
 
     def state_pieces(self) -> list[StatePiece]:
@@ -234,12 +257,12 @@ class DistributedOptimizer(ZeroCommunication):
 
     def describe(self) -> str:
         """The buckets, the owned range of each on this rank, and the state bytes, as text."""
-        lines = [f"ZeRO-1 over DP({self.dp}): {len(self.buckets)} bucket(s), {self.total_bytes} bytes of gradients "
+        lines = [f"ZeRO-{self.zero_stage} over DP({self.dp}): {len(self.buckets)} bucket(s), {self.total_bytes} bytes of gradients "
                  f"(padded to a multiple of {self.dp}), optimizer state {human_bytes(self.state_bytes())} per rank"]
         for i, (bucket, mine) in enumerate(zip(self.buckets, self.owned)):
-            lines.append(f"  bucket {i}: {len(self.buffers[i]):>8} elements, this rank owns "
+            lines.append(f"  bucket {i}: {self.bucket_sizes[i]:>8} elements, this rank owns "
                          f"[{mine.start}, {mine.stop}): {len(self.pieces[i])} parameter piece(s)")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"DistributedOptimizer(dp={self.dp}, buckets={len(self.buckets)}, state_bytes={self.state_bytes()})"
+        return f"DistributedOptimizer(stage={self.zero_stage}, dp={self.dp}, buckets={len(self.buckets)}, state_bytes={self.state_bytes()})"

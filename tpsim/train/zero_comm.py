@@ -30,20 +30,36 @@ def flat_view(a: np.ndarray) -> np.ndarray:
 
 class ZeroCommunication:
     """The DP collectives of a ``DistributedOptimizer`` (its attributes: ``grad_sync``, ``dp_group``, ``dp``,
-    ``buckets``, ``buffers``, ``owned``, ``pieces``, ``optimizer``, ``overlap_param_gather``, ``_reduced``,
+    ``buckets``, ``buffers``, ``bucket_sizes``, ``owned``, ``pieces``, ``optimizer``, ``overlap_param_gather``,
+    ``sharded`` (ZeRO-2's ``ShardedGrads``, else None), ``_reduced``,
     ``_gathering``, ``_hooked``)."""
 
     def start_step(self) -> None:
-        self.grad_sync.start_step()
+        if self.sharded is not None:
+            self.sharded.start()  # the owned slices zeroed, every bucket freed
+        else:
+            self.grad_sync.start_step()
 
     def arm(self) -> None:
-        self.grad_sync.arm()
+        """The next backward action is the last micro-batch's (ZeRO-2: every backward action: each micro-batch
+        reduce-scatters the buckets it wrote)."""
+        self._grads.arm()
 
     def disarm(self) -> None:
-        self.grad_sync.disarm()
+        self._grads.disarm()
 
     def release(self) -> None:
-        self.grad_sync.release()
+        self._grads.release()
+
+    @property
+    def _grads(self):
+        """Who tracks the backward: ZeRO-2's ``ShardedGrads``, or the ``GradSync`` (its overlap)."""
+        return self.grad_sync if self.sharded is None else self.sharded
+
+    @property
+    def arms_every_backward(self) -> bool:
+        """ZeRO-2: arm around every backward action, not only the last micro-batch's."""
+        return self.sharded is not None
 
     @property
     def issue_order(self) -> list[int]:
@@ -62,8 +78,22 @@ class ZeroCommunication:
         """Reduce-scatter each bucket over DP: this rank's owned range becomes the DP mean of the gradients.
         Through ``GradSync.sync`` (its overlap included), each bucket by ``Group.ireduce_scatter``: MPICH's
         blocking ``Reduce_scatter_block`` sums large buffers in another order at dp >= 3, so the overlapped
-        and the plain sync use the one non-blocking call and give the same bits."""
+        and the plain sync use the one non-blocking call and give the same bits. ZeRO-2: the buckets were
+        reduce-scattered during the backward; what is left goes now, then the owned slices are ÷ d."""
+        if self.sharded is not None:
+            self.sharded.finish(self.dp)
+            return
         self.grad_sync.sync()
+
+    def _reduce_into_owned(self, i: int, buffer) -> np.ndarray:
+        """ZeRO-2: bucket ``i``'s ``buffer`` reduce-scattered over DP; this rank's range of the sum."""
+        mine = self.owned[i]
+        if self.dp == 1:
+            return buffer[mine.start:mine.stop]
+        with self.dp_group.tracer.region(scope=f"zero.bucket{i}", phase=DP_SYNC):
+            pending = self.dp_group.ireduce_scatter(buffer)
+        self.grad_sync.bucket_events[i] = pending.event
+        return pending.wait()
 
     def _reduce_scatter(self, i: int) -> None:
         with self.dp_group.tracer.region(scope=f"zero.bucket{i}", phase=DP_SYNC):
@@ -113,7 +143,7 @@ class ZeroCommunication:
     def gather_bytes(self) -> list[int]:
         """Bytes each bucket's parameter all-gather moves: its padded length in the parameters' dtype."""
         itemsize = next(p for _, p in self.optimizer.module.named_parameters()).itemsize
-        return [len(buf) * itemsize for buf in self.buffers]
+        return [n * itemsize for n in self.bucket_sizes]
 
     @property
     def gathers_pending(self) -> int:
@@ -138,7 +168,14 @@ class ZeroCommunication:
 
     def gather_grads(self) -> None:
         """All-gather the reduced gradients so the model's whole gradients are the DP mean again (to check them
-        against a serial model: scope ``zero.grads{i}``, phase ``verify``)."""
+        against a serial model: scope ``zero.grads{i}``, phase ``verify``). ZeRO-2 materialises its buckets for
+        them first (freed again at the next step's start)."""
+        if self.sharded is not None:
+            self.sharded.materialise_all()
+            if self.dp == 1:  # nothing to gather: the owned slice is the whole bucket
+                for i, buf in enumerate(self.buffers):
+                    buf[self.owned[i].start:self.owned[i].stop] = self.sharded.owned[i]
+                return
         self._gather("grad", dict(self.optimizer.module.named_grads()), "zero.grads", VERIFY)
 
     def _gather(self, what: str, targets: dict[str, np.ndarray], scope: str, phase: str) -> None:
