@@ -10,8 +10,8 @@
 # Stage 3 (P_os+g+p) keeps of each parameter only the owned slice too, and gathers a layer's parameters just
 # before the layer needs them. This lesson sets the four stages side by side: the bytes each keeps per
 # parameter (the ZeRO paper's, Megatron's bf16 recipe, tpsim's float64), its Figure 1, how a bucket is cut
-# into owned slices, when each stage moves what, who holds what once TP is there too, and a live ZeRO-1 over
-# the 4 ranks (TP 2 × DP 2) equal to plain DP × TP.
+# into owned slices, when each stage moves what, who holds what once TP is there too, and a live ZeRO-1 and
+# ZeRO-2 over the 4 ranks (TP 2 × DP 2) equal to plain DP × TP.
 #
 # Sources: Rajbhandari et al. 2019, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
 # arXiv:1910.02054, §5 (P_os, P_os+g, P_os+g+p and their bytes, 2 + 2 + K with K = 12), §7 (the communication:
@@ -313,10 +313,12 @@ lesson.section("ZeRO-1 equals plain DP × TP, live")
 task = ReverseTask(config.vocab_size, config.n_positions)
 
 
-def train(use_zero: bool):
+def train(stage: int):
+    """The model after STEPS clipped AdamW steps with DDP (stage 0) or ZeRO-``stage``: (model, optimizer, the
+    steps' results, the last step's traced DP wire bytes)."""
     m = build_gpt(config, grid.tp_group, seed=SEED)
-    if use_zero:
-        opt = sync = DistributedOptimizer(adamw(m), grid, bucket_cap_bytes=CAP)
+    if stage:
+        opt = sync = DistributedOptimizer(adamw(m), grid, bucket_cap_bytes=CAP, stage=stage)
     else:
         opt, sync = adamw(m), GradSync(m, grid.dp_group, bucket_cap_bytes=CAP)
     results = []
@@ -328,8 +330,8 @@ def train(use_zero: bool):
     return m, opt, results, dp_bytes
 
 
-plain_model, plain_opt, plain_results, plain_bytes = train(use_zero=False)
-zero_model, zero_opt, zero_results, zero_bytes = train(use_zero=True)
+plain_model, plain_opt, plain_results, plain_bytes = train(stage=0)
+zero_model, zero_opt, zero_results, zero_bytes = train(stage=1)
 lesson.say(table([["step", "loss plain", "loss ZeRO-1", "|grad| plain", "|grad| ZeRO-1"]] +
                  [[str(i), f"{a.loss:.12f}", f"{b.loss:.12f}", f"{a.grad_norm:.12f}", f"{b.grad_norm:.12f}"]
                   for i, (a, b) in enumerate(zip(plain_results, zero_results))]), "")
@@ -353,6 +355,41 @@ lesson.equal("traced DP wire bytes (plain, ZeRO-1) vs dp_wire_bytes(zero 0 of th
                   for n in elements)))
 
 # %% [markdown]
+# ## ZeRO-2 live: the same training, only the owned slices of the gradients
+#
+# `DistributedOptimizer(..., stage=2)` materialises a gradient bucket only while the backward writes into it,
+# reduce-scatters it into this rank's owned slice as soon as its layers are done, and frees it: at rest a rank
+# holds n_pad/d gradient elements a bucket (`grad_bytes()`), where ZeRO-1 keeps every bucket whole. Everything
+# after the reduce-scatter — the clip norm, the step on the owned slices, the all-gather — is ZeRO-1's, so at one
+# micro-batch the numbers are ZeRO-1's bit for bit, and so are the bytes sent.
+
+# %%
+lesson.section("ZeRO-2 live: the same training, only the owned slices of the gradients")
+zero2_model, zero2_opt, zero2_results, zero2_bytes = train(stage=2)
+lesson.expect("ZeRO-2's losses, norms and parameters are plain DP × TP's, and ZeRO-1's bit for bit")
+lesson.close("losses and norms, ZeRO-2 vs plain", [(r.loss, r.grad_norm) for r in zero2_results],
+             [(r.loss, r.grad_norm) for r in plain_results], tol=1e-12)
+zero2_params = np.concatenate([p.ravel() for _, p in zero2_model.named_parameters()])
+lesson.close("every parameter shard, ZeRO-2 vs plain", zero2_params,
+             np.concatenate([p.ravel() for _, p in plain_model.named_parameters()]), tol=1e-12)
+lesson.check("every parameter shard, ZeRO-2 vs ZeRO-1, bit for bit", f"stage {zero2_opt.zero_stage}",
+             zero2_opt.zero_stage == 2 and np.array_equal(
+                 zero2_params, np.concatenate([p.ravel() for _, p in zero_model.named_parameters()])))
+owned_bytes = 8 * sum(len(owned_range(n, grid.dp, grid.dp_rank)) for n in elements)
+lesson.say(f"this rank's gradients at rest: ZeRO-1 {8 * sum(padded_length(n, grid.dp) for n in elements):,} bytes "
+           f"(its whole buckets), ZeRO-2 {zero2_opt.grad_bytes():,} bytes (its owned slices)")
+lesson.expect("ZeRO-2's grad_bytes() is the owned slices only: 8 bytes × Σ n_pad/d, 1/d of ZeRO-1's buckets")
+lesson.equal("grad_bytes() vs 8 × Σ owned slice lengths, and d × it vs ZeRO-1's padded buckets",
+             (zero2_opt.grad_bytes(), grid.dp * zero2_opt.grad_bytes()),
+             (owned_bytes, 8 * sum(padded_length(n, grid.dp) for n in elements)))
+lesson.expect("the model state per TP-shard parameter: 8 of parameter, then 8 + 16 sharded over d, padding and all")
+lesson.equal("8·Ψ + grad_bytes() + state_bytes() vs 8·Ψ + 24·Σ n_pad/d (8 + 24/d a parameter)",
+             8 * sum(elements) + zero2_opt.grad_bytes() + zero2_opt.state_bytes(),
+             8 * sum(elements) + 24 * sum(padded_length(n, grid.dp) for n in elements) // grid.dp)
+lesson.expect("at one micro-batch ZeRO-2 sends ZeRO-1's bytes: one reduce-scatter and one all-gather a bucket")
+lesson.equal("traced DP wire bytes of the last step, ZeRO-2 vs ZeRO-1", zero2_bytes, zero_bytes)
+
+# %% [markdown]
 # ## What to take away
 #
 # * Each ZeRO stage cuts one more piece of a parameter's state into d owned slices: the optimizer state (1),
@@ -363,7 +400,8 @@ lesson.equal("traced DP wire bytes (plain, ZeRO-1) vs dp_wire_bytes(zero 0 of th
 # * ZeRO-1 and ZeRO-2 send DDP's bytes (a reduce-scatter and an all-gather are an all-reduce); ZeRO-3 gathers
 #   the parameters twice, before the forward and before the backward: 1.5 times, with two pieces in flight.
 # * With TP, each TP rank's shard is sharded over its DP group: t·d GPUs, 1/(t·d) of the sharded state each.
-# * Live, ZeRO-1 over TP 2 × DP 2 equals plain DP × TP to 1e-12, with 1/d of the optimizer state.
+# * Live, ZeRO-1 over TP 2 × DP 2 equals plain DP × TP to 1e-12, with 1/d of the optimizer state; ZeRO-2
+#   equals ZeRO-1 bit for bit, sends its bytes, and holds only its owned slices of the gradients.
 #
 # Exercise: `ex21_zero_stages.py`: `tpsim lesson start 21` copies it into your work folder (`tpsim-work/`), then
 # `tpsim check 21`.
