@@ -1,6 +1,6 @@
 """Exercise 21 (ZeRO's bytes per parameter, an owned slice and its padding, a ZeRO-3 step's bytes): each classic
 slip, fed to ``tpsim check``, is named by what the result looks like, and neither the answer nor a hint is
-printed; the reference answer passes, the live ZeRO-1 included.
+printed; the reference answer passes, the live ZeRO-1 and ZeRO-2 included.
 
 As in ``test_diagnoses_20.py``: the reference solution with one function redefined is written to a temporary
 file and checked on real ranks like a learner's file. The test asserts the slip's symptom sentence appears (the
@@ -124,6 +124,19 @@ def test_an_answer_right_on_paper_but_not_on_the_live_optimizer_is_caught(capfd,
     assert code == 1, out
     assert "against 3/2 of the reduce-scatter and all-gather bytes" in out, out
     assert "Traceback" not in out, out
+
+
+def test_padding_forgotten_only_where_the_live_optimizer_pads_is_caught(capfd, tmp_path, monkeypatch):
+    """The table's only bucket over d = 2 is the empty one; the live model's 95-element bucket is padded on DP
+    rank 1: only the live optimizer's owned slice can tell a padding of 0 there."""
+    code, out = check_21(capfd, tmp_path, monkeypatch, """
+        _right = owned_slice
+        def owned_slice(n, d, rank):
+            start, stop, padding = _right(n, d, rank)
+            return start, stop, 0 if d == 2 else padding
+        """)
+    assert code == 1, out
+    assert "for every bucket of the live ZeRO-1" in out and "Traceback" not in out, out
 
 
 def test_a_slice_that_is_not_three_numbers_gets_one_sentence(capfd, tmp_path, monkeypatch):

@@ -4,7 +4,7 @@
 Plain arithmetic on every rank: no collective, no group. The check asks the bytes per parameter of every stage
 at several d, the owned slices of awkward buckets (lengths that d does not divide, shorter than d, empty), and
 the wire bytes of a ZeRO-3 step at several sizes; then, when every answer is right, it holds them to a live
-ZeRO-1 over the 4 ranks (its owned slices and its traced bytes).
+ZeRO-1 over the 4 ranks (its owned slices and its traced bytes) and to a ZeRO-2's gradients at rest.
 Check it:   tpsim check 21           (4 ranks)
 The reference answer: tpsim lesson solution 21 (prints where it is) — try first.
 """

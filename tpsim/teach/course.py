@@ -49,7 +49,7 @@ COURSE: dict[str, Stop] = {
                                    "balances causal work; ring, all-gather, Ulysses bytes; a live ring and a "
                                    "CP × TP GPT = serial", 3),
     "21": Stop(("14", "16"), "ZeRO's four stages: bytes per parameter, Figure 1, the owned slices; ZeRO-3 sends 1.5× "
-                             "and holds two pieces; ZeRO-1 live = DP × TP", 2),
+                             "and holds two pieces; ZeRO-1 and ZeRO-2 live = DP × TP", 3),
 }
 
 # A one-week course: (day, lessons, what the day is about). Exercises are part of each day.

@@ -7,7 +7,8 @@ its padding, and the wire bytes of a ZeRO-3 step (lesson 21, ZeRO's stages side 
    against ``tpsim.partition.owned_range`` and the padded positions [n, ⌈n/d⌉·d).
 3. ``zero3_step_bytes(params, d, e)`` on sizes d divides and does not, one vector on the rank after, against the
    ring's bytes of two all-gathers and one reduce-scatter of the padded buffer (``tpsim.cost.wire_bytes``).
-4. If every answer was right on every rank, they are held to a live ZeRO-1 over the world (``lesson_21_live``).
+4. If every answer was right on every rank, they are held to a live ZeRO-1 over the world and a ZeRO-2's
+   gradients at rest (``lesson_21_live``).
 
 Every process makes every call (a call is collective); each vector is compared by one process, so each finding
 is reported once. Each typical slip is written out below as what it returns (``tpsim.teach.diagnose``).

@@ -2,10 +2,12 @@
 over every rank of the world (TP 2 × DP world/2), once every pure answer was right.
 
 A small GPT-2 is built on the grid, its gradients packed into padded buckets; one clipped AdamW step is traced.
+A second model of the same sizes gets a ZeRO-2 optimizer, for its gradients at rest.
 Then, on this rank:
 
     owned_slice(n, d, dp_rank)      for every bucket: the optimizer's owned range, and its positions that no
-                                    piece of a parameter fills (the padding)
+                                    piece of a parameter fills (the padding); the slices' lengths × 8 bytes:
+                                    the gradients a ZeRO-2 optimizer (``stage=2``) keeps at rest, ``grad_bytes()``
     zero3_step_bytes(n, d, 8)       summed over the buckets: 3/2 of the step's traced reduce-scatter and
                                     all-gather bytes (float64: parameters and gradients of one dtype)
 
@@ -31,11 +33,14 @@ def check_live(r: Report) -> None:
     from tpsim.train.zero import DistributedOptimizer
 
     grid = r.grid(2 if r.world_size % 2 == 0 else 1)
-    config = GPTConfig(vocab_size=19, n_positions=8, n_embd=12, n_layer=1, n_head=4)
+    config = GPTConfig(vocab_size=19, n_positions=7, n_embd=10, n_layer=1, n_head=2)  # odd: padded buckets
     model = build_gpt(config, grid.tp_group, seed=SEED)
     zero = DistributedOptimizer(AdamW(model, lr=1e-2), grid, bucket_cap_bytes=CAP)
     sizes = dict((name, p.size) for name, p in model.named_parameters())
     elements = [sum(sizes[name] for name in bucket.names) for bucket in zero.buckets]
+    # built on every rank, whatever the learner returns below (building one may be collective)
+    zero2 = DistributedOptimizer(AdamW(build_gpt(config, grid.tp_group, seed=SEED)), grid, bucket_cap_bytes=CAP,
+                                 stage=2)
     r.tracer.reset()
     ids, labels, _ = read_batch(grid, ReverseTask(config.vocab_size, config.n_positions), SEED, 0, BATCH)
     train_step(model, zero, grid, zero, ids, labels, clip=0.5)
@@ -59,6 +64,9 @@ def check_live(r: Report) -> None:
         r.compare(f"owned_slice(n, {grid.dp}, {grid.dp_rank}) for every bucket of {where}: its owned ranges and the "
                   "positions no parameter's piece fills", np.array(rows), np.array(real, dtype=np.float64), tol=0,
                   layout="rows")
+        r.compare(f"8 bytes × the lengths (stop − start) of your owned slices of every bucket, against the gradient "
+                  f"bytes a ZeRO-2 optimizer of the same buckets holds at rest on rank {r.rank} (grad_bytes())",
+                  float(8 * sum(row[1] - row[0] for row in rows)), float(zero2.grad_bytes()), tol=0)
 
     got = [r.call("zero3_step_bytes", n, grid.dp, 8) for n in elements]
     read = [as_numbers(x) for x in got]
