@@ -170,10 +170,12 @@ lesson.check(f"bucket {shown}: the live optimizer's pieces vs owned_segments, on
 
 def tiles_once(d: int) -> bool:
     """Every parameter's pieces over the d ranks, in rank order, run from 0 to its size with no gap or overlap."""
-    pieces = [(s.index, s.start, s.stop) for r in range(d) for s in owned_segments(bucket_sizes, d, r)]
-    return all([(a, b) for j, a, b in pieces if j == i] == list(zip([0, *[b for j, _, b in pieces if j == i][:-1]],
-                                                                    [b for j, _, b in pieces if j == i]))
-               and max(b for j, _, b in pieces if j == i) == size for i, size in enumerate(bucket_sizes))
+    for i, size in enumerate(bucket_sizes):
+        spans = [(s.start, s.stop) for r in range(d) for s in owned_segments(bucket_sizes, d, r) if s.index == i]
+        starts, stops = [a for a, _ in spans], [b for _, b in spans]
+        if starts != [0, *stops[:-1]] or stops[-1] != size:
+            return False
+    return True
 
 
 lesson.expect("at d = 2 and d = 4 the slices' pieces cover every parameter exactly once, and the rest is padding")
@@ -182,13 +184,15 @@ lesson.check("pieces over all DP ranks: each parameter whole, once", f"d = {grid
              tiles_once(grid.dp) and tiles_once(4))
 
 
+PALETTE = ["#4C72B0", "#55A868", "#C44E52", "#8172B2", "#CCB974", "#64B5CD", "#DD8452"]  # one colour a parameter
+
+
 def draw_bucket(ax, d: int) -> None:
     """One bar: each rank's pieces coloured by parameter (from owned_segments), the padding hatched grey."""
-    palette = ["#4C72B0", "#55A868", "#C44E52", "#8172B2", "#CCB974", "#64B5CD", "#DD8452"]
     n_pad, shard = padded_length(n, d), padded_length(n, d) // d
     for r in range(d):
         for s in owned_segments(bucket_sizes, d, r):
-            ax.barh(0, s.stop - s.start, left=s.buffer_start, height=0.6, color=palette[s.index % len(palette)],
+            ax.barh(0, s.stop - s.start, left=s.buffer_start, height=0.6, color=PALETTE[s.index % len(PALETTE)],
                     edgecolor="white", lw=0.5)
         ax.text((r + 0.5) * shard, 0.45, f"rank {r}: [{r * shard}, {(r + 1) * shard})", ha="center",
                 va="bottom", fontsize=7)
@@ -211,8 +215,7 @@ if lesson.rank == 0:
     for ax, d in zip(axes, (grid.dp, 4)):
         draw_bucket(ax, d)
     labels = [name.removeprefix("transformer.") for name in names]
-    handles = [plt.Rectangle((0, 0), 1, 1, color=["#4C72B0", "#55A868", "#C44E52", "#8172B2", "#CCB974", "#64B5CD",
-                                                   "#DD8452"][i % 7]) for i in range(len(names))]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=PALETTE[i % len(PALETTE)]) for i in range(len(names))]
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(names)), fontsize=7, frameon=False)
     axes[-1].set_xlabel("position in the bucket (colours: parameters; black lines: owned slices)", fontsize=8)
     fig.suptitle(f"TP rank 0's bucket {shown} cut into d owned slices (the same cut at every ZeRO stage)",
