@@ -48,6 +48,8 @@ COURSE: dict[str, Stop] = {
     "20": Stop(("06", "10", "11"), "per-token layers on a shard = serial; the merge = the parallel softmax; zigzag "
                                    "balances causal work; ring, all-gather, Ulysses bytes; a live ring and a "
                                    "CP × TP GPT = serial", 3),
+    "21": Stop(("14", "16"), "ZeRO's four stages: bytes per parameter, Figure 1, the owned slices; ZeRO-3 sends 1.5× "
+                             "and holds two pieces; ZeRO-1 and ZeRO-2 live = DP × TP", 3),
 }
 
 # A one-week course: (day, lessons, what the day is about). Exercises are part of each day.
@@ -56,8 +58,9 @@ WEEK: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("Tuesday", ("04", "05", "06"), "a parallel transformer block and its loss"),
     ("Wednesday", ("07", "08", "09"), "dropout and clipping, data × tensor parallelism, the InsightFace way"),
     ("Thursday", ("10", "11", "12", "13"), "sequence parallelism, reading a trace, today's transformer, inference"),
-    ("Friday", ("14", "15", "16", "17", "18", "19", "20"),
-     "ZeRO-1, 16-bit training, planning a real run, pipelines, their bubble, where the time goes, long sequences"),
+    ("Friday", ("14", "15", "16", "17", "18", "19", "20", "21"),
+     "ZeRO-1, 16-bit training, planning a real run, pipelines, their bubble, where the time goes, long sequences, "
+     "ZeRO's four stages"),
 )
 
 

@@ -17,6 +17,8 @@
                     read bucket by bucket
     lesson_20       context parallelism: the online-softmax merge, the zigzag layout's chunks, the ring's forward
                     bytes, then those answers against a live ring (``lesson_20_live``, loaded only then: MPI)
+    lesson_21       ZeRO's stages: bytes per parameter, an owned slice and its padding, a ZeRO-3 step's bytes, then
+                    those answers against a live ZeRO-1 (``lesson_21_live``, loaded only then: MPI)
 
 Rules about communication (how many collectives, of which kind, how many bytes) are checked from the tracer,
 because the right numbers computed with the wrong collectives miss the point; values are compared first, so
@@ -24,7 +26,8 @@ a wrong value is diagnosed by its symptom before a rule is quoted.
 """
 
 from tpsim.teach.checks import (backward, lesson_12, lesson_13, lesson_14, lesson_15, lesson_16,  # noqa: F401
-                                 lesson_17, lesson_18, lesson_19, lesson_20, lessons_01_05, lessons_06_11, planning)
+                                 lesson_17, lesson_18, lesson_19, lesson_20, lesson_21, lessons_01_05,
+                                 lessons_06_11, planning)
 from tpsim.teach.checks.registry import CHECKS, exercise  # noqa: F401
 
 __all__ = ["CHECKS", "exercise"]
