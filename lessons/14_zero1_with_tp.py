@@ -346,8 +346,8 @@ lesson.equal("the rows at d = 1 and d = 4",
 # %% [markdown]
 # As d grows the sharded part vanishes and what is left is what ZeRO-1 does not touch: the parameters and
 # gradients in their training dtypes (2 + 4 bytes in bf16, 4 + 4 in fp32, 2 + 2 in fp16). ZeRO-2 shards the
-# gradients too and ZeRO-3 the parameters as well (Rajbhandari et al.'s P_os+g and P_os+g+p; tpsim implements
-# stage 1 only): per parameter, in the bf16 row, ZeRO-1 leaves 6 + 12/d bytes, ZeRO-2 2 + 16/d, ZeRO-3 18/d.
+# gradients too and ZeRO-3 the parameters as well (Rajbhandari et al.'s P_os+g and P_os+g+p; `--zero 2` and
+# `--zero 3`, lesson 21): per parameter, in the bf16 row, ZeRO-1 leaves 6 + 12/d bytes, ZeRO-2 2 + 16/d, ZeRO-3 18/d.
 # The same arithmetic with the paper's fp16 bytes (2 + 2, K = 12) gives its Figure 1 (7.5 B parameters,
 # d = 64). Tensor parallelism divides nearly all of the model state by t (LayerNorms and row-parallel biases
 # stay whole) and most activations (all of them with sequence parallelism, lessons 10 and 16) — which is why

@@ -10,8 +10,8 @@
 # Stage 3 (P_os+g+p) keeps of each parameter only the owned slice too, and gathers a layer's parameters just
 # before the layer needs them. This lesson sets the four stages side by side: the bytes each keeps per
 # parameter (the ZeRO paper's, Megatron's bf16 recipe, tpsim's float64), its Figure 1, how a bucket is cut
-# into owned slices, when each stage moves what, who holds what once TP is there too, and a live ZeRO-1 and
-# ZeRO-2 over the 4 ranks (TP 2 × DP 2) equal to plain DP × TP.
+# into owned slices, when each stage moves what, who holds what once TP is there too, and a live ZeRO-1,
+# ZeRO-2 and ZeRO-3 over the 4 ranks (TP 2 × DP 2) equal to plain DP × TP.
 #
 # Sources: Rajbhandari et al. 2019, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
 # arXiv:1910.02054, §5 (P_os, P_os+g, P_os+g+p and their bytes, 2 + 2 + K with K = 12), §7 (the communication:
@@ -23,6 +23,7 @@
 # %%
 RANKS = 4
 
+import os
 from fractions import Fraction
 
 import numpy as np
@@ -330,6 +331,7 @@ def train(stage: int):
         ids, labels, _ = read_batch(grid, task, SEED, step, BATCH)
         results.append(train_step(m, opt, grid, sync, ids, labels, clip=CLIP))
     dp_bytes = sum(e.wire_bytes for e in grid.tracer.events if e.group == "dp" and e.scope.startswith(("ddp", "zero")))
+    sync.finish_param_gather()  # ZeRO-3: the whole parameters, gathered from the owned slices for us to read
     return m, opt, results, dp_bytes
 
 
@@ -393,6 +395,53 @@ lesson.expect("at one micro-batch ZeRO-2 sends ZeRO-1's bytes: one reduce-scatte
 lesson.equal("traced DP wire bytes of the last step, ZeRO-2 vs ZeRO-1", zero2_bytes, zero_bytes)
 
 # %% [markdown]
+# ## ZeRO-3 live: the parameters sharded too, each layer gathered around its use
+#
+# `DistributedOptimizer(..., stage=3)` cuts its buckets at the layers the model calls one after another — each
+# block, the two embeddings, the final norm — one bucket a layer, padded to a multiple of d, as FSDP wraps a
+# unit in one flat parameter. At rest every parameter of the model is a read-only placeholder that holds no
+# memory; a rank keeps its owned slice of each bucket (`param_bytes()`). Just before a layer's forward its bucket
+# is all-gathered and freed after it, and again around its backward; the gradients go as ZeRO-2's. The LM head
+# is tied to the word embedding, so it gathers the embedding's bucket for its own forward and backward too: that
+# bucket four times a step, every other twice. Nothing is gathered after the step: the owned slices *are* the
+# parameters, updated in place.
+
+# %%
+lesson.section("ZeRO-3 live: the parameters sharded too, each layer gathered around its use")
+zero3_model, zero3_opt, zero3_results, zero3_bytes = train(stage=3)
+lesson.expect("ZeRO-3's losses, norms and parameters are plain DP × TP's (other buckets: equal to rounding)")
+lesson.close("losses and norms, ZeRO-3 vs plain", [(r.loss, r.grad_norm) for r in zero3_results],
+             [(r.loss, r.grad_norm) for r in plain_results], tol=1e-12)
+lesson.close("every parameter shard, ZeRO-3 vs plain",
+             np.concatenate([p.ravel() for _, p in zero3_model.named_parameters()]),
+             np.concatenate([p.ravel() for _, p in plain_model.named_parameters()]), tol=1e-12)
+units = zero3_opt.buckets
+
+
+def unit_name(names: tuple[str, ...]) -> str:
+    """The layer a unit bucket holds: its parameters' common dotted prefix."""
+    parts = names[0].split(".")[:-1] if len(names) == 1 else os.path.commonprefix([n.split(".") for n in names])
+    return ".".join(parts)
+
+
+lesson.say(table([["bucket", "unit", "elements, padded", "gathers in the last step"]] +
+                 [[str(i), unit_name(b.names), f"{n:,}", str(g)] for i, (b, n, g) in
+                  enumerate(zip(units, zero3_opt.bucket_sizes, zero3_opt.sparams.gathers))]), "")
+lesson.expect("every unit's bucket gathered twice (forward, backward), the tied embedding's four times")
+lesson.equal("all-gathers of each bucket in the last step", zero3_opt.sparams.gathers,
+             [4 if b.names == ("transformer.wte.weight",) else 2 for b in units])
+lesson.expect("at rest the parameters are the owned slices: 8 bytes × Σ n_pad/d; one unit gathered at a time")
+lesson.equal("param_bytes() vs 8 × Σ owned slice lengths of the unit buckets", zero3_opt.param_bytes(),
+             8 * sum(len(owned_range(n, grid.dp, grid.dp_rank)) for n in zero3_opt.bucket_sizes))
+lesson.equal("the most parameter bytes gathered at once vs the largest unit's bucket",
+             zero3_opt.sparams.peak_bytes, 8 * max(zero3_opt.bucket_sizes))
+wte = next(b.nbytes for b in units if b.names == ("transformer.wte.weight",))
+lesson.expect("the bytes: 1.5 × DDP's all-reduce of the same buckets (§7), and the tied head's two gathers")
+lesson.equal("traced DP wire bytes of the last step vs 3/2 · all-reduce + 2 · all-gather(wte's bucket)",
+             zero3_bytes, 3 * wire_bytes("all_reduce", zero3_opt.total_bytes, grid.dp) // 2
+             + 2 * wire_bytes("all_gather", wte, grid.dp))
+
+# %% [markdown]
 # ## What to take away
 #
 # * Each ZeRO stage cuts one more piece of a parameter's state into d owned slices: the optimizer state (1),
@@ -404,7 +453,8 @@ lesson.equal("traced DP wire bytes of the last step, ZeRO-2 vs ZeRO-1", zero2_by
 #   the parameters twice, before the forward and before the backward: 1.5 times, with two pieces in flight.
 # * With TP, each TP rank's shard is sharded over its DP group: t·d GPUs, 1/(t·d) of the sharded state each.
 # * Live, ZeRO-1 over TP 2 × DP 2 equals plain DP × TP to 1e-12, with 1/d of the optimizer state; ZeRO-2
-#   equals ZeRO-1 bit for bit, sends its bytes, and holds only its owned slices of the gradients.
+#   equals ZeRO-1 bit for bit, sends its bytes, and holds only its owned slices of the gradients; ZeRO-3 holds
+#   only its slices of the parameters too, gathers one layer at a time, and sends 1.5 times (plus the tied head).
 #
 # Exercise: `ex21_zero_stages.py`: `tpsim lesson start 21` copies it into your work folder (`tpsim-work/`), then
 # `tpsim check 21`.

@@ -92,7 +92,7 @@ class ShardedParams:
         self.live: dict[int, np.ndarray] = {}
         for i in range(len(buckets)):
             self._free(i)
-        self.start()  # gathers: all-gathers of each bucket this step; peak_bytes: the most gathered at once
+        self.start()  # gathers: each bucket's all-gathers this step (not gather_all's); peak_bytes: most at once
 
     # --- one bucket ------------------------------------------------------------------------------------------
     def gather(self, i: int, phase: str) -> None:
@@ -108,8 +108,9 @@ class ShardedParams:
         self.live[i] = full
         for holders, at, shape in self.bindings[i]:
             _bind(holders, full[at:at + int(np.prod(shape))].reshape(shape))
-        self.gathers[i] += 1
-        self.peak_bytes = max(self.peak_bytes, sum(a.nbytes for a in self.live.values()))
+        if phase != VERIFY:  # the step's own gathers, not a reader's
+            self.gathers[i] += 1
+            self.peak_bytes = max(self.peak_bytes, sum(a.nbytes for a in self.live.values()))
 
     def _free(self, i: int) -> None:
         for holders, _, shape in self.bindings[i]:
