@@ -35,6 +35,16 @@ from tpsim.nn.module import Module, placeholder
 from tpsim.train.grad_ready import BucketReadiness
 
 
+def holders(module: Module, table: str) -> dict[int, list[tuple[Module, str]]]:
+    """id(array) -> every (module, key) whose ``table`` ("params" or "grads") holds that array: a tied weight has
+    two holders, and ZeRO rebinds both to one new array so that it stays one parameter."""
+    out: dict[int, list[tuple[Module, str]]] = {}
+    for _, mod in module.named_modules():
+        for key, a in getattr(mod, table).items():
+            out.setdefault(id(a), []).append((mod, key))
+    return out
+
+
 class ShardedGrads:
     """The gradient buckets of ``sync`` (a ``GradSync`` padded to d), materialised on demand and reduced into
     ``owned`` slices (see the module docstring). ``reduce_scatter(i, buffer)`` returns this rank's range of the
@@ -50,18 +60,13 @@ class ShardedGrads:
         # per bucket: (every (module, key) holding the gradient, offset, shape): one view shared by the holders
         self.bindings: list[list[tuple[list[tuple[Module, str]], int, tuple[int, ...]]]] = [[] for _ in sync.buffers]
         self._buckets_of: dict[int, set[int]] = {}  # id(module) -> the buckets its gradients sit in
-        holders: dict[int, list[tuple[Module, str]]] = {}
-        for _, mod in module.named_modules():
-            for key, g in mod.grads.items():
-                holders.setdefault(id(g), []).append((mod, key))
-        for mod_key in holders.values():
+        for mod_key in holders(module, "grads").values():
             g = mod_key[0][0].grads[mod_key[0][1]]
-            for i, buf in enumerate(sync.buffers):
-                if np.shares_memory(g, buf):
-                    at = (g.__array_interface__["data"][0] - buf.__array_interface__["data"][0]) // g.itemsize
-                    self.bindings[i].append((mod_key, at, g.shape))
-                    for mod, _ in mod_key:
-                        self._buckets_of.setdefault(id(mod), set()).add(i)
+            i = next(i for i, buf in enumerate(sync.buffers) if np.shares_memory(g, buf))
+            at = (g.__array_interface__["data"][0] - sync.buffers[i].__array_interface__["data"][0]) // g.itemsize
+            self.bindings[i].append((mod_key, at, g.shape))
+            for mod, _ in mod_key:
+                self._buckets_of.setdefault(id(mod), set()).add(i)
         for _, mod in module.named_modules():  # a layer's W may write its children's gradients (multi-output)
             below = set().union(*(self._buckets_of.get(id(m), set()) for _, m in mod.named_modules()))
             if below:
@@ -83,16 +88,16 @@ class ShardedGrads:
         if self.buffers[i] is not None:
             return
         buf = self.buffers[i] = np.zeros(self.sizes[i], self.dtypes[i])
-        for holders, at, shape in self.bindings[i]:
+        for who, at, shape in self.bindings[i]:
             view = buf[at:at + int(np.prod(shape))].reshape(shape)
-            for mod, key in holders:
+            for mod, key in who:
                 mod.grads[key] = view
         self.peak_bytes = max(self.peak_bytes, self.live_bytes)
 
     def _free(self, i: int) -> None:
-        for holders, _, shape in self.bindings[i]:
+        for who, _, shape in self.bindings[i]:
             empty = placeholder(shape, self.dtypes[i])
-            for mod, key in holders:
+            for mod, key in who:
                 mod.grads[key] = empty
         self.buffers[i] = None
 

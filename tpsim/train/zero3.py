@@ -29,6 +29,7 @@ import numpy as np
 
 from tpsim.nn.module import Module, placeholder
 from tpsim.phases import VERIFY
+from tpsim.train.zero2 import holders
 
 
 def units(model: Module) -> list[Module]:
@@ -69,10 +70,7 @@ class ShardedParams:
         self.model, self.dp_group, self.sizes, self.ranges = model, dp_group, sizes, ranges
         params = dict(model.named_parameters())
         self.dtypes = [params[b.names[0]].dtype for b in buckets]
-        holders: dict[int, list[tuple[Module, str]]] = {}
-        for _, mod in model.named_modules():
-            for key, p in mod.params.items():
-                holders.setdefault(id(p), []).append((mod, key))
+        held_by = holders(model, "params")
         # per bucket: (every (module, key) holding the parameter, offset, shape): one view shared by the holders
         self.bindings: list[list[tuple[list[tuple[Module, str]], int, tuple[int, ...]]]] = []
         self.owned: list[np.ndarray] = []
@@ -82,7 +80,7 @@ class ShardedParams:
             for name in b.names:
                 p = params[name]
                 full[at:at + p.size] = p.reshape(-1)
-                binds.append((holders[id(p)], at, p.shape))
+                binds.append((held_by[id(p)], at, p.shape))
                 bucket_of[id(p)] = i
                 at += p.size
             self.bindings.append(binds)
@@ -106,15 +104,15 @@ class ShardedParams:
             with tracer.region(scope=f"zero.params{i}", phase=phase):
                 full = self.dp_group.all_gather(self.owned[i], axis=0)
         self.live[i] = full
-        for holders, at, shape in self.bindings[i]:
-            _bind(holders, full[at:at + int(np.prod(shape))].reshape(shape))
+        for who, at, shape in self.bindings[i]:
+            _bind(who, full[at:at + int(np.prod(shape))].reshape(shape))
         if phase != VERIFY:  # the step's own gathers, not a reader's
             self.gathers[i] += 1
             self.peak_bytes = max(self.peak_bytes, sum(a.nbytes for a in self.live.values()))
 
     def _free(self, i: int) -> None:
-        for holders, _, shape in self.bindings[i]:
-            _bind(holders, placeholder(shape, self.dtypes[i]))
+        for who, _, shape in self.bindings[i]:
+            _bind(who, placeholder(shape, self.dtypes[i]))
         self.live.pop(i, None)
 
     # --- the units' hooks ------------------------------------------------------------------------------------
@@ -156,7 +154,7 @@ class ShardedParams:
         return sum(a.nbytes for a in self.owned)
 
 
-def _bind(holders: list[tuple[Module, str]], array: np.ndarray) -> None:
+def _bind(who: list[tuple[Module, str]], array: np.ndarray) -> None:
     """``array`` as the parameter of every module holding it: one object, so a tied weight stays one parameter."""
-    for mod, key in holders:
+    for mod, key in who:
         mod.params[key] = array
