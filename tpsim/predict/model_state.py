@@ -207,8 +207,8 @@ def format_model_state(measured: ModelState, layout: StateLayout, dp: int, zero:
     lines.append(f"  Megatron's table (dist_optimizer.md), bytes per parameter, plain -> ZeRO-{zero} at d = {dp}:")
     values = [row.bytes_per_zero_stage(zero, dp) for row in MEGATRON_LAYOUTS]
     for row, value in zip(MEGATRON_LAYOUTS, values):
-        lines.append(f"    {row.name:<24} {_fraction(row.bytes_per_parameter()):>3} -> {format_formula(row, zero):<9} = "
-                     f"{_fraction(value)}")
+        lines.append(f"    {row.name:<24} {_fraction(row.bytes_per_parameter()):>3} -> "
+                     f"{format_formula(row, zero):<9} = {_fraction(value)}")
     if len(set(values)) == 1:  # d = 2 at ZeRO-1: each layout's replicated bytes make up for what it shards
         apart = " / ".join(f"{float(row.bytes_per_zero_stage(zero, 8)):g}" for row in MEGATRON_LAYOUTS)
         lines.append(f"    (all three come to {_fraction(values[0])} at d = {dp}: the layouts that keep more "

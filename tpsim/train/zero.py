@@ -78,15 +78,17 @@ class Piece(NamedTuple):
 
 
 class DistributedOptimizer(ZeroCommunication):
-    """ZeRO-1 (``stage=1``) or ZeRO-2 (``stage=2``) around a tpsim ``Optimizer`` (its update rule and
-    hyper-parameters; its full state is dropped).
+    """ZeRO-1, 2 or 3 (``stage``) around a tpsim ``Optimizer`` (its update rule and hyper-parameters; its full
+    state is dropped).
 
-    Implements the optimizer protocol (``tpsim.train.protocol``) with ``zero_stage`` 1 or 2, and is also the
+    Implements the optimizer protocol (``tpsim.train.protocol``) with ``zero_stage`` 1, 2 or 3, and is also the
     gradient sync of the step (``sync()``: the reduce-scatter), so it goes where a ``GradSync`` goes. ZeRO-2
     (``tpsim.train.zero2.ShardedGrads``, ``sharded``) keeps only the owned slices of the gradients: each bucket is
     reduce-scattered as its backward finishes it and freed, and the pieces' gradients are views into the owned
     slices instead of into the buckets; the rest — clipping, the step, the parameter all-gather — is ZeRO-1's.
-    Attributes:
+    ZeRO-3 (``tpsim.train.zero3.ShardedParams``, ``sparams``) cuts one bucket a unit and keeps only the owned
+    slices of the parameters too: the pieces step them in place, each unit gathers its bucket around its forward
+    and its backward, and nothing is gathered after the step. Attributes:
     ``buckets``/``buffers`` (padded), ``owned`` (this rank's range of each bucket), ``pieces``, ``main`` (the
     ``MainParams`` of the owned ranges: 16-bit models only, no buffers otherwise), ``loss_scaler``: float16's
     ``DynamicLossScaler`` (only for a 16-bit model).
@@ -274,7 +276,8 @@ class DistributedOptimizer(ZeroCommunication):
 
     def describe(self) -> str:
         """The buckets, the owned range of each on this rank, and the state bytes, as text."""
-        lines = [f"ZeRO-{self.zero_stage} over DP({self.dp}): {len(self.buckets)} bucket(s), {self.total_bytes} bytes of gradients "
+        lines = [f"ZeRO-{self.zero_stage} over DP({self.dp}): {len(self.buckets)} bucket(s), "
+                 f"{self.total_bytes} bytes of gradients "
                  f"(padded to a multiple of {self.dp}), optimizer state {human_bytes(self.state_bytes())} per rank"]
         for i, (bucket, mine) in enumerate(zip(self.buckets, self.owned)):
             lines.append(f"  bucket {i}: {self.bucket_sizes[i]:>8} elements, this rank owns "
@@ -282,4 +285,5 @@ class DistributedOptimizer(ZeroCommunication):
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"DistributedOptimizer(stage={self.zero_stage}, dp={self.dp}, buckets={len(self.buckets)}, state_bytes={self.state_bytes()})"
+        return (f"DistributedOptimizer(stage={self.zero_stage}, dp={self.dp}, buckets={len(self.buckets)}, "
+                f"state_bytes={self.state_bytes()})")

@@ -7,7 +7,7 @@ after the last micro-batch: the model's full gradient stays resident — 8 bytes
     a layer's W is about to run    its buckets are *materialised*: a zeroed buffer, the layer's gradients views into it
     the bucket's layers are done   reduce-scatter it over DP (scope ``zero.bucket{i}``, phase ``dp_sync``), add the
                                    owned range into this rank's owned slice (``owned[i]``), free the buffer
-    the backward action ends       whatever is still materialised goes the same way (a held bucket waits for ``release``)
+    the backward action ends       whatever is still materialised goes the same way (a held bucket: ``release``)
 
 so every micro-batch reduce-scatters each bucket it wrote once — DeepSpeed's ZeRO-2 and FSDP's SHARD_GRAD_OP — and
 the gradient memory at rest is the owned slices, n_pad/d elements a bucket (``grad_bytes``). With one micro-batch

@@ -1,4 +1,4 @@
-"""ZeRO-1's two DP collectives, the communication half of ``tpsim.train.zero.DistributedOptimizer``:
+"""ZeRO's DP collectives, the communication half of ``tpsim.train.zero.DistributedOptimizer``:
 
     gradients   reduce-scatter each bucket over DP (phase dp_sync), through the ``GradSync`` it owns — so
                 ``--overlap-grad-reduce`` issues each during the last backward (``tpsim.train.grad_ready``) —
@@ -11,6 +11,11 @@
 Both reductions go through the non-blocking ``Group.ireduce_scatter`` whichever way they are issued: MPICH's
 blocking ``Reduce_scatter_block`` sums large buffers in another order than ``Ireduce_scatter_block`` at dp ≥ 3,
 so one call for both paths keeps an overlapped run bit for bit the plain one.
+
+ZeRO-2 and 3 (``sharded``: ``tpsim.train.zero2``) reduce-scatter each bucket inside the backward instead, as its
+layers finish it, through the same call (``_reduce_into_owned``); ZeRO-3 (``sparams``: ``tpsim.train.zero3``)
+gathers no parameters after the step — ``finish_param_gather`` and ``gather_grads`` gather the whole model for a
+reader.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ def flat_view(a: np.ndarray) -> np.ndarray:
 class ZeroCommunication:
     """The DP collectives of a ``DistributedOptimizer`` (its attributes: ``grad_sync``, ``dp_group``, ``dp``,
     ``buckets``, ``buffers``, ``bucket_sizes``, ``owned``, ``pieces``, ``optimizer``, ``overlap_param_gather``,
-    ``sharded`` (ZeRO-2's ``ShardedGrads``, else None), ``_reduced``,
-    ``_gathering``, ``_hooked``)."""
+    ``sharded`` (ZeRO-2/3's ``ShardedGrads``, else None), ``sparams`` (ZeRO-3's ``ShardedParams``, else None),
+    ``_reduced``, ``_gathering``, ``_hooked``)."""
 
     def start_step(self) -> None:
         if self.sparams is not None:
