@@ -145,10 +145,6 @@ class ShardedParams:
             self.gather(i, VERIFY)
 
     @property
-    def hooked(self) -> bool:
-        return any("params_use" in u.__dict__ for u in self.units)
-
-    @property
     def nbytes(self) -> int:
         """Bytes of the owned slices: the parameters this rank keeps at rest."""
         return sum(a.nbytes for a in self.owned)
