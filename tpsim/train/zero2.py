@@ -52,10 +52,9 @@ class ShardedGrads:
 
     def __init__(self, module: Module, sync, owned: list, reduce_scatter: Callable[[int, np.ndarray], np.ndarray],
                  held: tuple[np.ndarray, ...] = ()) -> None:
-        self.module, self.reduce_scatter = module, reduce_scatter
+        self.reduce_scatter = reduce_scatter
         self.sizes = [len(buf) for buf in sync.buffers]
         self.dtypes = [buf.dtype for buf in sync.buffers]
-        self.ranges = owned  # this rank's range of each bucket
         self.owned = [np.zeros(len(mine), dt) for mine, dt in zip(owned, self.dtypes)]
         # per bucket: (every (module, key) holding the gradient, offset, shape): one view shared by the holders
         self.bindings: list[list[tuple[list[tuple[Module, str]], int, tuple[int, ...]]]] = [[] for _ in sync.buffers]

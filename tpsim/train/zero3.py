@@ -67,7 +67,7 @@ class ShardedParams:
     this rank's ``ranges``) over ``dp_group``, gathered unit by unit (module docstring)."""
 
     def __init__(self, model: Module, buckets, sizes: list[int], ranges: list, dp_group) -> None:
-        self.model, self.dp_group, self.sizes, self.ranges = model, dp_group, sizes, ranges
+        self.dp_group, self.sizes = dp_group, sizes
         params = dict(model.named_parameters())
         self.dtypes = [params[b.names[0]].dtype for b in buckets]
         held_by = holders(model, "params")
