@@ -21,6 +21,7 @@ from tpsim.plan.models import resolve as model_named
 from tpsim.plan.param_gather import gather_bytes
 from tpsim.plan.pipeline import head_seconds, layer_seconds, pipeline_terms
 from tpsim.plan.pipeline_comm import loss_normalizer_s
+from time_invariants import stream_problems
 
 
 def test_the_stream_runs_buckets_in_issue_order_from_their_ready_time_and_the_wait_is_exposed():
@@ -32,7 +33,11 @@ def test_the_stream_runs_buckets_in_issue_order_from_their_ready_time_and_the_wa
     # issued the other way round: b1 2 -> 3, b0 3 -> 4.5, b2 4.5 -> 5
     s = comm_stream([1, 0, 2], [1.0, 2.0, 2.5], [1.5, 1.0, 0.5], 3.0)
     assert [(b.bucket, b.start, b.end) for b in s.spans] == [(1, 2.0, 3.0), (0, 3.0, 4.5), (2, 4.5, 5.0)]
-    assert s.exposed == 2.0
+    assert s.exposed == 2.0 and not stream_problems(s)
+    # the stream idle between two buckets: b1 is ready at 4, after b0 ended at 2; it starts at 4, not at 2
+    s = comm_stream([0, 1], [1.0, 4.0], [1.0, 1.0], 3.0)
+    assert [(b.bucket, b.start, b.end) for b in s.spans] == [(0, 1.0, 2.0), (1, 4.0, 5.0)]
+    assert (s.exposed, s.hidden) == (2.0, 0.0) and not stream_problems(s)
 
 
 def test_a_stream_that_ends_before_the_compute_is_hidden_and_without_overlap_all_of_it_shows():
@@ -98,6 +103,7 @@ def test_the_planner_prices_one_bucket_a_rank_ready_when_its_last_backward_ends(
     over = pipeline_terms(m, Layout(**{**lay.__dict__, "overlap_grad_reduce": True}), g, one)
     for r in range(lay.pp):
         p, o = plain["after_schedule"], over["after_schedule"]
+        assert not stream_problems(p["dp_streams"][r]) and not stream_problems(o["dp_streams"][r])
         t = p["dp_s"][r]
         assert p["dp_streams"][r]["exposed_s"] == pytest.approx(t, rel=ROUNDING)
         bucket = o["dp_streams"][r]["buckets"][0]
@@ -168,5 +174,6 @@ def test_the_planner_alone_cuts_real_buckets_as_grad_sync_does_and_overlap_hides
     over = pipeline_terms(m, Layout(**{**lay.__dict__, "overlap_grad_reduce": True}), g)
     for r in range(lay.pp):
         p, o = plain["after_schedule"]["dp_streams"][r], over["after_schedule"]["dp_streams"][r]
+        assert not stream_problems(p, f"rank {r}") and not stream_problems(o, f"rank {r} overlapped")
         assert len(p["buckets"]) == len(cut[r]) > 1 and p["exposed_s"] == pytest.approx(p["comm_s"], rel=ROUNDING)
         assert o["comm_s"] == pytest.approx(p["comm_s"], rel=ROUNDING) and o["exposed_s"] < p["exposed_s"]

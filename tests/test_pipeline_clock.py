@@ -13,6 +13,7 @@ from tpsim.pipeline.actions import COMPUTE, RECVS, SENDS
 from tpsim.pipeline.clock import Costs, simulate, uniform, unit
 from tpsim.pipeline.schedules import SCHEDULES, build
 from tpsim.predict.pipeline import bubble_fraction, p2p_bytes, peak_in_flight
+from time_invariants import timeline_problems
 
 
 def sizes(name: str, p: int):
@@ -124,6 +125,7 @@ def test_with_any_costs_an_action_starts_when_its_rank_is_free_and_a_receive_end
     assert sum(t.busy) == pytest.approx(sum(e - s for acts, spans in zip(schedule.ranks, t.spans)
                                             for a, (s, e) in zip(acts, spans) if a.op in COMPUTE))
     assert t.bubble_fraction == pytest.approx(sum(t.idle) / (p * t.step))
+    assert not timeline_problems(t)
 
 
 def test_a_heavier_last_stage_lengthens_the_step_by_what_the_formula_leaves_out():

@@ -17,6 +17,9 @@ the weight gradients' collectives), float64, one step of the toy models of ``tps
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from tpsim.comm import ProcessGrid
@@ -28,6 +31,9 @@ from tpsim.plan.pipeline_comm import stage_comm
 from tpsim.pipeline.stage_clock import ROUNDING, compiled
 from conftest import WORLD
 from test_pipeline_parallel import assert_everywhere
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the rules every clock's spans keep
+from time_invariants import clock_problems  # noqa: E402
 
 N = WORLD.Get_size()
 DP = N // 4
@@ -52,6 +58,8 @@ def test_every_action_and_the_step_end_where_the_planners_clock_ends_them(arch, 
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
     flops, comm = stage_costs(model, lay, g), stage_comm(model, lay, g, split)
     clock, r = result.clock, grid.pp_rank
+    problems = clock_problems(clock)
+    assert_everywhere(not problems, f"the clock's spans break a rule: {problems[:2]}")
     ops = {"F": 0, "B": 1, "W": 2}
     spans = [s for s in clock.spans if s.op in ops]
     charged = [(s, flops[r, s.chunk, ops[s.op]] + comm[r, s.chunk, ops[s.op]]) for s in spans]
