@@ -57,6 +57,13 @@ def message_tag(direction: int, microbatch: int, sender_stage: int, stages: int)
     return (microbatch * stages + sender_stage) * 2 + direction
 
 
+def action_tag(schedule, rank: int, action) -> int:
+    """The tag a SEND of ``rank`` posts its message under, or a RECV asks for: the ``message_tag`` of the message
+    it moves (``Schedule.message``), so a send and the receive it pairs with name the same tag."""
+    direction, microbatch, sender = schedule.message(rank, action)
+    return message_tag(FORWARD_MESSAGE if direction == "F" else BACKWARD_MESSAGE, microbatch, sender, schedule.stages)
+
+
 @dataclass
 class ExecutorResult:
     """What one rank's schedule produced: the last stage's per-micro-batch mean losses, the peak of micro-batches
@@ -110,7 +117,7 @@ class Executor:
         with deferred_weight_grads(chunk) as weights[key]:
             return chunk.backward(dy, cache)
 
-    def _send(self, a, v: int, produced: dict, stamp: float) -> None:
+    def _send(self, a, produced: dict, stamp: float) -> None:
         """SEND_F / SEND_B: post what the F or B of (a.microbatch, a.chunk) produced, stamped with this clock."""
         j, c = a.microbatch, a.chunk
         direction, phase = (FORWARD_MESSAGE, FORWARD) if a.op == "SEND_F" else (BACKWARD_MESSAGE, BACKWARD)
@@ -118,8 +125,7 @@ class Executor:
         if x.shape != self.boundary or x.dtype != self.dtype:
             raise ValueError(f"{a}: sends {x.dtype} {x.shape}, the receiver expects {self.dtype} {self.boundary}")
         with self.group.tracer.region(scope=PIPELINE_SCOPE, phase=phase):
-            self.group.send(x, a.peer, message_tag(direction, j, v, self.schedule.stages), microbatch=j, chunk=c,
-                            stamp=stamp)
+            self.group.send(x, a.peer, action_tag(self.schedule, self.rank, a), microbatch=j, chunk=c, stamp=stamp)
 
     def final(self, a) -> bool:
         """Is ``a`` the last micro-batch's last gradient-producing action on its chunk (B, or W when split)?"""
@@ -159,7 +165,7 @@ class Executor:
         and ``seeds[j]`` (the loss gradient the backward starts from) on the last stage's; ``plans[j]``: its dropout
         plan (its global rows); ``clock``: this rank's, already charged by the step (default: a fresh one at 0);
         ``grad_sync``: the DP sync, armed around each chunk's ``final`` action; ``pieces``: the shard's ``Pieces``."""
-        sch, tracer, stages = self.schedule, self.group.tracer, self.schedule.stages
+        sch, tracer = self.schedule, self.group.tracer
         received: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> input or output gradient
         produced: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> what a SEND will post
         caches: dict[tuple[int, int], object] = {}
@@ -174,7 +180,7 @@ class Executor:
             chunk = self.chunks[c]
             if a.op in ("RECV_F", "RECV_B"):
                 forward = a.op == "RECV_F"
-                tag = message_tag(*((FORWARD_MESSAGE, j, v - 1) if forward else (BACKWARD_MESSAGE, j, v + 1)), stages)
+                tag = action_tag(sch, self.rank, a)
                 with tracer.region(scope=PIPELINE_SCOPE, phase=FORWARD if forward else BACKWARD):
                     x, sent = self.group.recv(self.boundary, self.dtype, a.peer, tag, microbatch=j, chunk=c,
                                               stamped=True)
@@ -204,7 +210,7 @@ class Executor:
                 held.free((j, c))
                 self._pieces(out, a, v, _ran(out, "W", c, j, tracer.events[since:]), pieces)
             else:  # SEND_F / SEND_B
-                self._send(a, v, produced, out.clock.time)
+                self._send(a, produced, out.clock.time)
         self.group.wait_sends()
         out.clock.schedule_end = out.clock.time
         out.peak_in_flight, out.peak_layer_bytes = held.peak_pairs, held.peak_bytes
