@@ -14,7 +14,7 @@ export MPLCONFIGDIR ?= $(abspath $(VENV))/mplconfig
 # Backstop for a rank blocked inside MPI (pytest-timeout's thread method fires first).
 export MPIEXEC_TIMEOUT ?= 900
 
-.PHONY: demo test test-serial test-mpi bench bench-torch figures lessons notebooks book docs venv venv-notebooks venv-docs clean
+.PHONY: demo test test-serial test-mpi baselines bench bench-torch figures lessons notebooks book docs venv venv-notebooks venv-docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,12 @@ test-mpi: venv
 	  echo "== tests/mpi on $$n ranks"; \
 	  $(BIN)/python -m tpsim.launcher -n $$n tests/mpi/pytest_on_every_rank.py -q -p no:cacheprovider --timeout=120 --timeout-method=thread; \
 	done
+
+# the demo's losses, grad norms, collective bytes and pipeline numbers on the layouts a redesign touches, against
+# tests/baselines.json bit for bit (OPENBLAS_CORETYPE pinned; ~2 min on 2 cores). Record anew only when a number
+# changes on purpose: python tests/baselines.py --record
+baselines: venv
+	$(BIN)/python tests/baselines.py $(ARGS)
 
 bench: venv
 	$(BIN)/mpirun -n $(NP) $(BIN)/python bench/bench_core.py
