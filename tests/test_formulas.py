@@ -1,5 +1,5 @@
 """The formulas by hand: ring-cost arithmetic, Korthikanti's Table 2, our activation count, the presets, and a
-comparison that notices a wrong byte. (The multi-rank twin, tests/mpi/test_formulas.py, checks real traces.)"""
+comparison that notices a wrong byte. (The multi-rank twin, tests/mpi/test_traced_formulas.py, checks real traces.)"""
 
 from __future__ import annotations
 

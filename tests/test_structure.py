@@ -180,3 +180,11 @@ def test_the_article_is_cited_by_name():
     hits = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in paths
             for i, line in enumerate(p.read_text().splitlines(), 1) if ARTICLE_AS_SEED.search(line)]
     assert not hits, "cite the SenseParrots article (or the paper) by name:\n" + "\n".join(hits)
+
+
+def test_no_test_file_name_is_in_both_suites():
+    """``tests/`` and ``tests/mpi/`` have no ``__init__.py``, so pytest imports each file by its bare name: a name in
+    both would make one ``pytest --collect-only tests`` fail. A multi-rank twin carries its own name."""
+    one = {p.name for p in (ROOT / "tests").glob("*.py")}
+    every_rank = {p.name for p in (ROOT / "tests" / "mpi").glob("*.py")} - {"conftest.py"}
+    assert not one & every_rank, f"in both tests/ and tests/mpi/: {sorted(one & every_rank)}"

@@ -1,6 +1,6 @@
 """The Llama's trace and memory against the formulas: one real training step per TP × DP layout, every row exact.
 
-As tests/mpi/test_formulas.py does for the GPT: this rank's records of one step (batch broadcast, forward,
+As tests/mpi/test_traced_formulas.py does for the GPT: this rank's records of one step (batch broadcast, forward,
 backward with the ``kv`` sub-group's all-reduce of replicated KV heads' gradients, DDP, clipping, AdamW)
 beside ``predict_step`` for a ``LlamaConfig``, with KV heads split and replicated, with and without sequence
 parallelism; then the parameter, gradient, optimizer and activation bytes against ``predict_memory``.

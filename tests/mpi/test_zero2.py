@@ -1,7 +1,7 @@
 """ZeRO-2 (gradients sharded too) under TP × DP and PP equals plain DP × TP training; its bytes and memory are the
 formulas'.
 
-Story: the same sharded GPT of awkward sizes (tests/mpi/test_zero.py's: padded buckets, parameters straddling two
+Story: the same sharded GPT of awkward sizes (tests/mpi/test_zero1.py's: padded buckets, parameters straddling two
 owners) trains clipped AdamW steps with ``GradSync`` + AdamW, with ZeRO-1 and with ZeRO-2. With one micro-batch
 ZeRO-2 reduce-scatters every bucket once, with the same non-blocking call as ZeRO-1 into a zeroed owned slice, so
 its parameters must equal ZeRO-1's *bit for bit* (float64, bfloat16 and float16 alike) — and plain DP × TP's to

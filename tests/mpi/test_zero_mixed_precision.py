@@ -41,7 +41,7 @@ DTYPES = ["bfloat16", "float16"]
 
 
 def config(tp: int) -> GPTConfig:
-    """Odd sizes (as tests/mpi/test_zero.py): buckets need padding and parameters straddle two owners."""
+    """Odd sizes (as tests/mpi/test_zero1.py): buckets need padding and parameters straddle two owners."""
     heads = 3 if tp == 1 else tp
     return GPTConfig(vocab_size=16 * tp + 3, n_positions=SEQ, n_embd=3 * heads, n_layer=2, n_head=heads)
 

@@ -61,7 +61,7 @@ nothing. ``--tp-comm-overlap`` (``tpsim.tp.collective_matmul``) moves the f̄ / 
 forward, ḡ's backward all-gather and f̄'s backward reduce-scatter, the LM head's two alike; not the re-gathers,
 not the embedding's — in t − 1 steps, each recorded with the chunk of b·s·h/t elements it sent: t − 1 calls of
 1/t of the bytes, the same wire bytes. This branch is written from Korthikanti et al. and aligned with ``tpsim.tp.sequence_parallel``;
-tests/mpi/test_sequence_parallel.py and tests/mpi/test_formulas.py pin it against real traces.
+tests/mpi/test_sequence_parallel.py and tests/mpi/test_traced_formulas.py pin it against real traces.
 
 A Llama (``LlamaConfig``, ``tpsim.models.llama``) issues the same collectives under its own names
 (``config.layer_names``: model.embed_tokens, model.layers.i.self_attn / .mlp, model.norm; q/k/v and gate/up each
