@@ -199,10 +199,14 @@ def test_the_step_still_adds_up(comm, gather):
 def test_refusals_are_one_line_and_exit_2(capsys):
     cases = [(["--seq-len", "1000", "--cp", "3"], "not divisible by 6 (zigzag over cp 3: 2 x cp = 6 chunks)"),
              (["--seq-len", "1000", "--cp", "3", "--cp-layout", "contiguous"], "not divisible by 3"),
-             (["--cp", "0"], "must be >= 1"),
+             (["--cp", "0"], "argument --cp: '0' is not a whole number >= 1"),
              (["--tp", "8", "--cp", "16", "--cp-comm", "ulysses", "--seq-len", "8192"], "must both divide by cp 16")]
     for args, why in cases:
-        assert main(["--model", "llama3-70b", *args]) == 2
+        try:
+            status = main(["--model", "llama3-70b", *args])
+        except SystemExit as stop:  # refused by the parser (tpsim.options)
+            status = stop.code
+        assert status == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and why in err[0], err
     assert problems(L8B, Layout(cp=2, seq_len=4096, cp_comm="ulysses", global_batch=8)) == []

@@ -92,14 +92,14 @@ def test_mlp_scenario(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--tp", "3"], "world size 4 is not divisible by --tp 3"),
     (["--tp", "2", "--dp", "3"], "--tp 2 x --dp 3 = 6 does not match the world size 4"),
-    (["--hidden", "0"], "--hidden must be >= 1"),
+    (["--hidden", "0"], "argument --hidden: '0' is not a whole number >= 1"),
     (["--dtype", "int8"], "invalid choice: 'int8'"),
     (["--heads", "6", "--hidden", "48"], "heads 6 is not divisible by tp 4"),
     (["--hidden", "30", "--heads", "4"], "hidden size 30 is not divisible by heads 4"),
     (["--tp", "2", "--batch-size", "5"], "--batch-size 5 is not divisible by dp 2"),
-    (["--dropout", "1.5"], "--dropout must be in [0, 1)"),
-    (["--lr", "nan"], "--lr must be >= 0"),
-    (["--steps", "x"], "invalid int value: 'x'"),
+    (["--dropout", "1.5"], "argument --dropout: '1.5' is not a number in [0, 1)"),
+    (["--lr", "nan"], "argument --lr: 'nan' is not a number > 0"),
+    (["--steps", "x"], "argument --steps: 'x' is not a whole number >= 0"),
     (["--init-from", "/nonexistent.npz"], "--init-from /nonexistent.npz: no such file"),
 ])
 def test_bad_configuration_is_one_line_on_rank_zero_and_exits_nonzero(args, message):

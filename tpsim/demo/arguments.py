@@ -6,16 +6,17 @@ from __future__ import annotations
 from tpsim.arch import ARCH_NAMES, ARCH_SPELLINGS
 from tpsim.config import DROPOUT_RNGS, DTYPE_ALIASES, DTYPE_NAMES
 from tpsim.cp.choice import CP_COMMS, CP_LAYOUTS
+from tpsim.options import count, fraction, probability, whole
 
 
 def model_arguments(m) -> None:
     """The model group: sizes every architecture shares, then the architecture and its own (``tpsim.arch``)."""
-    m.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
-    m.add_argument("--hidden", type=int, default=64, help="hidden size h (default 64)")
-    m.add_argument("--heads", type=int, default=4, help="attention heads, divisible by tp (default 4)")
-    m.add_argument("--vocab", type=int, default=32, help="vocabulary size, any value (padded to a multiple of tp)")
-    m.add_argument("--seq-len", type=int, default=16, help="tokens per sequence (default 16)")
-    m.add_argument("--dropout", type=float, default=None,
+    m.add_argument("--layers", type=count, default=2, help="transformer blocks (default 2)")
+    m.add_argument("--hidden", type=count, default=64, help="hidden size h (default 64)")
+    m.add_argument("--heads", type=count, default=4, help="attention heads, divisible by tp (default 4)")
+    m.add_argument("--vocab", type=count, default=32, help="vocabulary size, any value (padded to a multiple of tp)")
+    m.add_argument("--seq-len", type=count, default=16, help="tokens per sequence (default 16)")
+    m.add_argument("--dropout", type=probability, default=None,
                    help="embedding/residual/attention dropout p (default 0.1 for gpt2, so the checks against "
                         "serial cover it; llama has none)")
     m.add_argument("--dropout-rng", choices=DROPOUT_RNGS, default="exact",
@@ -26,15 +27,15 @@ def model_arguments(m) -> None:
                         "grads; float16 with dynamic loss scaling)")
     m.add_argument("--arch", choices=ARCH_SPELLINGS, default="gpt2", metavar="{" + ",".join(ARCH_NAMES) + "}",
                    help="gpt2: GPT-2 blocks (default); llama: RMSNorm, SwiGLU, RoPE, grouped-query attention")
-    m.add_argument("--kv-heads", type=int, default=None,
+    m.add_argument("--kv-heads", type=count, default=None,
                    help="llama: key/value heads, dividing --heads (default 2: tp > 2 replicates them)")
-    m.add_argument("--ffn", type=int, default=None,
+    m.add_argument("--ffn", type=count, default=None,
                    help="llama: intermediate size, divisible by tp (default 8h/3 rounded up to a multiple of 32)")
 
 
 def cp_arguments(g) -> None:
     """Context parallelism (``tpsim.cp``): the sequence cut over --cp ranks, attention across them."""
-    g.add_argument("--cp", type=int, default=1,
+    g.add_argument("--cp", type=count, default=1,
                    help="context-parallel size (default 1): every sequence cut over cp ranks for every layer, "
                         "attention across them; the ranks are TP fastest, then CP, then DP, stages outermost")
     g.add_argument("--cp-comm", choices=CP_COMMS, default="ring",
@@ -51,7 +52,7 @@ def clock_arguments(g) -> None:
                    help="what the pipeline's virtual clock charges: unit (default: a stage's F 1, B 2, messages "
                         "free) or a GPU of tpsim plan (h100-80gb, or a unique prefix such as h100): the planner's "
                         "per-stage costs from FLOPs and alpha-beta messages for this run's layout")
-    g.add_argument("--mfu", type=float, default=None,
+    g.add_argument("--mfu", type=fraction, default=None,
                    help="with --clock GPU: every matmul at this fraction of peak (default: the planner's kernel "
                         "model, each kernel on the GPU's roofline)")
 
@@ -70,7 +71,7 @@ def overlap_arguments(t) -> None:
 def file_arguments(o) -> None:
     """The input / output group: the run folder, the step-0 export, and the model and checkpoint files."""
     o.add_argument("--out", default="tpsim-out", help="output folder, written by rank 0 (default tpsim-out/)")
-    o.add_argument("--timeline-steps", type=int, default=2,
+    o.add_argument("--timeline-steps", type=whole, default=2,
                    help="last steps kept in spans.jsonl and timeline.json (default 2)")
     o.add_argument("--init-from", metavar="FILE.npz|DIR", default=None,
                    help="start from these full parameters: a tpsim .npz (HF names, any TP size wrote them) or a "

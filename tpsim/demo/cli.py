@@ -20,6 +20,7 @@ from tpsim.paths import check_input_file, check_output_dir
 from tpsim.plan.clock_choice import UNIT_CLOCK
 from tpsim.pp.split import parse_stage_layers
 from tpsim.demo.arguments import cp_arguments, clock_arguments, file_arguments, model_arguments, overlap_arguments
+from tpsim.options import count, non_negative, positive, whole
 
 
 DEFAULT_BATCH = 16
@@ -45,8 +46,8 @@ def build_parser() -> RankZeroParser:
                    help="gpt: train a tiny GPT with DP x TP (default); mlp: one parallel MLP step; "
                         "partial-fc: the InsightFace way vs the Megatron way")
     g = p.add_argument_group("grid")
-    g.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: gcd(world, 4))")
-    g.add_argument("--dp", type=int, default=None, help="data-parallel size (default: world / tp)")
+    g.add_argument("--tp", type=count, default=None, help="tensor-parallel size (default: gcd(world, 4))")
+    g.add_argument("--dp", type=count, default=None, help="data-parallel size (default: world / tp)")
     g.add_argument("--sequence-parallel", action="store_true",
                    help="Megatron-SP: LayerNorm/dropout/residual regions split along the sequence over the TP "
                         "group (--seq-len must divide by tp)")
@@ -54,15 +55,15 @@ def build_parser() -> RankZeroParser:
                    help="with --sequence-parallel and --tp > 1: SP's all-gather / reduce-scatter split into "
                         "chunks pipelined with the GEMMs beside them (bit-identical to the run without it; on the "
                         "virtual clock only the exposed part is charged)")
-    g.add_argument("--pp", type=int, default=1,
+    g.add_argument("--pp", type=count, default=1,
                    help="pipeline stages (default 1); the ranks are TP fastest, then DP, stages outermost")
-    g.add_argument("--microbatches", type=int, default=None,
+    g.add_argument("--microbatches", type=count, default=None,
                    help="micro-batches per DP rank per step with --pp > 1 (default: pp)")
     g.add_argument("--schedule", default="1f1b",
                    help="pipeline schedule: afab (GPipe: all forwards, then all backwards), 1f1b (default), "
                         "interleaved (1F1B over --vp model chunks per rank) or zb-h1 (1F1B with every backward "
                         "split into B, the input gradient, and W, the weight gradient, run later)")
-    g.add_argument("--vp", type=int, default=1,
+    g.add_argument("--vp", type=count, default=1,
                    help="model chunks per pipeline rank, --schedule interleaved (default 1): chunk c of rank r is "
                         "virtual stage c*pp + r; --microbatches must be a multiple of --pp when vp > 1")
     g.add_argument("--pp-layers", default=None, metavar="A,B,...",
@@ -72,28 +73,29 @@ def build_parser() -> RankZeroParser:
     clock_arguments(g)
     model_arguments(p.add_argument_group("model"))
     t = p.add_argument_group("training")
-    t.add_argument("--batch-size", type=int, default=None,
+    t.add_argument("--batch-size", type=count, default=None,
                    help="global batch, sequences per step (default: 16, rounded up to a multiple of dp)")
-    t.add_argument("--steps", type=int, default=100,
+    t.add_argument("--steps", type=whole, default=100,
                    help="training steps in total (default 100); with --resume, the run goes on from the saved step "
                         "to this one")
-    t.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
-    t.add_argument("--clip", type=float, default=1.0, help="max global grad norm, 0 = off (default 1.0)")
-    t.add_argument("--max-skipped-steps", type=int, default=3,
+    t.add_argument("--lr", type=positive, default=3e-3, help="AdamW learning rate (default 3e-3)")
+    t.add_argument("--clip", type=non_negative, default=1.0, help="max global grad norm, 0 = off (default 1.0)")
+    t.add_argument("--max-skipped-steps", type=whole, default=3,
                    help="stop (exit 1) after this many consecutive steps skipped for a non-finite loss or "
                         "gradient norm (default 3)")
-    t.add_argument("--bucket-mb", type=float, default=25.0, help="DP gradient bucket size in MiB (0 = per tensor)")
+    t.add_argument("--bucket-mb", type=non_negative, default=25.0,
+                   help="DP gradient bucket size in MiB (0 = per tensor)")
     t.add_argument("--zero", type=int, choices=ZERO_STAGES, default=0,
                    help="1: ZeRO-1, Megatron's distributed optimizer: gradients reduce-scattered over DP, AdamW "
                         "state for this rank's 1/dp slice only, parameters all-gathered; 2: ZeRO-2, only that "
                         "slice of the gradients kept too, each bucket reduce-scattered as the backward finishes it "
                         "(default 0: plain DP)")
     overlap_arguments(t)
-    t.add_argument("--loss-scale-interval", type=int, default=1000,
+    t.add_argument("--loss-scale-interval", type=count, default=1000,
                    help="float16: clean steps before the loss scale doubles (default 1000)")
-    t.add_argument("--seed", type=int, default=1234, help="seed of the master weights, data and dropout")
-    t.add_argument("--tokens", type=int, default=32, help="tokens per TP group (mlp scenario)")
-    t.add_argument("--classes", type=int, default=1003, help="classes of the classifier (partial-fc scenario)")
+    t.add_argument("--seed", type=whole, default=1234, help="seed of the master weights, data and dropout")
+    t.add_argument("--tokens", type=count, default=32, help="tokens per TP group (mlp scenario)")
+    t.add_argument("--classes", type=count, default=1003, help="classes of the classifier (partial-fc scenario)")
     file_arguments(p.add_argument_group("input / output"))
     return p
 

@@ -7,7 +7,6 @@ with their numbers.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from tpsim.predict.memory import predict_memory
 from tpsim.atomic import write_text
 from tpsim.errors import ConfigError
 from tpsim.paths import check_output_dir
+from tpsim.options import OneLineParser
 
 
 def memory_matches(tp: int, measured: dict[str, list[dict]]) -> bool:
@@ -53,7 +53,7 @@ def measure_all(folder: Path) -> tuple[dict[int, list[dict]], dict[int, list], d
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tpsim.figures", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m tpsim.figures", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="figures", help="output folder (default figures/)")
     args = parser.parse_args(argv)
     try:

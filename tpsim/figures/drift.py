@@ -22,7 +22,6 @@ the 50-step bfloat16 loss from 1.76 to 1.66), and 16-bit training amplifies each
 
 from __future__ import annotations
 
-import argparse
 import json
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +38,7 @@ from tpsim.tp.mappings import CopyToTPRegion, ReduceFromTPRegion
 from tpsim.tp.regions import TensorParallelRegion
 from tpsim.figures.style import SEED, TOY, save_figure, toy_config
 from tpsim.train import AdamW, apply_update, compute_grads, mixed_precision
+from tpsim.options import OneLineParser, count
 
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 # the TP sums that can be done in float32, one at a time: partials kept in float32 through the all-reduce,
@@ -235,10 +235,10 @@ def replot(out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tpsim.figures.drift", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m tpsim.figures.drift", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="figures")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--tp", type=int, nargs="+", default=[1, 2, 4], help="TP sizes; 1 is the serial model")
+    p.add_argument("--steps", type=count, default=300)
+    p.add_argument("--tp", type=count, nargs="+", default=[1, 2, 4], help="TP sizes; 1 is the serial model")
     p.add_argument("--replot", action="store_true",
                    help=f"no training: redraw drift.png in --out from its drift.json and {CURVES} (one process)")
     args = p.parse_args(argv)

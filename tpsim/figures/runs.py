@@ -9,13 +9,13 @@ process imports no MPI (``tpsim.launcher``), only the ranks do.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from tpsim.launcher import launch as run_mpiexec
 from tpsim.figures.style import SEED, TOY, toy_config
 from tpsim.atomic import write_text
+from tpsim.options import OneLineParser, count
 
 
 def launch(n: int, args: list[str], timeout: float = 180) -> str:
@@ -77,8 +77,8 @@ def memory_worker(tp: int, path: str) -> int:
 
 
 if __name__ == "__main__":  # the memory worker, one rank of ``measure_memory``'s mpiexec job
-    parser = argparse.ArgumentParser(prog="python -m tpsim.figures.runs", description=memory_worker.__doc__)
-    parser.add_argument("--tp", type=int, required=True, help="tensor-parallel degree (= the world size)")
+    parser = OneLineParser(prog="python -m tpsim.figures.runs", description=memory_worker.__doc__)
+    parser.add_argument("--tp", type=count, required=True, help="tensor-parallel degree (= the world size)")
     parser.add_argument("--json", required=True, help="where rank 0 writes every rank's bytes")
     args = parser.parse_args()
     from tpsim.comm.launch import run_main

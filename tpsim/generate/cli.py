@@ -20,6 +20,7 @@ import numpy as np
 from tpsim.demo.cli import RankZeroParser
 from tpsim.errors import ConfigError
 from tpsim.comm.launch import world_size
+from tpsim.options import count
 
 
 def build_parser() -> RankZeroParser:
@@ -27,14 +28,15 @@ def build_parser() -> RankZeroParser:
                        description="Greedy decoding with tensor parallelism and a per-rank KV cache.")
     p.add_argument("--init-from", metavar="DIR", required=True,
                    help="a Hugging Face folder (config.json + model.safetensors) or a tpsim --export folder")
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default and only value: the world size)")
-    p.add_argument("--pp", type=int, default=1,
+    p.add_argument("--tp", type=count, default=None,
+                   help="tensor-parallel size (default and only value: the world size)")
+    p.add_argument("--pp", type=count, default=1,
                    help="pipeline stages: 1 only (decoding runs one token at a time through every layer, so a "
                         "pipeline of p stages would leave p - 1 of them idle; train with --pp, then generate "
                         "from the --save folder at any --tp)")
     p.add_argument("--prompt", required=True,
                    help="token ids, comma-separated (1,2,3); several prompts of one length: 1,2;3,4")
-    p.add_argument("--max-new-tokens", type=int, default=8, help="tokens to generate (default 8)")
+    p.add_argument("--max-new-tokens", type=count, default=8, help="tokens to generate (default 8)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float64", help="compute dtype")
     p.add_argument("--check-serial", action="store_true",
                    help="also decode serially on rank 0, with and without the KV cache, and compare tokens and logits")

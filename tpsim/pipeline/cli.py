@@ -23,6 +23,7 @@ from tpsim.pipeline.grid import format_grid, quantum_of
 from tpsim.pipeline.schedules import SCHEDULES, build
 from tpsim.predict import pipeline as formula
 from tpsim.table import RULE, format_table
+from tpsim.options import OneLineParser, count
 
 BUBBLE = {"afab": "(p - 1)/(m + p - 1)", "1f1b": "(p - 1)/(m + p - 1)", "interleaved": "(p - 1)/(v*m + p - 1)",
           "zb-h1": "(p - 1)/(3m + p - 1)", "zb-h1, m < p": "(2p - 1 - m)/(2m + 2p - 1)"}
@@ -31,14 +32,14 @@ IN_FLIGHT = {"afab": "m", "1f1b": "min(p - i, m)", "interleaved": "min(2(p - i -
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tpsim schedule", description=__doc__.splitlines()[0],
+    p = OneLineParser(prog="tpsim schedule", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pp", type=int, required=True, help="pipeline ranks")
-    p.add_argument("--microbatches", type=int, required=True, help="micro-batches a step")
+    p.add_argument("--pp", type=count, required=True, help="pipeline ranks")
+    p.add_argument("--microbatches", type=count, required=True, help="micro-batches a step")
     p.add_argument("--schedule", default="1f1b", choices=list(SCHEDULES), help="default 1f1b")
-    p.add_argument("--vp", type=int, default=1, help="model chunks per rank (--schedule interleaved)")
+    p.add_argument("--vp", type=count, default=1, help="model chunks per rank (--schedule interleaved)")
     p.add_argument("--out", help="draw the grid into this folder (PNG)")
-    p.add_argument("--width", type=int, default=100, help="wrap the grid at this many characters (default 100)")
+    p.add_argument("--width", type=count, default=100, help="wrap the grid at this many characters (default 100)")
     return p
 
 

@@ -29,17 +29,18 @@ from tpsim.pipeline.schedules import SCHEDULES
 from tpsim.plan.gpus import GPUS
 from tpsim.plan.layout import ATTENTION, DTYPE_CHOICES, DTYPES, PLANNED_ZERO_STAGES, RECOMPUTE, Layout
 from tpsim.plan.models import PRESETS, resolve
+from tpsim.options import OneLineParser, count, fraction, non_negative
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tpsim plan", description=__doc__.splitlines()[0],
+    p = OneLineParser(prog="tpsim plan", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=list(PRESETS), help="a published model")
     p.add_argument("--config", help="a Hugging Face GPT-2 or Llama config.json instead of --model")
     for name, default in (("tp", 1), ("pp", 1), ("dp", 1)):
-        p.add_argument(f"--{name}", type=int, default=default, help=f"{name.upper()} size (default {default})")
+        p.add_argument(f"--{name}", type=count, default=default, help=f"{name.upper()} size (default {default})")
     p.add_argument("--sp", action="store_true", help="sequence parallelism (Korthikanti et al. 2022)")
-    p.add_argument("--cp", type=int, default=1, help="context parallelism: every sequence cut over CP ranks "
+    p.add_argument("--cp", type=count, default=1, help="context parallelism: every sequence cut over CP ranks "
                    "(default 1)")
     p.add_argument("--cp-comm", default="ring", choices=CP_COMMS,
                    help="how attention reaches the other shards: ring (K/V passed around, overlapped with the "
@@ -49,13 +50,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--zero", type=int, default=0, choices=PLANNED_ZERO_STAGES, help="ZeRO stage: 1 the optimizer "
                    "sharded over dp x cp, 2 the gradients too, 3 the parameters too (gathered piece by piece)")
     p.add_argument("--recompute", default="none", choices=RECOMPUTE)
-    p.add_argument("--seq-len", type=int, default=None,
+    p.add_argument("--seq-len", type=count, default=None,
                    help="tokens per sequence (default: the model's maximum, at most 8192)")
-    p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
-    p.add_argument("--global-batch", type=int, default=512, help="sequences per step (default 512)")
+    p.add_argument("--micro-batch", type=count, default=1, help="sequences per micro-batch (default 1)")
+    p.add_argument("--global-batch", type=count, default=512, help="sequences per step (default 512)")
     p.add_argument("--schedule", default="1f1b", choices=list(SCHEDULES),
                    help="pipeline schedule, run on the virtual clock (default 1f1b)")
-    p.add_argument("--vp", type=int, default=1, help="model chunks per pipeline rank (--schedule interleaved)")
+    p.add_argument("--vp", type=count, default=1, help="model chunks per pipeline rank (--schedule interleaved)")
     p.add_argument("--pp-layers", metavar="a,b,...",
                    help="layers of each (virtual) stage, in model order (default: equal stages)")
     p.add_argument("--dtype", default="bfloat16", choices=[*DTYPE_CHOICES, "fp8"],
@@ -65,13 +66,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--attention", default="unfused", choices=ATTENTION,
                    help="fused: a flash-style attention kernel, no s x s scores kept (default unfused)")
     p.add_argument("--gpu", default="h100-80gb", choices=list(GPUS))
-    p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--mfu", type=float, default=None,
+    p.add_argument("--gpus-per-node", type=count, default=8)
+    p.add_argument("--mfu", type=fraction, default=None,
                    help="every matmul at this fraction of peak, other kernels free (default: each kernel from its "
                         "shape, tpsim.plan.kernel_time)")
-    p.add_argument("--gemm-efficiency", type=float, default=None, help="the kernel model's matmul efficiency "
+    p.add_argument("--gemm-efficiency", type=fraction, default=None, help="the kernel model's matmul efficiency "
                    "(default: the fitted 0.70)")
-    p.add_argument("--hbm-efficiency", type=float, default=None, help="its memory-bandwidth efficiency "
+    p.add_argument("--hbm-efficiency", type=fraction, default=None, help="its memory-bandwidth efficiency "
                    "(default: the fitted 0.75)")
     o = p.add_argument_group("overlap (Megatron-LM's flags)")
     o.add_argument("--overlap-grad-reduce", action="store_true",
@@ -80,10 +81,10 @@ def parser() -> argparse.ArgumentParser:
                    help="ZeRO-1/2's parameter all-gather hidden under the next forward (needs --zero 1 or 2)")
     o.add_argument("--tp-comm-overlap", action="store_true",
                    help="SP's all-gather / reduce-scatter pipelined with the GEMMs beside them (needs --sp)")
-    o.add_argument("--bucket-mb", type=float, default=25.0, help="DP gradient bucket cap in MiB (default 25)")
-    p.add_argument("--gpus", type=int, help="with --search: the number of GPUs to lay out")
+    o.add_argument("--bucket-mb", type=non_negative, default=25.0, help="DP gradient bucket cap in MiB (default 25)")
+    p.add_argument("--gpus", type=count, help="with --search: the number of GPUs to lay out")
     p.add_argument("--search", action="store_true", help="rank every tp x pp x dp = --gpus layout that fits")
-    p.add_argument("--top", type=int, default=10, help="--search: rows to print (default 10)")
+    p.add_argument("--top", type=count, default=10, help="--search: rows to print (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--validate", action="store_true", help="check the planner's terms against live runs")
     p.add_argument("--published", action="store_true",

@@ -13,11 +13,11 @@ sequence) and the DP gradient sync. Rank 0 writes every rank's numbers to PATH.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from tpsim.arch import ARCH_SPELLINGS, GPTConfig, LlamaConfig, architecture
+from tpsim.options import OneLineParser, count
 
 TOYS = {"gpt2": GPTConfig(vocab_size=37, n_positions=16, n_embd=24, n_layer=2, n_head=4, dropout=0.1),
         "llama": LlamaConfig(vocab_size=37, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
@@ -98,15 +98,15 @@ def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt2", zero: int 
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m tpsim.plan.live", description=worker.__doc__)
-    parser.add_argument("--tp", type=int, required=True)
-    parser.add_argument("--dp", type=int, default=1)
+    parser = OneLineParser(prog="python -m tpsim.plan.live", description=worker.__doc__)
+    parser.add_argument("--tp", type=count, required=True)
+    parser.add_argument("--dp", type=count, default=1)
     parser.add_argument("--sp", action="store_true")
     parser.add_argument("--arch", default="gpt2", choices=ARCH_SPELLINGS)
     parser.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3),
                         help="ZeRO-1, 2 or 3 (tpsim.train.zero) instead of DDP")
     parser.add_argument("--dtype", default="float64", choices=("float64", "float32", "bfloat16", "float16"))
-    parser.add_argument("--cp", type=int, default=1)
+    parser.add_argument("--cp", type=count, default=1)
     parser.add_argument("--cp-comm", default="ring", choices=("ring", "allgather", "ulysses"))
     parser.add_argument("--json", required=True)
     args = parser.parse_args()

@@ -19,13 +19,13 @@ all-gather. Rank 0 writes every rank's numbers to PATH.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from tpsim.config import OptimizerSettings, Parallelism, Pipeline, Precision, RunConfig, Schedule
 from tpsim.phases import DP_SYNC
 from tpsim.plan.live import ROWS_PER_REPLICA, SEED, toy_config
+from tpsim.options import OneLineParser, count, non_negative
 
 
 def pipeline_run(tp: int, dp: int, pp: int, schedule: str, vp: int, microbatches: int, layers: int,
@@ -120,18 +120,18 @@ def worker(run: RunConfig, path: str) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m tpsim.plan.live_pipeline", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m tpsim.plan.live_pipeline", description=__doc__.splitlines()[0])
     for name, default in (("tp", 1), ("dp", 1), ("pp", 2), ("vp", 1), ("microbatches", 4), ("layers", 4)):
-        parser.add_argument(f"--{name}", type=int, default=default)
+        parser.add_argument(f"--{name}", type=count, default=default)
     parser.add_argument("--schedule", default="1f1b")
     parser.add_argument("--sp", action="store_true")
     parser.add_argument("--tp-comm-overlap", action="store_true")
     parser.add_argument("--arch", default="gpt2")
     parser.add_argument("--clock", default="h100-80gb")
     parser.add_argument("--json", required=True)
-    parser.add_argument("--zero", type=int, default=0)
+    parser.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3))
     parser.add_argument("--overlap", default="", choices=["", "grad", "both"])
-    parser.add_argument("--bucket-mb", type=float, default=25.0)
+    parser.add_argument("--bucket-mb", type=non_negative, default=25.0)
     args = parser.parse_args()
     from tpsim.comm.launch import run_main
 

@@ -26,6 +26,7 @@ from tpsim.teach.lessons import (DEFAULT_OUT, LessonsNotFound, discover, exercis
                                  find_lesson, lesson_of, normalize_exercise, shown_path)
 from tpsim.teach.notebook_cli import NOTEBOOK_COMMANDS, add_notebook_commands
 from tpsim.teach.workspace import WORK_ENV, answer_file, exercises_of, start, work_dir
+from tpsim.options import OneLineParser, positive
 
 LESSON_TIMEOUT, CHECK_TIMEOUT = 300.0, 120.0
 LIST_WIDTH = 100  # `tpsim lesson list` fits a 100-column terminal
@@ -128,7 +129,7 @@ def lesson_table(lessons, width: int = LIST_WIDTH) -> str:
 
 
 def lesson_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="tpsim lesson", description="The guided lessons, on real MPI ranks.")
+    parser = OneLineParser(prog="tpsim lesson", description="The guided lessons, on real MPI ranks.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="number, title and rank count of every lesson")
     begin = sub.add_parser("start", help=f"copy the lesson's exercise stubs into your work folder ({WORK_ENV}, "
@@ -139,7 +140,7 @@ def lesson_main(argv: list[str]) -> int:
     run = sub.add_parser("run", help="run one lesson at its rank count")
     run.add_argument("number", help="lesson number, e.g. 03")
     run.add_argument("--out", default=None, help=f"folder for the lesson's figures (default {DEFAULT_OUT}/)")
-    run.add_argument("--timeout", type=float, default=LESSON_TIMEOUT, help="seconds before the run is stopped")
+    run.add_argument("--timeout", type=positive, default=LESSON_TIMEOUT, help="seconds before the run is stopped")
     add_notebook_commands(sub)
     args = parser.parse_args(argv)
     try:
@@ -160,7 +161,7 @@ def lesson_main(argv: list[str]) -> int:
 
 
 def check_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="tpsim check", description="Check your exercise against the reference "
+    parser = OneLineParser(prog="tpsim check", description="Check your exercise against the reference "
                                      "on real ranks, at its lesson's rank count.",
                                      epilog="exit status: 0 right, 1 wrong (explained), 2 usage, 3 not done yet "
                                             "(NotImplementedError), 124 stopped by --timeout. Hint levels are "
@@ -170,7 +171,7 @@ def check_main(argv: list[str]) -> int:
                         help=f"the file with your functions (default: your copy in ${WORK_ENV} or ./tpsim-work/ "
                              f"made by tpsim lesson start NN, else the committed stub; tpsim lesson solution NN: the "
                              f"reference answer)")
-    parser.add_argument("--timeout", type=float, default=CHECK_TIMEOUT, help="seconds before the check is stopped")
+    parser.add_argument("--timeout", type=positive, default=CHECK_TIMEOUT, help="seconds before the check is stopped")
     parser.add_argument("--hint", nargs="?", type=_level, const=NEXT, default=0, metavar="N",
                         help="after the verdict, the next hint for the function that went wrong (one level more "
                              "each time), or levels 1..N")

@@ -12,6 +12,7 @@ import importlib.util
 import sys
 
 from tpsim.teach.lessons import LessonInfo, discover, find_lesson
+from tpsim.options import positive
 
 EXTRA = 'pip install -e ".[notebooks]"'
 
@@ -33,7 +34,7 @@ def add_notebook_commands(sub) -> None:
                                       f"plus index.html. Needs the notebooks extra: {EXTRA}")
     book.add_argument("numbers", nargs="*", metavar="NN", help="lesson numbers (default: all)")
     book.add_argument("--out", default=DEFAULT_BOOK, help=f"folder for the pages (default {DEFAULT_BOOK}/)")
-    book.add_argument("--timeout", type=float, default=RUN_TIMEOUT, help="seconds before one lesson's run is "
+    book.add_argument("--timeout", type=positive, default=RUN_TIMEOUT, help="seconds before one lesson's run is "
                                                                           "stopped")
 
 

@@ -11,13 +11,13 @@ the lesson file.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
 
 from tpsim.teach.cells import read_cells
 from tpsim.teach.lessons import DEFAULT_OUT
+from tpsim.options import OneLineParser
 
 CELL_MARK = "::tpsim-cell:: {index}"  # printable: str.splitlines() would split at a control character
 FIGURE_MARK = "::tpsim-figure:: {name}"
@@ -65,7 +65,7 @@ def split_output(text: str, cells: int) -> tuple[list[str], list[list[str]]]:
 def main(argv: list[str] | None = None) -> None:
     from tpsim.comm.launch import run_main, world_rank
 
-    parser = argparse.ArgumentParser(prog="python -m tpsim.teach.run_cells")
+    parser = OneLineParser(prog="python -m tpsim.teach.run_cells")
     parser.add_argument("script", type=Path)
     parser.add_argument("--out", type=Path, default=Path(DEFAULT_OUT))
     args, _ = parser.parse_known_args(argv)

@@ -19,6 +19,7 @@ import sys
 from tpsim.trace.exposed import PIPELINE_JSON, exposed_table, read_dp
 from tpsim.trace.kind_split import format_kind_table, kind_split
 from tpsim.trace.module_table import BY, module_table
+from tpsim.options import OneLineParser, whole
 from tpsim.trace.run_folder import (FILES, RunFolderError, check_step, default_step, load_run, run_title,
                                     write_figures)
 
@@ -28,10 +29,10 @@ def _fail(prog: str, message: str) -> int:
     return 2
 
 
-def _parser(prog: str, description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=description)
+def _parser(prog: str, description: str) -> OneLineParser:
+    p = OneLineParser(prog=prog, description=description)
     p.add_argument("run_dir", metavar="RUN_DIR", help="output folder of a run (the demo's --out)")
-    p.add_argument("--step", type=int, default=None, help="training step (default: the last one)")
+    p.add_argument("--step", type=whole, default=None, help="training step (default: the last one)")
     return p
 
 
@@ -73,7 +74,7 @@ def report_main(argv: list[str]) -> int:
                    help="module: the module tree (default); layer: one row per layer; op: one row per collective; "
                         "kind: each layer's time split into matmul, elementwise, softmax/norm, communication "
                         "(waiting vs moving bytes) and other, from spans.jsonl")
-    p.add_argument("--rank", type=int, default=None, help="show one rank instead of the per-rank average")
+    p.add_argument("--rank", type=whole, default=None, help="show one rank instead of the per-rank average")
     p.add_argument("--exposed", action="store_true",
                    help="exposed vs hidden DP communication per rank on the virtual clock (pipeline.json of a "
                         "--clock GPU run at dp > 1; --overlap-grad-reduce hides part of it)")
