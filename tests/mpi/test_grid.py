@@ -82,3 +82,23 @@ def test_bad_fake_hosts_fail_on_every_rank_before_any_collective(monkeypatch):
     monkeypatch.setenv(FAKE_HOSTS_ENV, "a*99")
     with pytest.raises(ConfigError, match=f"names 99 ranks, but the world has {WORLD.Get_size()}"):
         ProcessGrid(tp=1)
+
+
+def test_groups_by_name_are_the_order_strings(grid):
+    """``grid.group(*axes)``: the groups the grid built, each over the ranks ``tpsim.rank_grid`` names for it (any
+    spelling of a product), the same communicator as the attribute; a product never built is one error line."""
+    assert grid.group("tp") is grid.tp_group and grid.group("cp", "dp") is grid.group("dp", "cp") is grid.dp_group
+    assert grid.group("pp") is grid.pp_group and grid.group("tp", "pp") is grid.model_parallel_group
+    assert grid.group("tp", "cp", "dp") is grid.stage_group
+    for axes in (("tp",), ("dp", "cp"), ("cp",), ("pp",), ("tp", "pp"), ("tp", "cp", "dp")):
+        assert grid.group(*axes).ranks == grid.ranks.group(grid.rank, *axes), axes
+    with pytest.raises(ValueError, match="no group over dp on grid 'tp-cp-dp-pp'"):
+        grid.group("dp")
+
+
+@pytest.mark.skipif(WORLD.Get_size() != 8, reason="TP 2 x CP 2 x DP 2 needs 8 ranks")
+def test_the_gradient_group_is_dp_times_cp_cp_fastest():
+    grid = ProcessGrid(tp=2, dp=2, cp=2)
+    assert grid.group("dp", "cp").ranks == tuple(grid.tp_rank + r for r in (0, 2, 4, 6))
+    assert grid.group("cp").ranks == tuple(grid.dp_rank * 4 + grid.tp_rank + c for c in (0, 2))
+    assert grid.dp_group.size == 4 and grid.replicas == 4

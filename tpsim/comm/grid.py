@@ -25,6 +25,9 @@ grid's rows (``cube`` [pp, dp·cp, tp], ``layout``, the group named "dp" and ``r
 (dp_rank, cp_rank) pairs, ``replica_rank = dp_rank·cp + cp_rank``, while ``dp`` and ``dp_rank`` still say which
 rows of the global batch a rank reads. A *CP group* ("cp") holds the cp ranks of one replica with the same
 tp_rank, in cp_rank order.
+Every group is the order string's (``tpsim.rank_grid``, order ``"tp-cp-dp-pp"``): ``grid.group("tp")``,
+``grid.group("dp", "cp")`` (the gradient group), ``grid.group("tp", "pp")`` (model-parallel) — a new axis is one more
+name in ``ORDER``.
 Sizes are checked on every rank before the first collective, so a bad configuration fails the same way
 everywhere instead of leaving some ranks waiting. Every rank's host name is gathered once, at construction
 (untraced: set-up, not model traffic); when the ranks span several hosts the table shows them and warns about a
@@ -43,6 +46,9 @@ from tpsim.comm.group import Group
 from tpsim.comm.tracer import Tracer
 from tpsim.errors import ConfigError
 from tpsim.hosts import FAKE_HOSTS_ENV, host_lines, parse_fake_hosts, row_hosts
+from tpsim.rank_grid import RankGrid
+
+ORDER = "tp-cp-dp-pp"  # Megatron's rank order: TP fastest (inside a node), pipeline stages outermost
 
 
 def grid_layout(world: int, tp: int, dp: int | None = None) -> np.ndarray:
@@ -94,36 +100,49 @@ class ProcessGrid:
         self.pp_rank = self.rank // (self.tp * self.replicas)
         self.layout = self.cube[self.pp_rank]  # this rank's stage: [dp·cp, tp] (the whole grid when pp == 1)
         self.tracer = tracer if tracer is not None else Tracer(rank=self.rank)
-        # Communicator creation is set-up, not model traffic: it is not traced.
-        stage, row = self.pp_rank, self.replica_rank
-        chain = row * self.tp + self.tp_rank  # which pipeline group
-        tp_comm = comm.Split(color=stage * self.replicas + row, key=self.tp_rank)
-        dp_comm = comm.Split(color=stage * self.tp + self.tp_rank, key=row)
-        pp_comm = comm.Split(color=chain, key=self.pp_rank)
-        cp_comm = comm.Split(color=(stage * self.dp + self.dp_rank) * self.tp + self.tp_rank, key=self.cp_rank)
+        self.ranks = RankGrid(ORDER, {"tp": self.tp, "cp": cp, "dp": self.dp, "pp": self.pp})
+        # Communicator creation is set-up, not model traffic: it is not traced. Every group is built here, on every
+        # rank (a split is collective); ``group(*axes)`` hands them out.
+        self._groups: dict[tuple[str, ...], Group] = {}
         self.world = Group(comm, "world", tuple(range(self.world_size)), self.tracer)
-        self.tp_group = Group(tp_comm, "tp", tuple(self.layout[row].tolist()), self.tracer)
-        self.dp_group = Group(dp_comm, "dp", tuple(self.layout[:, self.tp_rank].tolist()), self.tracer)  # DP × CP
-        first = self.dp_rank * cp
-        self.cp_group = Group(cp_comm, "cp", tuple(self.layout[first:first + cp, self.tp_rank].tolist()), self.tracer)
-        self.pp_group = Group(pp_comm, "pp", tuple(self.cube[:, row, self.tp_rank].tolist()), self.tracer)
+        self.tp_group = self._split(comm, "tp", ("tp",))
+        self.dp_group = self._split(comm, "dp", ("cp", "dp"))  # the gradient group: DP × CP, named "dp" in traces
+        self.cp_group = self._split(comm, "cp", ("cp",))
+        self.pp_group = self._split(comm, "pp", ("pp",))
         self.embedding_group: Group | None = None  # first and last stage of this pipeline group (pp > 1)
         self.model_parallel_group = self.tp_group  # the ranks one model is split over: TP × PP of one replica
         self.stage_group = self.world  # the ranks of this pipeline stage (TP × DP): the world when pp == 1
         if self.pp > 1:
-            stage_comm = comm.Split(color=self.pp_rank, key=self.rank)
-            self.stage_group = Group(stage_comm, "stage", tuple(self.layout.ravel().tolist()), self.tracer)
+            self.stage_group = self._split(comm, "stage", ("tp", "cp", "dp"))
             ends = self.pp_rank in (0, self.pp - 1)
+            chain = self.ranks.color(self.rank, "pp")
             emb_comm = comm.Split(color=chain if ends else MPI.UNDEFINED, key=self.pp_rank)
             if ends:
                 self.embedding_group = Group(emb_comm, "embedding", self.pp_group.ranks[::self.pp - 1], self.tracer)
-            mp_comm = comm.Split(color=row, key=self.pp_rank * self.tp + self.tp_rank)
-            self.model_parallel_group = Group(mp_comm, "mp", tuple(self.cube[:, row].ravel().tolist()),
-                                              self.tracer)
+            self.model_parallel_group = self._split(comm, "mp", ("tp", "pp"))
+        else:  # one stage: the stage is the world, a model is split over TP alone
+            self._groups.update({("cp", "dp", "tp"): self.world, ("pp", "tp"): self.tp_group})
         with self.tracer.paused():
             self.hosts = gather_host_names(self.world, my_host)  # world rank -> host name, on every rank
         comm.Barrier()  # common clock origin for timelines (ranks on one node share perf_counter)
         self.tracer.reset(t0=time.perf_counter())
+
+    def _split(self, comm: MPI.Comm, name: str, axes: tuple[str, ...]) -> Group:
+        """The group over ``axes`` holding this rank (``tpsim.rank_grid``: which one, and this rank's place)."""
+        sub = comm.Split(color=self.ranks.color(self.rank, *axes), key=self.ranks.key(self.rank, *axes))
+        group = Group(sub, name, self.ranks.group(self.rank, *axes), self.tracer)
+        self._groups[tuple(sorted(axes))] = group
+        return group
+
+    def group(self, *axes: str) -> Group:
+        """This rank's group over ``axes`` (any order): ``group("tp")``, ``group("dp", "cp")`` — the gradient group,
+        DP × CP — ``group("cp")``, ``group("pp")``, ``group("tp", "pp")`` (model-parallel), ``group("tp", "cp",
+        "dp")`` (this stage; the world when pp == 1)."""
+        found = self._groups.get(tuple(sorted(axes)))
+        if found is None:
+            built = ", ".join(" x ".join(k) for k in self._groups)
+            raise ValueError(f"no group over {' x '.join(axes)} on grid {ORDER!r}: built {built}")
+        return found
 
     @property
     def first_stage(self) -> bool:
