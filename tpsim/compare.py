@@ -17,14 +17,11 @@ a verdict across ranks is ``tpsim.comm.agree``'s job.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 import numpy as np
 
 from tpsim.partition import take_shard
-
-if TYPE_CHECKING:  # only named: tpsim.nn's gradient check imports this module, so nn must not load here
-    from tpsim.nn.module import Module
 
 
 def max_abs_diff(got, expected) -> float:
@@ -50,9 +47,10 @@ def relative_difference(got, expected, *, floor: float = 1.0) -> float:
     return diff / scale if scale > 0 else diff
 
 
-def shard_differences(parallel: Module, serial: Mapping[str, np.ndarray], *, prefix: str = "",
+def shard_differences(parallel, serial: Mapping[str, np.ndarray], *, prefix: str = "",
                       grads: bool = True, floor: float | None = None) -> dict[str, float]:
-    """``{name: difference}`` of every gradient (or parameter) of ``parallel`` vs its slice of the serial tensor.
+    """``{name: difference}`` of every gradient (or parameter) of ``parallel`` (a ``tpsim.nn.Module``: only its
+    ``named_entries`` are read, so this module needs nothing of ``tpsim.nn``) vs its slice of the serial tensor.
 
     ``serial``: the serial model's tensors by dotted name (``dict(serial.named_grads(prefix))``), full size;
     ``take_shard`` cuts the slice the shard's ``Partition`` names (a replicated tensor is compared whole).
@@ -66,6 +64,6 @@ def shard_differences(parallel: Module, serial: Mapping[str, np.ndarray], *, pre
     return out
 
 
-def shard_error(parallel: Module, serial: Mapping[str, np.ndarray], *, prefix: str = "", grads: bool = True) -> float:
+def shard_error(parallel, serial: Mapping[str, np.ndarray], *, prefix: str = "", grads: bool = True) -> float:
     """The largest ``|shard − its slice of the serial tensor|`` over every gradient (or parameter) of ``parallel``."""
     return max(shard_differences(parallel, serial, prefix=prefix, grads=grads).values())

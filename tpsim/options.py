@@ -11,7 +11,9 @@ refused by the parser — before any rank builds anything — with one line nami
     probability    a number in [0, 1)       a dropout rate
 
 ``OneLineParser`` is argparse with its usage errors printed as ``PROG: error: MESSAGE`` on one line, exit status 2
-(``--help`` still prints the whole usage). Pure: no MPI.
+(``--help`` still prints the whole usage). ``RankZeroParser``, for programs on MPI ranks (the demo, decoding, the
+lessons), raises a usage error as ``ConfigError`` on every rank — the entry point prints it once — and prints
+``--help`` on rank 0 only. Pure: MPI is asked for the rank only when help is printed.
 """
 
 from __future__ import annotations
@@ -20,12 +22,27 @@ import argparse
 import math
 from typing import Callable
 
+from tpsim.errors import ConfigError
+
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose usage errors are one line on stderr and exit status 2."""
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class RankZeroParser(argparse.ArgumentParser):
+    """argparse that prints help on rank 0 only and turns usage errors into ``ConfigError``."""
+
+    def print_help(self, file=None):
+        from tpsim.comm.launch import world_rank  # only here: parsing needs no MPI
+
+        if world_rank() == 0:
+            super().print_help(file)
+
+    def error(self, message):
+        raise ConfigError(message)
 
 
 def _number(name: str, kind: type, rule: str, ok: Callable[[float], bool]):

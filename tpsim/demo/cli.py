@@ -13,29 +13,18 @@ from dataclasses import dataclass
 from math import gcd
 
 from tpsim.arch import architecture
-from tpsim.comm.launch import world_rank, world_size
+from tpsim.comm.launch import world_size
 from tpsim.config import Files, OptimizerSettings, Parallelism, Pipeline, Precision, RunConfig, Schedule, ZERO_STAGES
 from tpsim.errors import ConfigError
 from tpsim.paths import check_input_file, check_output_dir
 from tpsim.plan.clock_choice import UNIT_CLOCK
 from tpsim.pp.split import parse_stage_layers
 from tpsim.demo.arguments import cp_arguments, clock_arguments, file_arguments, model_arguments, overlap_arguments
-from tpsim.options import count, non_negative, positive, whole
+from tpsim.options import RankZeroParser, count, non_negative, positive, whole
 
 
 DEFAULT_BATCH = 16
 DEFAULT_DROPOUT = 0.1  # gpt2: the verdicts against the serial model cover dropout (exact RNG)
-
-
-class RankZeroParser(argparse.ArgumentParser):
-    """argparse that prints help on rank 0 only and turns usage errors into ``ConfigError``."""
-
-    def print_help(self, file=None):
-        if world_rank() == 0:
-            super().print_help(file)
-
-    def error(self, message):
-        raise ConfigError(message)
 
 
 def build_parser() -> RankZeroParser:

@@ -17,10 +17,9 @@ import sys
 
 import numpy as np
 
-from tpsim.demo.cli import RankZeroParser
 from tpsim.errors import ConfigError
 from tpsim.comm.launch import world_size
-from tpsim.options import count
+from tpsim.options import RankZeroParser, count
 
 
 def build_parser() -> RankZeroParser:

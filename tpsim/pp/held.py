@@ -8,7 +8,7 @@ So the peak a rank holds is the schedule's peak of pairs in flight, each pair we
 one layer's bytes: ``tpsim.plan.memory.activation_peaks``, which the planner prices and ``tpsim plan --validate``
 compares with this count on live ranks.
 
-Counted here: every float and bool array of the chunk's blocks' caches (``tpsim.trace.measure``), each buffer
+Counted here: every float and bool array of the chunk's blocks' caches (``tpsim.nn.cache_bytes``), each buffer
 once — the layer's own activations and dropout masks, as ``--validate``'s per-layer term counts them. The first
 stage's embedding caches and the last stage's logits are not a layer's and are left out (the planner adds the
 logits on its own). MPI-free.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tpsim.trace.measure import measure_activations
+from tpsim.nn.cache_bytes import measure_activations
 
 
 def layer_bytes(blocks_cache) -> int:

@@ -38,8 +38,8 @@ import numpy as np
 from tpsim.comm.agree import Agreement
 from tpsim.comm.launch import install_signal_handlers, run_main, world_rank, world_size
 from tpsim.compare import max_abs_diff, shard_error  # noqa: F401 (shard_error: what lessons compare shards with)
-from tpsim.demo.cli import RankZeroParser
 from tpsim.errors import ConfigError
+from tpsim.options import RankZeroParser
 from tpsim.plotting import pyplot
 from tpsim.table import format_table as table  # noqa: F401 (the lessons' name for the one table formatter)
 from tpsim.teach.lessons import DEFAULT_OUT, LessonsNotFound, find_lesson, normalize
