@@ -20,7 +20,7 @@ COMMANDS = {
     "python -m tpsim.demo": ("tpsim.demo.cli", "build_parser", None),
     "python -m tpsim.generate": ("tpsim.generate.cli", "build_parser", None),
     "tpsim plan": ("tpsim.plan.cli", "parser", None),
-    "tpsim schedule": ("tpsim.pipeline.cli", "parser", None),
+    "tpsim schedule": ("tpsim.schedule_cli", "parser", None),
     "tpsim plot": ("tpsim.trace.cli", "plot_main", []),
     "tpsim report": ("tpsim.trace.cli", "report_main", []),
     "tpsim lesson": ("tpsim.teach.cli", "lesson_main", []),

@@ -45,7 +45,7 @@ def built_parser(run, monkeypatch) -> argparse.ArgumentParser:
 def commands(monkeypatch) -> dict:
     from tpsim.demo.cli import build_parser as demo
     from tpsim.generate.cli import build_parser as generate
-    from tpsim.pipeline.cli import parser as schedule
+    from tpsim.schedule_cli import parser as schedule
     from tpsim.plan.cli import parser as plan
     from tpsim.teach.cli import check_main, lesson_main
     from tpsim.trace.cli import plot_main, report_main

@@ -1,4 +1,4 @@
-"""``tpsim schedule`` and the grid it prints (``tpsim.pipeline.cli``, ``grid``, ``figure``): the grid is the
+"""``tpsim schedule`` and the grid it prints (``tpsim.schedule_cli``, ``grid``, ``figure``): the grid is the
 timeline cell by cell, it wraps to the width, the bubble printed is the clock's beside the formula's, the figure
 is a PNG, and every mistake is one line with exit status 2 — all without MPI."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tpsim import cli
-from tpsim.pipeline.cli import main
+from tpsim.schedule_cli import main
 from tpsim.pipeline.clock import simulate
 from tpsim.pipeline.grid import cells, format_grid, label
 from tpsim.pipeline.schedules import build
@@ -113,7 +113,7 @@ def test_tpsim_schedule_is_a_command_and_runs_without_mpi():
 
 
 def test_an_out_that_is_a_file_is_one_line_and_exit_2(tmp_path, capsys):
-    from tpsim.pipeline.cli import main as schedule_main
+    from tpsim.schedule_cli import main as schedule_main
     afile = tmp_path / "afile"
     afile.write_text("x")
     assert schedule_main(["--pp", "2", "--microbatches", "2", "--out", str(afile)]) == 2

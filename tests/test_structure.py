@@ -115,7 +115,7 @@ def test_no_file_over_300_lines_and_no_function_over_60():
     "tpsim.hf.config, tpsim.hf.weights, tpsim.hf.layout, tpsim.generate.argmax, tpsim.generate.kv_cache, "
     "tpsim.generate.report",
     "tpsim.pipeline, tpsim.pipeline.schedules, tpsim.pipeline.check, tpsim.pipeline.clock, tpsim.pipeline.grid, "
-    "tpsim.pipeline.figure, tpsim.pipeline.cli, tpsim.predict.pipeline, tpsim.plan.schedule",
+    "tpsim.pipeline.figure, tpsim.schedule_cli, tpsim.predict.pipeline, tpsim.plan.schedule",
 ])
 def test_pure_arithmetic_imports_without_mpi(modules):
     code = f"import sys, {modules}; assert 'mpi4py' not in sys.modules, 'mpi4py was imported'"

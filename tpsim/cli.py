@@ -5,7 +5,7 @@
     tpsim lesson list|start|run NN  the guided lessons                         (tpsim.teach.cli)
     tpsim check NN [FILE]     check an exercise against the reference          (tpsim.teach.cli)
     tpsim plan ...            memory, bytes and time of a real-size layout     (tpsim.plan.cli)
-    tpsim schedule ...        a pipeline schedule as a time x rank grid        (tpsim.pipeline.cli)
+    tpsim schedule ...        a pipeline schedule as a time x rank grid        (tpsim.schedule_cli)
     tpsim --version           the installed version (package metadata, else ``tpsim.__version__``)
 
 The programs that run on ranks are started with mpirun, not through this command: the demo
@@ -29,7 +29,7 @@ COMMANDS = {
     "lesson": ("tpsim.teach.cli", "lesson_main", "list, start (your own copy of the exercises) or run the lessons"),
     "check": ("tpsim.teach.cli", "check_main", "check your exercise against the reference on real ranks"),
     "plan": ("tpsim.plan.cli", "main", "plan a real-size run: memory, bytes and time per GPU (--search, --validate)"),
-    "schedule": ("tpsim.pipeline.cli", "main", "a pipeline schedule checked, timed and drawn as a time x rank grid"),
+    "schedule": ("tpsim.schedule_cli", "main", "a pipeline schedule checked, timed and drawn as a time x rank grid"),
 }
 PROGRAMS = [  # run on ranks under mpirun: not subcommands of this one
     ("mpirun -n 8 python -m tpsim.demo", "the demo: TP x DP training, checked against the serial model"),

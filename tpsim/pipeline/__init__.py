@@ -10,8 +10,8 @@
                                 deadlock — or one line saying which rank and action is wrong
     tpsim.pipeline.clock        ``simulate(schedule, costs)``: the virtual clock; bubble, busy/idle, in flight, bytes
     tpsim.pipeline.grid         the time × rank grid as text;  tpsim.pipeline.figure  the same drawn (matplotlib)
-    tpsim.pipeline.cli          ``tpsim schedule``
 
-Pure arithmetic, MPI-free: the planner and ``tpsim schedule`` import it without MPI; the live pipeline runs the
-same lists on real ranks. The closed formulas the clock is checked against live in ``tpsim.predict.pipeline``.
+Pure arithmetic, MPI-free: the planner and ``tpsim schedule`` (``tpsim.schedule_cli``, above both this package and
+the closed formulas it prints beside the clock) import it without MPI; the live pipeline runs the same lists on
+real ranks. The closed formulas the clock is checked against live in ``tpsim.predict.pipeline``.
 """
