@@ -38,7 +38,8 @@ from tpsim.cost import ring_steps
 from tpsim.config import RunConfig
 from tpsim.predict.formulas import predict_step
 from tpsim.trace.formula_check import compare, format_comparison, formula_verdict
-from tpsim.predict.hardware import IB_NDR, NVLINK4_H100, estimate_breakdown, estimate_step_time
+from tpsim.links import IB_NDR, NVLINK4_H100
+from tpsim.predict.hardware import estimate_breakdown, estimate_step_time
 from tpsim.trace.timeline import chrome_trace, plot_timeline, write_chrome_trace
 from tpsim.train import AdamW, GradSync, apply_update, broadcast_params, compute_grads
 
@@ -254,7 +255,7 @@ lesson.equal("tpsim report reads the folder back (exit status)", report_status, 
 #
 # One ring step costs a latency `α` plus the bytes it sends times `β = 1/bandwidth`, so a collective costs
 # `ring_steps·α + wire_bytes·β` (`ring_time`). Summing that over a step's records prices the step's
-# communication on a link, with nothing overlapped. `tpsim.predict.hardware` has nominal presets: NVLink 4
+# communication on a link, with nothing overlapped. `tpsim.links` has nominal presets: NVLink 4
 # inside a node (450 GB/s each way per GPU, α 3 µs assumed) and InfiniBand NDR between nodes (50 GB/s per
 # GPU, α 8 µs assumed) — vendor peaks and assumptions, not measurements. A TP × DP grid can put TP on either:
 

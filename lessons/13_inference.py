@@ -46,7 +46,7 @@ from tpsim.models.llama import serial_llama
 from tpsim.arch.llama import LlamaConfig
 from tpsim.plan.models import PRESETS as PLAN_MODELS
 from tpsim.teach.runtime import Lesson, table
-from tpsim.predict.hardware import NVLINK4_H100
+from tpsim.links import NVLINK4_H100
 
 lesson = Lesson("13", RANKS)
 grid = ProcessGrid(tp=RANKS)
@@ -278,7 +278,7 @@ lesson.equal("every decode step's collectives == the prediction",
 # ## Latency vs bandwidth
 #
 # The α-β model (lesson 11) prices a collective as `steps · α + wire_bytes · β`, with an *assumed* α: 3 µs
-# per ring step on the NVLink preset (`tpsim.predict.hardware`; NCCL's small-message latencies are of that
+# per ring step on the NVLink preset (`tpsim.links`; NCCL's small-message latencies are of that
 # order, not a datasheet value). A decode step's messages are a few hundred bytes here and a few KiB in a real
 # model, so in this model the β term is nothing and the `2(p − 1)` ring steps of α per all-reduce are
 # everything: **a decode step's collectives are all α**. A prefill of a long prompt moves `s` times more

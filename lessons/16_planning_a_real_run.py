@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from tpsim.plan.comm import links
-from tpsim.plan.gpus import gpu
+from tpsim.gpus import gpu
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import (activation_bytes_per_layer, stage_param_elements, state_bytes_per_param,
                                total_params)

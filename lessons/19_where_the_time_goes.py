@@ -37,7 +37,7 @@ from tpsim.pipeline.figure import draw_on
 from tpsim.pipeline.schedules import build
 from tpsim.pipeline.stage_clock import ROUNDING
 from tpsim.plan.comm import dp_collectives, links, ring_seconds
-from tpsim.plan.gpus import gpu
+from tpsim.gpus import gpu
 from tpsim.plan.kernel_time import kernel_seconds, layer_seconds, head_seconds, optimizer_seconds
 from tpsim.plan.kernels import layer as layer_kernels
 from tpsim.plan.layout import virtual_stage_layers

@@ -15,7 +15,7 @@ from tpsim.plan.comm import dp_collectives
 from tpsim.plan.dp_overlap import piece_costs, rank_entries, specs, stage_buckets, stage_ranges
 from tpsim.plan.layout import rank_layers
 from tpsim.plan.memory import STATE_BYTES, stage_param_elements
-from tpsim.plan.gpus import gpu
+from tpsim.gpus import gpu
 from tpsim.plan.layout import Layout
 from tpsim.plan.models import resolve as model_named
 from tpsim.plan.param_gather import gather_bytes

@@ -14,7 +14,8 @@ from tpsim.phases import SP_GRAD_SYNC
 from tpsim.config import RunConfig
 from tpsim.predict.formulas import Prediction, predict_step
 from tpsim.trace.formula_check import compare, format_comparison, formula_verdict
-from tpsim.predict.hardware import IB_NDR, NVLINK4_H100, PCIE4_X16, PRESETS, estimate_breakdown, estimate_step_time
+from tpsim.links import IB_NDR, NVLINK4_H100, PCIE4_X16, PRESETS
+from tpsim.predict.hardware import estimate_breakdown, estimate_step_time
 from tpsim.predict.gpt_memory import (block_activation_elements, block_activation_regions, korthikanti_layer_bytes,
                                     korthikanti_layer_elements)
 from tpsim.predict.memory import activation_elements, param_elements, predict_memory, real_vocab_columns

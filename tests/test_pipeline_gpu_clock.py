@@ -25,7 +25,7 @@ from tpsim.cost import ring_steps
 from tpsim.pipeline.clock import Costs, simulate, unit
 from tpsim.pipeline.schedules import build
 from tpsim.plan.comm import boundary_bytes, links
-from tpsim.plan.gpus import GPUS, gpu
+from tpsim.gpus import GPUS, gpu
 from tpsim.plan.of_run import clock_costs, model_spec, run_layout
 from tpsim.plan.pipeline import message_costs, pipeline_terms, stage_costs
 from tpsim.plan.pipeline_comm import stage_comm

@@ -19,7 +19,7 @@ from tpsim.plan import cp_terms
 from tpsim.plan.cli import main
 from tpsim.plan.comm import dp_wire_bytes, links, tp_wire_bytes_per_layer
 from tpsim.plan.cp_shape import busiest_share
-from tpsim.plan.gpus import gpu
+from tpsim.gpus import gpu
 from tpsim.plan.kernel_time import kernel_seconds, layer_seconds
 from tpsim.plan.kernels import attention
 from tpsim.plan.layout import Layout, problems

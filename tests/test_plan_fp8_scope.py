@@ -26,7 +26,7 @@ import pytest
 
 from tpsim.pipeline.schedules import build
 from tpsim.plan.cli import layout_of, main, parser
-from tpsim.plan.gpus import GPUS, gpu
+from tpsim.gpus import GPUS, gpu
 from tpsim.plan.kernel_time import kernel_seconds
 from tpsim.plan.kernels import head, layer
 from tpsim.plan.models import PRESETS

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from tpsim.errors import ConfigError
-from tpsim.plan.gpus import RESERVED_BYTES, gpu
+from tpsim.gpus import RESERVED_BYTES, gpu
 from tpsim.plan.kernel_time import GEMM_EFFICIENCY, HBM_EFFICIENCY, kernel_seconds, layer_seconds, optimizer_seconds
 from tpsim.plan.kernels import Kernel, forward, head, layer
 from tpsim.plan.layout import Layout, check

@@ -28,7 +28,7 @@ from tpsim.plan.layout import Layout
 from tpsim.plan.memory import activation_bytes_per_layer, busiest_stage, logits_bytes, stage_memory
 from tpsim.plan.models import PRESETS
 from tpsim.plan.pipeline import simulate
-from tpsim.plan.gpus import gpu as gpu_preset
+from tpsim.gpus import gpu as gpu_preset
 from tpsim.plan.timing import flops_per_step
 from tpsim.partition import padded_vocab_size
 from tpsim.plan.planner import plan

@@ -23,7 +23,7 @@ from tpsim.phases import FORWARD, SP_GRAD_SYNC
 from tpsim.pipeline.stage_clock import ROUNDING, compiled
 from tpsim.plan.comm import _is_layer, _seconds, end_rows, links, step_comm, tp_rows
 from tpsim.plan.dp_overlap import stage_buckets
-from tpsim.plan.gpus import gpu
+from tpsim.gpus import gpu
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import stage_param_elements
 from tpsim.plan.models import PRESETS

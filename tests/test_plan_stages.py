@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 import tpsim.plan.comm as comm
-from tpsim.plan.gpus import gpu
+from tpsim.gpus import gpu
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import stage_param_elements
 from tpsim.plan.models import PRESETS

@@ -9,7 +9,7 @@ import pytest
 from tpsim.cost import wire_bytes
 from tpsim.plan.comm import EMBEDDING_GROUP, embedding_collectives
 from tpsim.plan.dp_overlap import specs
-from tpsim.plan.gpus import gpu
+from tpsim.gpus import gpu
 from tpsim.plan.memory import activation_peaks
 from tpsim.plan.of_run import model_spec, run_layout
 from tpsim.plan.pipeline import pipeline_terms

@@ -18,7 +18,7 @@ import pytest
 from tpsim.cost import wire_bytes
 from tpsim.plan.cli import main
 from tpsim.plan.comm import dp_collectives, dp_wire_bytes, links, ring_seconds
-from tpsim.plan.gpus import gpu
+from tpsim.gpus import gpu
 from tpsim.plan.layout import Layout, problems
 from tpsim.plan.memory import STATE_BYTES, ZERO_PAPER_STATE_BYTES, stage_memory, state_bytes_per_param
 from tpsim.plan.models import PRESETS

@@ -90,6 +90,32 @@ def test_no_module_imports_one_that_imports_it_back():
     assert not circles, "import circles (modules that import each other):\n" + "\n".join(map(str, circles))
 
 
+def room(module: str) -> str:
+    """The part of tpsim a module belongs to: its package under ``tpsim`` (``tpsim.plan``), or itself when it is a
+    top-level module (``tpsim.config`` is a package, ``tpsim.cost`` a module)."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_no_import_runs_back_up_between_the_parts_of_tpsim():
+    """The packages and top-level modules of tpsim stand in floors, each above all it imports: no two of them import
+    each other, directly or round a loop (a type named only for a checker counts too). A loop between parts is an
+    import that runs back up; the message names the parts and one import of each."""
+    mods = sources()
+    graph: dict[str, set[str]] = {}
+    why: dict[tuple[str, str], str] = {}
+    for name, path in mods.items():
+        for target in imports_of(path, set(mods)):
+            a, b = room(name), room(target)
+            if a != b:
+                graph.setdefault(a, set()).add(b)
+                why.setdefault((a, b), f"{name} -> {target}")
+            graph.setdefault(b, set())
+    circles = cycles(graph)
+    lines = [f"{c}: " + "; ".join(why[a, b] for a in c for b in c if (a, b) in why) for c in circles]
+    assert not circles, "parts of tpsim that import each other:\n" + "\n".join(lines)
+
+
 def test_no_file_over_300_lines_and_no_function_over_60():
     long_files = [f"{p.relative_to(ROOT)}: {n}" for p in sources().values()
                   if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES]
@@ -109,7 +135,7 @@ def test_no_file_over_300_lines_and_no_function_over_60():
     "tpsim.cost, tpsim.errors, tpsim.phases, tpsim.partition, tpsim.compare, tpsim.table, tpsim.plotting, tpsim.nn",
     "tpsim.kinds, tpsim.trace.kind_split",
     "tpsim.pp.split, tpsim.pp.clock, tpsim.predict.pipeline_comm, tpsim.pipeline.schedules",
-    "tpsim.paths, tpsim.atomic, tpsim.npzfile, tpsim.rank_grid, tpsim.options",
+    "tpsim.paths, tpsim.atomic, tpsim.npzfile, tpsim.rank_grid, tpsim.options, tpsim.links, tpsim.gpus",
     "tpsim.arch, tpsim.config, tpsim.arch.llama, tpsim.predict.llama_memory, tpsim.predict.model_state",
     "tpsim.plan.cli, tpsim.plan.planner, tpsim.plan.search, tpsim.plan.published, tpsim.plan.validate",
     "tpsim.hf.config, tpsim.hf.weights, tpsim.hf.layout, tpsim.generate.argmax, tpsim.generate.kv_cache, "

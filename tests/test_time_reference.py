@@ -30,7 +30,7 @@ from tpsim.pipeline.clock import simulate
 from tpsim.pipeline.schedules import build, compute_orders
 from tpsim.pipeline.stage_clock import compiled, timed
 from tpsim.plan.dp_overlap import stage_ranges
-from tpsim.plan.gpus import gpu
+from tpsim.gpus import gpu
 from tpsim.plan.layout import Layout, problems
 from tpsim.plan.live import toy_config
 from tpsim.plan.of_run import model_spec

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tpsim.plan.comm import links, ring_seconds
-from tpsim.plan.gpus import gpu
+from tpsim.gpus import gpu
 from tpsim.plan.layout import Layout, problems
 from tpsim.plan.models import PRESETS
 from tpsim.plan.pipeline_comm import stage_comm

@@ -23,7 +23,7 @@ from test_pipeline_parallel import assert_everywhere  # noqa: E402
 from time_cases import planner_step  # noqa: E402
 from time_invariants import clock_problems  # noqa: E402
 from tpsim.comm import ProcessGrid  # noqa: E402
-from tpsim.plan.gpus import gpu  # noqa: E402
+from tpsim.gpus import gpu  # noqa: E402
 from tpsim.plan.live_pipeline import one_step, pipeline_run  # noqa: E402
 from tpsim.plan.of_run import model_spec, run_layout  # noqa: E402
 from tpsim.pp.buckets import bucket_specs, parameter_pieces  # noqa: E402

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tpsim.comm import ProcessGrid
-from tpsim.plan.gpus import gpu
+from tpsim.gpus import gpu
 from tpsim.plan.live_pipeline import one_step, pipeline_run
 from tpsim.plan.of_run import model_spec, run_layout
 from tpsim.plan.pipeline import pipeline_terms, stage_costs

@@ -47,7 +47,7 @@ def cp_arguments(g) -> None:
 
 
 def clock_arguments(g) -> None:
-    """The pipeline's virtual clock (``tpsim.plan.clock_choice``): unit costs, or the planner's on a GPU."""
+    """The pipeline's virtual clock (``tpsim.config.clock_choice``): unit costs, or the planner's on a GPU."""
     g.add_argument("--clock", default="unit", metavar="unit|GPU",
                    help="what the pipeline's virtual clock charges: unit (default: a stage's F 1, B 2, messages "
                         "free) or a GPU of tpsim plan (h100-80gb, or a unique prefix such as h100): the planner's "

@@ -17,7 +17,7 @@ from tpsim.comm.launch import world_size
 from tpsim.config import Files, OptimizerSettings, Parallelism, Pipeline, Precision, RunConfig, Schedule, ZERO_STAGES
 from tpsim.errors import ConfigError
 from tpsim.paths import check_input_file, check_output_dir
-from tpsim.plan.clock_choice import UNIT_CLOCK
+from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.pp.split import parse_stage_layers
 from tpsim.demo.arguments import cp_arguments, clock_arguments, file_arguments, model_arguments, overlap_arguments
 from tpsim.options import RankZeroParser, count, non_negative, positive, whole

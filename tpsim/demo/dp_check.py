@@ -17,7 +17,7 @@ from tpsim.config import RunConfig
 from tpsim.demo.pipeline_checks import duration
 from tpsim.pipeline.overlap import playbook_hides
 from tpsim.pipeline.stage_clock import ROUNDING
-from tpsim.plan.clock_choice import UNIT_CLOCK
+from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.plan.of_run import model_spec, run_layout
 
 
@@ -36,7 +36,7 @@ def tp_overlap_lines(run: RunConfig) -> list[str]:
     if run.pipeline.clock == UNIT_CLOCK or not run.parallel.tp_comm_overlap:
         return []
     from tpsim.plan.comm import links
-    from tpsim.plan.gpus import gpu as gpu_preset
+    from tpsim.gpus import gpu as gpu_preset
     from tpsim.plan.tp_overlap import layer_summary
 
     lay, g = run_layout(run), gpu_preset(run.pipeline.clock)
@@ -65,7 +65,7 @@ def dp_check(grid, run: RunConfig, streams: list[tuple], dp_buckets: list) -> tu
     ``BucketSpec``s. ``(ok, lines, pipeline.json's "dp")``."""
     if run.pipeline.clock == UNIT_CLOCK or grid.dp == 1:
         return True, [], None
-    from tpsim.plan.gpus import gpu as gpu_preset
+    from tpsim.gpus import gpu as gpu_preset
     from tpsim.plan.pipeline import pipeline_terms
 
     lay = run_layout(run)

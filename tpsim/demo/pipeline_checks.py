@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from tpsim.config import RunConfig
 from tpsim.pipeline.stage_clock import ROUNDING
-from tpsim.plan.clock_choice import UNIT_CLOCK
+from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.plan.of_run import clock_words, model_spec, run_layout
 from tpsim.pp.clock import bubble_measured
 from tpsim.predict.pipeline import bubble_fraction, peak_in_flight
@@ -120,7 +120,7 @@ def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict],
     planner sums the same costs in another order), the unit formula beside it with why they differ.
     ``dp_buckets``: each stage's DP gradient buckets in bytes (this run's), which the planner then prices one
     collective each."""
-    from tpsim.plan.gpus import gpu as gpu_preset
+    from tpsim.gpus import gpu as gpu_preset
     from tpsim.plan.pipeline import pipeline_terms
     from tpsim.predict.pipeline_comm import p2p_bytes_formula
 

@@ -42,7 +42,7 @@ from tpsim.demo.zero_demo import grad_bytes_of, held_of, state_table
 from tpsim.hf.checkpoint import load_into, to_hf, write_model_folder, write_step0
 from tpsim.hf.folder import load_init
 from tpsim.pipeline.schedules import build as build_schedule
-from tpsim.plan.clock_choice import UNIT_CLOCK
+from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.plan.of_run import clock_costs, clock_words
 from tpsim.plan.dp_overlap import stream_dict
 from tpsim.pp.buckets import bucket_specs

@@ -6,7 +6,7 @@
 
 The planner's terms are the ones ``tpsim plan --validate`` checks against live runs; the pipeline's come from the
 1F1B schedule on the virtual clock (``tpsim.plan.pipeline``), each layer's time from its kernels on the GPU's
-roofline (``tpsim.plan.kernel_time``) and nominal link figures (``tpsim.plan.gpus``).
+roofline (``tpsim.plan.kernel_time``) and nominal link figures (``tpsim.gpus``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from tpsim.plotting import pyplot
 from tpsim.figures.style import COLORS, save_figure
 from tpsim.config import RunConfig
 from tpsim.predict.formulas import predict_step
-from tpsim.predict.hardware import IB_NDR, NVLINK4_H100, estimate_breakdown
+from tpsim.links import IB_NDR, NVLINK4_H100
+from tpsim.predict.hardware import estimate_breakdown
 
 # Real sizes for the what-if (16-bit, sequence 2048, 4 sequences per DP rank, TP 8 x DP 8 = 8 nodes x 8 GPUs)
 WHATIF_MODELS = {"GPT-2 medium\n(h 1024, 24 layers)": (1024, 24, 16), "GPT-3 2.7B\n(h 2560, 32 layers)":

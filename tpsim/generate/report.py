@@ -17,7 +17,7 @@ from collections import Counter
 from tpsim.cost import ring_steps
 from tpsim.table import RULE, format_table
 from tpsim.table import human_bytes
-from tpsim.predict.hardware import PRESETS
+from tpsim.links import PRESETS
 
 
 def step_events(events, step: int) -> list:

@@ -4,7 +4,7 @@ One job a module, imported in one direction (cli → search → planner → pipe
 models; memory and comm read the schedule's lists from ``tpsim.pipeline.stage_clock``):
 
     models    ModelSpec, the presets (GPT-2, GPT-3 175B, Llama-3 8B/70B/405B) and a Hugging Face config.json reader
-    gpus      GPU presets: memory, peak throughput, links inside and between nodes
+    (GPU presets: tpsim.gpus)
     layout    Layout (tp, cp, pp, dp, sp, zero, recompute, batch, dtype, schedule, vp, pp_layers, ...) and its rules
     cp_shape  a context-parallel rank's attention: its query rows against the keys, the busiest rank's share
     cp_terms  context parallelism's bytes (tpsim.predict.cp_comm), link, and time the attention leaves exposed
@@ -24,9 +24,9 @@ models; memory and comm read the schedule's lists from ``tpsim.pipeline.stage_cl
     published Narayanan et al. 2021's runs and the ZeRO paper's Figure 1 (stages 0-3) beside the planner
     validate  --validate: small live layouts check every per-layer term (launches mpiexec; the ranks run ``live``)
               and, in ``validate_pipeline``, the pipeline terms on live pipelines (the ranks run ``live_pipeline``)
-    of_run    a live run as the planner sees it (ModelSpec, Layout) and the costs of its ``--clock GPU``;
-              ``clock_choice``: what ``--clock`` and ``--mfu`` accept
+    of_run    a live run as the planner sees it (ModelSpec, Layout) and the costs of its ``--clock GPU`` (what
+              ``--clock`` and ``--mfu`` accept: ``tpsim.config.clock_choice``)
     tp_overlap  --tp-comm-overlap's cost rule (a collective pipelined with its GEMM: its exposed time), priced by
-              the live clock and ``pipeline_comm`` alike; ``tp_overlap_choice``: which layouts may overlap
+              the live clock and ``pipeline_comm`` alike (which layouts may overlap: ``tpsim.config``)
     cli       the ``tpsim plan`` command
 """

@@ -26,7 +26,7 @@ from tpsim.config import dtype_alias
 from tpsim.cp.choice import CP_COMMS, CP_LAYOUTS
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import SCHEDULES
-from tpsim.plan.gpus import GPUS
+from tpsim.gpus import GPUS
 from tpsim.plan.layout import ATTENTION, DTYPE_CHOICES, DTYPES, PLANNED_ZERO_STAGES, RECOMPUTE, Layout
 from tpsim.plan.models import PRESETS, resolve
 from tpsim.options import OneLineParser, count, fraction, non_negative

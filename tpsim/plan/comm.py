@@ -59,7 +59,7 @@ from tpsim.cost import alpha_beta_time, ring_steps, wire_bytes
 from tpsim.partition import padded_vocab_size
 from tpsim.phases import FORWARD
 from tpsim.pipeline.stage_clock import compiled
-from tpsim.plan.gpus import GPU
+from tpsim.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers
 from tpsim.plan.memory import ACT_BYTES, STATE_BYTES
 from tpsim.plan.models import ModelSpec

@@ -32,7 +32,7 @@ import numpy as np
 from tpsim.phases import BACKWARD, FORWARD
 from tpsim.plan.comm import links, ring_seconds
 from tpsim.plan.cp_shape import busiest_share, kv_heads_per_rank
-from tpsim.plan.gpus import GPU
+from tpsim.gpus import GPU
 from tpsim.plan.kernel_time import seconds
 from tpsim.plan.kernels import attention
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers

@@ -31,7 +31,7 @@ from tpsim.pipeline.overlap import (EMBEDDING, HEAD, BucketSpec, Stream, after_c
                                     layer, piece_ends)
 from tpsim.pipeline.stage_clock import OP_INDEX, compiled, timed
 from tpsim.plan.comm import links, ring_seconds
-from tpsim.plan.gpus import GPU
+from tpsim.gpus import GPU
 from tpsim.plan.layout import Layout, virtual_stage_layers
 from tpsim.plan.memory import STATE_BYTES, layer_param_elements
 from tpsim.plan.models import ModelSpec

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 from tpsim.config import DTYPE_ALIASES, Parallelism, dtype_alias
 from tpsim.cp import choice as cp_choice
-from tpsim.plan.tp_overlap_choice import tp_comm_overlap_problem
+from tpsim.config.tp_overlap_choice import tp_comm_overlap_problem
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import ONE_CHUNK, SCHEDULES
 from tpsim.plan.models import ModelSpec

@@ -29,11 +29,11 @@ import numpy as np
 
 from tpsim.config import RunConfig
 from tpsim.cost import alpha_beta_time, ring_steps
-from tpsim.plan.clock_choice import UNIT_CLOCK
+from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.pipeline.actions import Schedule
 from tpsim.pipeline.clock import Costs, unit
 from tpsim.plan.comm import boundary_bytes, links
-from tpsim.plan.gpus import GPU, gpu as gpu_preset
+from tpsim.gpus import GPU, gpu as gpu_preset
 from tpsim.plan.layout import Layout
 from tpsim.plan.models import ModelSpec
 from tpsim.plan.dp_overlap import piece_compute

@@ -26,7 +26,7 @@ from tpsim.pipeline.overlap import (BucketSpec, Stream, after_compute, comm_stre
 from tpsim.pipeline.stage_clock import StageTiming, compiled
 from tpsim.plan.comm import links, ring_seconds
 from tpsim.plan.dp_overlap import piece_costs
-from tpsim.plan.gpus import GPU
+from tpsim.gpus import GPU
 from tpsim.plan.layout import Layout
 
 

@@ -43,7 +43,7 @@ from tpsim.pipeline.stage_clock import compiled, held_peak, timed
 from tpsim.plan import dp_overlap, param_gather, zero3_time
 from tpsim.plan.comm import boundary_bytes, links, ring_seconds
 from tpsim.plan.cp_terms import stage_cp
-from tpsim.plan.gpus import GPU
+from tpsim.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
 from tpsim.plan.memory import ACT_BYTES
 from tpsim.plan.models import ModelSpec

@@ -42,7 +42,7 @@ import numpy as np
 from tpsim.phases import FORWARD, SP_GRAD_SYNC
 from tpsim.plan.comm import (EMBEDDING_GROUP, _is_layer, _seconds, dp_collectives, embedding_collectives,
                              end_rows, links, ring_seconds, tp_rows)
-from tpsim.plan.gpus import GPU
+from tpsim.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
 from tpsim.plan.memory import stage_param_elements
 from tpsim.plan.models import ModelSpec

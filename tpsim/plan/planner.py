@@ -12,7 +12,7 @@ from tpsim.pipeline.stage_clock import ROUNDING, compiled
 from tpsim.plan.comm import links, ring_seconds, step_comm, tp_wire_bytes_per_layer
 from tpsim.plan.pipeline_comm import stage_comm
 from tpsim.plan.cp_terms import cp_terms
-from tpsim.plan.gpus import gpu as gpu_preset
+from tpsim.gpus import gpu as gpu_preset
 from tpsim.plan.kernel_time import optimizer_seconds
 from tpsim.plan.layout import Layout, check
 from tpsim.plan.memory import activation_bytes_per_layer, busiest_stage, state_bytes_per_param, total_params

@@ -46,7 +46,7 @@ from tpsim.launcher import launch
 from tpsim.pipeline.stage_clock import ROUNDING
 from tpsim.plan.comm import EMBEDDING_GROUP, embedding_collectives
 from tpsim.plan.memory import activation_peaks
-from tpsim.plan.gpus import gpu as gpu_preset
+from tpsim.gpus import gpu as gpu_preset
 from tpsim.plan.live_pipeline import pipeline_run
 from tpsim.plan.of_run import model_spec, run_layout
 from tpsim.plan.pipeline import pipeline_terms

@@ -33,7 +33,7 @@ import numpy as np
 from tpsim.pipeline.stage_clock import compiled
 from tpsim.plan.comm import links, ring_seconds
 from tpsim.plan.dp_overlap import piece_costs
-from tpsim.plan.gpus import GPU
+from tpsim.gpus import GPU
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import STATE_BYTES
 from tpsim.plan.models import ModelSpec

@@ -145,7 +145,7 @@ def live_sync(r: Report) -> tuple[list[float], list[float], float, float]:
     the DP sync span's length)``, every bucket ready when its sync starts."""
     from tpsim.comm import ProcessGrid
     from tpsim.phases import DP_SYNC
-    from tpsim.plan.gpus import gpu
+    from tpsim.gpus import gpu
     from tpsim.plan.live_pipeline import one_step, pipeline_run
     from tpsim.plan.of_run import collective_seconds, run_layout
 

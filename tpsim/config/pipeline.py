@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpsim.errors import ConfigError, at_least
-from tpsim.plan import clock_choice  # pure: --clock and --mfu
+from tpsim.config import clock_choice  # pure: --clock and --mfu
 
 
 @dataclass(frozen=True)

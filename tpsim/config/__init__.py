@@ -17,7 +17,8 @@ one field of ``Parallelism``; how a pipeline runs (schedule, micro-batches, chun
 the ``Pipeline`` part, checked with the rest before any work.
 
 One vocabulary for dtypes (NumPy's names; ``fp32``, ``bf16``, ``fp16``, ``fp64`` accepted, printed in the long
-form) and one for architectures (``tpsim.arch``: gpt2, llama; ``gpt`` accepted). Pure arithmetic, no MPI.
+form) and one for architectures (``tpsim.arch``: gpt2, llama; ``gpt`` accepted). Pure arithmetic, no MPI. Beside
+it: ``pipeline`` (``Pipeline``), ``clock_choice`` (``--clock``, ``--mfu``), ``tp_overlap_choice``.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ import numpy as np
 from tpsim.arch import ARCH_NAMES, architecture, architecture_of
 from tpsim.errors import ConfigError, at_least
 from tpsim.nn.precision import DTYPE_NAMES, dtype_of  # DTYPE_NAMES: what --dtype accepts and prints
+from tpsim.config import tp_overlap_choice  # pure: --tp-comm-overlap
+from tpsim.config.clock_choice import UNIT_CLOCK
+from tpsim.config.pipeline import Pipeline  # how pp > 1 runs (re-exported: tpsim.config.Pipeline)
 from tpsim.cp import choice as cp_choice  # pure: --cp, --cp-comm, --cp-layout
-from tpsim.pipeline_settings import Pipeline  # how pp > 1 runs (re-exported: tpsim.config.Pipeline)
-from tpsim.plan import tp_overlap_choice  # pure: --tp-comm-overlap
-from tpsim.plan.clock_choice import UNIT_CLOCK
 
 DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 ZERO_STAGES = (0, 1, 2, 3)  # ZeRO stages that run live (and that the planner prices: tpsim.plan.layout)

@@ -1,8 +1,8 @@
-"""GPU presets for the planner: memory, peak dense matmul throughput, memory bandwidth, and the links inside and
-between nodes.
+"""GPU presets, the planner's and the live clock's (``--clock GPU``): memory, peak dense matmul throughput, memory
+bandwidth, and the links inside and between nodes.
 
 Nominal vendor figures, **not measurements** (α, the per-step latency, is an assumption of the right order, as in
-``tpsim.predict.hardware``). Peak throughput is the dense (no sparsity) tensor-core figure for 16-bit inputs; for
+``tpsim.links``). Peak throughput is the dense (no sparsity) tensor-core figure for 16-bit inputs; for
 ``--dtype fp32`` the planner uses the TF32 figure (what a framework runs fp32 matmuls on), for ``--dtype fp8``
 the FP8 one (Hopper only). HBM bandwidth prices the memory-bound kernels (``tpsim.plan.kernel_time``). Link
 bandwidth is per GPU per direction, what one ring step uses; inter-node is one NIC per GPU, as in NVIDIA's DGX
@@ -30,17 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpsim.errors import ConfigError
-from tpsim.predict.hardware import IB_NDR, NVLINK4_H100, LinkPreset
-
-NVLINK3_A100 = LinkPreset("NVLink 3 (A100 SXM, intra-node)", 3e-6, 300e9,
-                          "NVIDIA A100 datasheet: 600 GB/s total NVLink bandwidth per GPU; alpha assumed")
-NVLINK2_V100 = LinkPreset("NVLink 2 (V100 SXM2, intra-node)", 3e-6, 150e9,
-                          "NVIDIA V100 datasheet: 300 GB/s total NVLink bandwidth per GPU; alpha assumed")
-IB_HDR = LinkPreset("InfiniBand HDR 200 Gb/s (inter-node)", 8e-6, 25e9,
-                    "NVIDIA ConnectX-6 spec: 200 Gb/s per port, one port per GPU; alpha assumed")
-IB_EDR = LinkPreset("InfiniBand EDR 100 Gb/s (inter-node)", 8e-6, 12.5e9,
-                    "Mellanox ConnectX-5 spec: 100 Gb/s per port, one port per GPU; alpha assumed")
-
+from tpsim.links import IB_EDR, IB_HDR, IB_NDR, NVLINK2_V100, NVLINK3_A100, NVLINK4_H100, LinkPreset
 
 @dataclass(frozen=True)
 class GPU:

@@ -2,7 +2,7 @@
 is made (``tpsim.config.Pipeline``). Pure arithmetic, no MPI.
 
     unit   the textbook's costs: a stage's F 1, B 2, messages free (``tpsim.pipeline.clock.unit``); no --mfu
-    GPU    a preset of ``tpsim.plan.gpus`` by its name or the one name it begins (``h100`` → ``h100-80gb``):
+    GPU    a preset of ``tpsim.gpus`` by its name or the one name it begins (``h100`` → ``h100-80gb``):
            the planner's costs of the run's layout (``tpsim.plan.of_run``): each kernel on the GPU's roofline
            (``tpsim.plan.kernel_time``), or with ``--mfu F`` every matmul at F of the peak
 """
@@ -10,7 +10,7 @@ is made (``tpsim.config.Pipeline``). Pure arithmetic, no MPI.
 from __future__ import annotations
 
 from tpsim.errors import ConfigError
-from tpsim.plan.gpus import GPUS
+from tpsim.gpus import GPUS
 
 UNIT_CLOCK = "unit"
 
