@@ -167,12 +167,6 @@ class ProcessGrid:
         """Every pipeline group, in stage order (``[dp_rank·tp + tp_rank]`` is this rank's)."""
         return self.cube.transpose(1, 2, 0).reshape(-1, self.pp).tolist()
 
-    @property
-    def cp_groups(self) -> list[list[int]]:
-        """Every CP group, stage by stage and replica by replica (one per tp_rank)."""
-        four = self.cube.reshape(self.pp, self.dp, self.cp, self.tp)
-        return four.transpose(0, 1, 3, 2).reshape(-1, self.cp).tolist()
-
     def describe(self) -> str:
         """This rank's place, e.g. ``TP(4) DP(2) rank 5: tp_rank 1, dp_rank 1`` (``PP(2) ... pp_rank 1`` too)."""
         if self.cp > 1:

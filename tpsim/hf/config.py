@@ -33,12 +33,6 @@ def read_config_json(folder) -> dict:
     return cfg
 
 
-def storage_dtype(cfg: dict) -> str | None:
-    """The dtype the weights were saved in, as the config states it (``dtype`` in 5.x, ``torch_dtype`` in 4.x)."""
-    value = cfg.get("dtype", cfg.get("torch_dtype"))
-    return None if value is None else str(value).removeprefix("torch.")
-
-
 def model_config(cfg: dict, where: str = "config.json"):
     """The tpsim config of a parsed config.json (``GPTConfig`` for gpt2, ``LlamaConfig`` for llama, ...)."""
     return hf_architecture(cfg.get("model_type"), where).hf.read_config(cfg, where)

@@ -56,14 +56,6 @@ def _weight_grad(dy: np.ndarray, cache: RMSNormCache) -> np.ndarray:
 
 
 @marked(SOFTMAX_NORM)
-@fp32_inside  # 16-bit in: float32 inside, the activation rounded back
-def rmsnorm_backward(dy: np.ndarray, cache: RMSNormCache) -> tuple[np.ndarray, np.ndarray]:
-    """``dy: [..., C]`` -> ``(dx [..., C], dw [C])``: ``rmsnorm_backward_input`` and ``_weight`` at once."""
-    dw = _weight_grad(dy, cache)
-    return _input_grad(dy, cache), dw
-
-
-@marked(SOFTMAX_NORM)
 @fp32_inside
 def rmsnorm_backward_input(dy: np.ndarray, cache: RMSNormCache) -> np.ndarray:
     """The input gradient alone (the zero-bubble B): ``dy: [..., C]`` -> ``dx [..., C]``."""

@@ -97,11 +97,3 @@ def field_problems(row: dict, fields: dict) -> list[str]:
             problems.append(f"field {name!r} is {type(row[name]).__name__}, expected "
                             + " or ".join(t.__name__ for t in types))
     return problems
-
-
-def markdown_table(fields: dict) -> str:
-    """The fields as a Markdown table (what the README shows)."""
-    lines = ["| field | type | meaning |", "|---|---|---|"]
-    for name, (types, meaning) in fields.items():
-        lines.append(f"| `{name}` | {' / '.join(t.__name__ for t in types)} | {meaning} |")
-    return "\n".join(lines)
