@@ -51,10 +51,10 @@ lesson.say(grid.table(), "")
 # %% [markdown]
 # ## A few traced training steps
 #
-# The training loop of the demo (`tpsim.demo.gpt_tour`), cut to its bones: TP rank 0 reads the batch and
-# broadcasts it (the SenseParrots article, §3.1), `compute_grads` runs forward, the DP loss normaliser,
-# backward and the DDP bucket all-reduce, and `apply_update` clips (one all-reduce of the squared norm over
-# TP) and steps AdamW. `tracer.step` tags every record and span with the step it belongs to.
+# The training loop of the demo (`tpsim.demo.training_loop`, with `gpt_tour`'s step), cut to its bones: TP
+# rank 0 reads the batch and broadcasts it (the SenseParrots article, §3.1), `compute_grads` runs forward, the
+# DP loss normaliser, backward and the DDP bucket all-reduce, and `apply_update` clips (one all-reduce of the
+# squared norm over TP) and steps AdamW. `tracer.step` tags every record and span with the step it belongs to.
 
 # %%
 lesson.section("A few traced training steps")

@@ -28,19 +28,19 @@ from tpsim.demo.tolerances import TOLERANCE  # step 0's, by dtype (pipeline_tour
 from tpsim.demo.trained_model import gather_trained, reverse_lines
 from tpsim.demo.cp_check import cp_lines, cp_positions, work_lines
 from tpsim.demo.dp_check import overlap_words
-from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
-from tpsim.demo.resume import read_resume, restore, resume_lines, save_training, serial_start
+from tpsim.demo import training_loop
+from tpsim.demo.optimizer_setup import make_sync
+from tpsim.demo.resume import read_resume, resume_lines, save_training, serial_start
 from tpsim.demo.verify_pass import check_zero_padding
-from tpsim.demo.zero_demo import grad_bytes_of, state_table
+from tpsim.demo.zero_demo import grad_bytes_of
 from tpsim.hf.folder import load_init
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.precision import grad_dtype
-from tpsim.tp.random import ExactDropoutRNG, make_dropout_rng
+from tpsim.tp.random import ExactDropoutRNG
 from tpsim.table import human_bytes
 from tpsim.trace.records import gather_records, gather_spans
-from tpsim.train import apply_update, broadcast_batch, broadcast_params, check_replicas, compute_grads, dp_slice
+from tpsim.train import broadcast_batch, broadcast_params, check_replicas, compute_grads, dp_slice
 from tpsim.hf.checkpoint import export_step0, load_into
-from tpsim.train.nonfinite import report_skip
 
 
 def task_of(run: RunConfig) -> ReverseTask:
@@ -151,57 +151,34 @@ def first_step(grid, model, run: RunConfig, loss, loss_scale=1.0, start: int = 0
     return ok
 
 
-def _number(x: float, width: int, digits: int) -> str:
-    """A step line's loss or norm: fixed-point, or scientific once a diverging run makes it huge."""
-    return f"{x:{width}.{digits}{'f' if abs(x) < 1e5 else 'g'}}"
+class DataParallelWork:
+    """One step's gradients without pipeline stages (``tpsim.demo.training_loop.StepWork``): TP rank 0 reads the
+    DP replica's batch (under CP: this rank's tokens of it), one forward and backward, the DP sync."""
+
+    moved = "collectives/rank"
+
+    def __init__(self, grid, model, grad_sync, run: RunConfig) -> None:
+        self.grid, self.model, self.grad_sync, self.run = grid, model, grad_sync, run
+        self.task, self.positions = task_of(run), cp_positions(model, run.schedule.seq_len)
+
+    def grads(self, step: int, rng, loss_scale: float) -> tuple[float, int, dict]:
+        sch = self.run.schedule
+        ids, labels, rows = read_batch(self.grid, self.task, sch.seed, step, sch.batch_size, self.positions)
+        loss, tokens = compute_grads(self.model, self.grid, self.grad_sync, ids, labels,
+                                     plan=DropoutPlan(rng, step, rows), loss_scale=loss_scale)
+        return loss, tokens, {}
+
+    def notes(self) -> list[str]:
+        opt = self.run.optimizer
+        return [overlap_words(self.run, self.grad_sync, self.grid.tracer)] if opt.overlap_grad_reduce or \
+            opt.overlap_param_gather else []
 
 
 def train(grid, model, grad_sync, run: RunConfig, resume=None) -> tuple[list[dict], bool, object]:
-    """``--steps`` steps of AdamW (the first checked against serial), from step 0 or where ``resume`` (a
-    ``tpsim.demo.resume.Resume``) stopped; each step's metrics, the first step's verdict, the optimizer (its
-    state is checked after the last step)."""
-    tracer, sch, task = grid.tracer, run.schedule, task_of(run)
-    optimizer = demo_optimizer(model, grid, run, grad_sync)  # ZeRO-1: grad_sync itself
-    start = restore(model, optimizer, resume)  # 0, or the saved step with the saved optimizer state
-    scale = optimizer.loss_scale  # float16: the dynamic loss scale; 1 otherwise
-    rng = make_dropout_rng(sch.dropout_rng, sch.seed, grid.tp_rank)
-    clip = run.optimizer.max_norm
-    metrics, ok, guard = [], True, demo_guard(run)
-    for step in range(start, max(sch.steps, 1)):
-        tracer.step = step
-        t0 = time.perf_counter()
-        ids, labels, rows = read_batch(grid, task, sch.seed, step, sch.batch_size, cp_positions(model, sch.seq_len))
-        with guard.quiet():  # a diverging run is reported by the guard, not by NumPy warnings
-            loss, tokens = compute_grads(model, grid, grad_sync, ids, labels, plan=DropoutPlan(rng, step, rows),
-                                         loss_scale=scale)
-        if step == start:
-            grad_sync.gather_grads()  # ZeRO reduced owned slices only: gather them (phase verify) to check all
-            ok = first_step(grid, model, run, loss, scale, start)
-            if sch.steps == 0:
-                break
-        with tracer.span("optimizer", "optimizer"):
-            norm = apply_update(model, optimizer, grid, clip, guard=guard, loss=loss)
-        report_skip(guard, model, step, loss, norm, lambda line: say(grid, line))  # stops after too many
-        scale = optimizer.loss_scale
-        dt = time.perf_counter() - t0
-        moved = sum(e.bytes for e in tracer.events if e.step == step)
-        # tokens: the global batch's target tokens, the ones the loss counts; tokens_processed: every position
-        # the model ran forward and backward (global batch x seq), which is what tokens_per_s divides by dt
-        processed = sch.batch_size * sch.seq_len
-        metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens, "tokens_processed": processed,
-                        "seconds": dt, "tokens_per_s": processed / dt,
-                        "collective_bytes_per_rank": moved, **scaler_metrics(optimizer),
-                        "skipped": guard.last.skipped})
-        if (step % max(1, sch.steps // 10) == 0 or step == sch.steps - 1) and not guard.last.skipped:
-            say(grid, f"  step {step:4d}  loss {_number(loss, 7, 4)}  |grad| {_number(norm, 6, 3)}"
-                      f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} collectives/rank")
-    table = state_table(model, optimizer, grid)  # at rest: before ZeRO-3 gathers the whole model
-    grad_sync.finish_param_gather()  # --overlap-param-gather: the last step's parameters, before anything reads them
-    if run.optimizer.overlap_grad_reduce or run.optimizer.overlap_param_gather:
-        say(grid, overlap_words(run, grad_sync, tracer))
-    say(grid, f"  tok/s measures how this machine schedules {grid.world.size} processes, not a GPU cluster "
-              "(docs/performance.md)", "", table)
-    return metrics, ok, optimizer
+    """``--steps`` steps of AdamW (the first checked against serial) by the one loop of
+    ``tpsim.demo.training_loop``: each step's metrics, the first step's verdict, the optimizer."""
+    return training_loop.train(grid, model, grad_sync, run, DataParallelWork(grid, model, grad_sync, run),
+                               first_step, resume)
 
 
 def gather_and_write(grid, run: RunConfig, metrics, virtual: dict | None = None) -> tuple[list[dict] | None, list[Path]]:

@@ -30,15 +30,16 @@ from tpsim.config import RunConfig
 from tpsim.demo.cp_check import cp_positions, work_lines
 from tpsim.demo.dp_check import dp_check, tp_overlap_lines
 from tpsim.demo.export_check import check_export
-from tpsim.demo.gpt_tour import TOLERANCE, _number, check_against_serial, gather_and_write, header, task_of
-from tpsim.demo.optimizer_setup import demo_guard, demo_optimizer, make_sync, scaler_metrics
+from tpsim.demo import training_loop
+from tpsim.demo.gpt_tour import TOLERANCE, check_against_serial, gather_and_write, header, task_of
+from tpsim.demo.optimizer_setup import make_sync
 from tpsim.demo.pipeline_checks import activation_check, bubble_check, p2p_formula, p2p_sent, pipeline_check
 from tpsim.demo.report import closing_lines, passed, say, step_table, training_line
-from tpsim.demo.resume import read_resume, restore, resume_lines, save_training
+from tpsim.demo.resume import read_resume, resume_lines, save_training
 from tpsim.demo.serial_twin import final_verdict
 from tpsim.demo.trained_model import reverse_lines
 from tpsim.demo.verify_pass import check_zero_padding
-from tpsim.demo.zero_demo import grad_bytes_of, held_of, state_table
+from tpsim.demo.zero_demo import grad_bytes_of, held_of
 from tpsim.hf.checkpoint import load_into, to_hf, write_model_folder, write_step0
 from tpsim.hf.folder import load_init
 from tpsim.pipeline.schedules import build as build_schedule
@@ -52,9 +53,7 @@ from tpsim.pp.executor import Executor
 from tpsim.pp.gather import gather_stages
 from tpsim.pp.step import pipeline_grads
 from tpsim.table import human_bytes
-from tpsim.tp.random import make_dropout_rng
-from tpsim.train import apply_update, broadcast_params, check_replicas
-from tpsim.train.nonfinite import report_skip
+from tpsim.train import broadcast_params, check_replicas
 
 
 def stage_lines(run: RunConfig, shard) -> list[str]:
@@ -114,52 +113,32 @@ def first_step(grid, shard, run: RunConfig, loss: float, loss_scale: float = 1.0
     return ok
 
 
-def train(grid, shard, grad_sync, executor, run: RunConfig, resume=None):
-    """``--steps`` steps (step 0 checked against serial): metrics, step 0's verdict, the optimizer, the largest
-    number of micro-batches this rank held at once, the last step's ``ExecutorResult`` and the virtual-clock
-    spans of the steps the timeline keeps (``{step: spans}``)."""
-    tracer, sch, task = grid.tracer, run.schedule, task_of(run)
-    optimizer = demo_optimizer(shard, grid, run, grad_sync)
-    start = restore(shard, optimizer, resume)  # 0, or the saved step with the saved optimizer state (--resume)
-    scale = optimizer.loss_scale
-    rng = make_dropout_rng(sch.dropout_rng, sch.seed, grid.tp_rank)
-    clip, metrics, ok, guard, peak, virtual = run.optimizer.max_norm, [], True, demo_guard(run), 0, {}
-    steps, mine = max(sch.steps, 1), cp_positions(shard.chunks[0], sch.seq_len)  # CP: the tokens read here
-    for step in range(start, steps):
-        tracer.step = step
-        t0 = time.perf_counter()
-        ids, labels, rows = stage_batch(grid, lambda: task.batch(sch.seed, step, sch.batch_size), sch.batch_size,
-                                        sch.seq_len, mine)
-        with guard.quiet():
-            loss, tokens, result = pipeline_grads(shard, executor, grid, grad_sync, ids, labels, rows=rows, rng=rng,
-                                                  step=step, loss_scale=scale)
-        peak, last = max(peak, result.peak_in_flight), result
-        if step >= steps - run.files.timeline_steps:  # the compute stream's spans, then the comm stream's
-            virtual[step] = [tuple(span) for span in result.clock.spans + result.clock.comm_spans()]
-        if step == start:
-            grad_sync.gather_grads()
-            ok = first_step(grid, shard, run, loss, scale, start)
-            if sch.steps == 0:
-                break
-        with tracer.span("optimizer", "optimizer"):
-            norm = apply_update(shard, optimizer, grid, clip, guard=guard, loss=loss)
-        report_skip(guard, shard, step, loss, norm, lambda line: say(grid, line))
-        scale = optimizer.loss_scale
-        dt = time.perf_counter() - t0
-        moved = sum(e.bytes for e in tracer.events if e.step == step)
-        processed = sch.batch_size * sch.seq_len
-        metrics.append({"step": step, "loss": loss, "grad_norm": norm, "tokens": tokens, "tokens_processed": processed,
-                        "seconds": dt, "tokens_per_s": processed / dt, "collective_bytes_per_rank": moved,
-                        **scaler_metrics(optimizer), "skipped": guard.last.skipped,
-                        **({"dp_exposed_s": result.clock.dp.exposed} if result.clock.dp is not None else {})})
-        if (step % max(1, sch.steps // 10) == 0 or step == sch.steps - 1) and not guard.last.skipped:
-            say(grid, f"  step {step:4d}  loss {_number(loss, 7, 4)}  |grad| {_number(norm, 6, 3)}"
-                      f"  {metrics[-1]['tokens_per_s']:9,.0f} tok/s  {human_bytes(moved):>10} moved by rank 0")
-    table = state_table(shard, optimizer, grid)  # at rest: before ZeRO-3 gathers the whole model
-    grad_sync.finish_param_gather()  # --overlap-param-gather: the last step's parameters, before anything reads them
-    say(grid, f"  tok/s measures how this machine schedules {grid.world.size} processes, not a GPU cluster "
-              "(docs/performance.md)", "", table)
-    return metrics, ok, optimizer, peak, last, virtual
+class PipelineWork:
+    """One step's gradients through the pipeline (``tpsim.demo.training_loop.StepWork``): this stage's batch, the
+    schedule's micro-batches through the executor, the DP sync; it keeps the largest number of micro-batches this
+    rank held at once (``peak``), the last step's ``ExecutorResult`` (``last``) and the virtual-clock spans of the
+    steps the timeline keeps (``virtual``: ``{step: spans}``)."""
+
+    moved = "moved by rank 0"
+
+    def __init__(self, grid, shard, grad_sync, executor, run: RunConfig) -> None:
+        self.grid, self.shard, self.grad_sync, self.executor, self.run = grid, shard, grad_sync, executor, run
+        self.task, self.mine = task_of(run), cp_positions(shard.chunks[0], run.schedule.seq_len)  # CP: tokens here
+        self.peak, self.last, self.virtual = 0, None, {}
+
+    def grads(self, step: int, rng, loss_scale: float) -> tuple[float, int, dict]:
+        sch, task = self.run.schedule, self.task
+        ids, labels, rows = stage_batch(self.grid, lambda: task.batch(sch.seed, step, sch.batch_size), sch.batch_size,
+                                        sch.seq_len, self.mine)
+        loss, tokens, result = pipeline_grads(self.shard, self.executor, self.grid, self.grad_sync, ids, labels,
+                                              rows=rows, rng=rng, step=step, loss_scale=loss_scale)
+        self.peak, self.last = max(self.peak, result.peak_in_flight), result
+        if step >= max(sch.steps, 1) - self.run.files.timeline_steps:  # the compute stream's spans, then the comm's
+            self.virtual[step] = [tuple(span) for span in result.clock.spans + result.clock.comm_spans()]
+        return loss, tokens, ({"dp_exposed_s": result.clock.dp.exposed} if result.clock.dp is not None else {})
+
+    def notes(self) -> list[str]:
+        return []
 
 
 def per_stage(grid: ProcessGrid, value) -> list | None:
@@ -197,21 +176,21 @@ def final_report(grid, run: RunConfig, metrics, stage_sync, records, paths, t_st
 
 def run(demo) -> int:
     """The tour of ``demo.run`` with ``run.parallel.pp > 1`` (validated on every rank before this)."""
-    t_start = time.perf_counter()
-    run = demo.run
+    t_start, run = time.perf_counter(), demo.run
     resume = read_resume(run) if run.files.resume else None  # every rank, before any collective
     tensors = resume.params if resume else load_init(run.files.init_from, run.model) if run.files.init_from else None
     grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp, pp=run.parallel.pp, cp=run.parallel.cp)
     say(grid, *header(grid, run), *resume_lines(run, resume))
     shard, grad_sync, executor = build(grid, run, tensors)
-    metrics, ok, optimizer, peak, result, virtual = train(grid, shard, grad_sync, executor, run, resume)
+    work = PipelineWork(grid, shard, grad_sync, executor, run)  # the one loop, this layout's step (training_loop)
+    metrics, ok, optimizer = training_loop.train(grid, shard, grad_sync, run, work, first_step, resume)
+    peak, result, virtual = work.peak, work.last, work.virtual
     say(grid, *work_lines(grid, shard.chunks[0], run))  # CP: rank 0's CP group, its stage's layers
     grid.tracer.step = metrics[-1]["step"] + 1 if metrics else 1
     replicas = check_replicas(shard, grid)  # each stage its own parameters
     stage_reports = per_stage(grid, (replicas.ok, replicas.summary(), peak,
                                      (len(grad_sync.buckets), grad_bytes_of(run, grad_sync), held_of(grad_sync)),
-                                     result.peak_layer_bytes,
-                                     bucket_specs(shard, grad_sync, held=True)))
+                                     result.peak_layer_bytes, bucket_specs(shard, grad_sync, held=True)))
     with grid.tracer.paused():
         timing = grid.world.gather_objects((grid.rank, grid.pp_rank, result.clock.schedule_end, result.clock.busy,
                                             peak, result.peak_layer_bytes, result.clock.time))
