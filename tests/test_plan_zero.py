@@ -24,7 +24,8 @@ from tpsim.plan.memory import STATE_BYTES, ZERO_PAPER_STATE_BYTES, stage_memory,
 from tpsim.plan.models import PRESETS
 from tpsim.plan.planner import plan
 from tpsim.plan.published import ZERO_PAPER_GB, format_zero_example, zero_stages_example
-from tpsim.plan.zero3 import piece_elements
+from tpsim.partition import padded_vocab_size
+from tpsim.plan.zero3 import held_bucket, piece_elements
 from tpsim.plan.zero3_time import exposed
 
 GPT2, L8B, L405B = PRESETS["gpt2"], PRESETS["llama3-8b"], PRESETS["llama3-405b"]
@@ -152,13 +153,18 @@ def test_the_prefetching_stream_by_hand():
                                 dict(pp=2, dp=2, schedule="interleaved", vp=2, global_batch=16),
                                 dict(cp=2, seq_len=2048, sp=True), dict(dp=1)])
 def test_zero_3s_step_adds_up(kw):
-    """The parts sum to the step with ZeRO-3's own part; no DP sync after the schedule, no gather after the step;
-    zero3_gather is the ranks' mean of every action's exposed stream once a micro-batch."""
+    """The parts sum to the step with ZeRO-3's own part; no gather after the step, and after the schedule no DP
+    sync but the tied embedding's held bucket under a pipeline (one reduce-scatter, after its sum over the
+    embedding group); zero3_gather is the ranks' mean of every action's exposed stream once a micro-batch."""
     lay = small(zero=3, **kw)
     p = plan(GPT2, lay)
     t = p["time_s"]
     assert t["step"] == pytest.approx(sum(t[k] for k in PARTS), rel=1e-12)
-    assert t["dp"] == 0 and t["dp_gather"] == 0 and "param_gather" not in p["pipeline"]["after_schedule"]
+    held = held_bucket(GPT2, lay, lay.pp * lay.vp - 1) * STATE_BYTES["bfloat16"][1]
+    d = lay.grad_replicas
+    assert held == (0 if lay.pp == 1 else padded_vocab_size(GPT2.vocab, lay.tp) // lay.tp * GPT2.hidden * 4)
+    assert t["dp"] == (ring_seconds("reduce_scatter", held, d, links(lay, H100)["dp"]) if held and d > 1 else 0)
+    assert t["dp_gather"] == 0 and "param_gather" not in p["pipeline"]["after_schedule"]
     ranks = p["pipeline"]["ranks"]
     assert t["zero3_gather"] == pytest.approx(sum(r["zero3_s"] for r in ranks) / len(ranks), rel=1e-12)
     assert (t["zero3_gather"] > 0) == (lay.grad_replicas > 1)

@@ -270,6 +270,32 @@ def test_random_buckets_the_live_clock_gives_the_references_spans(schedule, seed
         assert close(clock.dp.exposed, ref.dp_exposed[r])
 
 
+@FAST
+@given(schedules(), st.integers(0, 2 ** 32 - 1))
+def test_random_zero3_actions_the_live_clock_gives_the_references_spans(schedule, seed):
+    """ZeRO-3 with every piece's all-gather and reduce-scatter seconds at random (0 sometimes): the live clock's
+    compute spans and its comm stream (``LiveClock.sharded_action``, ``tpsim.pipeline.prefetch``) are the
+    reference's, every gather one piece ahead, every reduce-scatter behind its piece."""
+    name, pp, vp, m, orders = schedule
+    rng = random.Random(seed)
+    pieces = random_pieces(rng, pp, vp, name == "zb-h1")
+    zero3 = {(s, k): (rng.choice([0.0, rng.uniform(0.01, 3.0)]), rng.choice([0.0, rng.uniform(0.01, 3.0)]))
+             for (s, op), work in pieces.items() if op == "F" for k, _ in work}
+    message = {(s, d): rng.uniform(0.0, 0.5) for s in range(pp * vp) for d in "FB"}
+    step = Step(pp, vp, m, orders, pieces, message, zero=3, zero3=zero3)
+    ref = reference(step)
+    assert not invariants(ref, step)
+    for r, clock in enumerate(live_replay(step)):
+        assert not clock_problems(clock)
+        assert same_spans(live_compute(clock), ref.compute[r]), (r, live_compute(clock), ref.compute[r])
+        want = [(s.kind.split()[1], s.start, s.end) for s in ref.comm[r] if s.end > s.start]
+        got = [("gather" if s.op.startswith("all-gather") else "scatter", s.start, s.end) for s in clock.comm_spans()]
+        assert len(got) == len(want) and all(g[0] == w[0] and close(g[1], w[1]) and close(g[2], w[2])
+                                             for g, w in zip(got, want)), (r, got, want)
+        stream_end = max([s.end for s in clock.comm_spans()], default=0.0)
+        assert clock.time >= stream_end - RELATIVE * clock.time  # no action ends before its stream
+
+
 GPU = gpu("h100-80gb")
 
 

@@ -76,6 +76,8 @@ def planner_step(model, lay, gpu, buckets: list[list[tuple]] | None) -> Step:
     tied = {r: e for r, e in enumerate(costs["embedding_s"]) if e}
     if tied:
         after.append(Collective("embedding all-reduce", tied))
+    if lay.zero == 3:  # the tied embedding's held bucket, reduce-scattered over DP once its sum is done
+        after += [Collective("held bucket reduce-scatter", {r: t}) for r, t in enumerate(costs["dp_s"]) if t]
     mine = ()
     if buckets is not None and lay.zero < 3:
         gathers = [param_gather.gather_seconds(lay, gpu, [b for b, _ in rank]) for rank in buckets]
@@ -125,10 +127,21 @@ def bucket_spec(bucket: Bucket, step: Step) -> BucketSpec:
     return BucketSpec(0, *last, bucket.held, min(bucket.holds, key=forward_rank))
 
 
+def sharded_events(step: Step, stage: int, op: str, split: bool) -> tuple[list, list]:
+    """ZeRO-3's collectives of one action as ``LiveClock.sharded_action`` takes them: ``(piece, Priced)`` of the
+    all-gather before each piece of an F or B, and of the reduce-scatter after each piece of the backward that
+    makes the gradients (W when split, else B)."""
+    order = [k for k, _ in step.pieces[stage, op]]
+    gathers = [(k, Priced("all_gather", "dp", 2, step.zero3[stage, k][0])) for k in order] if op != "W" else []
+    scatters = [(k, Priced("reduce_scatter", "dp", 2, step.zero3[stage, k][1])) for k in order] \
+        if op == ("W" if split else "B") else []
+    return gathers, scatters
+
+
 def live_replay(step: Step) -> list[LiveClock]:
     """Every pipeline rank's ``LiveClock`` driven as ``tpsim.pp.executor`` and ``tpsim.pp.step`` drive it: the loss
     normalizer before the schedule, each action charged (micro-batch 0's forward through the all-gathers' gates
-    under ZeRO-1's overlap), each receive arriving with its sender's stamp, each chunk's last gradient-producing
+    under ZeRO-1's overlap; under ZeRO-3 with its gathers and scatters on the comm stream), each receive arriving with its sender's stamp, each chunk's last gradient-producing
     action spread over its pieces, then the collectives after the schedule, the DP buckets ready at their pieces'
     ends (the held one after the collectives) and the all-gathers after the sync."""
     pp, stages = step.pp, step.pp * step.vp
@@ -156,7 +169,9 @@ def live_replay(step: Step) -> list[LiveClock]:
                     if (op, j, sender) not in stamps:
                         break
                     clock.arrive(stamps[op, j, sender], (op, j, sender), chunk=c)
-                if op == "F" and j == 0 and clock.gates is not None:
+                if step.zero == 3:
+                    clock.sharded_action(op, c, j, keys[s], [], *sharded_events(step, s, op, split))
+                elif op == "F" and j == 0 and clock.gates is not None:
                     clock.gated_forward(c, s, keys[s], [])
                 else:
                     clock.compute(op, c, j)

@@ -5,6 +5,8 @@
                        (``tpsim.pipeline.overlap``: the wait for the comm stream before the optimizer) vs the
                        planner's ``tpsim.plan.dp_overlap`` for this run's buckets, to 1e-12 relative; ZeRO-1: the
                        exposed parameter all-gather too (``tpsim.plan.param_gather``)
+    ZeRO-3 OVERLAP CHECK (``--zero 3``) each stage's all-gathers and reduce-scatters inside its F and B on the comm
+                       stream (``tpsim.pipeline.prefetch``): their exposed seconds vs ``tpsim.plan.zero3_time``'s
     DP overlap: ...    the buckets, how much of their time is exposed, and the Ultra-Scale Playbook's condition
                        for hiding it all (t_compute ≥ t_comm)
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 from tpsim.config import RunConfig
 from tpsim.demo.pipeline_checks import duration
 from tpsim.pipeline.overlap import playbook_hides
+from tpsim.plan.dp_overlap import stream_dict
 from tpsim.pipeline.stage_clock import ROUNDING
 from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.plan.of_run import model_spec, run_layout
@@ -60,6 +63,34 @@ def overlap_words(run: RunConfig, grad_sync, tracer) -> str:
             "plain ones); what they hide is priced on the virtual clock: add --clock GPU (e.g. --clock h100)")
 
 
+def stream_of(clock, run: RunConfig) -> dict | None:
+    """This rank's comm stream as the check reads it: ZeRO-3's exposed collectives inside the actions
+    (``LiveClock.sharded_action``), else the DP buckets' stream (``stream_dict``) with ZeRO-1's exposed parameter
+    all-gather; None without one."""
+    if run.parallel.zero >= 3:
+        return {"sharded_exposed_s": clock.sharded_exposed, "spans": len(clock.sharded_spans)}
+    return None if clock.dp is None else {**stream_dict(clock.dp), "param_gather_exposed_s": clock.gather_exposed}
+
+
+def sharded_check(grid, run: RunConfig, streams: list[tuple], terms: dict) -> tuple[bool, list[str], dict]:
+    """ZeRO-3 OVERLAP CHECK: each stage's exposed all-gathers and reduce-scatters inside its actions (the
+    stream of ``tpsim.pipeline.prefetch``) against the planner's (``tpsim.plan.zero3_time``), to 1e-12 of the step."""
+    live, chain = {rank: s for rank, _, s in streams}, list(grid.pp_group.ranks)
+    got, want = [live[rank]["sharded_exposed_s"] for rank in chain], [r["zero3_s"] for r in terms["ranks"]]
+    fp16 = run.precision.dtype == "float16"  # the planner's 16-bit gradients against tpsim's float32 (FP16_ZERO3)
+    ok = fp16 or all(abs(g - w) <= ROUNDING * terms["step_s"] for g, w in zip(got, want))
+    verdict, equal = ("not compared (float16: see the BUBBLE CHECK)", "") if fp16 else \
+        ("MATCH", " (equal to 1e-12 of the step)") if ok else ("MISMATCH", " (NOT equal to 1e-12 of the step)")
+    line = (f"ZeRO-3 OVERLAP CHECK: {verdict} — the all-gathers before each piece (one "
+            f"prefetched ahead) and the reduce-scatters after, on the {run.pipeline.clock} clock's comm stream: "
+            f"exposed per stage {', '.join(duration(x) for x in got)} of the step, the planner's "
+            f"(tpsim.plan.zero3_time): {', '.join(duration(x) for x in want)}{equal}; "
+            f"{live[chain[0]]['spans']} of them on rank {chain[0]}'s comm track")
+    doc = {"zero": run.parallel.zero, "planner_exposed_s": want,
+           "ranks": [{"rank": rank, "stage": stage, **(s or {})} for rank, stage, s in sorted(streams, key=str)]}
+    return ok, [line], doc
+
+
 def dp_check(grid, run: RunConfig, streams: list[tuple], dp_buckets: list) -> tuple[bool, list[str], dict | None]:
     """Rank 0: ``streams`` every rank's ``(rank, stage, stream dict or None)``; ``dp_buckets`` each stage's
     ``BucketSpec``s. ``(ok, lines, pipeline.json's "dp")``."""
@@ -70,6 +101,8 @@ def dp_check(grid, run: RunConfig, streams: list[tuple], dp_buckets: list) -> tu
 
     lay = run_layout(run)
     terms = pipeline_terms(model_spec(run.model), lay, gpu_preset(run.pipeline.clock), dp_buckets)
+    if lay.zero >= 3:
+        return sharded_check(grid, run, streams, terms)
     want = terms["after_schedule"]["dp_streams"]
     live = {rank: s for rank, _, s in streams}
     chain = list(grid.pp_group.ranks)

@@ -28,7 +28,7 @@ from pathlib import Path
 from tpsim.comm import ProcessGrid
 from tpsim.config import RunConfig
 from tpsim.demo.cp_check import cp_positions, work_lines
-from tpsim.demo.dp_check import dp_check, tp_overlap_lines
+from tpsim.demo.dp_check import dp_check, stream_of, tp_overlap_lines
 from tpsim.demo.export_check import check_export
 from tpsim.demo import training_loop
 from tpsim.demo.gpt_tour import TOLERANCE, check_against_serial, gather_and_write, header, task_of
@@ -45,7 +45,6 @@ from tpsim.hf.folder import load_init
 from tpsim.pipeline.schedules import build as build_schedule
 from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.plan.of_run import clock_costs, clock_words
-from tpsim.plan.dp_overlap import stream_dict
 from tpsim.pp.buckets import bucket_specs
 from tpsim.pp.build import build_pipeline
 from tpsim.pp.data import stage_batch
@@ -194,9 +193,7 @@ def run(demo) -> int:
     with grid.tracer.paused():
         timing = grid.world.gather_objects((grid.rank, grid.pp_rank, result.clock.schedule_end, result.clock.busy,
                                             peak, result.peak_layer_bytes, result.clock.time))
-        dp_streams = grid.world.gather_objects((grid.rank, grid.pp_rank, None if result.clock.dp is None else
-                                                {**stream_dict(result.clock.dp),
-                                                 "param_gather_exposed_s": result.clock.gather_exposed}))
+        dp_streams = grid.world.gather_objects((grid.rank, grid.pp_rank, stream_of(result.clock, run)))
     chains = per_stage(grid, virtual)  # rank 0's pipeline: one virtual-clock track per pipeline rank
     tracks = None if chains is None else {"clock": clock_words(run), "seconds": run.pipeline.clock != UNIT_CLOCK,
                                           "ranks": list(grid.pp_group.ranks), "tracks": chains}

@@ -28,7 +28,8 @@ Around the schedule (``tpsim.pp.step``), on the link each group has (``tpsim.pla
                embedding's gradient all-reduce over the first and the last stage (``embedding_collectives``);
                the DP gradient sync of each stage (``dp_collectives``' all-reduce; ZeRO-1's reduce-scatter —
                its all-gather of the updated parameters belongs to the optimizer step, as the clip norm does;
-               ZeRO-3's none: each piece's reduce-scatter runs inside its backward, ``tpsim.plan.zero3_time``)
+               ZeRO-3's only for the tied embedding's held bucket under a pipeline: each piece's reduce-scatter
+               runs inside its backward, ``tpsim.plan.zero3_time``)
 
 ``step_s``: the latest clock after the last of them, the step's virtual time. MPI-free.
 """
@@ -44,9 +45,10 @@ from tpsim.plan.comm import (EMBEDDING_GROUP, _is_layer, _seconds, dp_collective
                              end_rows, links, ring_seconds, tp_rows)
 from tpsim.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
-from tpsim.plan.memory import stage_param_elements
+from tpsim.plan.memory import STATE_BYTES, stage_param_elements
 from tpsim.plan.models import ModelSpec
 from tpsim.plan import tp_overlap
+from tpsim.plan.zero3 import held_bucket
 
 LOSS_BYTES = 8  # the loss scalars travel as float64: the normalizer and the loss [1], the broadcast [2]
 
@@ -136,8 +138,11 @@ def after_schedule(model: ModelSpec, lay: Layout, gpu: GPU, finish, dp_buckets=N
     dp = [sum(ring_seconds(op, n, group, link["dp"])
               for op, n in dp_collectives(lay, stage_param_elements(model, lay.tp, p, r, layers[r]))[:1])
           for r in range(p)]  # ZeRO-1: the reduce-scatter (its all-gather: tpsim.plan.param_gather)
-    if lay.zero >= 3:  # reduce-scattered piece by piece inside each backward (tpsim.plan.zero3_time)
-        dp = [0.0] * p
+    if lay.zero >= 3:  # reduce-scattered piece by piece inside each backward (tpsim.plan.zero3_time), but the
+        g_bytes = STATE_BYTES[lay.dtype][1]  # tied embedding's held bucket: once, after its embedding-group sum
+        dp = [sum(ring_seconds("reduce_scatter", held_bucket(model, lay, c * p + r) * g_bytes, group, link["dp"])
+                  for c in range(lay.vp) if held_bucket(model, lay, c * p + r)) if group > 1 else 0.0
+              for r in range(p)]
     if dp_buckets is not None:  # the live run's own buckets: one collective each, α paid per bucket
         op = "reduce_scatter" if lay.zero else "all_reduce"
         dp = [sum(ring_seconds(op, n, group, link["dp"]) for n in buckets) if group > 1 else 0.0

@@ -67,3 +67,38 @@ def gathered_bytes(model: ModelSpec, lay: Layout, rank: int, p_bytes: float, g_b
         return 0.0
     widest = max(max(piece_elements(model, lay, c * lay.pp + rank)) for c in range(lay.vp))
     return float(IN_FLIGHT * widest * (p_bytes + g_bytes))
+
+
+def piece_buckets(model: ModelSpec, lay: Layout, stage: int) -> list[tuple[list[int], list[int]]]:
+    """Each ZeRO-3 piece of virtual stage ``stage`` in forward order as a live run moves it (``tpsim.train.zero3``:
+    one bucket a unit, padded to a multiple of d): ``(gathered, scattered)``, the elements of each bucket its
+    pieces all-gather before F and B, and of each bucket its backward reduce-scatters. The embedding's units
+    (the token table, a learned position table) and the head's (the final norm, the LM head) are a bucket each;
+    a tied LM head gathers the embedding's bucket for itself (its own weight is that one), and under a pipeline
+    the tied weight's bucket on the first and last stage is *held*: reduce-scattered once after its sum over
+    the embedding group (``held_bucket``), not in the backward."""
+    arch, last, d = model.architecture, lay.pp * lay.vp - 1, lay.grad_replicas
+
+    def pad(n: int) -> int:
+        return -(-n // d) * d
+
+    vocab = pad(padded_vocab_size(model.vocab, lay.tp) // lay.tp * model.hidden)
+    layer = pad(arch.memory.layer_param_elements(model, lay.tp))
+    out = [([layer], [layer]) for _ in range(virtual_stage_layers(model, lay)[stage])]
+    held = model.tied and lay.pp > 1
+    if stage == 0:
+        embed = [vocab] + ([pad(model.positions * model.hidden)] if arch.config.position_table else [])
+        out.insert(0, (embed, embed[1:] if held else embed))
+    if stage == last:
+        norm = pad(arch.config.norm_params * model.hidden)
+        out.append(([norm, vocab], [norm] if model.tied else [norm, vocab]))
+    return out
+
+
+def held_bucket(model: ModelSpec, lay: Layout, stage: int) -> int:
+    """Elements of the tied embedding's held bucket on virtual stage ``stage`` (``piece_buckets``): the first
+    and the last stage under a pipeline, else 0."""
+    if not model.tied or lay.pp == 1 or stage not in (0, lay.pp * lay.vp - 1):
+        return 0
+    return -(-(padded_vocab_size(model.vocab, lay.tp) // lay.tp * model.hidden) // lay.grad_replicas) \
+        * lay.grad_replicas

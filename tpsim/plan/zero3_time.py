@@ -12,7 +12,8 @@ issue order, the way a prefetching FSDP does:
 
 The first piece's gather of every action waits in full (nothing computes before it), each later one only for
 what its predecessor's compute does not hide, and the action ends when its compute and its stream are both done
-(the last reduce-scatter's tail included). Pieces cost what the planner's clock charges them (their kernels,
+(the last reduce-scatter's tail included): ``tpsim.pipeline.prefetch``'s rule, by which the live clock prices
+its ZeRO-3 actions too. Pieces cost what the planner's clock charges them (their kernels,
 their TP collectives, a layer's exposed CP messages: ``tpsim.plan.dp_overlap.piece_costs``). Per micro-batch:
 
     F  gathers before each piece                           (forward order)
@@ -30,6 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tpsim.pipeline.prefetch import prefetched
 from tpsim.pipeline.stage_clock import compiled
 from tpsim.plan.comm import links, ring_seconds
 from tpsim.plan.dp_overlap import piece_costs
@@ -37,37 +39,29 @@ from tpsim.gpus import GPU
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import STATE_BYTES
 from tpsim.plan.models import ModelSpec
-from tpsim.plan.zero3 import piece_elements
+from tpsim.plan.zero3 import piece_buckets
 
 
-def prefetched_end(before: Sequence[float], compute: Sequence[float], after: Sequence[float]) -> float:
-    """The end of one action of pieces costing ``compute``, each waiting for its ``before`` gather (issued one
-    piece ahead) and followed by its ``after`` reduce-scatter, on one comm stream (module docstring)."""
-    n = len(compute)
-    free = arrived = before[0] if n else 0.0  # the first gather: issued at the action's start, nothing to hide it
-    t = 0.0
-    for i in range(n):
-        start = max(t, arrived)
-        if i + 1 < n:  # prefetch the next piece's gather while this one computes
-            free = max(free, start) + before[i + 1]
-            arrived = free
-        t = start + compute[i]
-        free = max(free, t) + after[i]  # this piece's reduce-scatter, once its backward is done
-    return max(t, free)
+def prefetched_end(before: Sequence[float] | None, compute: Sequence[float], after: Sequence[float]) -> float:
+    """The end of one action from 0 under ``tpsim.pipeline.prefetch``'s rule (the live clock's too): pieces
+    costing ``compute``, each waiting for its ``before`` gather (issued one piece ahead) and followed by its
+    ``after`` reduce-scatter, on one comm stream (``before`` None: nothing gathered)."""
+    return prefetched(0.0, before, compute, after).end
 
 
-def exposed(before: Sequence[float], compute: Sequence[float], after: Sequence[float]) -> float:
+def exposed(before: Sequence[float] | None, compute: Sequence[float], after: Sequence[float]) -> float:
     """Seconds the stream adds to the action: its end − its pieces' costs."""
     return prefetched_end(before, compute, after) - sum(compute)
 
 
 def piece_seconds(model: ModelSpec, lay: Layout, gpu: GPU, stage: int) -> tuple[list[float], list[float]]:
-    """Each piece's (all-gather, reduce-scatter) seconds in forward order, α-β over dp·cp on the DP link."""
+    """Each piece's (all-gather, reduce-scatter) seconds in forward order, α-β over dp·cp on the DP link: one
+    collective a bucket, as a live run issues them (``tpsim.plan.zero3.piece_buckets``)."""
     p_bytes, g_bytes, _ = STATE_BYTES[lay.dtype]
     link, d = links(lay, gpu)["dp"], lay.grad_replicas
-    pieces = piece_elements(model, lay, stage)
-    return ([ring_seconds("all_gather", n * p_bytes, d, link) for n in pieces],
-            [ring_seconds("reduce_scatter", n * g_bytes, d, link) for n in pieces])
+    pieces = piece_buckets(model, lay, stage)
+    return ([sum(ring_seconds("all_gather", n * p_bytes, d, link) for n in gathered) for gathered, _ in pieces],
+            [sum(ring_seconds("reduce_scatter", n * g_bytes, d, link) for n in scattered) for _, scattered in pieces])
 
 
 def stage_zero3(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict) -> np.ndarray:
@@ -87,5 +81,5 @@ def stage_zero3(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict) -> np.nda
             out[r, c, 0] = exposed(gather, forward, none)
             out[r, c, 1] = exposed(gather[::-1], backward, none if split else scatter[::-1])
             if split:
-                out[r, c, 2] = exposed(none, piece_costs(model, lay, gpu, stage, "W", tables)[1], scatter[::-1])
+                out[r, c, 2] = exposed(None, piece_costs(model, lay, gpu, stage, "W", tables)[1], scatter[::-1])
     return out

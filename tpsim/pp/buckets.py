@@ -67,3 +67,60 @@ def bucket_specs(shard, grad_sync, held: bool = False) -> list[BucketSpec]:
         first = min((pieces[n][:2] for n in bucket.names), key=lambda sk: (sk[0], forward[sk]))
         out.append(BucketSpec(bucket.nbytes, stage, key, bool(tied & set(bucket.names)), first))
     return out
+
+
+def zero_bucket(scope: str) -> tuple[str, int] | None:
+    """``("params", i)`` for ZeRO-3's all-gather of bucket i (scope ``zero.params{i}``, ``tpsim.train.zero3``),
+    ``("bucket", i)`` for a reduce-scatter of gradient bucket i (``zero.bucket{i}``), None for any other scope."""
+    for kind in ("params", "bucket"):
+        head = f"zero.{kind}"
+        if scope.startswith(head) and scope[len(head):].isdigit():
+            return kind, int(scope[len(head):])
+    return None
+
+
+class ShardedPieces:
+    """ZeRO-2/3's collectives inside one action, by piece, for the live clock (``tpsim.pipeline.prefetch``): a
+    reduce-scatter of bucket i belongs to the piece whose backward finishes it (``bucket_specs``); a ZeRO-3
+    all-gather of bucket i to the piece that reads it — the k-th gather of i in an action to the k-th piece of
+    that stage reading it, in the action's execution order (a tied LM head reads the embedding's bucket too)."""
+
+    def __init__(self, shard, grad_sync) -> None:
+        self.pieces = Pieces(shard)
+        self.finishes = {i: (s.stage, s.piece) for i, s in enumerate(bucket_specs(shard, grad_sync))}
+        self.readers: dict[tuple[int, int], list[tuple]] = {}  # (stage, bucket) -> pieces reading it, forward order
+        sparams = getattr(grad_sync, "sparams", None)
+        for chunk in shard.chunks if sparams is not None else ():
+            order = forward_pieces(chunk_layers(chunk), chunk.first, chunk.last)
+            mine = {id(m) for _, m in chunk.named_modules()}
+            for unit in sparams.units:
+                if id(unit) in mine:
+                    key = piece_of(unit.path, self.pieces.block, self.pieces.embeds, chunk.first)
+                    for i in sparams.unit_buckets[id(unit)]:
+                        self.readers.setdefault((chunk.stage, i), []).append(key)
+            for readers in (v for (s, _), v in self.readers.items() if s == chunk.stage):
+                readers.sort(key=order.index)
+
+    def split(self, events, stage: int, op: str) -> tuple[list, list[tuple], list[tuple]]:
+        """``events`` (traced inside one action ``op`` of ``stage``) as (the other collectives, ``(piece,
+        event)`` of each ZeRO all-gather, ``(piece, event)`` of each ZeRO reduce-scatter); a RuntimeError when
+        one cannot be placed."""
+        rest, gathers, scatters, seen = [], [], [], {}
+        for e in events:
+            which = zero_bucket(e.scope)
+            if which is None or (which[0] == "bucket" and e.op != "reduce_scatter"):
+                rest.append(e)
+            elif which[0] == "params":
+                readers = self.readers.get((stage, which[1]), [])[::-1 if op != "F" else 1]
+                k = seen[which[1]] = seen.get(which[1], -1) + 1
+                if k >= len(readers):
+                    raise RuntimeError(f"{op} of virtual stage {stage}: all-gather {k + 1} of ZeRO-3 bucket "
+                                       f"{which[1]}, which {len(readers)} piece(s) here read")
+                gathers.append((readers[k], e))
+            else:
+                where = self.finishes[which[1]]
+                if where[0] != stage:
+                    raise RuntimeError(f"{op} of virtual stage {stage} reduce-scattered bucket {which[1]}, whose "
+                                       f"last gradient is virtual stage {where[0]}'s")
+                scatters.append((where[1], e))
+        return rest, gathers, scatters

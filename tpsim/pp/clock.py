@@ -10,6 +10,8 @@ each rank keeps a clock of *modelled* time, charged exactly as the MPI-free cloc
     SEND: the message carries the sender's clock (8 bytes after the payload, not counted as model traffic)
     RECV: clock = max(own clock, the sender's + α + β·bytes)    (unit: messages free; the wait is idle time)
     a collective after the schedule: clock = the group's latest clock + its α-β cost   (unit: not charged)
+    ZeRO-3's F, B, W: piece by piece, the all-gathers and reduce-scatters on the comm stream, prefetched one piece
+             ahead (``sharded_action``, ``tpsim.pipeline.prefetch``: the planner's rule)
 
 The data still moves through real MPI, so numbers stay real and the time is deterministic: the same run gives
 the same timeline on any machine, loaded or not — and the same numbers as ``simulate(schedule, costs)``, since
@@ -38,6 +40,7 @@ from typing import NamedTuple
 
 from tpsim.pipeline.clock import Costs
 from tpsim.pipeline.overlap import Stream, after_compute, comm_stream, gated_ends, piece_ends
+from tpsim.pipeline.prefetch import prefetched
 
 
 class VirtualSpan(NamedTuple):
@@ -70,6 +73,8 @@ class LiveClock:
     dp: Stream | None = None  # the DP gradient buckets on the comm stream (``dp_sync``)
     gates: dict[tuple[int, tuple], float] | None = None  # --overlap-param-gather: (stage, piece) -> its gather's end
     gather_exposed: float = 0.0  # ZeRO-1's parameter all-gather: the forward's waits, or all of it after the sync
+    sharded_exposed: float = 0.0  # ZeRO-2/3's collectives inside the actions: what the stream did not hide
+    sharded_spans: list[VirtualSpan] = field(default_factory=list)  # their spans on the comm stream
 
     @property
     def prices_collectives(self) -> bool:
@@ -139,6 +144,32 @@ class LiveClock:
         self.comm += comm
         self.spans.append(VirtualSpan("F", 0, chunk, start, self.time))
 
+    def sharded_action(self, op: str, chunk: int, microbatch: int, keys: list[tuple], scoped: list[tuple],
+                       gathers: list[tuple], scatters: list[tuple]) -> None:
+        """A forward or backward of (micro-batch, chunk) under ZeRO-2/3 (``tpsim.pipeline.prefetch``): its pieces
+        (``keys`` in backward order; F runs them reversed) each its compute seconds and ``scoped`` TP
+        collectives, ZeRO-3's all-gathers (``gathers``: ``(piece, event)``) before their pieces, prefetched one
+        ahead, the reduce-scatters (``scatters``) after theirs, on the comm stream; the action ends when both
+        streams are done. Its whole length is busy (the planner charges the exposed part to the action too)."""
+        seconds, comm = self._piece_seconds(op, chunk, microbatch, keys, scoped)
+        order = keys[::-1] if op == "F" else keys
+        at, compute = {k: i for i, k in enumerate(order)}, seconds[::-1] if op == "F" else seconds
+        before, after = [0.0] * len(order), [0.0] * len(order)
+        for side, placed in ((before, gathers), (after, scatters)):
+            for key, e in placed:
+                side[at[key]] += self.priced([e])
+        start = self.time
+        run = prefetched(start, before if gathers else None, compute, after)
+        self.time = run.end
+        exposed = run.end - start - sum(compute)
+        self.busy += run.end - start
+        self.comm += comm + exposed
+        self.sharded_exposed += exposed
+        self.spans.append(VirtualSpan(op, microbatch, chunk, start, self.time))
+        self.sharded_spans += [VirtualSpan(f"{'all-gather' if s.kind == 'gather' else 'reduce-scatter'} "
+                                           f"{' '.join(map(str, order[s.piece]))}", microbatch, -1, s.start, s.end)
+                               for s in run.spans]
+
     def param_gather(self, seconds: list[float]) -> None:
         """ZeRO-1's all-gathers without the overlap: after the DP sync (the optimizer costs nothing here), all
         exposed."""
@@ -158,10 +189,12 @@ class LiveClock:
         self.spans.append(VirtualSpan("DP sync" if ready is None else "DP exposed", -1, 0, start, self.time))
 
     def comm_spans(self) -> list[VirtualSpan]:
-        """The comm stream's spans of the step (chunk −1: drawn on the "comm" track): one per DP bucket."""
+        """The comm stream's spans of the step (chunk −1: drawn on the "comm" track): ZeRO-2/3's collectives
+        inside the actions, then one per DP bucket."""
         if self.dp is None:
-            return []
-        return [VirtualSpan(f"DP bucket {s.bucket}", -1, -1, s.start, s.end) for s in self.dp.spans]
+            return list(self.sharded_spans)
+        return self.sharded_spans + [VirtualSpan(f"DP bucket {s.bucket}", -1, -1, s.start, s.end)
+                                     for s in self.dp.spans]
 
     def collective(self, name: str, latest: float, events) -> None:
         """A collective after the schedule, ``events`` its traced calls: it ends at ``latest`` (the group's

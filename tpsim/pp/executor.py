@@ -145,8 +145,12 @@ class Executor:
             if armed:
                 grad_sync.disarm()
 
-    def _forward_on_clock(self, out: ExecutorResult, a, v: int, events: list, pieces) -> None:
-        """An F on the clock: micro-batch 0's through the parameter all-gather's gates when the clock has them."""
+    def _forward_on_clock(self, out: ExecutorResult, a, v: int, events: list, pieces, sharded) -> None:
+        """An F on the clock: micro-batch 0's through the parameter all-gather's gates when the clock has them;
+        under ZeRO-3 with its all-gathers prefetched (``_charged``)."""
+        if sharded is not None:
+            self._charged(out, a, v, events, sharded)
+            return
         if pieces is None or a.microbatch or out.clock.gates is None:
             _ran(out, "F", a.chunk, a.microbatch, events)
             return
@@ -154,17 +158,28 @@ class Executor:
         inside = [e for e in events if not e.overlap]
         out.clock.gated_forward(a.chunk, v, pieces.keys[v], pieces.scoped(inside, v))
 
+    def _charged(self, out: ExecutorResult, a, v: int, events: list, sharded) -> list:
+        """A B or W on the clock: as ``_ran`` charges it, or under ZeRO-2/3 (``sharded``: the shard's
+        ``ShardedPieces``) piece by piece with its ZeRO collectives on the comm stream (``LiveClock.sharded_action``)."""
+        if sharded is None:
+            return _ran(out, a.op, a.chunk, a.microbatch, events)
+        out.ran.append(f"{a.op}{a.microbatch}.{a.chunk}")
+        rest, gathers, scatters = sharded.split([e for e in events if not e.overlap], v, a.op)
+        out.clock.sharded_action(a.op, a.chunk, a.microbatch, sharded.pieces.keys[v], sharded.pieces.scoped(rest, v),
+                                 gathers, scatters)
+        return rest
+
     def _pieces(self, out: ExecutorResult, a, v: int, inside: list, pieces) -> None:
         """A chunk's ``final`` B or W on the clock piece by piece (``LiveClock.pieces``), when ``pieces`` is given."""
         if pieces is not None and self.final(a):
             out.clock.pieces(a.op, a.chunk, v, pieces.keys[v], pieces.scoped(inside, v))
 
     def run(self, inputs: list[np.ndarray], labels: list[np.ndarray] | None, plans: list, seeds: list[float] | None,
-            clock: LiveClock | None = None, grad_sync=None, pieces=None) -> ExecutorResult:
+            clock: LiveClock | None = None, grad_sync=None, pieces=None, sharded=None) -> ExecutorResult:
         """One step's schedule. ``inputs[j]``: micro-batch j's token ids (on the rank holding stage 0); ``labels[j]``
         and ``seeds[j]`` (the loss gradient the backward starts from) on the last stage's; ``plans[j]``: its dropout
         plan (its global rows); ``clock``: this rank's, already charged by the step (default: a fresh one at 0);
-        ``grad_sync``: the DP sync, armed around each chunk's ``final`` action; ``pieces``: the shard's ``Pieces``."""
+        ``grad_sync``: the DP sync, armed around each ``final`` action; ``pieces``, ``sharded``: the shard's."""
         sch, tracer = self.schedule, self.group.tracer
         received: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> input or output gradient
         produced: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> what a SEND will post
@@ -194,7 +209,7 @@ class Executor:
                 else:
                     produced["F", j, c] = y
                 held.take((j, c), caches[j, c].h)
-                self._forward_on_clock(out, a, v, tracer.events[since:], pieces)
+                self._forward_on_clock(out, a, v, tracer.events[since:], pieces, sharded)
             elif a.op == "B":
                 dy = seeds[j] if chunk.last else received.pop(("B", j, c))
                 with self._producing(a, grad_sync):
@@ -203,12 +218,12 @@ class Executor:
                     held.free((j, c))
                 if v > 0:
                     produced["B", j, c] = dx
-                self._pieces(out, a, v, _ran(out, "B", c, j, tracer.events[since:]), pieces)
+                self._pieces(out, a, v, self._charged(out, a, v, tracer.events[since:], sharded), pieces)
             elif a.op == "W":
                 with self._producing(a, grad_sync):
                     chunk.backward_weights(weights.pop((j, c)))  # and with them, what they held
                 held.free((j, c))
-                self._pieces(out, a, v, _ran(out, "W", c, j, tracer.events[since:]), pieces)
+                self._pieces(out, a, v, self._charged(out, a, v, tracer.events[since:], sharded), pieces)
             else:  # SEND_F / SEND_B
                 self._send(a, produced, out.clock.time)
         self.group.wait_sends()

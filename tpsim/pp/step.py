@@ -28,13 +28,16 @@ starts the last stage's schedule late, and ``result.clock.time`` is the step's v
 to the DP sync; the optimizer step costs nothing on it (the clip norm's all-reduce is not charged), but ZeRO-1's
 parameter all-gathers are (``param_gathers``): after the DP sync, or with ``--overlap-param-gather`` on the comm
 stream from the step's start, gating micro-batch 0's forward (``tpsim.pipeline.overlap``); with
-``--overlap-grad-reduce`` the DP buckets run on the comm stream from their pieces' ends (``dp_sync``).
+``--overlap-grad-reduce`` the DP buckets run on the comm stream from their pieces' ends (``dp_sync``). Under
+ZeRO-3 every F and B is priced piece by piece with its all-gathers and reduce-scatters on the comm stream
+(``ShardedPieces``, ``LiveClock.sharded_action``: the planner's rule, ``tpsim.pipeline.prefetch``), and after the
+schedule only the tied embedding's held bucket is left to reduce-scatter, once its sum is done.
 Under the unit clock nothing is exchanged and nothing charged.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
@@ -43,7 +46,7 @@ from tpsim.cost import wire_bytes
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.phases import DP_SYNC
 from tpsim.pipeline.overlap import comm_stream, forward_gates, forward_order
-from tpsim.pp.buckets import Pieces, bucket_specs
+from tpsim.pp.buckets import Pieces, ShardedPieces, bucket_specs
 from tpsim.pp.chunk import PipelineShard
 from tpsim.pp.clock import LiveClock
 from tpsim.pp.executor import Executor, ExecutorResult
@@ -135,17 +138,27 @@ def pipeline_grads(shard: PipelineShard, executor: Executor, grid: ProcessGrid, 
     shard.zero_grad()
     gathers = param_gathers(shard, grad_sync, grid, clock)  # ZeRO-1's all-gathers (and the forward's gates)
     overlapped = grad_sync is not None and grad_sync.overlap and clock.prices_collectives
+    sharded = sharded_on_clock(grad_sync, grid, clock)
     result = executor.run(ids_mb, labels_mb, plans, seeds, clock=clock, grad_sync=grad_sync,
-                          pieces=Pieces(shard) if overlapped or clock.gates is not None else None)
+                          pieces=Pieces(shard) if overlapped or clock.gates is not None else None,
+                          sharded=ShardedPieces(shard, grad_sync) if sharded else None)
     weighted = sum(n * result.losses[j] for j, n in enumerate(counts) if n)  # 0 off the last stage
     loss, n_global = _global_loss(grid, weighted, n_global, clock)
     allreduce_word_embedding_grads(shard, grid, clock)
     if grad_sync is not None:
-        grad_sync.release()  # the tied embedding's bucket, held until its sum over the embedding group
-        dp_sync(shard, grad_sync, grid, clock)
+        with (on_clock(clock, grid.dp_group, "held bucket reduce-scatter") if sharded and shard.shared_embedding
+              is not None else nullcontext()):  # ZeRO-2/3: the held bucket is the one left to reduce-scatter
+            grad_sync.release()  # the tied embedding's bucket, held until its sum over the embedding group
+        dp_sync(shard, grad_sync, grid, clock, sharded=bool(sharded))
     if gathers is not None and clock.gates is None:  # no overlap: the all-gathers after the (free) optimizer
         clock.param_gather(gathers)
     return loss, n_global, result
+
+
+def sharded_on_clock(grad_sync, grid: ProcessGrid, clock: LiveClock) -> bool:
+    """Does this step price ZeRO-2/3's collectives inside the actions (a clock that prices collectives, d > 1)?"""
+    return (grad_sync is not None and getattr(grad_sync, "zero_stage", 0) >= 2 and grid.replicas > 1
+            and clock.prices_collectives)
 
 
 def param_gathers(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: LiveClock) -> list[float] | None:
@@ -164,12 +177,13 @@ def param_gathers(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: Liv
     return seconds
 
 
-def dp_sync(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: LiveClock) -> None:
+def dp_sync(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: LiveClock, sharded: bool = False) -> None:
     """The DP gradient sync, and on a clock that prices collectives its buckets on the comm stream
     (``LiveClock.dp_sync``): each priced from its trace record on the DP link; with ``--overlap-grad-reduce``
     each ready at the end of the piece that finished its last gradient (the tied embedding's once its sum over
-    the embedding group is done), run in issue order; without, one after another from the DP group's latest clock."""
-    if not clock.prices_collectives or grid.replicas == 1:
+    the embedding group is done), run in issue order; without, one after another from the DP group's latest clock.
+    ``sharded`` (ZeRO-2/3): every bucket was reduce-scattered already, the owned slices are only ÷ d."""
+    if not clock.prices_collectives or grid.replicas == 1 or sharded:
         grad_sync.sync()
         return
     with grid.tracer.paused():
