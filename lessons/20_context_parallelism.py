@@ -342,7 +342,7 @@ run = RunConfig.of(gpt, tp=2, dp=grid22.dp, cp=2, cp_comm="ring", batch_size=GPT
 model = run.build_model(grid22.tp_group, grid22.cp_group)
 ids = np.random.default_rng(GPT_SEED).integers(0, gpt.vocab, (GPT_B, GPT_S + 1))
 ids, labels = ids[:, :-1], ids[:, 1:]
-here = model.body().context.positions(GPT_S // 2)
+here = model.body().core.positions(GPT_S // 2)
 grid22.tracer.reset()
 loss, _ = compute_grads(model, grid22, GradSync(model, grid22.dp_group), ids[:, here], labels[:, here],
                         plan=DropoutPlan(ExactDropoutRNG(GPT_SEED), 0, np.arange(GPT_B)))

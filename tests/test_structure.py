@@ -195,6 +195,57 @@ def test_no_module_outside_the_registry_branches_on_an_architecture():
                            "tpsim.arch entry):\n" + "\n".join(branching))
 
 
+# The words that name a parallel axis or its machinery. A name or string counts when one of its ``_``-separated words
+# is one of these (``cp_size``, ``self.region``, ``"tp"``); "partition" is not one: a serial layer's parameters
+# carry a ``Partition`` and its heads ``heads_per_partition``, which serially is every head.
+AXIS_WORDS = {"context", "cp", "tp", "dp", "pp", "ep", "sp", "zero", "region", "group", "rank", "world", "comm",
+              "replicas", "pipeline", "parallel", "ring", "ulysses", "mpi"}
+
+
+def axis_branches(source: str, name: str) -> list[str]:
+    """Where the module ``source`` (called ``name`` in the messages) asks which parallel layout it runs under: an ``if``, a conditional expression, a ``while``
+    or a comprehension's ``if`` whose test names a parallel axis (``AXIS_WORDS``), and any ``context`` attribute
+    (read, assigned, or by name through ``getattr``/``setattr``/``hasattr``)."""
+    def words(node) -> set[str]:
+        text = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else \
+            node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ""
+        return set(re.split(r"[^a-z0-9]+", text.lower()))
+
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        where = f"{name}:{getattr(node, 'lineno', 0)}"
+        tests = [node.test] if isinstance(node, (ast.If, ast.IfExp, ast.While)) else \
+            node.ifs if isinstance(node, ast.comprehension) else []
+        for test in tests:
+            named = set().union(*(words(n) for n in ast.walk(test))) & AXIS_WORDS
+            if named:
+                out.append(f"{where}: branches on {', '.join(sorted(named))}")
+        if isinstance(node, ast.Attribute) and node.attr == "context" or isinstance(node, ast.Call) and any(
+                isinstance(a, ast.Constant) and a.value == "context" for a in node.args[1:2]):
+            out.append(f"{where}: a context attribute")
+    return out
+
+
+def test_no_parallel_axis_is_asked_about_inside_nn():
+    """The serial layers (``tpsim/nn/``) never ask which parallel layout they run under (issue 36: parallel features
+    injected, not patched): what differs is an object they are given at construction — a TP layer's ``Region``,
+    an attention layer's core (``tpsim.nn.attention.AttentionCore``; context parallelism's is
+    ``tpsim.cp.context.ContextParallel``) — and they call it without asking which it is. So no ``if`` in ``nn``
+    names an axis, and no ``context`` slot is left there to be filled in after the build."""
+    found = [hit for p in sorted((PACKAGE / "nn").rglob("*.py"))
+             for hit in axis_branches(p.read_text(), str(p.relative_to(ROOT)))]
+    assert not found, "tpsim/nn asks about a parallel axis (give the layer an object instead):\n" + "\n".join(found)
+
+
+def test_the_axis_rule_sees_a_branch():
+    """The rule above finds what it is meant to: a context slot, a region test, a CP branch, a TP-named string."""
+    text = ("class A:\n    def __init__(self):\n        self.context = None\n"
+            "    def f(self, x, cp_size, kind):\n        if self.region.splits_sequence:\n            pass\n"
+            "        y = x if cp_size == 1 else -x\n        return [v for v in x if kind == 'tp']\n")
+    hits = axis_branches(text, "probe.py")
+    assert len(hits) == 4, hits
+
+
 # "eq. (1) of the seed", "seed §3.1", "the seed's eq. (3)": the article's old nickname. The RNG seed keeps its name.
 ARTICLE_AS_SEED = re.compile(r"seed\s*§|seed['’]s\s+(eq|§|section)|(eq\.?|equation|§)\s*\(?[\d.]+\)?\s+(of|in)\s+the\s+seed",
                              re.IGNORECASE)

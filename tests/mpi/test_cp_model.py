@@ -70,7 +70,7 @@ def cases():
 def local_batch(grid, model, cfg, step):
     ids, labels = batch(cfg, step)
     rows = np.arange(B)[dp_slice(B, grid.dp, grid.dp_rank)]
-    pos = model.body().context.positions(S // grid.cp)
+    pos = model.body().core.positions(S // grid.cp)
     return ids[rows][:, pos], labels[rows][:, pos], rows
 
 
@@ -152,7 +152,7 @@ def test_cp_pipeline_equals_serial(cp, pp, tp, arch, comm):
     shard = build_pipeline(run, grid)
     ex = Executor(build("1f1b", pp, 2), shard.chunks, grid.pp_group, (run.micro_batch, S // cp, cfg.hidden),
                   np.float64)
-    mine = shard.chunks[0].context.positions(S // cp)
+    mine = shard.chunks[0].core.positions(S // cp)
     ids, labels, rows = stage_batch(grid, lambda: batch(cfg, 0), B, S, mine)
     sync = GradSync(shard, grid.dp_group)
     loss, _, _ = pipeline_grads(shard, ex, grid, sync, ids, labels, rows=rows, rng=ExactDropoutRNG(SEED))

@@ -47,7 +47,8 @@ class Architecture:
     hf: ModuleType  # MODEL_TYPE, read_config(cfg, where), transposed(name), canonical_names(tensors)
     memory_terms: str  # module: layer_param_elements, layer_vector_elements, activation_elements, paper_layer_elements
     serial_builder: str  # "module:function"; function(config, seed=, dtype=) -> the serial model
-    parallel_builder: str  # "module:function"; function(serial, group, *, sequence_parallel=) -> this rank's TP model
+    parallel_builder: str  # "module:function"; function(serial, group, *, sequence_parallel=, tp_comm_overlap=,
+    #                        core=) -> this rank's TP model
 
     def _resolve(self, where: str) -> Callable:
         module, function = where.split(":")
@@ -65,16 +66,17 @@ class Architecture:
 
     @property
     def parallel(self) -> Callable:
-        """The TP model from the serial master: ``parallel(serial, tp_group, *, sequence_parallel=False)``."""
+        """The TP model from the serial master: ``parallel(serial, tp_group, *, sequence_parallel=False,
+        tp_comm_overlap=False, core=SERIAL_CORE)`` (``core``: the attention core, ``tpsim.nn.attention``)."""
         return self._resolve(self.parallel_builder)
 
-    def build(self, config, group, seed: int = 0, dtype=None, *, sequence_parallel: bool = False,
-              tp_comm_overlap: bool = False):
+    def build(self, config, group, seed: int = 0, dtype=None, **parallel):
         """This rank's TP model straight from a seed: checked at the group's size before anything is drawn (a
-        bad config fails fast and the same on every rank), the serial master drawn, sharded and dropped."""
+        bad config fails fast and the same on every rank), the serial master drawn, sharded and dropped;
+        ``parallel``: the parallel builder's keywords (``sequence_parallel``, ``tp_comm_overlap``, ``core``)."""
         config.check(group.size)
         serial = self.serial(config, seed=seed) if dtype is None else self.serial(config, seed=seed, dtype=dtype)
-        return self.parallel(serial, group, sequence_parallel=sequence_parallel, tp_comm_overlap=tp_comm_overlap)
+        return self.parallel(serial, group, **parallel)
 
 
 ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (

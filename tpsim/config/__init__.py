@@ -270,13 +270,11 @@ class RunConfig:
         """This rank's shard of the run's model over ``tp_group`` (sequence-parallel layers when ``sp``; with
         ``cp_group``, attention across it, ``tpsim.cp``): the serial master drawn from ``schedule.seed``, sharded,
         dropped. Imports the builders (MPI) on first use."""
-        model = architecture_of(self.model).build(self.model, tp_group, self.schedule.seed, self.precision.numpy,
-                                                  sequence_parallel=self.parallel.sp,
-                                                  tp_comm_overlap=self.parallel.tp_comm_overlap)
-        if cp_group is None or cp_group.size == 1:
-            return model
-        from tpsim.cp.context import ContextParallel, attach  # MPI-side, like the builders
-        return attach(model, ContextParallel(cp_group, self.parallel.cp_comm, self.parallel.cp_layout))
+        from tpsim.cp.context import core_for  # MPI-side, like the builders
+        core = core_for(cp_group, self.parallel.cp_comm, self.parallel.cp_layout)  # serial at CP 1
+        return architecture_of(self.model).build(self.model, tp_group, self.schedule.seed, self.precision.numpy,
+                                                 sequence_parallel=self.parallel.sp,
+                                                 tp_comm_overlap=self.parallel.tp_comm_overlap, core=core)
 
     def replace(self, **parts) -> "RunConfig":
         """A copy with whole parts replaced (validated again), e.g. ``run.replace(parallel=...)``."""

@@ -7,9 +7,10 @@
     ring       K/V around the CP group's ring, forward and the backward ring carrying dK/dV (traced send/recv)
     gathered   K/V all-gathered, their gradients reduce-scattered (Llama 3's choice)
     ulysses    all-to-all from sequence shards to head shards and back (DeepSpeed-Ulysses)
-    context    ``ContextParallel``: one layer's attention across the CP group by one of the three, and ``attach``,
-               which gives it to a model's attention layers and embedding
+    context    ``ContextParallel``: one layer's attention across the CP group by one of the three, an attention
+               core (``tpsim.nn.attention.AttentionCore``), and ``core_for``, the core a model is built with
 
-The models' attention layers (``tpsim.nn.attention``, ``tpsim.nn.gqa_attention``) call a ``ContextParallel`` when
-they hold one; this package imports nothing from the models, and the pure modules nothing from MPI.
+The model builders hand the core to the attention layers (``tpsim.nn.attention``, ``tpsim.nn.gqa_attention``) and
+to the model's body at construction, as a TP layer is handed its ``Region``; the layers call it as they would
+the serial core. This package imports nothing from the models, and the pure modules nothing from MPI.
 """

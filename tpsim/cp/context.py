@@ -1,5 +1,9 @@
 """``ContextParallel``: one layer's attention across the CP group, by ring, all-gather or Ulysses (``--cp-comm``).
 
+It is an attention core (``tpsim.nn.attention.AttentionCore``): the model builders hand it to every attention
+layer and to the model's body at construction (``core_for``, as a TP layer is handed its ``Region``), so the
+serial layers call it exactly where they would call ``tpsim.nn.attention.SERIAL_CORE`` and never ask which.
+
 A context-parallel rank holds s/C tokens of every sequence (which ones: ``--cp-layout``, ``tpsim.cp.layout``).
 Every layer but attention works token by token and needs nothing from the other shards; attention's queries need
 every earlier key. ``ContextParallel.forward(q, k, v)`` takes this rank's Q ``[b, h, s/C, d]`` and K, V ``[b, kv,
@@ -19,6 +23,8 @@ so a balanced layout shows equal work on every rank (``tpsim.cp.layout.causal_pa
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from tpsim.cp import choice
@@ -27,6 +33,9 @@ from tpsim.cp.gathered import gathered_backward, gathered_forward
 from tpsim.cp.layout import positions
 from tpsim.cp.ring import ring_backward, ring_forward
 from tpsim.cp.ulysses import ulysses_backward, ulysses_forward
+from tpsim.nn.attention import SERIAL_CORE, AttentionCore
+from tpsim.nn.dropout import DropoutPlan
+from tpsim.partition import Partition
 from tpsim.phases import BACKWARD, FORWARD
 
 
@@ -50,7 +59,8 @@ _WAYS = {"ring": (ring_forward, ring_backward), "allgather": (gathered_forward, 
 
 
 class ContextParallel:
-    """Attention of a CP ``group`` (a traced ``tpsim.comm.Group``) by ``comm``, tokens laid out by ``layout``."""
+    """Attention of a CP ``group`` (a traced ``tpsim.comm.Group``) by ``comm``, tokens laid out by ``layout``: the
+    attention core of every layer of a context-parallel model (one per model: ``head_pairs`` sums their work)."""
 
     def __init__(self, group, comm: str = "ring", layout: str = "zigzag") -> None:
         choice.check_names(comm, layout)
@@ -71,6 +81,10 @@ class ContextParallel:
     def positions(self, local: int) -> np.ndarray:
         """The absolute positions of this rank's ``local`` tokens (the learned-position rows, RoPE's angles)."""
         return self.rank_positions(self.group.rank, local)
+
+    def sequence_plan(self, plan: DropoutPlan, local: int) -> DropoutPlan:
+        """``plan`` for rows holding this rank's ``local`` tokens: dropout masks drawn at their absolute positions."""
+        return replace(plan, seq_partition=Partition(dim=1, index=self.positions(local), full=local * self.size))
 
     def count(self, q_pos: np.ndarray, k_pos: np.ndarray, heads: int, *, heads_here: int | None = None,
               backward: bool = False) -> int:
@@ -111,12 +125,9 @@ class ContextParallel:
         return f"ContextParallel(cp={self.group.size}, comm={self.comm}, layout={self.layout})"
 
 
-def attach(model, context: ContextParallel | None):
-    """Give every layer of ``model`` that has a ``context`` slot (the attention layers, the embedding's
-    ``Transformer``) this ``context``; at CP 1 (or None) the model stays as built. Returns ``model``."""
-    if context is None or context.size == 1:
-        return model
-    for _, module in model.named_modules():
-        if hasattr(module, "context"):
-            module.context = context
-    return model
+def core_for(group, comm: str = "ring", layout: str = "zigzag") -> AttentionCore:
+    """The attention core a model is built with: ``ContextParallel`` over the CP ``group`` by ``comm`` and
+    ``layout``, or the serial core when there is none or it holds one rank (CP 1 is the serial model)."""
+    if group is None or group.size == 1:
+        return SERIAL_CORE
+    return ContextParallel(group, comm, layout)

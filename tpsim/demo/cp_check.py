@@ -30,24 +30,25 @@ def cp_lines(grid, run) -> list[str]:
             f"rank ({held}); gradients averaged over DP x CP = {par.dp} x {par.cp}"]
 
 
-def _context(model):
-    """The model's ContextParallel (a whole model's body, or a pipeline chunk's), or None."""
-    return getattr(model.body() if hasattr(model, "body") else model, "context", None)
+def _core(model):
+    """The attention core the model was built with (a whole model's body's, or a pipeline chunk's): a
+    ``ContextParallel`` under CP, else the serial core (size 1)."""
+    return (model.body() if hasattr(model, "body") else model).core
 
 
 def cp_positions(model, seq_len: int):
     """The positions this rank reads of every sequence (None without CP)."""
-    context = _context(model)
-    return None if context is None else context.positions(seq_len // context.size)
+    core = _core(model)
+    return None if core.size == 1 else core.positions(seq_len // core.size)
 
 
 def work_lines(grid, model, run) -> list[str]:
     """Attention work per CP rank, measured (gathered, untraced set-up talk) vs the layout's causal pairs."""
-    context = _context(model)
-    if context is None:
+    core = _core(model)
+    if core.size == 1:
         return []
     with grid.tracer.paused():
-        work = context.group.gather_objects(context.head_pairs, root=0)
+        work = core.group.gather_objects(core.head_pairs, root=0)
     if work is None:
         return []
     par, seq = run.parallel, run.schedule.seq_len

@@ -20,7 +20,7 @@ import numpy as np
 from tpsim.comm import Group
 from tpsim.arch.gpt2 import GPTConfig
 from tpsim.models.gpt import GPT, Block, Transformer, attach_tracer
-from tpsim.nn.attention import CausalSelfAttention
+from tpsim.nn.attention import SERIAL_CORE, AttentionCore, CausalSelfAttention
 from tpsim.nn.cross_entropy import CrossEntropyLoss
 from tpsim.nn.embedding import Embedding
 from tpsim.nn.layernorm import LayerNorm
@@ -55,23 +55,26 @@ def serial_gpt(config: GPTConfig, seed: int = 0, dtype=np.float64) -> GPT:
     return GPT(config, transformer, TiedLMHead(wte), CrossEntropyLoss())
 
 
-def parallel_gpt(serial: GPT, group: Group, *, sequence_parallel: bool = False, tp_comm_overlap: bool = False) -> GPT:
+def parallel_gpt(serial: GPT, group: Group, *, sequence_parallel: bool = False, tp_comm_overlap: bool = False,
+                 core: AttentionCore = SERIAL_CORE) -> GPT:
     """Shard a serial GPT over the TP ``group``: vocab-parallel embedding/head/loss, attention split by heads,
     parallel MLP; LayerNorms and the position embedding replicated (copied).
 
     ``sequence_parallel``: LayerNorms, dropouts and residual adds work on [b, s/tp, h] (every batch's
-    sequence length must then divide by tp; checked in the forward, before any collective)."""
+    sequence length must then divide by tp; checked in the forward, before any collective). ``core``: the
+    attention core every attention layer attends with and whose positions the embedding takes (context
+    parallelism: ``tpsim.cp.context.core_for``)."""
     config = serial.config
     config.check(group.size)
     tr = serial.transformer
     sp, region = sequence_parallel, region_for(sequence_parallel, tp_comm_overlap)
     ln = (lambda m: SequenceParallelLayerNorm.from_serial(m, group)) if sp else copy.deepcopy
     wte = VocabParallelEmbedding.from_serial(tr.wte, group)
-    blocks = [Block(ln(b.ln_1), ParallelSelfAttention.from_serial(b.attn, group, region=region),
+    blocks = [Block(ln(b.ln_1), ParallelSelfAttention.from_serial(b.attn, group, region=region, core=core),
                     ln(b.ln_2), ParallelMLP.from_serial(b.mlp, group, region=region), b.dropout)
               for b in tr.h]
     transformer = Transformer(wte, copy.deepcopy(tr.wpe), blocks, ln(tr.ln_f), tr.dropout, region=region,
-                              group=group)
+                              group=group, core=core)
     head = ParallelLMHead(wte, region=region)
     loss = VocabParallelCrossEntropy(group, vocab_size=wte.vocab_size, vocab_start=wte.vocab_start,
                                      ignore_index=serial.loss.ignore_index)

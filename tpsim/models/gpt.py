@@ -23,9 +23,11 @@ learned absolute positions: the vocab-parallel lookup all-reduces as before, wpe
 the embedding only when there is no learned position embedding). Backward: the scatter's all-gather hands
 wte and wpe the whole gradient, so wpe's gradient needs no extra all-reduce.
 
-Context parallelism (``context``, ``tpsim.cp``): ``ids`` hold this rank's s/C tokens of every sequence; the
-learned positions and the dropout masks are taken at their absolute positions (``context.positions``), and
-every attention layer attends across the CP group; every other layer is per token and unchanged.
+Context parallelism (``Transformer(core=...)`` and every attention layer built with the same attention core,
+``tpsim.cp``): ``ids`` hold this rank's s/C tokens of every sequence; the learned positions and the dropout
+masks are taken at the absolute positions the core names (``core.positions``, ``core.sequence_plan``; serially
+0..s-1 and the plan as is), and every attention layer attends across the CP group; every other layer is per
+token and unchanged.
 
 Given a tracer (``attach_tracer``; the parallel build does it), every sub-layer call runs inside a compute
 span named by the sub-layer's path, so a timeline shows the per-layer forward and backward of a step.
@@ -34,15 +36,14 @@ span named by the sub-layer's path, so a timeline shows the per-layer forward an
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
 from tpsim.kinds import ELEMENTWISE, marked
+from tpsim.nn.attention import SERIAL_CORE, AttentionCore
 from tpsim.nn.dropout import DropoutCache, DropoutPlan, dropout_backward, replicated_dropout
 from tpsim.nn.module import Module
-from tpsim.partition import Partition
 from tpsim.tp.regions import TP_REGION, Region
 
 
@@ -148,14 +149,14 @@ class Transformer(_Wiring):
     NAMES = ("wte", "wpe", "h", "ln_f")  # a subclass renames them; "" for a part it does not have
 
     def __init__(self, wte: Module, wpe: Module | None, h: list[Block], ln_f: Module, dropout: float = 0.0, *,
-                 region: Region = TP_REGION, group=None) -> None:
+                 region: Region = TP_REGION, group=None, core: AttentionCore = SERIAL_CORE) -> None:
         super().__init__()
         for name, part in zip(self.NAMES, (wte, wpe, list(h), ln_f)):
             if name:
                 setattr(self, name, part)
         self.dropout = dropout
         self.region, self.group = region, group  # SP_REGION: the blocks see [b, s/p, h] of the TP group
-        self.context = None  # CP: a tpsim.cp.context.ContextParallel; ids are then this rank's tokens
+        self.core = core  # the blocks' attention core: which positions ids hold (CP: this rank's tokens)
 
     def forward(self, ids: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, TransformerCache]:
         """``ids: int [b, s]`` -> ``(ln_f's output [b, s, h] (SP: [b, s/p, h]), TransformerCache)``."""
@@ -173,17 +174,15 @@ class Transformer(_Wiring):
         (wte, wpe, drop) caches)``; a pipeline's first stage calls it alone (``tpsim.pp.chunk``)."""
         wte, wpe, _, _ = self.parts()
         b, s = ids.shape
-        cp = 1 if self.context is None else self.context.size
+        cp = self.core.size  # CP: ids are this rank's s/C tokens of every sequence
         if wpe is not None and s * cp > wpe.params["weight"].shape[0]:
             raise ValueError(f"sequence length {s * cp} exceeds n_positions {wpe.params['weight'].shape[0]}")
         self.region.check_sequence(s, self.group)  # on every rank, before the first collective
         x, c_wte = self._timed(wte, "forward", ids)
         c_wpe = None  # no learned positions (RoPE models rotate q and k inside attention instead)
-        if cp > 1:  # CP: ids are this rank's s/C tokens; dropout masks and positions name their absolute places
-            positions = self.context.positions(s)
-            plan = replace(plan, seq_partition=Partition(dim=1, index=positions, full=s * cp))
+        plan = self.core.sequence_plan(plan, s)  # CP: dropout masks name the absolute places of this rank's tokens
         if wpe is not None:
-            pos, c_wpe = self._timed(wpe, "forward", np.arange(s) if cp == 1 else positions)
+            pos, c_wpe = self._timed(wpe, "forward", self.core.positions(s))  # serially arange(s)
             x = residual_add(x, pos)  # [b,s,h] + [s,h]
         x, plan = self.region.split_sequence(x, plan, self.group)  # SP: this rank's s/p positions
         x, drop = replicated_dropout(x, self.dropout, f"{self.path}.drop", plan)

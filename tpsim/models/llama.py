@@ -33,6 +33,7 @@ from tpsim.models.gpt import GPT, Block, Transformer, attach_tracer
 from tpsim.arch.llama import LlamaConfig
 from tpsim.nn.cross_entropy import CrossEntropyLoss
 from tpsim.nn.embedding import Embedding
+from tpsim.nn.attention import SERIAL_CORE, AttentionCore
 from tpsim.nn.gqa_attention import GQAttention
 from tpsim.nn.lm_head import LMHead
 from tpsim.nn.module import Module
@@ -63,8 +64,8 @@ class LlamaModel(Transformer):
     NAMES = ("embed_tokens", "", "layers", "norm")
 
     def __init__(self, embed_tokens: Module, layers: list[LlamaDecoderLayer], norm: Module, *,
-                 region: Region = TP_REGION, group=None) -> None:
-        super().__init__(embed_tokens, None, layers, norm, dropout=0.0, region=region, group=group)
+                 region: Region = TP_REGION, group=None, core: AttentionCore = SERIAL_CORE) -> None:
+        super().__init__(embed_tokens, None, layers, norm, dropout=0.0, region=region, group=group, core=core)
 
 
 class LlamaForCausalLM(GPT):
@@ -95,8 +96,9 @@ def serial_llama(config: LlamaConfig, seed: int = 0, dtype=np.float64) -> LlamaF
 
 
 def parallel_llama(serial: LlamaForCausalLM, group: Group, *, sequence_parallel: bool = False,
-                   tp_comm_overlap: bool = False) -> LlamaForCausalLM:
-    """Shard a serial Llama over the TP ``group`` (collective over it: the ``kv`` sub-group is created here)."""
+                   tp_comm_overlap: bool = False, core: AttentionCore = SERIAL_CORE) -> LlamaForCausalLM:
+    """Shard a serial Llama over the TP ``group`` (collective over it: the ``kv`` sub-group is created here);
+    ``core``: the attention core of every layer and the model's positions (CP: ``tpsim.cp.context.core_for``)."""
     config = serial.config
     config.check(group.size)
     sp, region = sequence_parallel, region_for(sequence_parallel, tp_comm_overlap)
@@ -105,11 +107,11 @@ def parallel_llama(serial: LlamaForCausalLM, group: Group, *, sequence_parallel:
     embed = VocabParallelEmbedding.from_serial(serial.model.embed_tokens, group)
     layers = [LlamaDecoderLayer(norm(layer.input_layernorm),
                                 ParallelGQAttention.from_serial(layer.self_attn, group, region=region,
-                                                                kv_sync=kv_sync),
+                                                                kv_sync=kv_sync, core=core),
                                 norm(layer.post_attention_layernorm),
                                 ParallelSwiGLU.from_serial(layer.mlp, group, region=region))
               for layer in serial.model.layers]
-    model = LlamaModel(embed, layers, norm(serial.model.norm), region=region, group=group)
+    model = LlamaModel(embed, layers, norm(serial.model.norm), region=region, group=group, core=core)
     w = serial.lm_head.params["weight"]  # [V, h]: sharded by vocabulary rows exactly like an embedding table
     head = ParallelLMHead(VocabParallelEmbedding(w.shape[0], w.shape[1], group, dtype=w.dtype, weight=w),
                           tied=False, region=region)

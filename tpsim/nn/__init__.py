@@ -5,9 +5,9 @@ Every layer follows the one contract stated in ``tpsim.nn.module``: ``forward ->
 """
 
 from tpsim.nn.activations import GeLU, GeluCache, erf, erfc, gelu_backward, gelu_forward
-from tpsim.nn.attention import (AttentionCache, AttentionCoreCache, CausalSelfAttention, MultiHeadAttention,
-                                attention_core_backward, attention_core_forward, qkv_attention_backward,
-                                qkv_attention_forward)
+from tpsim.nn.attention import (SERIAL_CORE, AttentionCache, AttentionCore, AttentionCoreCache, CausalSelfAttention,
+                                MultiHeadAttention, SerialCore, attention_core_backward, attention_core_forward,
+                                qkv_attention_backward, qkv_attention_forward)
 from tpsim.nn.cross_entropy import (
     CrossEntropyCache,
     CrossEntropyLoss,
@@ -37,6 +37,9 @@ __all__ = [
     "CausalSelfAttention",
     "AttentionCache",
     "AttentionCoreCache",
+    "AttentionCore",
+    "SerialCore",
+    "SERIAL_CORE",
     "attention_core_forward",
     "attention_core_backward",
     "qkv_attention_forward",

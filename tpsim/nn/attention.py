@@ -19,11 +19,17 @@ Backward of the core, with P the (dropped) probabilities and D = dropout's scale
 
 Masked (future) scores get −∞, so their probability is exactly 0 and so is their gradient; the diagonal is
 never masked, so every row has a finite max and the softmax never sees an all −∞ row (no NaN).
+
+The layer reaches the core through an *attention core* object it is given at construction, as a TP layer is
+given its ``Region`` (``AttentionCore``: ``forward(q, k, v, keep, p) -> (ctx, cache)``, ``backward(dctx, cache)
+-> (dq, dk, dv)``, ``positions(s)``, ``size``). ``SERIAL_CORE`` (the default) runs the functions below on the
+rows held here; context parallelism hands in ``tpsim.cp.context.ContextParallel``, whose queries attend over
+the whole sequence across the CP group. The layer never asks which one it holds.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple, Protocol
 
 import numpy as np
 
@@ -130,11 +136,85 @@ def qkv_attention_backward(dctx: np.ndarray, cache: AttentionCoreCache) -> np.nd
     return np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)
 
 
+# --- the attention core a layer is built with -------------------------------------------------------------------
+KeepFn = Callable[..., "np.ndarray | None"]  # keep(q_index, k_index, local_heads) -> bool mask; None: all of each
+
+
+class AttentionCore(Protocol):
+    """What an attention layer calls between its projections (``SerialCore``; CP: ``tpsim.cp.context``).
+
+    ``forward(q [b, nh, s, hd], k, v [b, nkv, s, hd], keep, p, scope=) -> (ctx [b, nh, s, hd], cache)``: causal
+    attention of the rows held here (nh a multiple of nkv: grouped-query heads read KV head j // (nh / nkv));
+    ``keep(q_index, k_index, local_heads)`` draws attention dropout's mask at absolute positions (None: all),
+    or is None. ``backward(dctx, cache) -> (dq, dk, dv)`` shaped as q, k, v. ``positions(s)``: the absolute
+    positions of the ``s`` rows held here; ``size``: the ranks the sequence is cut over; ``sequence_plan(plan,
+    s)``: the dropout plan naming those positions."""
+
+    size: int
+
+    def positions(self, local: int) -> np.ndarray: ...
+    def sequence_plan(self, plan: DropoutPlan, local: int) -> DropoutPlan: ...
+    def forward(self, q, k, v, keep: KeepFn | None = None, p: float = 0.0, *, scope: str | None = None): ...
+    def backward(self, dctx: np.ndarray, cache) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+
+class SerialCoreCache(NamedTuple):
+    attention: AttentionCoreCache  # over the repeated KV heads [b, nh, s, hd]
+    n_rep: int  # query heads per KV head (1: multi-head attention)
+
+
+class SerialCore:
+    """The attention core of one device: the rows held here are the whole sequence, at positions 0..s-1.
+
+    Grouped-query K and V are repeated to the query heads first (Hugging Face's ``repeat_kv``; as is for
+    multi-head attention) and their gradients summed back over the copies. Holds nothing: one instance serves
+    every layer (``SERIAL_CORE``)."""
+
+    size = 1
+
+    def positions(self, local: int) -> np.ndarray:
+        """``arange(local)``: the rows are the sequence itself."""
+        return np.arange(local)
+
+    def sequence_plan(self, plan: DropoutPlan, local: int) -> DropoutPlan:
+        """``plan`` as is: the rows are every position."""
+        return plan
+
+    def forward(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: KeepFn | None = None, p: float = 0.0, *,
+                scope: str | None = None) -> tuple[np.ndarray, SerialCoreCache]:
+        """``(ctx [b, nh, s, hd], cache)``; ``scope`` unused (nothing is sent)."""
+        n_rep = q.shape[1] // k.shape[1]
+        mask = None if keep is None else keep(None, None, None)
+        ctx, cache = attention_core_forward(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask, p)
+        return ctx, SerialCoreCache(cache, n_rep)
+
+    def backward(self, dctx: np.ndarray, cache: SerialCoreCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(dq [b, nh, s, hd], dk, dv [b, nkv, s, hd])``."""
+        dq, dk, dv = attention_core_backward(dctx, cache.attention)
+        return dq, fold_kv(dk, cache.n_rep), fold_kv(dv, cache.n_rep)
+
+
+SERIAL_CORE = SerialCore()  # stateless, so shared: every layer built without a core attends serially
+
+
+def repeat_kv(x: np.ndarray, n_rep: int) -> np.ndarray:
+    """``[b, nkv, s, hd]`` -> ``[b, nkv·n_rep, s, hd]``, each KV head n_rep times in a row (``x`` itself at 1)."""
+    return x if n_rep == 1 else np.repeat(x, n_rep, axis=1)
+
+
+def fold_kv(dx: np.ndarray, n_rep: int) -> np.ndarray:
+    """``repeat_kv``'s backward: the gradient of each KV head, summed over its n_rep adjacent copies."""
+    if n_rep == 1:
+        return dx
+    b, nh, s, hd = dx.shape
+    return dx.reshape(b, nh // n_rep, n_rep, s, hd).sum(axis=2)
+
+
 class AttentionCache(NamedTuple):
     """The cache of ``MultiHeadAttention`` (serial or parallel)."""
 
     c_attn: LinearCache
-    core: AttentionCoreCache
+    core: tuple  # what the attention core keeps (``SerialCoreCache`` serially)
     c_proj: LinearCache
 
 
@@ -144,11 +224,12 @@ class MultiHeadAttention(Module):
     heads, ``c_proj``. ``CausalSelfAttention`` holds every head; the TP twin (``tpsim.tp.attention``) a few.
 
     ``head_index``: the global numbers of the heads held here (None: all of them), so a head-sharded layer
-    draws the serial model's dropout bits for its heads.
+    draws the serial model's dropout bits for its heads. ``core``: the attention core (``SERIAL_CORE``; context
+    parallelism's ``tpsim.cp.context.ContextParallel``).
     """
 
     def __init__(self, c_attn: Module, c_proj: Module, heads: int, *, attn_dropout: float = 0.0,
-                 head_index: np.ndarray | None = None) -> None:
+                 head_index: np.ndarray | None = None, core: AttentionCore = SERIAL_CORE) -> None:
         super().__init__()
         if not 0.0 <= attn_dropout < 1.0:
             raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
@@ -158,49 +239,40 @@ class MultiHeadAttention(Module):
         self.attn_dropout = float(attn_dropout)
         self.head_index = head_index
         self.heads_per_partition = heads if head_index is None else len(head_index)
-        self.context = None  # context parallelism: a tpsim.cp.context.ContextParallel, set by the model's build
+        self.core = core
 
     def sequence_length(self, x: np.ndarray) -> int:
-        """The whole sequence the core attends over, from ``x: [b, s, h]`` (a sequence-parallel layer's is longer)."""
+        """The rows the core attends with, from ``x: [b, s, h]`` (a sequence-parallel layer's are more)."""
         return x.shape[1]
 
     def forward(self, x: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, AttentionCache]:
         """``x: [b, s, h]`` (SP: ``[b, s/p, h]``) -> ``(y shaped as x, cache)``. Dropout on the probabilities needs
         ``plan.rng``; ``plan.batch_index``: the global batch positions of the local rows (default all)."""
-        b, s = x.shape[0], self.sequence_length(x)
         qkv, c_attn = self.c_attn.forward(x)  # TP: [b, s, 3h/p], f: identity forward (SP: f̄ all-gathers s)
-        if self.context is not None:  # CP: this rank's s/C tokens against the whole sequence (tpsim.cp)
-            ctx, core = self._context_forward(qkv, plan, b, s)
-        else:
-            keep = attention_keep_mask(plan, self.attn_dropout, self.path + ".attn_dropout", b, self.heads, s,
-                                       head_index=self.head_index)
-            ctx, core = qkv_attention_forward(qkv, self.heads_per_partition, keep, self.attn_dropout)
-        y, c_proj = self.c_proj.forward(ctx)  # TP: g, the one all-reduce of the forward (SP: ḡ reduce-scatter)
-        return y, AttentionCache(c_attn, core, c_proj)
-
-    def _context_forward(self, qkv: np.ndarray, plan: DropoutPlan, b: int, s: int):
-        """The core across the CP group: ``self.context`` (a ``tpsim.cp.context.ContextParallel``) attends; the
-        dropout mask of each block is drawn at its absolute query and key positions."""
-        heads = np.arange(self.heads) if self.head_index is None else np.asarray(self.head_index)
-
-        def keep(q_pos, k_pos, local):
-            return attention_keep_mask(plan, self.attn_dropout, self.path + ".attn_dropout", b, self.heads,
-                                       s * self.context.size, heads[local if local is not None else slice(None)],
-                                       q_pos, k_pos)
         q, k, v = (split_heads(t, self.heads_per_partition) for t in np.split(qkv, 3, axis=-1))
         with_dropout = self.attn_dropout > 0 and plan.rng is not None
-        ctx, core = self.context.forward(q, k, v, keep if with_dropout else None, self.attn_dropout,
-                                         scope=self.path)
-        return merge_heads(ctx), core
+        keep = self._keep(plan, x.shape[0], self.sequence_length(x)) if with_dropout else None
+        ctx, core = self.core.forward(q, k, v, keep, self.attn_dropout, scope=self.path)
+        y, c_proj = self.c_proj.forward(merge_heads(ctx))  # TP: g, the one all-reduce of the forward (SP: ḡ)
+        return y, AttentionCache(c_attn, core, c_proj)
+
+    def _keep(self, plan: DropoutPlan, b: int, s: int) -> KeepFn:
+        """The dropout mask the core asks for, ``keep(q_index, k_index, local_heads)``: drawn at the absolute query
+        and key positions of a sequence of ``s · core.size`` tokens (None: all of them), for the global numbers of
+        the local heads ``local_heads`` (a slice of those held here; None: all)."""
+        heads = np.arange(self.heads) if self.head_index is None else np.asarray(self.head_index)
+
+        def keep(q_index=None, k_index=None, local=None):
+            return attention_keep_mask(plan, self.attn_dropout, self.path + ".attn_dropout", b, self.heads,
+                                       s * self.core.size, self.head_index if local is None else heads[local],
+                                       q_index, k_index)
+        return keep
 
     def backward(self, dy: np.ndarray, cache: AttentionCache) -> np.ndarray:
         """``dy`` shaped as the output -> ``dx`` shaped as the input; adds into the grads of c_attn and c_proj."""
         dctx = self.c_proj.backward(dy, cache.c_proj)  # TP: g backward, the identity
-        if self.context is not None:  # CP: the backward ring (or gather, or all-to-all) of tpsim.cp
-            grads = self.context.backward(split_heads(dctx, self.heads_per_partition), cache.core)
-            dqkv = np.concatenate([merge_heads(g) for g in grads], axis=-1)
-        else:
-            dqkv = qkv_attention_backward(dctx, cache.core)  # local: the heads held here only
+        grads = self.core.backward(split_heads(dctx, self.heads_per_partition), cache.core)  # CP: its messages
+        dqkv = np.concatenate([merge_heads(g) for g in grads], axis=-1)  # local: the heads held here only
         return self.c_attn.backward(dqkv, cache.c_attn)  # TP: f backward, the one all-reduce of the backward
 
 

@@ -8,15 +8,17 @@ Hugging Face's ``repeat_kv``). kv_heads = heads is multi-head attention, kv_head
                 --k_proj--> [b, s, kv·hd]       -> k [b, kv, s, hd]         (hd = h / heads)
                 --v_proj--> [b, s, kv·hd]       -> v [b, kv, s, hd]
       q, k <- RoPE(q), RoPE(k)     (Su et al. 2021; ``tpsim.nn.rope``)
-      k, v <- repeat each KV head n_rep times along the head axis -> [b, heads, s, hd]
-      ctx = causal attention core (``tpsim.nn.attention``) -> [b, s, heads·hd] --o_proj--> y [b, s, h]
+      ctx = the attention core (``tpsim.nn.attention``) -> [b, s, heads·hd] --o_proj--> y [b, s, h]
+            serially: k, v <- each KV head repeated n_rep times along the head axis, then causal attention
 
 Backward: the core gives dq and the gradients of the *repeated* k and v; each KV head's gradient is the sum
 over the n_rep query heads that read it (the backward of a repeat is a sum), then RoPE's inverse rotation on
-dq and dk, then the four linears. The pure functions take any numbers of heads, so ``GroupedQueryAttention``
-runs them on the heads its parts hold: all (``GQAttention``) or a rank's share (the tensor-parallel twin,
-``tpsim.tp.gqa_attention``), the same forward and backward. q_proj, k_proj and v_proj read one input and run
-as one multi-output linear (``tpsim.nn.multi_output_linear``). No attention dropout (Llama's is 0).
+dq and dk, then the four linears. The layer takes any numbers of heads, so ``GroupedQueryAttention`` runs on
+the heads its parts hold: all (``GQAttention``) or a rank's share (the tensor-parallel twin,
+``tpsim.tp.gqa_attention``), the same forward and backward. RoPE turns q and k at the positions the core names
+(``core.positions``: 0..s-1 serially, a CP rank's own tokens under ``tpsim.cp``), before the core. q_proj,
+k_proj and v_proj read one input and run as one multi-output linear (``tpsim.nn.multi_output_linear``). No
+attention dropout (Llama's is 0).
 """
 
 from __future__ import annotations
@@ -25,8 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tpsim.nn.attention import AttentionCoreCache, attention_core_backward, attention_core_forward, merge_heads, \
-    split_heads
+from tpsim.nn.attention import SERIAL_CORE, AttentionCore, merge_heads, split_heads
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.linear import Linear, LinearCache
 from tpsim.nn.module import Module
@@ -35,36 +36,15 @@ from tpsim.nn.rope import RopeCache, rope_backward, rope_cos_sin, rope_forward
 
 
 class GQACoreCache(NamedTuple):
-    core: AttentionCoreCache  # over the repeated heads [b, heads, s, hd]
+    core: tuple  # what the attention core keeps (``SerialCoreCache`` serially), over q and k after RoPE
     rope: RopeCache
-    n_rep: int  # query heads per KV head
-
-
-def gqa_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: np.ndarray,
-                     sin: np.ndarray) -> tuple[np.ndarray, GQACoreCache]:
-    """``q: [b, nh, s, hd]``, ``k, v: [b, nkv, s, hd]`` (nh a multiple of nkv), ``cos, sin: [s, hd]``
-    -> ``(ctx [b, nh, s, hd], cache)``."""
-    n_rep = q.shape[1] // k.shape[1]
-    q, rope = rope_forward(q, cos, sin)
-    k, _ = rope_forward(k, cos, sin)
-    ctx, core = attention_core_forward(q, np.repeat(k, n_rep, axis=1), np.repeat(v, n_rep, axis=1))
-    return ctx, GQACoreCache(core, rope, n_rep)
-
-
-def gqa_core_backward(dctx: np.ndarray, cache: GQACoreCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``dctx: [b, nh, s, hd]`` -> ``(dq [b, nh, s, hd], dk, dv [b, nkv, s, hd])``."""
-    dq, dk_rep, dv_rep = attention_core_backward(dctx, cache.core)
-    b, nh, s, hd = dk_rep.shape
-    fold = (b, nh // cache.n_rep, cache.n_rep, s, hd)  # the n_rep copies of a KV head are adjacent
-    dk, dv = dk_rep.reshape(fold).sum(axis=2), dv_rep.reshape(fold).sum(axis=2)
-    return rope_backward(dq, cache.rope), rope_backward(dk, cache.rope), dv
 
 
 class GQAttentionCache(NamedTuple):
     """The cache of ``GroupedQueryAttention`` (serial or parallel)."""
 
     qkv: tuple  # the caches of q_proj, k_proj, v_proj (one multi-output linear)
-    core: GQACoreCache  # under context parallelism: (the CP core's cache, RopeCache)
+    core: GQACoreCache
     o_proj: LinearCache
 
 
@@ -83,17 +63,20 @@ class GroupedQueryAttention(Module):
 
     ``heads_per_partition``/``kv_heads_per_partition``: the query and KV heads ``qkv`` holds here (default all
     of them: the serial layer ``GQAttention``; the TP twin ``tpsim.tp.gqa_attention`` holds a rank's share).
+    ``core``: the attention core after RoPE (``tpsim.nn.attention.SERIAL_CORE``; context parallelism's
+    ``tpsim.cp.context.ContextParallel``), which also names the positions RoPE rotates by.
     """
 
     def __init__(self, qkv: Module, o_proj: Module, heads: int, kv_heads: int, *, rope_theta: float = 10000.0,
-                 heads_per_partition: int | None = None, kv_heads_per_partition: int | None = None) -> None:
+                 heads_per_partition: int | None = None, kv_heads_per_partition: int | None = None,
+                 core: AttentionCore = SERIAL_CORE) -> None:
         super().__init__()
         self.qkv, self.o_proj = qkv, o_proj  # qkv is inline: its parts are named self_attn.q_proj, ...
         self.hidden, self.heads, self.kv_heads = qkv.in_features, heads, kv_heads
         self.head_dim, self.rope_theta = self.hidden // heads, float(rope_theta)
         self.heads_per_partition = heads if heads_per_partition is None else heads_per_partition
         self.kv_heads_per_partition = kv_heads if kv_heads_per_partition is None else kv_heads_per_partition
-        self.context = None  # context parallelism: a tpsim.cp.context.ContextParallel, set by the model's build
+        self.core = core
 
     # the three projections under their Hugging Face names (they live in qkv)
     q_proj = property(lambda self: self.qkv.q_proj)
@@ -109,31 +92,22 @@ class GroupedQueryAttention(Module):
         """``x: [b, s, h]`` (SP: ``[b, s/p, h]``) -> ``(y shaped as x, cache)``; ``positions`` default
         ``arange(s)`` over the whole sequence; ``plan`` unused (no attention dropout)."""
         s = self.sequence_length(x)
-        if positions is None:  # CP: the absolute positions of this rank's tokens, RoPE's angles
-            positions = np.arange(s) if self.context is None else self.context.positions(s)
+        if positions is None:  # the absolute positions of the rows held here (CP: this rank's tokens)
+            positions = self.core.positions(s)
         cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_theta, x.dtype)  # no communication
         (q, k, v), c_qkv = self.qkv.forward(x)  # TP: f once for the three (SP: f̄ all-gathers s once)
         nq, nkv = self.heads_per_partition, self.kv_heads_per_partition
-        q, k, v = split_heads(q, nq), split_heads(k, nkv), split_heads(v, nkv)
-        if self.context is not None:  # CP (tpsim.cp): RoPE here, then the core across the CP group
-            q, rope = rope_forward(q, cos, sin)
-            k, _ = rope_forward(k, cos, sin)
-            ctx, inner = self.context.forward(q, k, v, scope=self.path)
-            core = (inner, rope)
-        else:
-            ctx, core = gqa_core_forward(q, k, v, cos, sin)
+        q, rope = rope_forward(split_heads(q, nq), cos, sin)
+        k, _ = rope_forward(split_heads(k, nkv), cos, sin)
+        ctx, core = self.core.forward(q, k, split_heads(v, nkv), scope=self.path)  # CP: across the CP group
         y, c_o = self.o_proj.forward(merge_heads(ctx))  # TP: g, the one all-reduce of the forward
-        return y, GQAttentionCache(c_qkv, core, c_o)
+        return y, GQAttentionCache(c_qkv, GQACoreCache(core, rope), c_o)
 
     def backward(self, dy: np.ndarray, cache: GQAttentionCache) -> np.ndarray:
         """``dy`` shaped as the output -> ``dx`` shaped as the input; adds into the four projections' grads."""
         dctx = split_heads(self.o_proj.backward(dy, cache.o_proj), self.heads_per_partition)
-        if self.context is not None:
-            inner, rope = cache.core
-            dq, dk, dv = self.context.backward(dctx, inner)
-            dq, dk = rope_backward(dq, rope), rope_backward(dk, rope)
-        else:
-            dq, dk, dv = gqa_core_backward(dctx, cache.core)
+        dq, dk, dv = self.core.backward(dctx, cache.core.core)  # each KV head's gradient summed over its readers
+        dq, dk = rope_backward(dq, cache.core.rope), rope_backward(dk, cache.core.rope)
         return self.qkv.backward((merge_heads(dq), merge_heads(dk), merge_heads(dv)), cache.qkv)
 
 

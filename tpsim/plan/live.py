@@ -34,13 +34,13 @@ def toy_config(arch: str):
 def build(arch: str, grid, sp: bool, dtype=None, cp_comm: str = "ring"):
     """``(model, sequence length, dropout plan)``: the toy GPT (dropout 0.1) or the toy Llama (no dropout), in
     ``dtype`` (float64 when None); attention across ``grid.cp_group`` by ``cp_comm`` when cp > 1."""
-    from tpsim.cp.context import ContextParallel, attach
+    from tpsim.cp.context import core_for
     from tpsim.nn.dropout import DropoutPlan
     from tpsim.tp.random import ExactDropoutRNG
 
     cfg = toy_config(arch)
-    model = architecture(arch).build(cfg, grid.tp_group, seed=SEED, dtype=dtype, sequence_parallel=sp)
-    attach(model, ContextParallel(grid.cp_group, cp_comm) if grid.cp > 1 else None)
+    model = architecture(arch).build(cfg, grid.tp_group, seed=SEED, dtype=dtype, sequence_parallel=sp,
+                                     core=core_for(grid.cp_group, cp_comm))
     return model, cfg.max_positions, DropoutPlan(ExactDropoutRNG(SEED), 0) if cfg.dropout else DropoutPlan()
 
 
@@ -75,7 +75,7 @@ def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt2", zero: int 
     ids = np.random.default_rng(SEED).integers(0, model.config.vocab, (ROWS_PER_REPLICA * dp, seq))[rows]
     labels = np.roll(ids, -1, axis=1)
     if cp > 1:  # this CP rank's tokens of every sequence
-        held = model.body().context.positions(seq // cp)
+        held = model.body().core.positions(seq // cp)
         ids, labels = np.ascontiguousarray(ids[:, held]), np.ascontiguousarray(labels[:, held])
     with grid.tracer.paused():
         _, cache = model.forward(ids, labels, plan)

@@ -17,23 +17,24 @@ from __future__ import annotations
 import copy
 
 from tpsim.arch import architecture_of
-from tpsim.cp.context import ContextParallel, attach
+from tpsim.cp.context import core_for
+from tpsim.nn.attention import SERIAL_CORE, AttentionCore
 from tpsim.pp.chunk import ModelChunk, PipelineShard, mark_shared_copy
 from tpsim.pp.split import split_layers
 
 
 def pipeline_from_serial(serial, grid, stage_layers: tuple[range, ...], *,
                          sequence_parallel: bool = False, tp_comm_overlap: bool = False,
-                         context=None) -> PipelineShard:
+                         core: AttentionCore = SERIAL_CORE) -> PipelineShard:
     """This rank's ``PipelineShard`` of ``serial`` on ``grid`` (TP group: the layers' shards; ``grid.pp``
     ranks × len(stage_layers) / pp chunks each). Collective over the TP group (as the TP build is).
-    ``context``: a ``tpsim.cp.context.ContextParallel`` every attention layer and chunk attends with (CP)."""
+    ``core``: the attention core every attention layer and chunk is built with (CP: ``tpsim.cp.context``)."""
     stages = len(stage_layers)
     if stages % grid.pp:
         raise ValueError(f"{stages} virtual stages do not divide over {grid.pp} pipeline ranks")
     full = architecture_of(serial.config).parallel(serial, grid.tp_group, sequence_parallel=sequence_parallel,
-                                                   tp_comm_overlap=tp_comm_overlap)
-    body = attach(full, context).body()
+                                                   tp_comm_overlap=tp_comm_overlap, core=core)
+    body = full.body()
     wte, wpe, blocks, ln_f = body.parts()
     edge = copy.copy(body)  # the embedding's wiring (wte, wpe, dropout, SP split) without the blocks
     setattr(edge, body.NAMES[2], [])
@@ -58,9 +59,8 @@ def pipeline_from_serial(serial, grid, stage_layers: tuple[range, ...], *,
             shared = wte
         chunk = ModelChunk(v, stages, mine, edge=edge if first else None,
                            head=(ln_f, full.lm_head, full.loss) if last else None,
-                           region=body.region, group=body.group, named=named)
+                           region=body.region, group=body.group, core=core, named=named)
         chunk.tracer = grid.tracer
-        chunk.context = body.context
         chunks.append(chunk)
     return PipelineShard(full.config, chunks, stage_layers, shared_embedding=shared)
 
@@ -71,6 +71,6 @@ def build_pipeline(run, grid) -> PipelineShard:
     pipe = run.pipeline
     layers = split_layers(run.model.layers, grid.pp * pipe.vp, pipe.stage_layers, vp=pipe.vp)
     par = run.parallel
-    context = ContextParallel(grid.cp_group, par.cp_comm, par.cp_layout) if par.cp > 1 else None
+    core = core_for(grid.cp_group, par.cp_comm, par.cp_layout)
     return pipeline_from_serial(run.serial_model(), grid, layers, sequence_parallel=run.parallel.sp,
-                                tp_comm_overlap=run.parallel.tp_comm_overlap, context=context)
+                                tp_comm_overlap=run.parallel.tp_comm_overlap, core=core)

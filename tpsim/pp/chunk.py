@@ -30,9 +30,10 @@ from typing import NamedTuple
 import numpy as np
 
 from tpsim.models.gpt import _Wiring
+from tpsim.nn.attention import SERIAL_CORE, AttentionCore
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.module import Module, WeightGradients
-from tpsim.partition import Partition, within
+from tpsim.partition import within
 from tpsim.tp.sequence_parallel import sequence_partition
 
 
@@ -46,10 +47,11 @@ class ChunkCache(NamedTuple):
 
 class ModelChunk(_Wiring):
     """The layers of one virtual stage (see the module docstring). ``edge``: the model's body without its blocks
-    (the embedding's wiring, stage 0 only); ``head``: ``(final norm, LM head, loss)`` on the last stage."""
+    (the embedding's wiring, stage 0 only); ``head``: ``(final norm, LM head, loss)`` on the last stage;
+    ``core``: the attention core the blocks were built with (which positions a boundary activation holds)."""
 
     def __init__(self, stage: int, stages: int, blocks: list[Module], *, edge=None, head: tuple | None = None,
-                 region=None, group=None, named: dict[str, Module]) -> None:
+                 region=None, group=None, core: AttentionCore = SERIAL_CORE, named: dict[str, Module]) -> None:
         super().__init__()
         self.stage, self.stages = stage, stages
         self.first, self.last = stage == 0, stage == stages - 1
@@ -57,18 +59,16 @@ class ModelChunk(_Wiring):
             raise ValueError(f"virtual stage {stage} of {stages}: the embedding goes with stage 0, the head with the last")
         self.edge, self.blocks, self.head = edge, list(blocks), head
         self.region, self.group = region, group
-        self.context = None  # context parallelism: the CP attention of every layer here (tpsim.cp.context.attach)
+        self.core = core  # context parallelism: tpsim.cp.context.ContextParallel, the attention of every layer here
         self._named = dict(named)  # full serial path -> module: what ``children`` lists
 
     def boundary_plan(self, x: np.ndarray, plan: DropoutPlan) -> DropoutPlan:
         """The dropout plan for a boundary activation ``x`` arriving from the previous stage: masks are keyed by
-        global position, so it names the positions ``x``'s rows hold — a CP rank's tokens (``context``), then
+        global position, so it names the positions ``x``'s rows hold — a CP rank's tokens (``core``), then
         under SP this TP rank's part of them."""
         sp = self.region is not None and self.region.splits_sequence
         s = self.region.sequence_length(x.shape[1], self.group) if sp else x.shape[1]
-        if self.context is not None:
-            cp = self.context.size
-            plan = replace(plan, seq_partition=Partition(1, self.context.positions(s), s * cp))
+        plan = self.core.sequence_plan(plan, s)
         if sp:
             plan = replace(plan, seq_partition=within(sequence_partition(s, self.group), plan.seq_partition))
         return plan

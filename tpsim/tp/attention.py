@@ -27,7 +27,7 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.errors import ConfigError
-from tpsim.nn.attention import CausalSelfAttention, MultiHeadAttention
+from tpsim.nn.attention import SERIAL_CORE, AttentionCore, CausalSelfAttention, MultiHeadAttention
 from tpsim.tp.column_parallel import ColumnParallelLinear
 from tpsim.tp.regions import TP_REGION, Region
 from tpsim.tp.row_parallel import RowParallelLinear
@@ -55,7 +55,7 @@ class ParallelSelfAttention(MultiHeadAttention):
     backward on a column-parallel c_attn (whole heads) and a row-parallel c_proj, one region."""
 
     def __init__(self, c_attn: ColumnParallelLinear, c_proj: RowParallelLinear, heads: int, *,
-                 attn_dropout: float = 0.0) -> None:
+                 attn_dropout: float = 0.0, core: AttentionCore = SERIAL_CORE) -> None:
         group = c_attn.group
         hidden = c_attn.in_features
         check_attention_sizes(hidden, heads, group.size)
@@ -70,13 +70,15 @@ class ParallelSelfAttention(MultiHeadAttention):
                              "not a contiguous block of the 3h columns")
         local = heads // group.size
         super().__init__(c_attn, c_proj, heads, attn_dropout=attn_dropout,
-                         head_index=np.arange(group.rank * local, (group.rank + 1) * local))  # global numbers
+                         head_index=np.arange(group.rank * local, (group.rank + 1) * local),  # global numbers
+                         core=core)
         self.group, self.region = group, c_attn.region
 
     @classmethod
     def from_serial(cls, attn: CausalSelfAttention, group: Group, *,
-                    region: Region = TP_REGION) -> "ParallelSelfAttention":
-        """Shard a serial layer's master weights: whole heads of c_attn, the matching rows of c_proj.
+                    region: Region = TP_REGION, core: AttentionCore = SERIAL_CORE) -> "ParallelSelfAttention":
+        """Shard a serial layer's master weights: whole heads of c_attn, the matching rows of c_proj; ``core``: the
+        attention core it attends with (``tpsim.nn.attention``; CP's ``tpsim.cp.context.ContextParallel``).
 
         A fresh model: shard a fresh ``CausalSelfAttention(...)`` (same on every rank for the same ``rng`` seed).
         """
@@ -85,7 +87,7 @@ class ParallelSelfAttention(MultiHeadAttention):
         return cls(ColumnParallelLinear.from_serial(attn.c_attn, group, gather_output=False, columns=columns,
                                                     region=region),
                    RowParallelLinear.from_serial(attn.c_proj, group, input_is_parallel=True, region=region),
-                   attn.heads, attn_dropout=attn.attn_dropout)
+                   attn.heads, attn_dropout=attn.attn_dropout, core=core)
 
     def sequence_length(self, x: np.ndarray) -> int:
         """The whole sequence: ``x``'s under f, p times the shard's under f̄ (the core sees all of it)."""

@@ -35,6 +35,7 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.errors import ConfigError
+from tpsim.nn.attention import SERIAL_CORE, AttentionCore
 from tpsim.nn.gqa_attention import GQAttention, GroupedQueryAttention
 from tpsim.tp.multi_output_column_parallel import MultiOutputColumnParallelLinear
 from tpsim.tp.regions import TP_REGION, Region
@@ -96,7 +97,7 @@ class ParallelGQAttention(GroupedQueryAttention):
     backward on column-parallel q/k/v (one ``MultiOutputColumnParallelLinear``) and a row-parallel o_proj."""
 
     def __init__(self, qkv: MultiOutputColumnParallelLinear, o_proj: RowParallelLinear, heads: int, kv_heads: int,
-                 *, rope_theta: float = 10000.0) -> None:
+                 *, rope_theta: float = 10000.0, core: AttentionCore = SERIAL_CORE) -> None:
         group = qkv.group
         kv_index, kv_replicas = kv_head_layout(heads, kv_heads, group.size, group.rank)
         kv_sync = qkv.replica_group
@@ -106,15 +107,16 @@ class ParallelGQAttention(GroupedQueryAttention):
         if qkv.region is not o_proj.region or not o_proj.input_is_parallel:
             raise ValueError("ParallelGQAttention needs o_proj(input_is_parallel=True) built with qkv's region")
         super().__init__(qkv, o_proj, heads, kv_heads, rope_theta=rope_theta,
-                         heads_per_partition=heads // group.size, kv_heads_per_partition=len(kv_index))
+                         heads_per_partition=heads // group.size, kv_heads_per_partition=len(kv_index), core=core)
         self.group, self.region = group, qkv.region
         self.kv_index, self.kv_replicas = kv_index, kv_replicas  # global KV heads held here; ranks holding each
 
     @classmethod
     def from_serial(cls, attn: GQAttention, group: Group, *, region: Region = TP_REGION,
-                    kv_sync: Group | None = None) -> "ParallelGQAttention":
+                    kv_sync: Group | None = None, core: AttentionCore = SERIAL_CORE) -> "ParallelGQAttention":
         """Shard a serial layer: whole q heads, this rank's KV heads (copy ``kv_sync.rank`` of a shared one),
-        o_proj's rows. ``kv_sync``: ``kv_group(...)`` when KV heads are replicated, else None."""
+        o_proj's rows. ``kv_sync``: ``kv_group(...)`` when KV heads are replicated, else None; ``core``: the
+        attention core (``tpsim.nn.attention``; CP's ``tpsim.cp.context.ContextParallel``)."""
         check_gqa_layout(attn.hidden, attn.heads, attn.kv_heads, group.size)
         kv_index, rep = kv_head_layout(attn.heads, attn.kv_heads, group.size, group.rank)
         kv = kv_columns(kv_index, attn.head_dim)
@@ -122,7 +124,7 @@ class ParallelGQAttention(GroupedQueryAttention):
             attn.qkv, group, region=region, columns={"k_proj": kv, "v_proj": kv}, replica_group=kv_sync,
             replicated=("k_proj", "v_proj") if kv_sync is not None else ())
         o = RowParallelLinear.from_serial(attn.o_proj, group, input_is_parallel=True, region=region)
-        return cls(qkv, o, attn.heads, attn.kv_heads, rope_theta=attn.rope_theta)
+        return cls(qkv, o, attn.heads, attn.kv_heads, rope_theta=attn.rope_theta, core=core)
 
     def sequence_length(self, x: np.ndarray) -> int:
         """The whole sequence: ``x``'s under f, p times the shard's under f̄ (RoPE's positions run over all of it)."""
