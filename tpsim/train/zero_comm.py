@@ -1,8 +1,8 @@
 """ZeRO's DP collectives, the communication half of ``tpsim.train.zero.DistributedOptimizer``:
 
-    gradients   reduce-scatter each bucket over DP (phase dp_sync), through the ``GradSync`` it owns — so
-                ``--overlap-grad-reduce`` issues each during the last backward (``tpsim.train.grad_ready``) —
-                the owned range of the bucket becoming this rank's summed slice, ÷ d
+    gradients   reduce-scatter each bucket over DP (phase dp_sync), as the ``Reduction`` of the ``GradSync`` it
+                owns — so ``--overlap-grad-reduce`` issues each during the last backward
+                (``tpsim.train.grad_ready``) — the owned range of the bucket becoming this rank's summed slice, ÷ d
     parameters  all-gather every bucket's owned ranges back into the model's arrays (phase optimizer): at once,
                 or with ``--overlap-param-gather`` posted (``Group.iall_gather``), each layer of the next forward
                 waiting for its own buckets when it starts (``Module.params_wait``), ``finish_param_gather``
