@@ -120,7 +120,7 @@ class DistributedOptimizer(ZeroCommunication):
         self._reduced: dict[int, object] = {}  # bucket -> its posted reduce-scatter
         self.overlap_param_gather = overlap_param_gather and grid.replicas > 1
         self._gathering: list[tuple[int, object]] = []  # (bucket, posted all-gather) until finish_param_gather
-        self._hooked: list = []  # the layers waiting for them at their forward (``params_wait``)
+        self._hooked: list = []  # the hooks making layers wait for them at their forward (their handles)
         self.buckets, self.buffers = self.grad_sync.buckets, self.grad_sync.buffers
         slots = optimizer.slots
         self.owned = [owned_range(n, self.dp, self.dp_group.rank) for n in self.bucket_sizes]
