@@ -7,7 +7,8 @@
   planner runs on a laptop with nothing but NumPy;
 - no module outside the architecture registry (``tpsim/arch/``) branches on an architecture's name or sniffs
   which config it holds: what differs between architectures is data or a method reached through the registry;
-- the article the teaching material follows is cited by name, never as "the seed".
+- the article the teaching material follows is cited by name, never as "the seed";
+- a layer carries no feature-named slot: features hook in through the generic hooks (``tpsim.nn.hooks``).
 """
 
 from __future__ import annotations
@@ -265,3 +266,57 @@ def test_no_test_file_name_is_in_both_suites():
     one = {p.name for p in (ROOT / "tests").glob("*.py")}
     every_rank = {p.name for p in (ROOT / "tests" / "mpi").glob("*.py")} - {"conftest.py"}
     assert not one & every_rank, f"in both tests/ and tests/mpi/: {sorted(one & every_rank)}"
+
+
+# A layer knows no training feature: a feature (the DP sync's overlap, ZeRO's waits, gathers and reductions) acts
+# through the generic hooks every Module keeps (``tpsim.nn.hooks``), the way FSDP2 rides on PyTorch's pre/post
+# hooks. What a Module may hold besides, with why:
+MODULE_CLASS_ATTRIBUTES = {"inline"}  # a layout fact of the layer (its children named as its parent's)
+MODULE_INSTANCE_ATTRIBUTES = {"params", "grads", "partition", "path",
+                              "hooks",  # the one generic list
+                              "deferral"}  # the B/W split of the contract itself, set by deferred_weight_grads only
+FEATURE_SLOTS = {"grad_ready", "params_wait", "grads_needed", "params_use"}  # the slots the hooks replaced
+
+
+def test_module_has_no_feature_named_slot():
+    from tpsim.nn.module import Module
+
+    data = {name for name, value in vars(Module).items()
+            if not name.startswith("__") and not callable(value) and not isinstance(value, (property, staticmethod,
+                                                                                          classmethod))}
+    assert data <= MODULE_CLASS_ATTRIBUTES, f"class attributes of Module beyond those allowed: " \
+                                            f"{sorted(data - MODULE_CLASS_ATTRIBUTES)}"
+    held = set(vars(Module()))
+    assert held == MODULE_INSTANCE_ATTRIBUTES, f"a bare Module holds {sorted(held)}, expected " \
+                                               f"{sorted(MODULE_INSTANCE_ATTRIBUTES)}"
+
+
+def slot_writes(path: Path) -> list[str]:
+    """Where ``path`` sets or deletes a feature slot on an object (``mod.params_use = ...``, ``del mod.x``,
+    ``setattr(mod, "x", ...)``, ``mod.__dict__.pop("x")``), sets ``deferral`` outside ``tpsim/nn/module.py``, or
+    rewires another object's ``launch`` / ``finish`` (a ``GradSync`` takes its ``Reduction`` at construction)."""
+    here = path.relative_to(ROOT)
+    banned = FEATURE_SLOTS | ({"deferral"} if here != Path("tpsim/nn/module.py") else set())
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete)) else
+                   [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        flat = [t for target in targets for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
+        for t in flat:
+            if isinstance(t, ast.Attribute) and (t.attr in banned or (
+                    t.attr in ("launch", "finish") and not (isinstance(t.value, ast.Name) and t.value.id == "self"))):
+                out.append(f"{here}:{node.lineno}: sets {t.attr}")
+        if isinstance(node, ast.Call):
+            f = node.func
+            by_name = (f.id in ("setattr", "delattr") if isinstance(f, ast.Name) else isinstance(f, ast.Attribute)
+                       and f.attr == "pop" and isinstance(f.value, ast.Attribute) and f.value.attr == "__dict__")
+            words = {a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+            if by_name and words & banned:
+                out.append(f"{here}:{node.lineno}: sets or pops {sorted(words & banned)} by name")
+    return out
+
+
+def test_no_code_sets_a_feature_slot_on_a_layer():
+    hits = [hit for path in sources().values() for hit in slot_writes(path)]
+    assert not hits, ("a layer's behaviour set from outside it (register a tpsim.nn.hooks.Hook instead; give a "
+                      "GradSync its Reduction):\n" + "\n".join(hits))

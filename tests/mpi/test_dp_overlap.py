@@ -18,6 +18,7 @@ import pytest
 from tpsim.arch import GPTConfig, LlamaConfig, architecture_of
 from tpsim.comm import ProcessGrid
 from tpsim.nn.dropout import DropoutPlan
+from tpsim.nn.hooks import FORWARD
 from tpsim.phases import BACKWARD, DP_SYNC
 from tpsim.pipeline.schedules import build
 from tpsim.pp.build import pipeline_from_serial
@@ -205,7 +206,8 @@ def test_nonblocking_collectives_give_their_blocking_twins_bits_and_records(n):
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_each_layer_waits_for_its_own_parameter_all_gather_at_its_forward(arch):
     """--overlap-param-gather: after a step the all-gathers stay posted; the next forward completes them layer by
-    layer (several waits, each for the buckets of one layer), and none is left once it has run."""
+    layer (several waits, each for the buckets of one layer, through a forward hook on the layer), and none is left
+    once it has run, nor any of those hooks."""
     grid = get_grid(1)
     if grid.dp == 1:
         pytest.skip("dp 1 gathers nothing")
@@ -217,6 +219,7 @@ def test_each_layer_waits_for_its_own_parameter_all_gather_at_its_forward(arch):
     compute_grads(model, grid, opt, ids[rows], labels[rows])
     apply_update(model, opt, grid, CLIP)
     posted = opt.gathers_pending
+    hooked = sum(FORWARD in h.events for _, m in model.named_modules() for h in m.hooks)
     waits, real = [], opt.finish_param_gather
     opt.finish_param_gather = lambda buckets=None: (waits.append(buckets), real(buckets))
     compute_grads(model, grid, opt, ids[rows], labels[rows])
@@ -224,3 +227,5 @@ def test_each_layer_waits_for_its_own_parameter_all_gather_at_its_forward(arch):
     first = [w for w in waits if w is not None]
     assert_everywhere(posted == len(opt.buckets) > 2 and opt.gathers_pending == 0, f"{posted} posted")
     assert_everywhere(len(first) > 2 and all(len(w) < len(opt.buckets) for w in first), f"waits {waits}")
+    left = sum(FORWARD in h.events for _, m in model.named_modules() for h in m.hooks)
+    assert_everywhere(hooked > 2 and left == 0, f"{hooked} layers waited, {left} hooks left after the forward")

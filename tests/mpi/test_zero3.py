@@ -22,6 +22,7 @@ from tpsim.arch.gpt2 import GPTConfig
 from tpsim.config import RunConfig
 from tpsim.cost import wire_bytes
 from tpsim.models.build import build_gpt
+from tpsim.nn.hooks import FORWARD
 from tpsim.nn.precision import dtype_of
 from tpsim.predict.formulas import predict_step
 from tpsim.predict.model_state import MEGATRON_LAYOUTS, TPSIM_16BIT, TPSIM_FLOAT64, measure_model_state
@@ -116,8 +117,11 @@ def test_live_model_state_is_the_formula_and_one_unit_is_gathered_at_a_time(grid
     itemsize = np.dtype(dtype_of(dtype)).itemsize
     assert opt.sparams.peak_bytes == max(sizes) * itemsize, "one unit's bucket gathered at a time"
     assert all(not p.flags.writeable for _, p in model.named_parameters()), "sharded at rest"
+    gathering = [sum(FORWARD in h.events for h in u.hooks) for u in opt.sparams.units]
+    assert gathering == [1] * len(opt.sparams.units), f"one gathering hook a unit, however often hooked: {gathering}"
     opt.finish_param_gather()
     assert all(p.flags.writeable for _, p in model.named_parameters()), "whole for a reader"
+    assert not any(FORWARD in h.events for u in opt.sparams.units for h in u.hooks), "a reader's model gathers nothing"
 
 
 def test_gathered_gradients_and_a_state_dict_round_trip(grid):

@@ -85,18 +85,12 @@ class _Wiring(Module):
         return nullcontext() if self.tracer is None else self.tracer.span(scope, phase)
 
     def _timed(self, child: Module, method: str, *args, **kwargs):
-        """``child.forward(...)`` or ``child.backward(...)``, timed as span (child.path, method); a forward first
-        waits for its parameters' posted all-gather (``params_wait``: ZeRO-1's ``--overlap-param-gather``); under
-        ZeRO-3 the child's parameters are gathered for the call and freed after it (``params_use``)."""
-        if method == "forward" and child.params_wait is not None:
-            child.params_wait(child)
-        if child.params_use is not None:
-            child.params_use(child, method, True)
-        with self._span(child.path, method):
-            out = getattr(child, method)(*args, **kwargs)
-        if child.params_use is not None:
-            child.params_use(child, method, False)
-        return out
+        """``child.forward(...)`` or ``child.backward(...)``, timed as span (child.path, method), inside the
+        child's hooks for that call (``Module.hooked``, outside the span): a forward may first wait for its
+        parameters' posted all-gather (ZeRO-1's ``--overlap-param-gather``), and under ZeRO-3 the child's
+        parameters are gathered for the call and freed after it."""
+        with child.hooked(method), self._span(child.path, method):
+            return getattr(child, method)(*args, **kwargs)
 
 
 def attach_tracer(model: Module, tracer) -> Module:

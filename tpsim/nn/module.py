@@ -49,7 +49,13 @@ the tensors it needs (a linear's input and its output's gradient), and runs when
     w.run()                                 # W: every layer's grads[...] += ..., in the backward's order
 
 The pure functions with parameters come split the same way: ``name_backward_input(dout, cache) -> dx`` and
-``name_backward_weight(dout, cache) -> (dw, ...)``, bit for bit the two halves of ``name_backward``.
+``name_backward_weight(dout, cache) -> (dw, ...)``, bit for bit the two halves of ``name_backward``. The queue a
+layer writes to (``deferral``) is part of this contract, not a feature's slot: it decides *whether* W runs now,
+which no hook around a call can, and only ``deferred_weight_grads`` sets it, for the length of its ``with``.
+
+**Hooks** (``tpsim.nn.hooks``): every layer keeps one list, ``hooks``, of what runs before and after its forward,
+its backward and its W (``register_hook`` returns a handle whose ``remove`` takes it off). A layer knows no
+feature: the DP sync's overlap and ZeRO's gathers and reductions are hooks registered from ``tpsim.train``.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 
+from tpsim.nn.hooks import WEIGHT_GRAD, Hook, HookHandle, run_hooks
 from tpsim.nn.precision import grad_dtype
 from tpsim.partition import Partition  # noqa: F401 (where a shard sits; re-exported with the contract)
 
@@ -136,7 +143,7 @@ def deferred_weight_grads(module: "Module") -> Iterator[WeightGradients]:
         yield queue
     finally:
         for m in modules:
-            del m.deferral  # back to the class's None
+            m.deferral = None
 
 
 def placeholder(shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -154,17 +161,14 @@ class Module:
     """Base class: parameters, gradients and child modules by name (Hugging Face-style dotted names)."""
 
     inline = False  # True: this layer's children are named as its parent's, and its path is the parent's
-    deferral: WeightGradients | None = None  # set on the instances only inside ``deferred_weight_grads``
-    grad_ready: Callable[["Module"], None] | None = None  # set on the instances by an overlapping DP sync
-    params_wait: Callable[["Module"], None] | None = None  # set by ZeRO-1's --overlap-param-gather until it is done
-    grads_needed: Callable[["Module"], None] | None = None  # set by ZeRO-2: materialise this layer's grad buckets
-    params_use: Callable[["Module", str, bool], None] | None = None  # ZeRO-3: gather (True) / free (False) around a call
 
     def __init__(self) -> None:
         self.params: dict[str, np.ndarray] = {}
         self.grads: dict[str, np.ndarray] = {}
         self.partition: dict[str, Partition] = {}  # only for tensor-parallel shards
         self.path: str = ""
+        self.hooks: list[Hook] = []  # run around this layer's calls (``tpsim.nn.hooks``), in this order
+        self.deferral: WeightGradients | None = None  # W's queue, only inside ``deferred_weight_grads``
 
     # --- parameters -------------------------------------------------------------------------------------------
     def add_param(self, name: str, value: np.ndarray, partition: Partition | None = None) -> np.ndarray:
@@ -237,23 +241,33 @@ class Module:
             mod.path = name
         return self
 
+    # --- hooks (tpsim.nn.hooks) --------------------------------------------------------------------------------
+    def register_hook(self, hook: Hook) -> HookHandle:
+        """Run ``hook`` around this layer's calls from now on, after the hooks already there."""
+        self.hooks.append(hook)
+        return HookHandle(self.hooks, hook)
+
+    @contextmanager
+    def hooked(self, event: str) -> Iterator[None]:
+        """Around one call of this layer (``event``: ``tpsim.nn.hooks.FORWARD``, ``BACKWARD`` or ``WEIGHT_GRAD``):
+        every hook's ``before``, the block, every hook's ``after`` (skipped when the block raises)."""
+        run_hooks(self, self.hooks, event, "before")
+        yield
+        run_hooks(self, self.hooks, event, "after")
+
     def weight_grad(self, fn: Callable, *args) -> None:
         """This layer's W: ``fn(*args)`` adds its weight gradients into ``self.grads``. Runs it now, or, inside
-        ``deferred_weight_grads``, queues it (with ``args``, the tensors it reads) for the deferral's ``run``.
-        Once it has run, ``grad_ready(self)`` is told, when set (the DP sync's overlap, ``tpsim.train.grad_ready``);
-        before it runs, ``grads_needed(self)``, when set (ZeRO-2 materialises the buckets it writes into)."""
-        hooked = self.grad_ready is not None or self.grads_needed is not None
+        ``deferred_weight_grads``, queues it (with ``args``, the tensors it reads) for the deferral's ``run``;
+        either way inside the ``WEIGHT_GRAD`` hooks, when it really runs (the DP sync's overlap is told a layer's
+        gradients are written; ZeRO-2 materialises the buckets they go to first)."""
         if self.deferral is None:
             self._weight_grad_now(fn, *args)
         else:
-            self.deferral.add(partial(self._weight_grad_now, fn) if hooked else fn, args)
+            self.deferral.add(partial(self._weight_grad_now, fn), args)
 
     def _weight_grad_now(self, fn: Callable, *args) -> None:
-        if self.grads_needed is not None:
-            self.grads_needed(self)
-        fn(*args)
-        if self.grad_ready is not None:
-            self.grad_ready(self)
+        with self.hooked(WEIGHT_GRAD):
+            fn(*args)
 
     # --- the contract -----------------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):  # pragma: no cover - interface

@@ -31,6 +31,7 @@ ways every bucket goes through ``Group.iall_reduce``, so the sums are bit for bi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -53,6 +54,15 @@ class Bucket:
     dtype: str
 
 
+class Reduction(NamedTuple):
+    """How a ``GradSync`` reduces bucket i over DP: ``launch(i)`` issues its collective (during the backward with
+    the overlap), ``finish(i)`` waits for it and leaves the DP mean where the optimizer reads it. GradSync's own
+    is all-reduce (sum) then ÷ dp; ZeRO's (``tpsim.train.zero_comm``) reduce-scatters into the owned range."""
+
+    launch: Callable[[int], None]
+    finish: Callable[[int], None]
+
+
 class GradSync:
     """Average gradients over ``dp_group`` in buckets; the gradients of ``module`` become views into them.
 
@@ -60,7 +70,8 @@ class GradSync:
     ``[nbytes / itemsize]`` each), ``dp_group``. ``pad_to``: each buffer's length is rounded up to a multiple
     of it with zeros after the last gradient (``tpsim.train.zero`` pads to dp so a reduce-scatter splits it).
     ``groups(names)``, when given, cuts the buckets instead of the cap: lists of positions in ``names`` (the
-    gradients in packing order), each list one bucket.
+    gradients in packing order), each list one bucket. ``reduction``: how each bucket is reduced (default: the
+    all-reduce mean; ``Reduction``).
     """
 
     zero_stage = 0  # plain DP: every rank keeps the whole optimizer state (ZeRO-1's sync says 1)
@@ -68,7 +79,8 @@ class GradSync:
 
     def __init__(self, module: Module, dp_group: Group,
                  bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *, pad_to: int = 1,
-                 overlap: bool = False, held: tuple[np.ndarray, ...] = (), groups=None) -> None:
+                 overlap: bool = False, held: tuple[np.ndarray, ...] = (), groups=None,
+                 reduction: Reduction | None = None) -> None:
         if bucket_cap_bytes is not None and bucket_cap_bytes < 0:
             raise ValueError(f"bucket_cap_bytes must be >= 0 or None, got {bucket_cap_bytes}")
         self.module, self.dp_group = module, dp_group
@@ -100,12 +112,11 @@ class GradSync:
                 if id(g) in replace:
                     mod.grads[key] = replace[id(g)]
         self.overlap = overlap and self.dp > 1
-        self.launch = self._all_reduce  # what issues bucket i (ZeRO-1 puts its reduce-scatter here)
-        self.finish = self._average  # what completes it
+        self.reduction = Reduction(self._all_reduce, self._average) if reduction is None else reduction
         self._pending: dict[int, object] = {}  # bucket -> its posted collective (tpsim.comm.pending.Pending)
         self.bucket_events: dict[int, object] = {}  # bucket -> the trace record of its last collective (or None)
         self.held = tuple(replace.get(id(g), g) for g in held)  # the held gradients, now views into their buckets
-        self.ready = (BucketReadiness(module, self.buffers, lambda i: self.launch(i), self.held) if self.overlap
+        self.ready = (BucketReadiness(module, self.buffers, self.reduction.launch, self.held) if self.overlap
                       else None)
 
     @property
@@ -178,12 +189,12 @@ class GradSync:
         self.check_views()
         if self.ready is None:
             for i in range(len(self.buffers)):
-                self.launch(i)
-                self.finish(i)
+                self.reduction.launch(i)
+                self.reduction.finish(i)
             return
         self.ready.flush()
         for i in list(self.ready.issued):
-            self.finish(i)
+            self.reduction.finish(i)
 
     def finish_param_gather(self) -> None:
         """Nothing posted: plain DP gathers no parameters (ZeRO-1's ``DistributedOptimizer`` does)."""

@@ -3,8 +3,9 @@
 Megatron-LM's ``--overlap-grad-reduce`` (and PyTorch DDP's hooks) issue a bucket's all-reduce — ZeRO-1: its
 reduce-scatter — as soon as the last gradient in it is produced during the **last** micro-batch's backward,
 and wait for all of them before the optimizer. Here the layers say when a gradient is produced: every layer
-with parameters adds its weight gradient through ``Module.weight_grad`` (``tpsim.nn.module``), which tells the
-layer's ``grad_ready`` hook once it ran — at once in a plain backward, at W in a split one (ZB-H1).
+with parameters adds its weight gradient through ``Module.weight_grad`` (``tpsim.nn.module``), which runs the
+layer's ``WEIGHT_GRAD`` hooks around it (``tpsim.nn.hooks``) — at once in a plain backward, at W in a split one
+(ZB-H1); this one's ``after`` counts the layer.
 
 A layer is *done* when another layer's weight gradient runs after it, or when the armed action ends (a layer
 may add in two steps, as the multi-output linear does: its replicas' sum is the second; nothing else runs
@@ -23,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 
+from tpsim.nn.hooks import WEIGHT_GRAD, Hook
 from tpsim.nn.module import Module
 
 
@@ -46,7 +48,7 @@ class BucketReadiness:
                     self._modules[id(mod)] = mod
         self.held_buckets = {b for g in held for b in [_bucket_of(g, buffers)] if b is not None}
         for mod in self._modules.values():
-            mod.grad_ready = self._fired
+            mod.register_hook(Hook((WEIGHT_GRAD,), after=self._fired))
         self.armed = False
         self.start()
 
@@ -67,7 +69,8 @@ class BucketReadiness:
             self._done(self._last)
         self.armed, self._last = False, None
 
-    def _fired(self, mod: Module) -> None:
+    def _fired(self, mod: Module, event: str) -> None:
+        """After ``mod``'s W: the layer before it (another one) is done."""
         if not self.armed:
             return
         if self._last is not None and self._last is not mod:

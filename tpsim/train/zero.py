@@ -53,7 +53,7 @@ from tpsim.phases import OPTIMIZER
 from tpsim.table import human_bytes
 from tpsim.partition import owned_range, owned_segments
 from tpsim.train.clip import check_norm_type, local_contribution, scale_grads
-from tpsim.train.ddp import DEFAULT_BUCKET_CAP_BYTES, GradSync
+from tpsim.train.ddp import DEFAULT_BUCKET_CAP_BYTES, GradSync, Reduction
 from tpsim.train.loss_scale import DynamicLossScaler, unscale_and_agree
 from tpsim.train.mixed_precision import MainParams
 from tpsim.train.optim import Optimizer
@@ -114,13 +114,13 @@ class DistributedOptimizer(ZeroCommunication):
         self.loss_scaler, self.skipped = loss_scaler, False  # skipped: the last step, for an overflow
         self.grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes, pad_to=grid.replicas,
                                   overlap=overlap_grad_reduce, held=held,
-                                  groups=partial(unit_groups, model) if stage == 3 else None)
+                                  groups=partial(unit_groups, model) if stage == 3 else None,
+                                  reduction=Reduction(self._reduce_scatter, self._keep_owned))
         self.bucket_sizes = [len(buf) for buf in self.grad_sync.buffers]  # padded elements of each bucket
-        self.grad_sync.launch, self.grad_sync.finish = self._reduce_scatter, self._keep_owned
         self._reduced: dict[int, object] = {}  # bucket -> its posted reduce-scatter
         self.overlap_param_gather = overlap_param_gather and grid.replicas > 1
         self._gathering: list[tuple[int, object]] = []  # (bucket, posted all-gather) until finish_param_gather
-        self._hooked: list = []  # the layers waiting for them at their forward (``params_wait``)
+        self._hooked: list = []  # the hooks making layers wait for them at their forward (their handles)
         self.buckets, self.buffers = self.grad_sync.buckets, self.grad_sync.buffers
         slots = optimizer.slots
         self.owned = [owned_range(n, self.dp, self.dp_group.rank) for n in self.bucket_sizes]

@@ -14,10 +14,10 @@ the gradient memory at rest is the owned slices, n_pad/d elements a bucket (``gr
 the bytes are ZeRO-1's exactly; with m, m reduce-scatters a bucket. The owned slices hold the DP *sum* until
 ``finish`` divides them by d (as ZeRO-1 divides after its one reduce-scatter, so at m = 1 the bits are ZeRO-1's).
 
-When a layer's W runs is said by the layers themselves (``Module.grads_needed`` before it, ``grad_ready`` after:
-``tpsim.train.grad_ready.BucketReadiness`` tells when a bucket's layers are done). Between its uses a bucket's
-gradients are read-only zero placeholders of their shape (``np.broadcast_to``: no memory), so a write outside a
-W fails loudly and ``Module.zero_grad`` leaves them be.
+When a layer's W runs is said by the layers themselves (their ``WEIGHT_GRAD`` hooks, ``tpsim.nn.hooks``: before
+it the buckets it writes are materialised; after it ``tpsim.train.grad_ready.BucketReadiness`` tells when a
+bucket's layers are done). Between its uses a bucket's gradients are read-only zero placeholders of their shape
+(``np.broadcast_to``: no memory), so a write outside a W fails loudly and ``Module.zero_grad`` leaves them be.
 
     grads = ShardedGrads(model, sync, owned, reduce_scatter)  # sync: the GradSync whose buckets it takes over
     grads.start()            # a step: owned slices zeroed, no bucket materialised
@@ -31,6 +31,7 @@ from typing import Callable
 
 import numpy as np
 
+from tpsim.nn.hooks import WEIGHT_GRAD, Hook
 from tpsim.nn.module import Module, placeholder
 from tpsim.train.grad_ready import BucketReadiness
 
@@ -79,7 +80,7 @@ class ShardedGrads:
             self._free(i)
         for _, mod in module.named_modules():
             if id(mod) in self._buckets_of:
-                mod.grads_needed = self._needed
+                mod.register_hook(Hook((WEIGHT_GRAD,), before=self._needed))
 
     # --- a bucket's life -------------------------------------------------------------------------------------
     def materialise(self, i: int) -> None:
@@ -105,7 +106,8 @@ class ShardedGrads:
         """Bytes of the buckets materialised now."""
         return sum(buf.nbytes for buf in self.buffers if buf is not None)
 
-    def _needed(self, mod: Module) -> None:
+    def _needed(self, mod: Module, event: str) -> None:
+        """Before ``mod``'s W: every bucket its gradients (or its children's) sit in, materialised."""
         for i in self._buckets_of[id(mod)]:
             self.materialise(i)
 

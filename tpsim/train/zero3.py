@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpsim.nn.hooks import BACKWARD, FORWARD, Hook
 from tpsim.nn.module import Module, placeholder
 from tpsim.phases import VERIFY
 from tpsim.train.zero2 import holders
@@ -88,6 +89,8 @@ class ShardedParams:
         self.unit_buckets = {id(u): sorted({bucket_of[id(p)] for _, p in u.named_parameters()}) for u in units(model)}
         self.units = [u for u in units(model) if self.unit_buckets[id(u)]]
         self.live: dict[int, np.ndarray] = {}
+        self._hook = Hook((FORWARD, BACKWARD), before=self._gather_unit, after=self._free_unit)
+        self._handles: list = []  # the units' registrations of ``_hook`` while hooked
         for i in range(len(buckets)):
             self._free(i)
         self.start()  # gathers: each bucket's all-gathers this step (not gather_all's); peak_bytes: most at once
@@ -116,20 +119,29 @@ class ShardedParams:
         self.live.pop(i, None)
 
     # --- the units' hooks ------------------------------------------------------------------------------------
-    def _use(self, mod: Module, method: str, starting: bool) -> None:
+    def _gather_unit(self, mod: Module, event: str) -> None:
+        """Before a unit's forward or backward: its buckets gathered, traced in that phase."""
         for i in self.unit_buckets[id(mod)]:
-            if starting:
-                self.gather(i, method)
-            else:
-                self._free(i)
+            self.gather(i, event)
+
+    def _free_unit(self, mod: Module, event: str) -> None:
+        for i in self.unit_buckets[id(mod)]:
+            self._free(i)
 
     def hook(self) -> None:
-        """Every unit gathers its bucket around its forward and its backward (``Module.params_use``), every
-        gathered bucket freed (after the step: the whole parameters are stale)."""
+        """Every unit gathers its bucket around its forward and its backward (a ``Hook`` on each unit,
+        ``tpsim.nn.hooks``; once, however often this is called), every gathered bucket freed (after the step:
+        the whole parameters are stale)."""
         for i in list(self.live):
             self._free(i)
-        for u in self.units:
-            u.params_use = self._use
+        self.unhook()
+        self._handles = [u.register_hook(self._hook) for u in self.units]
+
+    def unhook(self) -> None:
+        """The units' hooks taken off: their calls gather nothing."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
 
     def start(self) -> None:
         """A new step: ``hook``, the gathers and the peak counted afresh."""
@@ -139,8 +151,7 @@ class ShardedParams:
     def gather_all(self) -> None:
         """The whole model's parameters gathered (phase ``verify``) for a reader of the whole model, the units
         unhooked until the next ``hook`` (the next step's start)."""
-        for u in self.units:
-            u.__dict__.pop("params_use", None)  # back to the class's None
+        self.unhook()
         for i in range(len(self.sizes)):
             self.gather(i, VERIFY)
 

@@ -1,11 +1,11 @@
 """ZeRO's DP collectives, the communication half of ``tpsim.train.zero.DistributedOptimizer``:
 
-    gradients   reduce-scatter each bucket over DP (phase dp_sync), through the ``GradSync`` it owns — so
-                ``--overlap-grad-reduce`` issues each during the last backward (``tpsim.train.grad_ready``) —
-                the owned range of the bucket becoming this rank's summed slice, ÷ d
+    gradients   reduce-scatter each bucket over DP (phase dp_sync), as the ``Reduction`` of the ``GradSync`` it
+                owns — so ``--overlap-grad-reduce`` issues each during the last backward
+                (``tpsim.train.grad_ready``) — the owned range of the bucket becoming this rank's summed slice, ÷ d
     parameters  all-gather every bucket's owned ranges back into the model's arrays (phase optimizer): at once,
                 or with ``--overlap-param-gather`` posted (``Group.iall_gather``), each layer of the next forward
-                waiting for its own buckets when it starts (``Module.params_wait``), ``finish_param_gather``
+                waiting for its own buckets when it starts (a ``FORWARD`` hook), ``finish_param_gather``
                 completing whatever is left before anything else reads the parameters
 
 Both reductions go through the non-blocking ``Group.ireduce_scatter`` whichever way they are issued: MPICH's
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpsim.nn.hooks import FORWARD, Hook
 from tpsim.phases import DP_SYNC, OPTIMIZER, VERIFY
 from tpsim.pipeline.overlap import forward_order
 
@@ -131,21 +132,21 @@ class ZeroCommunication:
 
     def _hook_param_waits(self) -> None:
         """Each layer the forward calls (a block, the embeddings, the final norm, the LM head) waits, at its first
-        forward, for the all-gathers of the buckets its parameters sit in (``Module.params_wait``); a tied weight
-        makes both its users wait. Unhooked once every all-gather is done."""
+        forward, for the all-gathers of the buckets its parameters sit in (a ``FORWARD`` hook before it,
+        ``tpsim.nn.hooks``); a tied weight makes both its users wait. Taken off once every all-gather is done."""
         model = self.optimizer.module
         params = dict(model.named_parameters())
         bucket_of = {id(params[name]): i for i, b in enumerate(self.buckets) for name in b.names}
         block = model.config.layer_names.block
-        self._hooked = []
+        self._unhook_param_waits()
         for path, mod in model.named_modules():
             inside = path.startswith(block + ".")
             if (inside and path.count(".") != block.count(".") + 1) or (not inside and not mod.params):
                 continue  # not a block itself, nor a layer outside the blocks with parameters of its own
             mine = {bucket_of[id(p)] for _, p in mod.named_parameters() if id(p) in bucket_of}
             if mine:
-                mod.params_wait = lambda _, mine=frozenset(mine): self.finish_param_gather(mine)
-                self._hooked.append(mod)
+                wait = Hook((FORWARD,), before=lambda _, __, mine=frozenset(mine): self.finish_param_gather(mine))
+                self._hooked.append(mod.register_hook(wait))
 
     def gather_bytes(self) -> list[int]:
         """Bytes each bucket's parameter all-gather moves: its padded length in the parameters' dtype."""
@@ -173,9 +174,12 @@ class ZeroCommunication:
             self._scatter_into(i, pending.wait(), targets)
         self._gathering = keep
         if not keep:  # every parameter is whole again: no layer needs to wait
-            for mod in self._hooked:
-                del mod.params_wait  # back to the class's None
-            self._hooked = []
+            self._unhook_param_waits()
+
+    def _unhook_param_waits(self) -> None:
+        for handle in self._hooked:
+            handle.remove()
+        self._hooked = []
 
     def gather_grads(self) -> None:
         """All-gather the reduced gradients so the model's whole gradients are the DP mean again (to check them
