@@ -219,7 +219,7 @@ def test_llama3_405b_fits_on_metas_layout_with_zero_2(capsys):
     assert p["layout"]["microbatches"] == 32 and round(t["step"], 2) == 14.46 < round(one["time_s"]["step"], 2)
     assert round(t["hidden"]["dp"], 2) == 8.16 and round(t["dp"], 4) == 0.1092
     assert t["dp"] == pytest.approx(overlapped["dp"], rel=1e-12)  # 32 reduce-scatters, the last one's tail shown
-    assert "time: ZeRO-2 reduce-scatters exposed" in out and "8.16 s more hidden under the backward" in out
+    assert "time: ZeRO-2 scatter exposed" in out and "8.16 s more hidden under the backward, 32 a bucket" in out
     other = replace(lay, attention="unfused", recompute="selective", pp_layers=(8,) * 15 + (6,))
     assert not plan(L405B, other)["fits"]
     assert round(plan(L405B, other)["per_gpu"]["memory_bytes"]["total"] / 1e9, 2) == 89.53

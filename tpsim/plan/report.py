@@ -94,8 +94,8 @@ def time_rows(p: dict) -> list[list[str]]:
               else "after the schedule")
     dp_name = "time: DP exposed"
     if lay["zero"] == 2:  # every micro-batch's, issued as its backward finishes each bucket (tpsim.plan.dp_overlap)
-        dp_name, dp_how = "time: ZeRO-2 reduce-scatters exposed", (f"{seconds(hidden['dp'])} more hidden under the "
-                                                                   "backward; each bucket every micro-batch")
+        dp_name = "time: ZeRO-2 scatter exposed"
+        dp_how = f"{seconds(hidden['dp'])} more hidden under the backward, {lay['microbatches']} a bucket"
     rows = [["time: compute", seconds(t["compute"]), compute_source(lay)],
             ["time: TP exposed", seconds(t["tp"]), "inside F/B/W" + (f"; {seconds(hidden['tp'])} more hidden by "
                                                                      "the GEMMs" if lay["tp_comm_overlap"] else "")],
