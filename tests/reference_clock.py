@@ -31,10 +31,12 @@ The model (all the rules the clocks state, and nothing of how they compute them)
                  its parameters; the tied embedding's (``held``) no earlier than the collectives after the
                  schedule. overlap_grad_reduce: each is issued when ready (ties: bucket order); without: all at
                  the end of those collectives, in bucket order. The rank's clock then waits for the stream.
-
-A ZeRO-2 bucket's ``seconds`` are the caller's: today's rule charges its m reduce-scatters back to back once its
-last micro-batch's gradient is final (m × one). Per-micro-batch reduce-scatters as schedule actions (issue
-"One step") change that rule, and this file with it.
+    ZeRO-2       no rank keeps a whole gradient, so a bucket is reduce-scattered in *every* micro-batch: in
+                 micro-batch j it is ready at the latest end, in j's gradient-producing action of each stage, of
+                 the pieces holding its parameters, and issued then, overlap flag or not (a held bucket
+                 accumulates until the collectives after the schedule and goes once, as above). Everything ready
+                 at the same moment is issued micro-batch first, then bucket order. ``seconds``: one
+                 reduce-scatter. The rank's clock waits for the stream as above.
 """
 
 from __future__ import annotations
@@ -99,8 +101,10 @@ class Step:
 @dataclass
 class Result:
     """Every span, per rank: ``compute`` (actions, receives, collectives after the schedule, in order), ``comm``
-    (the comm stream), ``pieces[(stage, op, micro-batch, piece)] = (start, end)``; each rank's ``schedule_end``,
-    ``before_dp`` (after the collectives), ``ready`` (its buckets'), ``end``; ``dp_exposed``, ``gather_exposed``."""
+    (the comm stream; a reduce's micro-batch is ZeRO-2's, −1 once a step), ``pieces[(stage, op, micro-batch,
+    piece)] = (start, end)``; each rank's ``schedule_end``, ``before_dp`` (after the collectives), ``ready`` (when
+    its buckets' last gradients are final), ``issued`` (``(micro-batch, bucket) -> when that reduce was issued``),
+    ``end``; ``dp_exposed``, ``gather_exposed``."""
 
     compute: list[list[Span]]
     comm: list[list[Span]]
@@ -111,6 +115,7 @@ class Result:
     end: list[float]
     dp_exposed: list[float]
     gather_exposed: list[float]
+    issued: list[dict] = field(default_factory=list)
 
     @property
     def step(self) -> float:
@@ -180,15 +185,22 @@ def simulate(step: Step) -> Result:
             compute[r].append(Span(coll.name, -1, -1, clock[r], latest + seconds))
             clock[r] = latest + seconds
     before_dp = list(clock)
-    ready, end, dp_exposed = [], [], []
+    ready, issued, end, dp_exposed = [], [], [], []
+    last = step.microbatches - 1
     for r in range(pp):
-        mine = [_ready(step, pieces, b, before_dp[r], split) for b in buckets[r]]
+        mine = [_ready(step, pieces, b, before_dp[r], split, last) for b in buckets[r]]
         ready.append(mine)
-        issue = sorted(range(len(mine)), key=lambda b: (mine[b], b)) if step.overlap_grad_reduce \
-            else range(len(mine))
-        for b in issue:
-            streams[r].issue(f"reduce {b}", mine[b] if step.overlap_grad_reduce else before_dp[r],
-                             buckets[r][b].seconds)
+        if step.zero == 2:  # every micro-batch's reduce-scatters, as its backward finishes each bucket
+            queue = sorted((_ready(step, pieces, bucket, before_dp[r], split, j), j, b)
+                           for j in range(step.microbatches) for b, bucket in enumerate(buckets[r])
+                           if not bucket.held or j == last)
+            queue = [(t, -1 if buckets[r][b].held else j, b) for t, j, b in queue]  # a held one: once a step
+        else:
+            queue = sorted((t if step.overlap_grad_reduce else before_dp[r], -1, b) for b, t in enumerate(mine))
+        at = {(j, b): t for t, j, b in queue}
+        for t, j, b in queue:
+            streams[r].issue(f"reduce {b}", t, buckets[r][b].seconds, microbatch=j)
+        issued.append(at)
         done = max([before_dp[r]] + [s.end for s in comm[r] if s.kind.startswith("reduce")])
         dp_exposed.append(done - before_dp[r])
         if step.zero in (1, 2) and not step.overlap_param_gather:  # the all-gathers after the sync, all exposed
@@ -196,7 +208,7 @@ def simulate(step: Step) -> Result:
                 done = streams[r].issue(f"gather {b}", done, buckets[r][b].gather)
             waited[r] = done - before_dp[r] - dp_exposed[r]
         end.append(done)
-    return Result(compute, comm, pieces, schedule_end, before_dp, ready, end, dp_exposed, waited)
+    return Result(compute, comm, pieces, schedule_end, before_dp, ready, end, dp_exposed, waited, issued)
 
 
 def _gates(step: Step, r: int, stream: Stream) -> dict:
@@ -236,10 +248,10 @@ def _action(step: Step, stream: Stream, pieces: dict, s: int, op: str, j: int, t
     return t, waited
 
 
-def _ready(step: Step, pieces: dict, bucket: Bucket, before_dp: float, split: bool) -> float:
-    """When a bucket's last gradient is final (module docstring)."""
-    op, last = ("W" if split else "B"), step.microbatches - 1
-    t = max(pieces[stage, op, last, key][1] for stage, key in bucket.holds)
+def _ready(step: Step, pieces: dict, bucket: Bucket, before_dp: float, split: bool, j: int) -> float:
+    """When a bucket's gradient is final in micro-batch ``j``'s backward (module docstring)."""
+    op = "W" if split else "B"
+    t = max(pieces[stage, op, j, key][1] for stage, key in bucket.holds)
     return max(t, before_dp) if bucket.held else t
 
 
@@ -253,9 +265,9 @@ def invariants(result: Result, step: Step) -> list[str]:
                             ("comm", result.comm[r])):
             out += [f"rank {r} {name}: {a} overlaps {b}" for a, b in zip(spans, spans[1:]) if b.start < a.end]
             out += [f"rank {r} {name}: {a} ends before it starts" for a in spans if a.end < a.start]
-        for b, t in enumerate(result.ready[r]):
-            out += [f"rank {r}: {s} starts before bucket {b} is ready at {t}" for s in result.comm[r]
-                    if s.kind == f"reduce {b}" and s.start < t]
+        for (j, b), t in result.issued[r].items():
+            out += [f"rank {r}: {s} starts before bucket {b} of micro-batch {j} is ready at {t}"
+                    for s in result.comm[r] if s.kind == f"reduce {b}" and s.microbatch == j and s.start < t]
         busy = sum(s.end - s.start for s in result.compute[r] if s.kind in ("F", "B", "W"))
         if busy > result.step * (1 + 1e-12):
             out.append(f"rank {r}: busy {busy} exceeds the step {result.step}")

@@ -6,11 +6,13 @@ event-driven simulator that imports none of them:
 
 - hand-worked steps whose spans are written out below — an idle comm stream between two buckets, a bucket ready
   long after the stream went free, a layer whose parameters sit in three buckets, the tied embedding's held
-  bucket — through the reference and the live clock;
+  bucket — through the reference and the live clock; ZeRO-2's per-micro-batch reduce-scatters through the
+  reference and the rule the planner prices them with (``tpsim.pipeline.overlap.zero2_stream``);
 - random steps drawn with hypothesis: schedules (afab, 1f1b, interleaved, zb-h1), pp ≤ 4, vp ≤ 3, m ≤ 8, random
   piece and message seconds, 1–6 buckets of random sizes cut anywhere (a piece in several, a bucket over several
-  pieces and chunks), both overlap flags, ZeRO 0–3, through every clock, with the reference's invariants on
-  every run.
+  pieces and chunks), both overlap flags, ZeRO 0–3, through every clock (ZeRO-2 through the planner's alone:
+  the live run does not yet put its per-micro-batch reduce-scatters on its clock), with the reference's
+  invariants on every run.
 
 Equal means to 1e-12 relative: the clocks add an action's pieces in another order than the reference.
 """
@@ -27,6 +29,7 @@ from time_invariants import clock_problems, stream_problems, timeline_problems
 from tpsim.errors import ConfigError
 from tpsim.pipeline.actions import SENDS
 from tpsim.pipeline.clock import simulate
+from tpsim.pipeline.overlap import zero2_stream
 from tpsim.pipeline.schedules import build, compute_orders
 from tpsim.pipeline.stage_clock import compiled, timed
 from tpsim.plan.dp_overlap import stage_ranges
@@ -172,6 +175,46 @@ def test_zero3_gathers_one_piece_ahead_and_scatters_after_each_backward_piece():
     assert ref.compute[0] == [Span("F", 0, 0, 0.0, 7.0), Span("B", 0, 0, 7.0, 15.0)] and not invariants(ref, step)
 
 
+def test_zero2_reduce_scatters_every_micro_batchs_buckets_as_its_backward_finishes_them():
+    """ZeRO-2, one stage, two micro-batches, no overlap flag (ZeRO-2 issues them in the backward either way).
+    F0 [0, 5], B0 [5, 11] (head [5, 6], layer 1 [6, 8], layer 0 [8, 11]), F1 [11, 16], B1 [16, 22] (head
+    [16, 17], layer 1 [17, 19], layer 0 [19, 22]). Micro-batch 0: bucket 0 (head) ready at 6, [6, 8]; bucket 1
+    (layer 1) at 8, [8, 12]; bucket 2 (layer 0, embedding) at 11 queues behind it, [12, 13]; the stream idles
+    until micro-batch 1's bucket 0 at 17, [17, 19]; bucket 1 [19, 23]; bucket 2, ready at 22, [23, 24]. The
+    compute ends at 22: 2 s of the 14 exposed, 12 hidden. The all-gathers follow, [24, 25.5]."""
+    orders = ((("F", 0, 0), ("B", 0, 0), ("F", 1, 0), ("B", 1, 0)),)
+    buckets = (Bucket(2.0, ((0, H),), gather=0.5), Bucket(4.0, ((0, L(1)),), gather=0.5),
+               Bucket(1.0, ((0, L(0)), (0, E)), gather=0.5))
+    step = Step(1, 1, 2, orders, ONE_STAGE, buckets=(buckets,), zero=2)
+    ref = reference(step)
+    assert ref.compute[0] == [Span("F", 0, 0, 0.0, 5.0), Span("B", 0, 0, 5.0, 11.0), Span("F", 1, 0, 11.0, 16.0),
+                              Span("B", 1, 0, 16.0, 22.0)]
+    want = [Span("reduce 0", 0, -1, 6.0, 8.0), Span("reduce 1", 0, -1, 8.0, 12.0), Span("reduce 2", 0, -1, 12.0, 13.0),
+            Span("reduce 0", 1, -1, 17.0, 19.0), Span("reduce 1", 1, -1, 19.0, 23.0),
+            Span("reduce 2", 1, -1, 23.0, 24.0), Span("gather 2", -1, -1, 24.0, 24.5),
+            Span("gather 1", -1, -1, 24.5, 25.0), Span("gather 0", -1, -1, 25.0, 25.5)]
+    assert ref.comm[0] == want and ref.ready[0] == [17.0, 19.0, 22.0]
+    assert (ref.end, ref.dp_exposed, ref.gather_exposed) == ([25.5], [2.0], [1.5]) and not invariants(ref, step)
+    stream = zero2_stream([[6.0, 8.0, 11.0], [17.0, 19.0, 22.0]], [2.0, 4.0, 1.0], 22.0)  # the planner's rule
+    assert [(f"reduce {s.bucket}", s.microbatch, -1, s.start, s.end) for s in stream.spans] == want[:6]
+    assert (stream.end, stream.exposed, stream.comm, stream.hidden) == (24.0, 2.0, 14.0, 12.0)
+
+
+def test_zero2_holds_the_tied_embeddings_bucket_and_reduce_scatters_it_once():
+    """The held bucket of ZeRO-2 goes once a step, after the embedding group's sum (here at 23.5, one collective
+    of 1.5 s after the schedule), marked micro-batch −1; the others go every micro-batch."""
+    orders = ((("F", 0, 0), ("B", 0, 0), ("F", 1, 0), ("B", 1, 0)),)
+    buckets = (Bucket(2.0, ((0, H),)), Bucket(1.0, ((0, L(1)), (0, L(0)), (0, E)), held=True))
+    step = Step(1, 1, 2, orders, ONE_STAGE, after=(Collective("embedding all-reduce", {0: 1.5}),),
+                buckets=(buckets,), zero=2, overlap_param_gather=True)
+    ref = reference(step)
+    assert ref.comm[0][-3:] == [Span("reduce 0", 0, -1, 6.0, 8.0), Span("reduce 0", 1, -1, 17.0, 19.0),
+                                Span("reduce 1", -1, -1, 23.5, 24.5)]
+    assert (ref.end, ref.dp_exposed) == ([24.5], [1.0]) and not invariants(ref, step)
+    stream = zero2_stream([[6.0, 23.5], [17.0, 23.5]], [2.0, 1.0], 23.5, once={1})
+    assert [(f"reduce {s.bucket}", s.microbatch, -1, s.start, s.end) for s in stream.spans] == ref.comm[0][-3:]
+
+
 # ---------------------------------------------------------------- random steps, every clock
 
 FAST = settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -235,10 +278,11 @@ def test_random_schedules_every_clock_gives_the_references_spans(schedule, seed)
 
 
 @FAST
-@given(schedules(), st.integers(0, 2 ** 32 - 1), st.integers(0, 2), st.booleans(), st.booleans(), st.booleans())
+@given(schedules(), st.integers(0, 2 ** 32 - 1), st.integers(0, 1), st.booleans(), st.booleans(), st.booleans())
 def test_random_buckets_the_live_clock_gives_the_references_spans(schedule, seed, zero, grad, gather, tied):
-    """1–6 buckets a rank cut anywhere, ZeRO 0–2, each overlap on or off, the tied embedding's bucket held: every
-    compute span, receive, collective after the schedule and DP bucket of the live clock is the reference's."""
+    """1–6 buckets a rank cut anywhere, ZeRO 0–1, each overlap on or off, the tied embedding's bucket held: every
+    compute span, receive, collective after the schedule and DP bucket of the live clock is the reference's.
+    (ZeRO-2: the live run refuses ``--clock`` until its clock issues every micro-batch's reduce-scatters.)"""
     name, pp, vp, m, orders = schedule
     rng = random.Random(seed)
     pieces = random_pieces(rng, pp, vp, name == "zb-h1")
@@ -329,7 +373,7 @@ def test_random_layouts_the_planners_clock_gives_the_references_step(name, pp, v
         if buckets is not None:
             stream = tail["dp_streams"][r]
             assert not stream_problems(stream, f"rank {r}")
-            got = [(f"reduce {b['bucket']}", -1, -1, b["start"], b["end"]) for b in stream["buckets"]]
+            got = [(f"reduce {b['bucket']}", b["microbatch"], -1, b["start"], b["end"]) for b in stream["buckets"]]
             assert same_spans(got, [s for s in ref.comm[r] if s.kind.startswith("reduce")])
             assert abs(stream["exposed_s"] - ref.dp_exposed[r]) <= RELATIVE * ref.step
         if buckets is not None and zero in (1, 2):

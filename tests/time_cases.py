@@ -3,10 +3,11 @@
 ``planner_step(model, lay, gpu, buckets)`` turns a planner layout into the reference's inputs: the schedule's
 compute orders, each action's pieces with their seconds (compute and TP collectives: the planner's own
 ``piece_costs``), the messages, the loss normalizer's late start, the collectives after the schedule, ZeRO-3's
-per-piece gathers and reduce-scatters and the DP buckets with their reduce and all-gather seconds. Only the
-numbers come from the planner; how they make a step's time is the reference's. ``random_buckets`` cuts a pipeline
-rank's parameters into buckets at random points, tensor by tensor, so that a piece can sit in several buckets and
-a bucket can span several pieces and chunks, as a live ``GradSync`` packs them.
+per-piece gathers and reduce-scatters and the DP buckets with their reduce (one collective; ZeRO-2 runs one every
+micro-batch) and all-gather seconds. Only the numbers come from the planner; how they make a step's time is the
+reference's. ``random_buckets`` cuts a pipeline rank's parameters into buckets at random points, tensor by
+tensor, so that a piece can sit in several buckets and a bucket can span several pieces and chunks, as a live
+``GradSync`` packs them.
 """
 
 from __future__ import annotations
@@ -143,7 +144,8 @@ def live_replay(step: Step) -> list[LiveClock]:
     normalizer before the schedule, each action charged (micro-batch 0's forward through the all-gathers' gates
     under ZeRO-1's overlap; under ZeRO-3 with its gathers and scatters on the comm stream), each receive arriving with its sender's stamp, each chunk's last gradient-producing
     action spread over its pieces, then the collectives after the schedule, the DP buckets ready at their pieces'
-    ends (the held one after the collectives) and the all-gathers after the sync."""
+    ends (the held one after the collectives) and the all-gathers after the sync. ZeRO 0–1: the live clock does not
+    yet issue ZeRO-2's reduce-scatters every micro-batch."""
     pp, stages = step.pp, step.pp * step.vp
     split = any(op == "W" for order in step.orders for op, _, _ in order)
     costs = replay_costs(step)

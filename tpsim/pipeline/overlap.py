@@ -1,5 +1,6 @@
 """DP communication beside compute: the cost rule of the comm stream, one pure function for the live clock and
-the planner (``tpsim.pp.clock``, ``tpsim.plan.dp_overlap``), so both price ``--overlap-grad-reduce`` alike.
+the planner (``tpsim.pp.clock``, ``tpsim.plan.dp_overlap``), so both price ``--overlap-grad-reduce`` (and
+ZeRO-2's per-micro-batch reduce-scatters: ``zero2_stream``) alike.
 
 Each rank has two streams. The compute stream runs the schedule's actions; an action's charged cost is spread
 over its *pieces* in execution order (``backward_pieces``, ``forward_pieces``):
@@ -23,6 +24,16 @@ so: from the step's start), every bucket ready then; with ``--overlap-param-gath
 on each chunk waits at the first piece that reads a bucket for its end (``forward_gates``, ``gated_ends``; the
 waits are the exposed all-gather), without it the gathers run after the DP sync, all exposed.
 
+ZeRO-2 (``zero2_stream``) keeps no whole gradient: a bucket lives only while a backward writes into it
+(``tpsim.train.zero2``), so *every* micro-batch's backward reduce-scatters each of its buckets into the owned
+slices — DeepSpeed's ZeRO-2, FSDP's SHARD_GRAD_OP, Megatron's distributed optimizer with its overlap. Bucket b
+of micro-batch j is ready at the end of the piece that produces its last gradient in j's backward (B, or W when
+the backward is split); the m·n reduce-scatters join the one comm stream in issue order — ready time, then
+micro-batch, then bucket — by the rule above, and the clock before the optimizer waits for it. A bucket held for
+the tied embedding's sum over the embedding group keeps accumulating until then and goes once a step. The live
+run issues them during the backward whether or not ``--overlap-grad-reduce`` is given (it refuses the flag with
+ZeRO-2: there is nothing left to defer), so the stream is ZeRO-2's rule either way.
+
 When does the overlap hide everything? The Ultra-Scale Playbook (Tazi et al., Hugging Face 2025) states it as
 t_compute ≥ t_comm: the backward compute left after a bucket is ready must cover its all-reduce;
 ``playbook_hides`` is that simple form (the backward compute after the first bucket is ready against the whole
@@ -31,7 +42,7 @@ stream), ``comm_stream(...).exposed == 0`` the exact answer under this rule. MPI
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Collection, NamedTuple, Sequence
 
 from tpsim.pipeline.stage_clock import ROUNDING
 
@@ -85,12 +96,14 @@ class BucketSpec(NamedTuple):
 
 
 class BucketSpan(NamedTuple):
-    """One bucket on the comm stream: ready (its last gradient final), start (the stream free too), end."""
+    """One bucket on the comm stream: ready (its last gradient final), start (the stream free too), end;
+    ``microbatch``: the micro-batch whose backward made it ready (ZeRO-2), −1 for a collective once a step."""
 
     bucket: int
     ready: float
     start: float
     end: float
+    microbatch: int = -1
 
 
 class Stream(NamedTuple):
@@ -127,6 +140,22 @@ def comm_stream(order: Sequence[int], ready: Sequence[float], seconds: Sequence[
         free, comm = end, comm + seconds[b]
     end = compute_end if free is None or free <= compute_end else free
     return Stream(tuple(spans), compute_end, end, end - compute_end, comm)
+
+
+def zero2_stream(ready: Sequence[Sequence[float]], seconds: Sequence[float], compute_end: float,
+                 once: Collection[int] = ()) -> Stream:
+    """ZeRO-2's reduce-scatters on one rank's comm stream (module docstring): ``ready[j][b]`` when bucket b is
+    ready in micro-batch j's backward, ``seconds[b]`` one reduce-scatter of it, the compute stream ending at
+    ``compute_end``. A bucket in ``once`` (the tied embedding's, held for its sum) goes once, at ``ready[-1][b]``.
+    Issued by ready time, then micro-batch, then bucket; each span says its bucket and micro-batch."""
+    last = len(ready) - 1
+    issued = sorted((ready[j][b], j, b) for j in range(last + 1) for b in range(len(seconds))
+                    if b not in once or j == last)
+    stream = comm_stream(range(len(issued)), [t for t, _, _ in issued], [seconds[b] for _, _, b in issued],
+                         compute_end)
+    spans = tuple(span._replace(bucket=b, microbatch=-1 if b in once else j)
+                  for span, (_, j, b) in zip(stream.spans, issued))
+    return stream._replace(spans=spans)
 
 
 def after_compute(n: int, seconds: Sequence[float], compute_end: float) -> Stream:

@@ -16,9 +16,15 @@ A DP bucket (``BucketSpec``: bytes, the virtual stage and piece that finish its 
 tied embedding's, which waits for the embedding group's sum) is ready at the end of that piece; each bucket's
 all-reduce (ZeRO-1: reduce-scatter) takes its α-β time on the DP link, and ``comm_stream`` runs them in issue
 order (ready time, then bucket order: what the live sync does) from the compute clock after the tied embedding's
-all-reduce. Without the overlap every bucket runs after that, one after another, all exposed. ``stage_buckets``
-cuts a rank's parameters into buckets the way the live run does (``tpsim.partition.assign_buckets``, tensor by
-tensor at ``--bucket-mb``) when the planner has no live run to ask.
+all-reduce. Without the overlap every bucket runs after that, one after another, all exposed.
+
+ZeRO-2 reduce-scatters every bucket in every micro-batch's backward (``zero2_stream``): bucket b of micro-batch
+j is ready at the end of its piece in j's gradient-producing action (B, or W when split), every one of them
+spread over its pieces as above; the held bucket goes once, after the embedding group's sum. The live ZeRO-2
+issues them so with or without ``--overlap-grad-reduce`` (``tpsim.train.zero2``), and so does the planner.
+
+``stage_buckets`` cuts a rank's parameters into buckets the way the live run does
+(``tpsim.partition.assign_buckets``, tensor by tensor at ``--bucket-mb``) when the planner has no live run to ask.
 MPI-free.
 """
 
@@ -28,7 +34,8 @@ from tpsim.cost import ring_steps
 from tpsim.plan import cp_terms
 from tpsim.partition import assign_buckets, padded_vocab_size
 from tpsim.pipeline.overlap import (EMBEDDING, HEAD, BucketSpec, Stream, after_compute, backward_pieces, comm_stream,
-                                    layer, piece_ends)
+                                    layer, piece_ends, zero2_stream)
+from tpsim.pipeline.schedules import compute_orders
 from tpsim.pipeline.stage_clock import OP_INDEX, compiled, timed
 from tpsim.plan.comm import links, ring_seconds
 from tpsim.gpus import GPU
@@ -37,8 +44,8 @@ from tpsim.plan.memory import STATE_BYTES, layer_param_elements
 from tpsim.plan.models import ModelSpec
 from tpsim.plan.pipeline_comm import piece_comm
 
-__all__ = ["BucketSpec", "bucket_seconds", "dp_terms", "final_starts", "piece_compute", "piece_costs",
-           "rank_entries", "specs", "stage_buckets", "stage_ranges", "stream_dict"]
+__all__ = ["BucketSpec", "backward_starts", "bucket_seconds", "dp_terms", "final_starts", "piece_compute",
+           "piece_costs", "rank_entries", "specs", "stage_buckets", "stage_ranges", "stream_dict", "zero2_terms"]
 
 
 def stage_ranges(model: ModelSpec, lay: Layout) -> list[range]:
@@ -77,18 +84,28 @@ def piece_compute(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict):
     return pieces
 
 
-def final_starts(lay: Layout, charged, message, start, timer=timed) -> dict[int, float]:
-    """When each virtual stage's last gradient-producing action (the last B, or W when split) starts on the
-    planner's timeline of ``charged[rank][chunk][op]`` seconds (compute + collectives; ``timer``: ``timed``, or
-    ``tpsim.plan.param_gather``'s with the forward's waits for the parameter all-gather)."""
+def backward_starts(lay: Layout, charged, message, start, timer=timed) -> dict[tuple[int, int], float]:
+    """``(virtual stage, micro-batch) -> when that micro-batch's gradient-producing action (B, or W when split)
+    starts`` on the planner's timeline of ``charged[rank][chunk][op]`` seconds (compute + collectives; ``timer``:
+    ``timed``, or ``tpsim.plan.param_gather``'s with the forward's waits for the parameter all-gather)."""
     c = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp)
     t = timer(c, charged, message, start)
-    op = OP_INDEX["W" if c.splits_backward else "B"]
+    orders = compute_orders(lay.schedule, lay.pp, lay.microbatches, lay.vp)
+    want, at, out = "W" if c.splits_backward else "B", [0] * lay.pp, {}
+    for n, r in enumerate(c.rank):  # a rank's nodes are numbered in its order
+        op, j, chunk = orders[r][at[r]]
+        at[r] += 1
+        if op == want:
+            out[chunk * lay.pp + r, j] = t.starts[n]
+    return out
+
+
+def final_starts(lay: Layout, charged, message, start, timer=timed) -> dict[int, float]:
+    """When each virtual stage's last gradient-producing action (the last B, or W when split) starts
+    (``backward_starts``)."""
     out: dict[int, float] = {}
-    for n, key in enumerate(c.key):  # a chunk's backwards run in micro-batch order: the last node with the key
-        if key % 3 == op:
-            r, chunk = divmod(key // 3, lay.vp)
-            out[chunk * lay.pp + r] = t.starts[n]
+    for (s, _), t in backward_starts(lay, charged, message, start, timer).items():
+        out[s] = max(out.get(s, t), t)
     return out
 
 
@@ -138,45 +155,67 @@ def stage_buckets(model: ModelSpec, lay: Layout) -> list[list[BucketSpec]]:
 
 def specs(model: ModelSpec, lay: Layout, dp_buckets) -> list[list[BucketSpec]]:
     """``dp_buckets`` as ``BucketSpec``s: given (a live run's), or cut at real size (``stage_buckets``). Plain
-    byte counts serve only without the overlap (no piece needed)."""
+    byte counts serve only without the overlap and below ZeRO-2 (no piece needed)."""
     if dp_buckets is None:
         return stage_buckets(model, lay)
-    if lay.overlap_grad_reduce and any(not isinstance(b, BucketSpec) for r in dp_buckets for b in r):
-        raise ValueError("--overlap-grad-reduce needs each bucket's piece: give BucketSpecs, not byte counts")
+    what = "ZeRO-2 (a reduce-scatter every micro-batch)" if lay.zero == 2 else "--overlap-grad-reduce"
+    if (lay.overlap_grad_reduce or lay.zero == 2) and any(not isinstance(b, BucketSpec) for r in dp_buckets
+                                                          for b in r):
+        raise ValueError(f"{what} needs each bucket's piece: give BucketSpecs, not byte counts")
     return [[b if isinstance(b, BucketSpec) else BucketSpec(int(b), r, (), False) for b in rank]
             for r, rank in enumerate(dp_buckets)]
 
 
 def bucket_seconds(lay: Layout, gpu: GPU, nbytes: float) -> float:
-    """One bucket's all-reduce (ZeRO-1: reduce-scatter) on the DP link, α-β (``tpsim.cost``); ZeRO-2's m of them,
-    one a micro-batch (``tpsim.plan.zero3``), charged when the last one is ready."""
+    """One bucket's all-reduce (ZeRO-1/2: reduce-scatter) on the DP link, α-β (``tpsim.cost``); ZeRO-2 runs one
+    a micro-batch (``zero2_stream``)."""
     op = "reduce_scatter" if lay.zero else "all_reduce"
-    n, times = lay.grad_replicas, lay.microbatches if lay.zero == 2 else 1  # dp·cp ranks average the gradients
-    return times * ring_seconds(op, nbytes, n, links(lay, gpu)["dp"]) if n > 1 and ring_steps(op, n) else 0.0
+    n = lay.grad_replicas  # dp·cp ranks average the gradients
+    return ring_seconds(op, nbytes, n, links(lay, gpu)["dp"]) if n > 1 and ring_steps(op, n) else 0.0
 
 
-def _ready(model, lay, gpu, tables, starts, buckets: list[BucketSpec], held_at: float) -> list[float]:
+def _backward_pieces(model, lay, gpu, tables, buckets: list[BucketSpec]) -> dict[int, tuple[list, list]]:
+    """The gradient-producing action's pieces and their seconds on each virtual stage the buckets sit on."""
     op = "W" if compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward else "B"
+    return {s: piece_costs(model, lay, gpu, s, op, tables)[:2] for s in {b.stage for b in buckets}}
+
+
+def _ready(pieces: dict, starts, buckets: list[BucketSpec], held_at: float) -> list[float]:
+    """Each bucket's ready time in the backward actions of ``pieces`` starting at ``starts[stage]``; a held one
+    no earlier than ``held_at``."""
     ends: dict[tuple, float] = {}
-    for s in {b.stage for b in buckets}:
-        keys, seconds, _ = piece_costs(model, lay, gpu, s, op, tables)
+    for s, (keys, seconds) in pieces.items():
         ends.update(((s, k), e) for k, e in zip(keys, piece_ends(starts[s], seconds)))
     return [max(ends[b.stage, b.piece], held_at) if b.held else ends[b.stage, b.piece] for b in buckets]
+
+
+def zero2_terms(pieces: dict, lay: Layout, starts: dict, buckets: list[BucketSpec], seconds: list[float],
+                compute_end: float) -> Stream:
+    """One rank's ZeRO-2 stream (module docstring): its buckets ready in every micro-batch's backward (``starts``:
+    ``backward_starts``), the held one once, after ``compute_end`` (the embedding group's sum)."""
+    ready = [_ready(pieces, {s: starts[s, j] for s in pieces}, buckets, compute_end) for j in range(lay.microbatches)]
+    return zero2_stream(ready, seconds, compute_end, {b for b, spec in enumerate(buckets) if spec.held})
 
 
 def dp_terms(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict, charged, message, start, before_dp: list[float],
              dp_buckets: list[list[BucketSpec]], timer=timed) -> list[Stream]:
     """Each pipeline rank's DP buckets on its comm stream (module docstring), the compute clock before the DP
     sync at ``before_dp[r]``: overlapped when ``lay.overlap_grad_reduce``, else one after another; ``tables``:
-    one layer's and the head's F, B, W seconds (``piece_costs``)."""
-    starts = final_starts(lay, charged, message, start, timer) if lay.overlap_grad_reduce else {}
+    one layer's and the head's F, B, W seconds (``piece_costs``); ZeRO-2: every micro-batch's (``zero2_terms``)."""
+    zero2 = lay.zero == 2 and lay.grad_replicas > 1
+    every = backward_starts(lay, charged, message, start, timer) if zero2 else {}
+    starts = final_starts(lay, charged, message, start, timer) if lay.overlap_grad_reduce and not zero2 else {}
     out = []
     for r, buckets in enumerate(dp_buckets):
         seconds = [bucket_seconds(lay, gpu, b.nbytes) for b in buckets]
+        if zero2:
+            pieces = _backward_pieces(model, lay, gpu, tables, buckets)
+            out.append(zero2_terms(pieces, lay, every, buckets, seconds, before_dp[r]))
+            continue
         if not lay.overlap_grad_reduce or lay.grad_replicas == 1:
             out.append(after_compute(len(seconds), seconds, before_dp[r]))
             continue
-        ready = _ready(model, lay, gpu, tables, starts, buckets, before_dp[r])
+        ready = _ready(_backward_pieces(model, lay, gpu, tables, buckets), starts, buckets, before_dp[r])
         order = sorted(range(len(buckets)), key=lambda b: (ready[b], b))
         out.append(comm_stream(order, ready, seconds, before_dp[r]))
     return out

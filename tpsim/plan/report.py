@@ -92,6 +92,10 @@ def time_rows(p: dict) -> list[list[str]]:
     hidden = t.get("hidden", {})
     dp_how = (f"{seconds(hidden['dp'])} more hidden under the backward" if lay["overlap_grad_reduce"]
               else "after the schedule")
+    dp_name = "time: DP exposed"
+    if lay["zero"] == 2:  # every micro-batch's, issued as its backward finishes each bucket (tpsim.plan.dp_overlap)
+        dp_name = "time: ZeRO-2 scatter exposed"
+        dp_how = f"{seconds(hidden['dp'])} more hidden under the backward, {lay['microbatches']} a bucket"
     rows = [["time: compute", seconds(t["compute"]), compute_source(lay)],
             ["time: TP exposed", seconds(t["tp"]), "inside F/B/W" + (f"; {seconds(hidden['tp'])} more hidden by "
                                                                      "the GEMMs" if lay["tp_comm_overlap"] else "")],
@@ -100,7 +104,7 @@ def time_rows(p: dict) -> list[list[str]]:
              "idle on the virtual clock / what messages add"],
             ["time: loss + embedding", seconds(t["loss"] + t["embedding"]),
              f"after the schedule; embedding {gb(wire['embedding'])}" if t["embedding"] else "after the schedule"],
-            ["time: DP exposed", seconds(t["dp"]), dp_how],
+            [dp_name, seconds(t["dp"]), dp_how],
             ["time: optimizer", seconds(t["optimizer"]), "its kernels at HBM speed + the clip norm"]]
     if lay["zero"] in (1, 2):
         rows.append([f"time: ZeRO-{lay['zero']} all-gather", seconds(t["dp_gather"]),

@@ -38,7 +38,8 @@ into parts that add up to it exactly, each what the step *exposes*:
     loss, embedding, dp
                  the collectives after the schedule on the rank that finishes last, and what the loss normalizer
                  before it delays the step (dp: its gradient sync —
-                 with ``--overlap-grad-reduce`` only the part the backward did not hide)
+                 with ``--overlap-grad-reduce`` only the part the backward did not hide; ZeRO-2: every
+                 micro-batch's reduce-scatters, issued under the backward, what spills past its end)
     optimizer    the optimizer step's kernels (``optimizer_seconds``) and the clip norm's all-reduce
     dp_gather    ZeRO-1/2's all-gather of the updated parameters: after the DP sync, or with
                  ``--overlap-param-gather`` only the next forward's waits for it (``tpsim.plan.param_gather``)

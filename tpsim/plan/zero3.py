@@ -17,7 +17,8 @@ live layout (AdamW in place, 8 + 8 + 16) 32 → 16 + 16/d → 8 + 24/d → 32/d.
 never kept: each bucket reduce-scattered as the backward fills it, into the owned slice, and freed. At one
 micro-batch a step that is ZeRO-1's bytes (Rajbhandari et al. §7). With m > 1 micro-batches (a pipeline, or
 gradient accumulation) the planner keeps the g/d column and so charges m reduce-scatters a step, one a
-micro-batch, accumulating into the owned slices — DeepSpeed's ZeRO-2 and FSDP's SHARD_GRAD_OP do so; the
+micro-batch, accumulating into the owned slices, each on the comm stream as its backward finishes the bucket
+(``tpsim.plan.dp_overlap``) — DeepSpeed's ZeRO-2 and FSDP's SHARD_GRAD_OP do so; the
 alternative, keeping the whole buffer until the last micro-batch, moves ZeRO-1's bytes with ZeRO-1's gradient
 memory, which ``--zero 1`` already prices. The transient buckets (one or two, of ``--bucket-mb``) are not counted.
 
