@@ -51,8 +51,6 @@ def test_precision_says_what_mixed_precision_needs():
     (lambda: RunConfig.of(GPT, zero=4), "--zero 4: the ZeRO stages here are 0, 1, 2, 3"),
     (lambda: RunConfig.of(GPT, dp=2, zero=2, overlap_grad_reduce=True),
      "--overlap-grad-reduce with --zero 2: ZeRO-2 reduce-scatters each bucket during the backward already"),
-    (lambda: RunConfig.of(GPT3, pp=3, dp=2, zero=2, pipeline=Pipeline(clock="h100-80gb")),
-     "--clock h100-80gb with --zero 2: the live clock does not yet place ZeRO-2's per-micro-batch collectives"),
     (lambda: RunConfig.of(GPT, dp=2, zero=3, overlap_param_gather=True),
      "--overlap-param-gather (ZeRO's all-gather under the next forward) needs --zero 1 or 2"),
     (lambda: RunConfig.of(dataclasses.replace(GPT, n_layer=4), pp=2, dp=2, zero=2, pipeline=Pipeline(schedule="interleaved", vp=2, microbatches=2)),

@@ -177,7 +177,7 @@ def live_replay(step: Step) -> list[LiveClock]:
                     clock.gated_forward(c, s, keys[s], [])
                 else:
                     clock.compute(op, c, j)
-                if j == step.microbatches - 1 and op == ("W" if split else "B"):
+                if (j == step.microbatches - 1 or step.zero == 2) and op == ("W" if split else "B"):
                     clock.pieces(op, c, s, keys[s], [])
                 stamps[op, j, s] = clock.time
                 at[r] += 1
@@ -194,7 +194,13 @@ def live_replay(step: Step) -> list[LiveClock]:
         latest = clock.time
         ready = [max([clock.piece_end[w] for w in b.holds] + ([latest] if b.held else [])) for b in buckets[r]]
         order = sorted(range(len(ready)), key=lambda b: (ready[b], b))
-        clock.dp_sync(latest, order, ready if step.overlap_grad_reduce else None, [b.seconds for b in buckets[r]])
+        if step.zero == 2:  # every micro-batch's, the held bucket once (tpsim.pp.step.dp_sync)
+            every = [[max([clock.every_end[j, *w] for w in b.holds] + ([latest] if b.held else []))
+                      for b in buckets[r]] for j in range(step.microbatches)]
+            clock.zero2_sync(latest, every, [b.seconds for b in buckets[r]],
+                             {i for i, b in enumerate(buckets[r]) if b.held})
+        else:
+            clock.dp_sync(latest, order, ready if step.overlap_grad_reduce else None, [b.seconds for b in buckets[r]])
         if step.zero in (1, 2) and not step.overlap_param_gather:
             clock.param_gather([b.gather for b in buckets[r]])
     return clocks

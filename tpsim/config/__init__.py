@@ -31,7 +31,6 @@ from tpsim.arch import ARCH_NAMES, architecture, architecture_of
 from tpsim.errors import ConfigError, at_least
 from tpsim.nn.precision import DTYPE_NAMES, dtype_of  # DTYPE_NAMES: what --dtype accepts and prints
 from tpsim.config import tp_overlap_choice  # pure: --tp-comm-overlap
-from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.config.pipeline import Pipeline  # how pp > 1 runs (re-exported: tpsim.config.Pipeline)
 from tpsim.cp import choice as cp_choice  # pure: --cp, --cp-comm, --cp-layout
 
@@ -238,9 +237,6 @@ class RunConfig:
         if self.pipeline.vp > 1:
             raise ConfigError(f"--vp {self.pipeline.vp} with --zero {z}: a bucket shared by two chunks would be "
                               f"reduce-scattered once per chunk's backward; ZeRO-{z} runs with one chunk per stage")
-        if z == 2 and self.pipeline.clock != UNIT_CLOCK:
-            raise ConfigError(f"--clock {self.pipeline.clock} with --zero 2: the live clock does not yet place "
-                              "ZeRO-2's per-micro-batch collectives (`tpsim plan --zero 2` prices them)")
 
     @property
     def arch(self) -> str:

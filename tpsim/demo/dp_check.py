@@ -113,7 +113,8 @@ def dp_check(grid, run: RunConfig, streams: list[tuple], dp_buckets: list) -> tu
              and (gathers is None or abs(live[rank]["param_gather_exposed_s"] - gathers[r]["exposed_s"])
                   <= ROUNDING * scale)
              for r, rank in enumerate(chain))
-    mode = "overlapped with the last backward" if lay.overlap_grad_reduce else "after the backward"
+    mode = "reduce-scattered every micro-batch as its backward finishes them (ZeRO-2)" if lay.zero == 2 else \
+        "overlapped with the last backward" if lay.overlap_grad_reduce else "after the backward"
     exposed = [live[rank]["exposed_s"] if live[rank] else float("nan") for rank in chain]
     line = (f"DP OVERLAP CHECK: {'MATCH' if ok else 'MISMATCH'} — the DP buckets {mode}, on the {run.pipeline.clock} "
             f"clock: exposed per stage {', '.join(duration(x) for x in exposed)}; the planner's "
@@ -121,7 +122,7 @@ def dp_check(grid, run: RunConfig, streams: list[tuple], dp_buckets: list) -> tu
             f"({'equal' if ok else 'NOT equal'} to 1e-12 of the step)")
     if gathers is not None:
         mode = "waited at the forward" if lay.overlap_param_gather else "after the DP sync"
-        line += (f"; ZeRO-1's parameter all-gather ({mode}) exposed "
+        line += (f"; ZeRO-{lay.zero}'s parameter all-gather ({mode}) exposed "
                  f"{', '.join(duration(live[rank]['param_gather_exposed_s']) for rank in chain)}, the planner's "
                  f"{', '.join(duration(g['exposed_s']) for g in gathers)}")
     first = live[chain[0]] or want[0]

@@ -87,6 +87,7 @@ class ShardedPieces:
 
     def __init__(self, shard, grad_sync) -> None:
         self.pieces = Pieces(shard)
+        self.gathers = getattr(grad_sync, "sparams", None) is not None  # ZeRO-3: the parameters are gathered too
         self.finishes = {i: (s.stage, s.piece) for i, s in enumerate(bucket_specs(shard, grad_sync))}
         self.readers: dict[tuple[int, int], list[tuple]] = {}  # (stage, bucket) -> pieces reading it, forward order
         sparams = getattr(grad_sync, "sparams", None)

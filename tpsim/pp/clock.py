@@ -12,6 +12,8 @@ each rank keeps a clock of *modelled* time, charged exactly as the MPI-free cloc
     a collective after the schedule: clock = the group's latest clock + its α-β cost   (unit: not charged)
     ZeRO-3's F, B, W: piece by piece, the all-gathers and reduce-scatters on the comm stream, prefetched one piece
              ahead (``sharded_action``, ``tpsim.pipeline.prefetch``: the planner's rule)
+    ZeRO-2's reduce-scatters: each bucket's, every micro-batch, on the comm stream from the end of the piece that
+             finished it (``zero2_sync``, ``tpsim.pipeline.overlap.zero2_stream``); the clock waits before the step
 
 The data still moves through real MPI, so numbers stay real and the time is deterministic: the same run gives
 the same timeline on any machine, loaded or not — and the same numbers as ``simulate(schedule, costs)``, since
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from tpsim.pipeline.clock import Costs
-from tpsim.pipeline.overlap import Stream, after_compute, comm_stream, gated_ends, piece_ends
+from tpsim.pipeline.overlap import Stream, after_compute, comm_stream, gated_ends, piece_ends, zero2_stream
 from tpsim.pipeline.prefetch import prefetched
 
 
@@ -70,6 +72,7 @@ class LiveClock:
     schedule_end: float = 0.0
     spans: list[VirtualSpan] = field(default_factory=list)
     piece_end: dict[tuple[int, tuple], float] = field(default_factory=dict)  # (stage, piece) -> its last end
+    every_end: dict[tuple[int, int, tuple], float] = field(default_factory=dict)  # (micro-batch, stage, piece) -> end
     dp: Stream | None = None  # the DP gradient buckets on the comm stream (``dp_sync``)
     gates: dict[tuple[int, tuple], float] | None = None  # --overlap-param-gather: (stage, piece) -> its gather's end
     gather_exposed: float = 0.0  # ZeRO-1's parameter all-gather: the forward's waits, or all of it after the sync
@@ -111,7 +114,7 @@ class LiveClock:
         span = self.spans[-1]
         seconds, _ = self._piece_seconds(op, chunk, span.microbatch, keys, scoped)
         for key, end in zip(keys, piece_ends(span.start, seconds)):
-            self.piece_end[stage, key] = end
+            self.piece_end[stage, key] = self.every_end[span.microbatch, stage, key] = end
 
     def _piece_seconds(self, op: str, chunk: int, microbatch: int, keys: list[tuple], scoped: list[tuple]):
         """Each piece's seconds, ``keys`` in backward order (``pieces``' rule), and the collectives' part."""
@@ -188,12 +191,22 @@ class LiveClock:
         self.time = self.dp.end
         self.spans.append(VirtualSpan("DP sync" if ready is None else "DP exposed", -1, 0, start, self.time))
 
+    def zero2_sync(self, latest: float, ready: list[list[float]], seconds: list[float], once: set[int]) -> None:
+        """ZeRO-2's reduce-scatters of the step on the comm stream (``tpsim.pipeline.overlap.zero2_stream``, the
+        planner's rule): ``ready[j][b]`` bucket b's in micro-batch j's backward, each ``seconds[b]``, a bucket in
+        ``once`` (the held one) once; the clock then waits for the stream from ``latest``."""
+        start = self.time
+        self.dp = zero2_stream(ready, seconds, latest, once)
+        self.time = self.dp.end
+        self.spans.append(VirtualSpan("DP exposed", -1, 0, start, self.time))
+
     def comm_spans(self) -> list[VirtualSpan]:
         """The comm stream's spans of the step (chunk −1: drawn on the "comm" track): ZeRO-2/3's collectives
         inside the actions, then one per DP bucket."""
         if self.dp is None:
             return list(self.sharded_spans)
-        return self.sharded_spans + [VirtualSpan(f"DP bucket {s.bucket}", -1, -1, s.start, s.end)
+        return self.sharded_spans + [VirtualSpan(f"DP bucket {s.bucket}" + (f" of micro-batch {s.microbatch}"
+                                                 if s.microbatch >= 0 else ""), -1, -1, s.start, s.end)
                                      for s in self.dp.spans]
 
     def collective(self, name: str, latest: float, events) -> None:

@@ -148,7 +148,7 @@ class Executor:
     def _forward_on_clock(self, out: ExecutorResult, a, v: int, events: list, pieces, sharded) -> None:
         """An F on the clock: micro-batch 0's through the parameter all-gather's gates when the clock has them;
         under ZeRO-3 with its all-gathers prefetched (``_charged``)."""
-        if sharded is not None:
+        if sharded is not None and sharded.gathers:
             self._charged(out, a, v, events, sharded)
             return
         if pieces is None or a.microbatch or out.clock.gates is None:
@@ -159,14 +159,20 @@ class Executor:
         out.clock.gated_forward(a.chunk, v, pieces.keys[v], pieces.scoped(inside, v))
 
     def _charged(self, out: ExecutorResult, a, v: int, events: list, sharded) -> list:
-        """A B or W on the clock: as ``_ran`` charges it, or under ZeRO-2/3 (``sharded``: the shard's
-        ``ShardedPieces``) piece by piece with its ZeRO collectives on the comm stream (``LiveClock.sharded_action``)."""
+        """A B or W on the clock: as ``_ran`` charges it; under ZeRO-3 (``sharded``: the shard's ``ShardedPieces``)
+        piece by piece with its ZeRO collectives on the comm stream (``LiveClock.sharded_action``); under ZeRO-2
+        without its reduce-scatters, each piece's end kept for them (``LiveClock.zero2_sync``)."""
         if sharded is None:
             return _ran(out, a.op, a.chunk, a.microbatch, events)
-        out.ran.append(f"{a.op}{a.microbatch}.{a.chunk}")
         rest, gathers, scatters = sharded.split([e for e in events if not e.overlap], v, a.op)
-        out.clock.sharded_action(a.op, a.chunk, a.microbatch, sharded.pieces.keys[v], sharded.pieces.scoped(rest, v),
-                                 gathers, scatters)
+        keys, scoped = sharded.pieces.keys[v], sharded.pieces.scoped(rest, v)
+        if not sharded.gathers:  # ZeRO-2: its reduce-scatters ride the DP stream from its pieces' ends (zero2_sync)
+            _ran(out, a.op, a.chunk, a.microbatch, rest)
+            if a.op == ("W" if self.schedule.splits_backward else "B"):
+                out.clock.pieces(a.op, a.chunk, v, keys, scoped)
+            return rest
+        out.ran.append(f"{a.op}{a.microbatch}.{a.chunk}")
+        out.clock.sharded_action(a.op, a.chunk, a.microbatch, keys, scoped, gathers, scatters)
         return rest
 
     def _pieces(self, out: ExecutorResult, a, v: int, inside: list, pieces) -> None:

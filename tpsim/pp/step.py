@@ -146,10 +146,10 @@ def pipeline_grads(shard: PipelineShard, executor: Executor, grid: ProcessGrid, 
     loss, n_global = _global_loss(grid, weighted, n_global, clock)
     allreduce_word_embedding_grads(shard, grid, clock)
     if grad_sync is not None:
-        with (on_clock(clock, grid.dp_group, "held bucket reduce-scatter") if sharded and shard.shared_embedding
-              is not None else nullcontext()):  # ZeRO-2/3: the held bucket is the one left to reduce-scatter
+        with (on_clock(clock, grid.dp_group, "held bucket reduce-scatter") if sharded and grad_sync.zero_stage == 3
+              and shard.shared_embedding is not None else nullcontext()):  # ZeRO-3: the one left to reduce-scatter
             grad_sync.release()  # the tied embedding's bucket, held until its sum over the embedding group
-        dp_sync(shard, grad_sync, grid, clock, sharded=bool(sharded))
+        dp_sync(shard, grad_sync, grid, clock, sharded, m)
     if gathers is not None and clock.gates is None:  # no overlap: the all-gathers after the (free) optimizer
         clock.param_gather(gathers)
     return loss, n_global, result
@@ -166,7 +166,7 @@ def param_gathers(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: Liv
     not ZeRO-1, dp 1, or a clock that prices no collective). The clock prices every step as one that follows an
     optimizer step: with ``--overlap-param-gather`` they run on the comm stream from the step's start and gate
     the pieces of micro-batch 0's forward (``clock.gates``, ``tpsim.pipeline.overlap.forward_gates``)."""
-    if not clock.prices_collectives or grid.replicas == 1 or grad_sync is None or grad_sync.zero_stage != 1:
+    if not clock.prices_collectives or grid.replicas == 1 or grad_sync is None or grad_sync.zero_stage not in (1, 2):
         return None
     d = grid.replicas  # the DP group: DP x CP
     seconds = [clock.costs.collective("all_gather", "dp", d, wire_bytes("all_gather", n, d))
@@ -177,13 +177,15 @@ def param_gathers(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: Liv
     return seconds
 
 
-def dp_sync(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: LiveClock, sharded: bool = False) -> None:
+def dp_sync(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: LiveClock, sharded: bool = False,
+            microbatches: int = 1) -> None:
     """The DP gradient sync, and on a clock that prices collectives its buckets on the comm stream
     (``LiveClock.dp_sync``): each priced from its trace record on the DP link; with ``--overlap-grad-reduce``
     each ready at the end of the piece that finished its last gradient (the tied embedding's once its sum over
     the embedding group is done), run in issue order; without, one after another from the DP group's latest clock.
-    ``sharded`` (ZeRO-2/3): every bucket was reduce-scattered already, the owned slices are only ÷ d."""
-    if not clock.prices_collectives or grid.replicas == 1 or sharded:
+    ``sharded`` (ZeRO-2/3): every bucket was reduce-scattered already, the owned slices are only ÷ d; under
+    ZeRO-2 on the comm stream, every micro-batch's from the end of the piece that finished it (``zero2_sync``)."""
+    if not clock.prices_collectives or grid.replicas == 1 or (sharded and grad_sync.zero_stage == 3):
         grad_sync.sync()
         return
     with grid.tracer.paused():
@@ -194,6 +196,12 @@ def dp_sync(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: LiveClock
     if any(events.get(b) is None for b in range(len(grad_sync.buckets))):
         raise RuntimeError("a clock that prices collectives reads the DP buckets from the trace: enable the tracer")
     seconds = [clock.priced([events[b]]) for b in range(len(grad_sync.buckets))]
+    if sharded:  # ZeRO-2: each bucket every micro-batch, the held one once (after the embedding group's sum)
+        specs = bucket_specs(shard, grad_sync, held=True)
+        ready = [[max(clock.every_end[j, b.stage, b.piece], after_embedding) if b.held else
+                  clock.every_end[j, b.stage, b.piece] for b in specs] for j in range(microbatches)]
+        clock.zero2_sync(latest, ready, seconds, {i for i, b in enumerate(specs) if b.held})
+        return
     if not grad_sync.overlap:
         clock.dp_sync(latest, list(range(len(seconds))), None, seconds)
         return
