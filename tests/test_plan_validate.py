@@ -36,13 +36,16 @@ def test_validate_runs_every_pipeline_case_live():
              "peak layer activation bytes per rank", "embedding all-reduce wire bytes",
              "TP collectives on the clock per rank (s, 1e-12 rel.)")
     dp_terms = ("exposed DP seconds (1e-12 of the step)", "bubble fraction (1e-12)")  # a case with a DP sync
-    gather = ("exposed param all-gather (1e-12 of the step)",)  # ZeRO-1 at dp > 1
+    gather = ("exposed param all-gather (1e-12 of the step)",)  # ZeRO-1 and 2 at dp > 1
+    zero3 = ("exposed ZeRO-3 collectives (1e-12 of the step)",)  # ZeRO-3's inside its actions
+    assert {c.zero for c in live} == {0, 1, 2, 3}
     for case in live:
-        for term in terms + dp_terms * (case.dp > 1) + gather * (case.dp > 1 and case.zero):
+        for term in terms + dp_terms * (case.dp > 1) + gather * (case.dp > 1 and case.zero in (1, 2)) + \
+                zero3 * (case.dp > 1 and case.zero == 3):
             line = next(x for x in done.stdout.splitlines() if x.startswith(case.name) and term in x)
             assert line.rstrip().endswith("yes"), line
     assert any(c.overlap for c in live)
     assert "not run live" not in done.stdout
     count = (len(terms) * len(live) + len(dp_terms) * sum(c.dp > 1 for c in live)
-             + sum(c.dp > 1 and c.zero for c in live))
+             + sum(c.dp > 1 and c.zero > 0 for c in live))  # one term more: the all-gather or ZeRO-3's
     assert done.stdout.strip().splitlines()[-1] == f"VALIDATION: all {count} terms match"

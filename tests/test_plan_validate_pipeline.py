@@ -39,8 +39,10 @@ def planned_ranks(case) -> list[dict]:
                             "p2p_sent": terms["ranks"][r]["sends"] * per_rank, "embedding_wire": emb,
                             "clock_collectives": tp_s})
                 if buckets is not None:  # what a rank with a DP sync reports: its buckets and its exposed wait
+                    streams = terms["after_schedule"].get("dp_streams")  # none under ZeRO-3: all in the actions
                     out[-1].update(buckets=[list(b) for b in buckets[r]], clock_busy=terms["ranks"][r]["busy_s"],
-                                   dp_exposed=terms["after_schedule"]["dp_streams"][r]["exposed_s"])
+                                   dp_exposed=streams[r]["exposed_s"] if streams else 0.0,
+                                   sharded_exposed=terms["ranks"][r]["zero3_s"])
                 if "param_gather" in terms["after_schedule"]:  # ZeRO-1: the all-gather's exposed part
                     out[-1]["gather_exposed"] = terms["after_schedule"]["param_gather"][r]["exposed_s"]
     return out
@@ -60,7 +62,9 @@ def test_the_planners_own_numbers_match_and_any_difference_is_a_no(case):
                              *([("dp_exposed", ranks[-1]["clock_end"] * 1e-11, "exposed DP seconds")]
                                if "dp_exposed" in ranks[0] else []),
                              *([("gather_exposed", ranks[-1]["clock_end"] * 1e-11, "exposed param all-gather")]
-                               if "gather_exposed" in ranks[0] else [])):
+                               if "gather_exposed" in ranks[0] else []),
+                             *([("sharded_exposed", ranks[-1]["clock_end"] * 1e-11, "exposed ZeRO-3 collectives")]
+                               if case.zero == 3 else [])):
         bad = [dict(r) for r in ranks]
         latest = max(range(len(bad)), key=lambda i: bad[i][key])  # a clock compared as its pipeline's latest
         bad[latest][key] += nudge

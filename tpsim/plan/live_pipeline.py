@@ -49,8 +49,8 @@ def pipeline_run(tp: int, dp: int, pp: int, schedule: str, vp: int, microbatches
 
 
 def dp_sync(shard, grid, run: RunConfig):
-    """The run's DP gradient sync over ``shard``: DDP's ``GradSync``, or ZeRO-1's optimizer (AdamW), at its bucket
-    cap and overlap flags, the tied embedding's bucket held for the embedding group's sum."""
+    """The run's DP gradient sync over ``shard``: DDP's ``GradSync``, or ZeRO's optimizer (AdamW) at the run's
+    stage, at its bucket cap and overlap flags, the tied embedding's bucket held for the embedding group's sum."""
     from tpsim.train import AdamW, GradSync
     from tpsim.train.zero import DistributedOptimizer
 
@@ -59,7 +59,8 @@ def dp_sync(shard, grid, run: RunConfig):
     if run.parallel.zero:
         return DistributedOptimizer(AdamW(shard), grid, opt.bucket_cap_bytes,
                                     overlap_grad_reduce=opt.overlap_grad_reduce,
-                                    overlap_param_gather=opt.overlap_param_gather, held=held)
+                                    overlap_param_gather=opt.overlap_param_gather, held=held,
+                                    stage=run.parallel.zero)
     return GradSync(shard, grid.dp_group, opt.bucket_cap_bytes, overlap=opt.overlap_grad_reduce, held=held)
 
 
@@ -113,6 +114,7 @@ def worker(run: RunConfig, path: str) -> int:
         measured["buckets"] = [list(b) for b in bucket_specs(shard, sync, held=True)]
         measured["dp_exposed"] = result.clock.dp.exposed if result.clock.dp is not None else 0.0
         measured["gather_exposed"] = result.clock.gather_exposed
+        measured["sharded_exposed"] = result.clock.sharded_exposed  # ZeRO-3's collectives inside the actions
     everyone = grid.world.gather_objects(measured)
     if grid.rank == 0:
         Path(path).write_text(json.dumps(everyone))

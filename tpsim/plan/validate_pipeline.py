@@ -25,7 +25,9 @@ compares, for the same model and layout (``run_layout`` of the same ``RunConfig`
 
 The overlap cases (``--overlap-grad-reduce``; ZeRO-1 with ``--overlap-param-gather`` too) report their buckets,
 their exposed DP seconds and (ZeRO-1) the exposed parameter all-gather (the forward's waits for it: ``exposed
-param all-gather``); the planner prices those buckets.
+param all-gather``); the planner prices those buckets. The ZeRO-2 case's reduce-scatters run every micro-batch
+from the pieces that finish their buckets (``tpsim.pipeline.overlap.zero2_stream``); the ZeRO-3 case's all-gathers
+and reduce-scatters inside each F, B and W (``tpsim.pipeline.prefetch``), whose exposed seconds are compared too.
 
 The step time is a float sum: the planner adds a message's α + β·bytes once where a live receiver adds α, then
 β·bytes, to the sender's stamp, so the two may differ in the last bits — 1e-12 relative is the bound
@@ -99,7 +101,9 @@ PIPELINE_CASES = [PipelineCase("PP 2 x TP 2, 1f1b", 2, 1, 2, "1f1b", layers=2),
                   PipelineCase("PP 2 x DP 2, 1f1b, overlap grad reduce", 1, 2, 2, "1f1b", overlap="grad",
                                bucket_mb=0.004),
                   PipelineCase("PP 2 x DP 2, zb-h1, ZeRO-1, both overlaps", 1, 2, 2, "zb-h1", zero=1, overlap="both",
-                               bucket_mb=0.004)]
+                               bucket_mb=0.004),
+                  PipelineCase("PP 2 x DP 2, 1f1b, ZeRO-2", 1, 2, 2, "1f1b", zero=2, bucket_mb=0.004),
+                  PipelineCase("PP 2 x DP 2, zb-h1, ZeRO-3", 1, 2, 2, "zb-h1", zero=3)]
 
 
 def skipped(case: PipelineCase) -> str | None:
@@ -173,6 +177,12 @@ def check_pipeline_case(case: PipelineCase, ranks: list[dict]) -> list[tuple[str
             rows.append(_row(case, "exposed param all-gather (1e-12 of the step)", want,
                              [r["gather_exposed"] for r in ranks],
                              all(abs(r["gather_exposed"] - want[r["pp_rank"]]) <= ROUNDING * scale for r in ranks),
+                             "{:.12g}"))
+        if lay.zero == 3:  # its all-gathers and reduce-scatters inside F, B and W: the stream's exposed part
+            want = [terms["ranks"][r["pp_rank"]]["zero3_s"] for r in ranks]
+            rows.append(_row(case, "exposed ZeRO-3 collectives (1e-12 of the step)", want,
+                             [r["sharded_exposed"] for r in ranks],
+                             all(abs(r["sharded_exposed"] - w) <= ROUNDING * scale for r, w in zip(ranks, want)),
                              "{:.12g}"))
         bubble = terms["bubble_fraction"]["measured"]
         got = [bubble_measured([(r["schedule_end"], r["clock_busy"]) for r in chain])[1] for chain in chains]
