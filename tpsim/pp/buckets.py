@@ -87,10 +87,10 @@ class ShardedPieces:
 
     def __init__(self, shard, grad_sync) -> None:
         self.pieces = Pieces(shard)
-        self.gathers = getattr(grad_sync, "sparams", None) is not None  # ZeRO-3: the parameters are gathered too
+        self.gathers = grad_sync.zero_stage == 3  # ZeRO-3: the parameters are gathered too
         self.finishes = {i: (s.stage, s.piece) for i, s in enumerate(bucket_specs(shard, grad_sync))}
         self.readers: dict[tuple[int, int], list[tuple]] = {}  # (stage, bucket) -> pieces reading it, forward order
-        sparams = getattr(grad_sync, "sparams", None)
+        sparams = grad_sync.sparams if self.gathers else None
         for chunk in shard.chunks if sparams is not None else ():
             order = forward_pieces(chunk_layers(chunk), chunk.first, chunk.last)
             mine = {id(m) for _, m in chunk.named_modules()}

@@ -157,7 +157,7 @@ def pipeline_grads(shard: PipelineShard, executor: Executor, grid: ProcessGrid, 
 
 def sharded_on_clock(grad_sync, grid: ProcessGrid, clock: LiveClock) -> bool:
     """Does this step price ZeRO-2/3's collectives inside the actions (a clock that prices collectives, d > 1)?"""
-    return (grad_sync is not None and getattr(grad_sync, "zero_stage", 0) >= 2 and grid.replicas > 1
+    return (grad_sync is not None and grad_sync.zero_stage >= 2 and grid.replicas > 1
             and clock.prices_collectives)
 
 
