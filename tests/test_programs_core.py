@@ -17,30 +17,49 @@ def metrics(folder):
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_guided_demo_8_ranks(tmp_path):
-    """No flags: 2 DP x 4 TP, step 0 equals serial, loss falls, replicas agree, figures written, fast."""
-    r = run_mpi(8, ["-m", "tpsim.demo", "--out", str(tmp_path)], timeout=300)  # no flags: the defaults are tested
+@pytest.fixture(scope="module")
+def guided(tmp_path_factory):
+    """The demo with no flags on 8 ranks (the defaults are what is tested), once; the tests below read its output
+    and its run folder: (completed launch, folder)."""
+    out = tmp_path_factory.mktemp("guided")
+    r = run_mpi(8, ["-m", "tpsim.demo", "--out", str(out)], timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    out = r.stdout
+    return r, out
+
+
+def test_guided_demo_8_ranks_is_2_dp_x_4_tp_and_passes_its_checks(guided):
+    """No flags: 2 DP x 4 TP in Megatron's order, step 0 equals serial, replicas agree, the per-layer table."""
+    out = guided[0].stdout
     assert "TP(4) x DP(2) = 8 ranks" in out
     assert "TP group 1: ranks [4, 5, 6, 7]" in out and "DP group 3: ranks [3, 7]" in out
     assert "VERDICT: MATCH" in out and "OK: replicas consistent" in out
     assert "transformer.h.1.mlp" in out and "dp_sync" in out, "the per-layer table is printed"
+    assert "(rank 0's largest: " in out and "on this rank" not in out
+
+
+def test_guided_demo_writes_its_files_and_traces_every_rank(guided):
+    folder = guided[1]
     for name in ("comm.jsonl", "metrics.jsonl", "loss.png", "comm_bytes.png"):
-        assert (tmp_path / name).stat().st_size > 0, name
-    m = metrics(tmp_path)
+        assert (folder / name).stat().st_size > 0, name
+    recs = [json.loads(line) for line in (folder / "comm.jsonl").read_text().splitlines()]
+    assert {x["rank"] for x in recs} == set(range(8))
+
+
+def test_guided_demo_trains_and_counts_its_tokens(guided):
+    """Every default step in metrics.jsonl, the loss falls clearly; tokens: the target tokens the loss counts;
+    tokens_per_s: every position processed (global batch x seq)."""
+    m = metrics(guided[1])
     default_steps = build_parser().get_default("steps")
     assert len(m) == default_steps and m[-1]["loss"] < 0.5 * m[0]["loss"], "the loss falls clearly"
-    recs = [json.loads(line) for line in (tmp_path / "comm.jsonl").read_text().splitlines()]
-    assert {x["rank"] for x in recs} == set(range(8))
-    # tokens: the target tokens the loss counts; tokens_per_s: every position processed (global batch x seq)
     assert all(row["tokens_processed"] == 16 * 16 and row["tokens"] < row["tokens_processed"] for row in m)
     assert all(abs(row["tokens_per_s"] * row["seconds"] - row["tokens_processed"]) < 1e-6 for row in m)
-    # the run's last lines: what it showed and what to try next
-    summary, next_line = out.rstrip().splitlines()[-2:]
+
+
+def test_guided_demo_ends_with_what_it_showed_and_what_to_try_next(guided):
+    r, folder = guided
+    summary, next_line = r.stdout.rstrip().splitlines()[-2:]
     assert summary.startswith("summary: TP(4) x DP(2), 100 steps, loss 3.4527 -> ") and "every check holds" in summary
-    assert next_line.startswith(f"next: tpsim report {tmp_path} --by kind")
-    assert "(rank 0's largest: " in out and "on this rank" not in out
+    assert next_line.startswith(f"next: tpsim report {folder} --by kind")
 
 
 def test_same_seed_gives_bit_identical_losses(tmp_path):
@@ -89,6 +108,7 @@ def test_mlp_scenario(tmp_path):
     assert "VERDICT: MATCH" in r.stdout and (tmp_path / "comm.jsonl").exists()
 
 
+# one launch per case, by design: each is its own error path, and a program stops at its first error
 @pytest.mark.parametrize("args, message", [
     (["--tp", "3"], "world size 4 is not divisible by --tp 3"),
     (["--tp", "2", "--dp", "3"], "--tp 2 x --dp 3 = 6 does not match the world size 4"),
