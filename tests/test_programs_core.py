@@ -62,20 +62,36 @@ def test_guided_demo_ends_with_what_it_showed_and_what_to_try_next(guided):
     assert next_line.startswith(f"next: tpsim report {folder} --by kind")
 
 
-def test_same_seed_gives_bit_identical_losses(tmp_path):
-    args = ["-m", "tpsim.demo", "--steps", "5", "--seed", "7"]
-    a = run_mpi(4, [*args, "--out", str(tmp_path / "a")])
-    b = run_mpi(4, [*args, "--out", str(tmp_path / "b")])
-    assert a.returncode == b.returncode == 0, a.stderr + b.stderr
-    assert [m["loss"] for m in metrics(tmp_path / "a")] == [m["loss"] for m in metrics(tmp_path / "b")]
+SMALL_WORLD = ["-m", "tpsim.demo", "--steps", "3"]  # no other flag: the defaults at each world size
+
+
+@pytest.fixture(scope="module")
+def small_world(tmp_path_factory):
+    """The demo with no flags but ``--steps 3`` at world size n, once per n: (launch, run folder)."""
+    made = {}
+
+    def run(n: int):
+        if n not in made:
+            folder = tmp_path_factory.mktemp(f"world{n}")
+            made[n] = run_mpi(n, [*SMALL_WORLD, "--out", str(folder)]), folder
+        return made[n]
+    return run
 
 
 @pytest.mark.parametrize("n, tp, dp", [(1, 1, 1), (2, 2, 1), (3, 1, 3)])
-def test_demo_runs_at_small_world_sizes(tmp_path, n, tp, dp):
+def test_demo_runs_at_small_world_sizes(small_world, n, tp, dp):
     """No flags at any world size: TP = gcd(world, 4), the batch rounded up to a multiple of dp (18 at dp 3)."""
-    r = run_mpi(n, ["-m", "tpsim.demo", "--steps", "3", "--out", str(tmp_path)])
+    r, _ = small_world(n)
     assert r.returncode == 0, r.stderr
     assert f"TP({tp}) x DP({dp})" in r.stdout and "VERDICT: MATCH" in r.stdout
+
+
+def test_same_seed_gives_bit_identical_losses(small_world, tmp_path):
+    """The TP 2 run above again, the same (default) seed: the same losses to the last bit."""
+    first, folder = small_world(2)
+    again = run_mpi(2, [*SMALL_WORLD, "--out", str(tmp_path)])
+    assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+    assert [m["loss"] for m in metrics(folder)] == [m["loss"] for m in metrics(tmp_path)]
 
 
 def test_export_with_dp_and_reload_at_another_tp(tmp_path):
