@@ -47,8 +47,7 @@ def test_generate_from_a_sharded_bfloat16_folder(bfloat16_folder):
     r, folder = bfloat16_folder
     result = json.loads(r.stdout.strip().splitlines()[-1])
     config, tensors = read_folder(folder)
-    model, prompt = serial_model(config, tensors, np.float64), np.array([[3, 1, 4, 1, 5]])
-    expected, _ = greedy(model, prompt, 6)
+    expected, _ = greedy(serial_model(config, tensors, np.float64), np.array([[3, 1, 4, 1, 5]]), 6)
     assert result["tokens"] == expected.tolist() and result["tp"] == 4 and result["arch"] == "gpt2"
     assert result["decode_collectives_per_token"] == 2 * CFG.n_layer + 3
     for line in ("VERDICT: MATCH", CACHE_FREE, "FORMULA CHECK: OK", "this rank's KV cache: ", "NVLink 4",
