@@ -4,6 +4,7 @@ Exit statuses (docs/guide/failing-well.md): 0 ok, 1 a check failed or training s
 input (one line on rank 0, nothing computed), anything else = aborted (a crashed rank, a signal: 128 + its
 number). Faults are planted by ``tests/programs/demo_with_fault.py`` in a tiny demo at 2 ranks; "within 10 s"
 is measured from the moment of the fault (the program prints it) or of the signal, not from the launch.
+Every test launches its own job, by design: each fault ends the job it is planted in.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ def bad_checkpoints(folder) -> dict[str, tuple[str, str]]:
             "foreign": "is not a tpsim checkpoint of this model (no manifest"}
 
 
+# one launch per case, by design: each is its own error path, and a program stops at its first error
 @pytest.mark.parametrize("case", ["truncated", "corrupted", "foreign"])
 def test_bad_checkpoint_is_one_line_and_status_2(tmp_path, case):
     message = bad_checkpoints(tmp_path)[case]
@@ -126,6 +128,7 @@ def test_bad_checkpoint_is_one_line_and_status_2(tmp_path, case):
     assert r.stdout == "" and not (tmp_path / "out").exists(), "nothing computed, nothing written"
 
 
+# one launch per case, by design: each is its own error path, and a program stops at its first error
 @pytest.mark.parametrize("flag, path, message", [
     ("--out", "/proc/tpsim-out", "--out /proc/tpsim-out: cannot be created in /proc"),
     ("--out", "FILE", "exists and is a file, not a folder"),

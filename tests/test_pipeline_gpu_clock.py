@@ -299,6 +299,7 @@ def test_the_step_prices_each_dp_bucket_the_run_cut(tmp_path, monkeypatch):
     assert coarse < pipe["step_time"]  # one all-reduce a stage pays α once, not once a tensor
 
 
+# one launch per case, by design: each is its own error path, and a program stops at its first error
 @pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["--pp", "2", "--clock", "tpu"], "--clock 'tpu' is neither unit nor a GPU: choose unit or one of h100-80gb"),

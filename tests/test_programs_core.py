@@ -17,46 +17,81 @@ def metrics(folder):
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_guided_demo_8_ranks(tmp_path):
-    """No flags: 2 DP x 4 TP, step 0 equals serial, loss falls, replicas agree, figures written, fast."""
-    r = run_mpi(8, ["-m", "tpsim.demo", "--out", str(tmp_path)], timeout=300)  # no flags: the defaults are tested
+@pytest.fixture(scope="module")
+def guided(tmp_path_factory):
+    """The demo with no flags on 8 ranks (the defaults are what is tested), once; the tests below read its output
+    and its run folder: (completed launch, folder)."""
+    out = tmp_path_factory.mktemp("guided")
+    r = run_mpi(8, ["-m", "tpsim.demo", "--out", str(out)], timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    out = r.stdout
+    return r, out
+
+
+def test_guided_demo_8_ranks_is_2_dp_x_4_tp_and_passes_its_checks(guided):
+    """No flags: 2 DP x 4 TP in Megatron's order, step 0 equals serial, replicas agree, the per-layer table."""
+    out = guided[0].stdout
     assert "TP(4) x DP(2) = 8 ranks" in out
     assert "TP group 1: ranks [4, 5, 6, 7]" in out and "DP group 3: ranks [3, 7]" in out
     assert "VERDICT: MATCH" in out and "OK: replicas consistent" in out
     assert "transformer.h.1.mlp" in out and "dp_sync" in out, "the per-layer table is printed"
-    for name in ("comm.jsonl", "metrics.jsonl", "loss.png", "comm_bytes.png"):
-        assert (tmp_path / name).stat().st_size > 0, name
-    m = metrics(tmp_path)
-    default_steps = build_parser().get_default("steps")
-    assert len(m) == default_steps and m[-1]["loss"] < 0.5 * m[0]["loss"], "the loss falls clearly"
-    recs = [json.loads(line) for line in (tmp_path / "comm.jsonl").read_text().splitlines()]
-    assert {x["rank"] for x in recs} == set(range(8))
-    # tokens: the target tokens the loss counts; tokens_per_s: every position processed (global batch x seq)
-    assert all(row["tokens_processed"] == 16 * 16 and row["tokens"] < row["tokens_processed"] for row in m)
-    assert all(abs(row["tokens_per_s"] * row["seconds"] - row["tokens_processed"]) < 1e-6 for row in m)
-    # the run's last lines: what it showed and what to try next
-    summary, next_line = out.rstrip().splitlines()[-2:]
-    assert summary.startswith("summary: TP(4) x DP(2), 100 steps, loss 3.4527 -> ") and "every check holds" in summary
-    assert next_line.startswith(f"next: tpsim report {tmp_path} --by kind")
     assert "(rank 0's largest: " in out and "on this rank" not in out
 
 
-def test_same_seed_gives_bit_identical_losses(tmp_path):
-    args = ["-m", "tpsim.demo", "--steps", "5", "--seed", "7"]
-    a = run_mpi(4, [*args, "--out", str(tmp_path / "a")])
-    b = run_mpi(4, [*args, "--out", str(tmp_path / "b")])
-    assert a.returncode == b.returncode == 0, a.stderr + b.stderr
-    assert [m["loss"] for m in metrics(tmp_path / "a")] == [m["loss"] for m in metrics(tmp_path / "b")]
+def test_guided_demo_writes_its_files_and_traces_every_rank(guided):
+    folder = guided[1]
+    for name in ("comm.jsonl", "metrics.jsonl", "loss.png", "comm_bytes.png"):
+        assert (folder / name).stat().st_size > 0, name
+    recs = [json.loads(line) for line in (folder / "comm.jsonl").read_text().splitlines()]
+    assert {x["rank"] for x in recs} == set(range(8))
+
+
+def test_guided_demo_trains_and_counts_its_tokens(guided):
+    """Every default step in metrics.jsonl, the loss falls clearly; tokens: the target tokens the loss counts;
+    tokens_per_s: every position processed (global batch x seq)."""
+    m = metrics(guided[1])
+    default_steps = build_parser().get_default("steps")
+    assert len(m) == default_steps and m[-1]["loss"] < 0.5 * m[0]["loss"], "the loss falls clearly"
+    assert all(row["tokens_processed"] == 16 * 16 and row["tokens"] < row["tokens_processed"] for row in m)
+    assert all(abs(row["tokens_per_s"] * row["seconds"] - row["tokens_processed"]) < 1e-6 for row in m)
+
+
+def test_guided_demo_ends_with_what_it_showed_and_what_to_try_next(guided):
+    r, folder = guided
+    summary, next_line = r.stdout.rstrip().splitlines()[-2:]
+    assert summary.startswith("summary: TP(4) x DP(2), 100 steps, loss 3.4527 -> ") and "every check holds" in summary
+    assert next_line.startswith(f"next: tpsim report {folder} --by kind")
+
+
+SMALL_WORLD = ["-m", "tpsim.demo", "--steps", "3"]  # no other flag: the defaults at each world size
+
+
+@pytest.fixture(scope="module")
+def small_world(tmp_path_factory):
+    """The demo with no flags but ``--steps 3`` at world size n, once per n: (launch, run folder)."""
+    made = {}
+
+    def run(n: int):
+        if n not in made:
+            folder = tmp_path_factory.mktemp(f"world{n}")
+            made[n] = run_mpi(n, [*SMALL_WORLD, "--out", str(folder)]), folder
+        return made[n]
+    return run
 
 
 @pytest.mark.parametrize("n, tp, dp", [(1, 1, 1), (2, 2, 1), (3, 1, 3)])
-def test_demo_runs_at_small_world_sizes(tmp_path, n, tp, dp):
+def test_demo_runs_at_small_world_sizes(small_world, n, tp, dp):
     """No flags at any world size: TP = gcd(world, 4), the batch rounded up to a multiple of dp (18 at dp 3)."""
-    r = run_mpi(n, ["-m", "tpsim.demo", "--steps", "3", "--out", str(tmp_path)])
+    r, _ = small_world(n)
     assert r.returncode == 0, r.stderr
     assert f"TP({tp}) x DP({dp})" in r.stdout and "VERDICT: MATCH" in r.stdout
+
+
+def test_same_seed_gives_bit_identical_losses(small_world, tmp_path):
+    """The TP 2 run above again, the same (default) seed: the same losses to the last bit."""
+    first, folder = small_world(2)
+    again = run_mpi(2, [*SMALL_WORLD, "--out", str(tmp_path)])
+    assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+    assert [m["loss"] for m in metrics(folder)] == [m["loss"] for m in metrics(tmp_path)]
 
 
 def test_export_with_dp_and_reload_at_another_tp(tmp_path):
@@ -89,6 +124,7 @@ def test_mlp_scenario(tmp_path):
     assert "VERDICT: MATCH" in r.stdout and (tmp_path / "comm.jsonl").exists()
 
 
+# one launch per case, by design: each is its own error path, and a program stops at its first error
 @pytest.mark.parametrize("args, message", [
     (["--tp", "3"], "world size 4 is not divisible by --tp 3"),
     (["--tp", "2", "--dp", "3"], "--tp 2 x --dp 3 = 6 does not match the world size 4"),

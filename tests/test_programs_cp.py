@@ -31,6 +31,7 @@ def test_demo_with_cp_passes_every_check(tmp_path, ranks, args):
     assert "max/min 1.000" in work  # zigzag: every CP rank computes the same causal pairs
 
 
+# one launch per case, by design: each is its own error path, and a program stops at its first error
 @pytest.mark.parametrize("args, message", [
     (["--cp", "3"], "world size 4 is not divisible by --cp 3"),
     (["--cp", "2", "--seq-len", "6"], "--seq-len 6 is not divisible by 4 (zigzag over cp 2: 2 x cp = 4 chunks)"),

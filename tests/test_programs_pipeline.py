@@ -20,35 +20,47 @@ CHECKS = ("VERDICT: MATCH — TP(2) x DP(2) x PP(2) step 0 equals the serial mod
           "OK: stage 1: replicas consistent")
 
 
-def test_pipeline_demo_8_ranks_matches_serial_and_the_formulas(tmp_path):
-    """PP 2 x TP 2 x DP 2, 4 micro-batches: the grid in Megatron's order, every check, sends and recvs in comm.jsonl."""
+@pytest.fixture(scope="module")
+def pp2_tp2_dp2(tmp_path_factory):
+    """PP 2 x TP 2 x DP 2, 4 micro-batches, 20 steps on 8 ranks, once: (launch, run folder)."""
+    folder = tmp_path_factory.mktemp("pp2-tp2-dp2")
     r = run_mpi(8, ["-m", "tpsim.demo", "--pp", "2", "--tp", "2", "--dp", "2", "--microbatches", "4",
-                    "--steps", "20", "--out", str(tmp_path)], timeout=300)
+                    "--steps", "20", "--out", str(folder)], timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    out = r.stdout
+    return r, folder
+
+
+def test_pipeline_demo_8_ranks_matches_serial_and_the_formulas(pp2_tp2_dp2):
+    """The grid in Megatron's order, every check's line, and the summary naming every check."""
+    out = pp2_tp2_dp2[0].stdout
     assert "TP(2) x DP(2) x PP(2) = 8 ranks" in out and "PP group 1: ranks [1, 5]" in out
     for line in CHECKS:
         assert line in out, line
     assert out.rstrip().splitlines()[-2].endswith("every check holds: step 0 = serial, trained = serial, "
                                                   "replicas agree, peak in flight and bubble, formulas")
-    recs = [json.loads(line) for line in (tmp_path / "comm.jsonl").read_text().splitlines()]
+
+
+def test_pipeline_demo_8_ranks_traces_its_sends_and_recvs(pp2_tp2_dp2):
+    """comm.jsonl: step 0's point-to-point calls, each in the pp group with its peer, micro-batch and chunk."""
+    recs = [json.loads(line) for line in (pp2_tp2_dp2[1] / "comm.jsonl").read_text().splitlines()]
     p2p = [x for x in recs if x["op"] in ("send", "recv") and x["step"] == 0]
     assert len(p2p) == 4 * 2 * 2 * 4  # 4 pipelines x 2 directions x (send + recv) x 4 micro-batches
     assert all(x["group"] == "pp" and x["scope"] == "pipeline" and {"peer", "microbatch", "chunk"} <= set(x)
                for x in p2p)
-    pipe = json.loads((tmp_path / "pipeline.json").read_text())
+
+
+def test_pipeline_demo_8_ranks_pipeline_json_is_the_formulas(pp2_tp2_dp2):
+    """pipeline.json: the measured bubble and p2p bytes equal the formulas, the peaks 1F1B's."""
+    pipe = json.loads((pp2_tp2_dp2[1] / "pipeline.json").read_text())
     assert pipe["bubble_fraction"]["measured"] == pytest.approx(pipe["bubble_fraction"]["formula"], abs=1e-9)
     assert pipe["p2p_bytes"]["measured"] == pipe["p2p_bytes"]["formula"] == 2 * 4 * 1 * 2 * 16 * 64 * 8
     assert [r["peak_in_flight"] for r in pipe["ranks"]] == [2] * 4 + [1] * 4
 
 
-@pytest.mark.parametrize("args", [
-    ["--pp", "4", "--arch", "llama", "--layers", "5", "--pp-layers", "1,1,2,1", "--schedule", "afab",
-     "--microbatches", "3", "--steps", "10"],
-    ["--pp", "2", "--dp", "2", "--sequence-parallel", "--zero", "1", "--steps", "10", "--tp", "1"],
-], ids=["llama-afab-uneven", "sp-zero1"])
-def test_pipeline_demo_composes(tmp_path, args):
-    r = run_mpi(4, ["-m", "tpsim.demo", *args, "--out", str(tmp_path)], timeout=300)
+def test_pipeline_demo_composes_with_llama_afab_and_uneven_stages(tmp_path):
+    """(PP 2 x DP 2 with SP and ZeRO-1: test_pipeline_demo_composes_with_sp_and_zero1, on the export run below.)"""
+    r = run_mpi(4, ["-m", "tpsim.demo", "--pp", "4", "--arch", "llama", "--layers", "5", "--pp-layers", "1,1,2,1",
+                    "--schedule", "afab", "--microbatches", "3", "--steps", "10", "--out", str(tmp_path)], timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("VERDICT: MATCH") >= 2 and "every check holds" in r.stdout
 
@@ -91,6 +103,7 @@ def test_bfloat16_at_pp4_holds_the_16_bit_tolerance(tmp_path):
     assert "every check holds" in r.stdout and "FORMULA CHECK: all" in r.stdout
 
 
+# one launch per case, by design: each is its own error path, and a program stops at its first error
 @pytest.mark.parametrize("args, message", [
     (["--pp", "3"], "world size 4 is not divisible by --pp 3"),
     (["--pp", "2", "--layers", "3"], "--layers 3 do not split evenly over 2 pipeline stages"),
@@ -119,16 +132,30 @@ def test_impossible_pipelines_are_one_line_before_any_work(args, message):
     assert "Traceback" not in r.stderr and r.stdout == ""
 
 
-def test_export_and_save_gather_every_stage_and_reload_without_a_pipeline(tmp_path):
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """PP 2 x DP 2 (TP 1) with SP and ZeRO-1, 10 steps, ``--export`` and ``--save``, once: (launch, folder)."""
+    root = tmp_path_factory.mktemp("pp2-dp2-export")
+    r = run_mpi(4, ["-m", "tpsim.demo", "--pp", "2", "--dp", "2", "--tp", "1", "--sequence-parallel", "--zero", "1",
+                    "--steps", "10", "--export", str(root / "export"), "--save", str(root / "saved"),
+                    "--out", str(root / "o1")], timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r, root
+
+
+def test_pipeline_demo_composes_with_sp_and_zero1(exported):
+    """PP 2 x DP 2 with SP and ZeRO-1: step 0 and the trained model equal serial, every check holds."""
+    out = exported[0].stdout
+    assert out.count("VERDICT: MATCH") >= 2 and "every check holds" in out
+
+
+def test_export_and_save_gather_every_stage_and_reload_without_a_pipeline(exported, tmp_path):
     """--export and --save at PP 2 x DP 2 gather every stage's tensors to rank 0; the export reads back to step 0
     and the saved model starts a TP 4 run (no pipeline) whose step 0 equals the serial model from it."""
-    exp, saved = tmp_path / "export", tmp_path / "saved"
-    r = run_mpi(4, ["-m", "tpsim.demo", "--pp", "2", "--dp", "2", "--tp", "1", "--steps", "3", "--export", str(exp),
-                    "--save", str(saved), "--out", str(tmp_path / "o1")], timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r, root = exported
     assert "VERDICT: MATCH — the export reloads to the model that was trained" in r.stdout
-    assert json.loads((exp / "step0.json").read_text())["pp"] == 2
-    r2 = run_mpi(4, ["-m", "tpsim.demo", "--tp", "4", "--steps", "0", "--init-from", str(saved),
+    assert json.loads((root / "export" / "step0.json").read_text())["pp"] == 2
+    r2 = run_mpi(4, ["-m", "tpsim.demo", "--tp", "4", "--steps", "0", "--init-from", str(root / "saved"),
                      "--out", str(tmp_path / "o2")], timeout=300)
     assert r2.returncode == 0, r2.stdout + r2.stderr
     assert "VERDICT: MATCH — TP(4) x DP(1) step 0 equals the serial model" in r2.stdout

@@ -169,12 +169,12 @@ def refused(ranks: int, args: list[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    root = tmp_path_factory.mktemp("refusals")
-    demo("tp2", K, root)
-    return root / "ckpt"
+def checkpoint(source):
+    """The tp2 layout's k-step checkpoint, the one the resumed runs above start from (no test writes into it)."""
+    return source("tp2") / "first" / "ckpt"
 
 
+# one launch per case, by design: each is its own error path, and a program stops at its first error
 @pytest.mark.parametrize("extra, words", [
     (["--layers", "2"], "another model — the checkpoint has n_layer 4 (this run: 2)"),
     (["--dtype", "float32"], "the checkpoint trained in --dtype float64, this run asks for float32"),

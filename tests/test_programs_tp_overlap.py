@@ -36,6 +36,7 @@ def test_demo_with_the_flag_passes_every_check_and_trains_the_same_bits(tmp_path
     assert any("gemms" in r for r in steps) and all(r["overlap_step"] >= 1 for r in steps if "gemms" in r)
 
 
+# one launch per case, by design: each is its own error path, and a program stops at its first error
 @pytest.mark.parametrize("args, message", [
     (["--tp", "4"], "--tp-comm-overlap needs --sequence-parallel"),
     (["--tp", "1", "--sequence-parallel"], "--tp-comm-overlap needs --tp > 1"),

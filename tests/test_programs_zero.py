@@ -51,6 +51,7 @@ def test_a_zero3_save_resumes_at_another_dp_size_and_stage(tmp_path):
     assert "written by TP 2 x DP 2 ZeRO-3" in again.stdout
 
 
+# one launch per case, by design: each is its own error path, and a program stops at its first error
 @pytest.mark.parametrize("args, message", [
     (["--zero", "4"], "argument --zero: invalid choice: 4"),
     (["--zero", "2", "--overlap-grad-reduce"], "--overlap-grad-reduce with --zero 2: ZeRO-2 reduce-scatters"),

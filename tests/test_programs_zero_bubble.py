@@ -52,15 +52,16 @@ def test_zb_h1_with_fewer_micro_batches_than_stages(tmp_path):
     assert r.stdout.count("VERDICT: MATCH") >= 2 and "every check holds" in r.stdout
 
 
-def test_zero_bubble_in_bfloat16_and_composed_with_everything(tmp_path):
+@pytest.mark.parametrize("args", [
+    ["--pp", "4", "--tp", "2", "--layers", "4", "--microbatches", "4", "--dtype", "bfloat16"],
+    ["--pp", "2", "--tp", "2", "--dp", "2", "--zero", "1", "--sequence-parallel", "--layers", "4", "--pp-layers", "1,3",
+     "--microbatches", "4", "--arch", "llama"],
+], ids=["pp4-tp2-bf16", "llama-pp2-tp2-dp2-sp-zero1-uneven"])
+def test_zero_bubble_in_bfloat16_and_composed_with_everything(tmp_path, args):
     """ZB-H1 at PP 4 x TP 2 in bfloat16 (step 0 within bfloat16's stated tolerance, the B/W split in 16 bits), and a
     Llama at PP 2 x TP 2 x DP 2 with SP, ZeRO-1 and uneven stages in float64: every check of the demo holds."""
-    for args in (["--pp", "4", "--tp", "2", "--layers", "4", "--microbatches", "4", "--dtype", "bfloat16"],
-                 ["--pp", "2", "--tp", "2", "--dp", "2", "--zero", "1", "--sequence-parallel", "--layers", "4",
-                  "--pp-layers", "1,3", "--microbatches", "4", "--arch", "llama"]):
-        r = run_mpi(8, ["-m", "tpsim.demo", *args, "--schedule", "zb-h1", "--steps", "3", "--out", str(tmp_path)],
-                    timeout=300)
-        assert r.returncode == 0 and "every check holds" in r.stdout and "MISMATCH" not in r.stdout, \
-            r.stdout + r.stderr
-        dtype = "bfloat16" if "bfloat16" in args else "float64"
-        assert f"step 0 equals the serial model within {0.05 if dtype == 'bfloat16' else 1e-10:g} ({dtype}" in r.stdout
+    r = run_mpi(8, ["-m", "tpsim.demo", *args, "--schedule", "zb-h1", "--steps", "3", "--out", str(tmp_path)],
+                timeout=300)
+    assert r.returncode == 0 and "every check holds" in r.stdout and "MISMATCH" not in r.stdout, r.stdout + r.stderr
+    dtype = "bfloat16" if "bfloat16" in args else "float64"
+    assert f"step 0 equals the serial model within {0.05 if dtype == 'bfloat16' else 1e-10:g} ({dtype}" in r.stdout
