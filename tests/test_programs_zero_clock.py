@@ -17,6 +17,7 @@ import json
 import pytest
 
 from launch_program import run_mpi
+from tpsim.trace.exposed import exposed_table
 
 pytestmark = pytest.mark.slow
 
@@ -64,10 +65,13 @@ def test_pipeline_json_holds_the_live_and_planned_stream(run):
     doc = json.loads((out / "pipeline.json").read_text())
     assert doc["clock_gpu"] == "h100-80gb"
     assert abs(doc["step_time"] - doc["planner"]["step_s"]) <= 1e-12 * doc["step_time"]
+    table = exposed_table(doc["dp"]).splitlines()  # tpsim report DIR --exposed
     if name == "zero3":
         live = {r["rank"]: r["sharded_exposed_s"] for r in doc["dp"]["ranks"]}
         assert len(live) == 8 and all(t > 0 for t in live.values())
         assert doc["dp"]["zero"] == 3 and len(doc["dp"]["planner_exposed_s"]) == 2
+        rows = [line.split() for line in table if line[:1].isdigit()]
+        assert len(rows) == 8 and all(int(r[2]) > 0 and r[3:5] == r[5:7] for r in rows), table  # live = planner
     else:
         spans = [b for r in doc["dp"]["ranks"] for b in r["buckets"]]
         assert {b["microbatch"] for b in spans} >= {0, 1, 2, 3}
