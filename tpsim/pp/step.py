@@ -31,7 +31,8 @@ stream from the step's start, gating micro-batch 0's forward (``tpsim.pipeline.o
 ``--overlap-grad-reduce`` the DP buckets run on the comm stream from their pieces' ends (``dp_sync``). Under
 ZeRO-3 every F and B is priced piece by piece with its all-gathers and reduce-scatters on the comm stream
 (``ShardedPieces``, ``LiveClock.sharded_action``: the planner's rule, ``tpsim.pipeline.prefetch``), and after the
-schedule only the tied embedding's held bucket is left to reduce-scatter, once its sum is done.
+schedule only the tied embedding's held bucket is left to reduce-scatter, once its sum is done. Under ZeRO-2 each
+micro-batch's reduce-scatters run on the comm stream from the pieces that finished their buckets (``dp_sync``).
 Under the unit clock nothing is exchanged and nothing charged.
 """
 
@@ -162,8 +163,8 @@ def sharded_on_clock(grad_sync, grid: ProcessGrid, clock: LiveClock) -> bool:
 
 
 def param_gathers(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: LiveClock) -> list[float] | None:
-    """ZeRO-1's parameter all-gathers of the optimizer step before this one, each priced on the DP link (None:
-    not ZeRO-1, dp 1, or a clock that prices no collective). The clock prices every step as one that follows an
+    """ZeRO-1's (and ZeRO-2's) parameter all-gathers of the optimizer step before this one, each priced on the DP
+    link (None: another stage, dp 1, or a clock that prices no collective). The clock prices every step as one that follows an
     optimizer step: with ``--overlap-param-gather`` they run on the comm stream from the step's start and gate
     the pieces of micro-batch 0's forward (``clock.gates``, ``tpsim.pipeline.overlap.forward_gates``)."""
     if not clock.prices_collectives or grid.replicas == 1 or grad_sync is None or grad_sync.zero_stage not in (1, 2):
