@@ -12,6 +12,7 @@ whether it waits for the tied embedding's sum over the embedding group, and the 
 from __future__ import annotations
 
 from tpsim.pipeline.overlap import BucketSpec, backward_pieces, forward_pieces, piece_of
+from tpsim.train.protocol import zero_of
 
 
 def chunk_layers(chunk) -> list[int]:
@@ -87,10 +88,10 @@ class ShardedPieces:
 
     def __init__(self, shard, grad_sync) -> None:
         self.pieces = Pieces(shard)
-        self.gathers = getattr(grad_sync, "sparams", None) is not None  # ZeRO-3: the parameters are gathered too
+        self.gathers = zero_of(grad_sync).gathers_around_units  # ZeRO-3: the parameters are gathered too
         self.finishes = {i: (s.stage, s.piece) for i, s in enumerate(bucket_specs(shard, grad_sync))}
         self.readers: dict[tuple[int, int], list[tuple]] = {}  # (stage, bucket) -> pieces reading it, forward order
-        sparams = getattr(grad_sync, "sparams", None)
+        sparams = grad_sync.sparams if self.gathers else None
         for chunk in shard.chunks if sparams is not None else ():
             order = forward_pieces(chunk_layers(chunk), chunk.first, chunk.last)
             mine = {id(m) for _, m in chunk.named_modules()}
