@@ -320,3 +320,65 @@ def test_no_code_sets_a_feature_slot_on_a_layer():
     hits = [hit for path in sources().values() for hit in slot_writes(path)]
     assert not hits, ("a layer's behaviour set from outside it (register a tpsim.nn.hooks.Hook instead; give a "
                       "GradSync its Reduction):\n" + "\n".join(hits))
+
+
+# ZeRO's stage is data (``tpsim.zero_stage``: what is sharded, when the gradients are reduced and the parameters
+# gathered), chosen once; code asks ``stage.shards_params``, not ``zero >= 3``. Where a comparison is about the
+# number itself, with why (file: how many):
+STAGE_NUMBER_ALLOWED = {
+    "tpsim/plan/layout.py": 2,  # a layout's --zero checked against the stages the planner prices
+    "tpsim/plan/report.py": 1,  # " ZeRO-2" printed in a layout's name
+    "tpsim/demo/resume.py": 1,  # " ZeRO-2" printed in a resumed run's description
+    "tpsim/figures/plan.py": 1,  # " Z1" in a figure's label
+}
+STAGE_NUMBER_NAMES = {"zero", "zero_stage"}
+
+
+def stage_number_tests(source: str, name: str) -> list[str]:
+    """Where ``source`` asks for ZeRO's stage by its number: a comparison with ``zero``/``zero_stage`` (a name, an
+    attribute, ``x["zero"]``, ``getattr(x, "zero_stage", 0)``) on either side, or one of them tested for truth
+    (``if lay.zero:``, ``x if par.zero else y``, ``par.zero and dp > 1``, ``not zero``)."""
+    def number(node) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in STAGE_NUMBER_NAMES
+        if isinstance(node, ast.Attribute):
+            return node.attr in STAGE_NUMBER_NAMES
+        if isinstance(node, ast.Subscript):
+            return isinstance(node.slice, ast.Constant) and node.slice.value in STAGE_NUMBER_NAMES
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in STAGE_NUMBER_NAMES)
+
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(number(n) for n in (node.left, *node.comparators)):
+            out.add(node.lineno)
+        truth = ([node.test] if isinstance(node, (ast.If, ast.IfExp, ast.While)) else node.ifs
+                 if isinstance(node, ast.comprehension) else node.values if isinstance(node, ast.BoolOp) else
+                 [node.operand] if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) else [])
+        out.update(t.lineno for t in truth if number(t))
+    return [f"{name}:{line}" for line in sorted(out)]
+
+
+def test_zero_stage_is_asked_as_data_not_by_number():
+    """ZeRO's stage is chosen once as data (issue 36): no code compares its number (``zero == 2``, ``lay.zero <
+    3``, ``if par.zero:``) beyond ``STAGE_NUMBER_ALLOWED``, where printing or checking the number is the point.
+    Before ``tpsim.zero_stage`` this rule found 70 such lines in tpsim/; 5 are left, all allowed above. A new one
+    asks the stage instead (``run.parallel.zero_stage.shards_grads``,
+    ``zero_of(optimizer).reduces_every_microbatch``)."""
+    over = []
+    for path in sources().values():
+        here = str(path.relative_to(ROOT))
+        hits = stage_number_tests(path.read_text(), here)
+        if len(hits) > STAGE_NUMBER_ALLOWED.get(here, 0):
+            over.append(f"{here}: {len(hits)} (allowed {STAGE_NUMBER_ALLOWED.get(here, 0)}): " + ", ".join(hits))
+    assert not over, ("ZeRO's stage compared by number (ask tpsim.zero_stage.ZeroStage's fields: "
+                      "Parallelism.zero_stage, tpsim.train.protocol.zero_of):\n" + "\n".join(over))
+
+
+def test_the_stage_number_rule_sees_a_comparison():
+    """The rule above finds what it is meant to, and not a field of the stage."""
+    text = ("def f(lay, par, sync, w):\n    a = 1 if lay.zero >= 3 else 2\n    if par.zero:\n        pass\n"
+            "    b = getattr(sync, 'zero_stage', 0) in (1, 2)\n    c = w['zero'] == 2 and not par.zero_stage\n"
+            "    return lay.zero_stage.shards_params and par.zero_stage.gathers_after_step\n")
+    assert stage_number_tests(text, "probe.py") == ["probe.py:2", "probe.py:3", "probe.py:5", "probe.py:6"]

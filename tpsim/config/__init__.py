@@ -33,9 +33,9 @@ from tpsim.nn.precision import DTYPE_NAMES, dtype_of  # DTYPE_NAMES: what --dtyp
 from tpsim.config import tp_overlap_choice  # pure: --tp-comm-overlap
 from tpsim.config.pipeline import Pipeline  # how pp > 1 runs (re-exported: tpsim.config.Pipeline)
 from tpsim.cp import choice as cp_choice  # pure: --cp, --cp-comm, --cp-layout
+from tpsim.zero_stage import ZeroStage, zero_stage  # ZeRO's stages as data (every one runs live)
 
 DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-ZERO_STAGES = (0, 1, 2, 3)  # ZeRO stages that run live (and that the planner prices: tpsim.plan.layout)
 DROPOUT_RNGS = ("exact", "megatron")
 
 
@@ -90,8 +90,7 @@ class Parallelism:
         for name in ("tp", "dp", "pp", "cp"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name} must be >= 1, got {getattr(self, name)}")
-        if self.zero not in ZERO_STAGES:
-            raise ConfigError(f"--zero {self.zero}: the ZeRO stages here are {', '.join(map(str, ZERO_STAGES))}")
+        zero_stage(self.zero)  # ConfigError naming the stages
         tp_overlap_choice.check_tp_comm_overlap(self)
         cp_choice.check_names(self.cp_comm, self.cp_layout)
         return self
@@ -99,6 +98,11 @@ class Parallelism:
     @property
     def world(self) -> int:
         return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def zero_stage(self) -> ZeroStage:
+        """What ``zero`` shards and when its collectives run (``tpsim.zero_stage``), chosen here once."""
+        return zero_stage(self.zero)
 
     @property
     def grad_replicas(self) -> int:
@@ -222,14 +226,14 @@ class RunConfig:
         self.model.check(par.tp)
         cp_choice.check_sizes(par, self.model, sch.seq_len)
         cp_choice.check_clock(par.cp, self.pipeline.clock)
-        if self.optimizer.overlap_param_gather and par.zero not in (1, 2):  # plain DP gathers no parameters
+        if self.optimizer.overlap_param_gather and not par.zero_stage.overlap_param_gather_applies:
             raise ConfigError("--overlap-param-gather (ZeRO's all-gather under the next forward) needs --zero 1 or 2")
         self._check_sharded_zero(par)
 
     def _check_sharded_zero(self, par: Parallelism) -> None:
         """ZeRO-2 and 3 reduce-scatter during the backward (and 3 gathers there): what they do not compose with."""
         z = par.zero
-        if z < 2:
+        if not par.zero_stage.reduces_every_microbatch:
             return
         if self.optimizer.overlap_grad_reduce:
             raise ConfigError(f"--overlap-grad-reduce with --zero {z}: ZeRO-{z} reduce-scatters each bucket during "

@@ -14,7 +14,8 @@ from math import gcd
 
 from tpsim.arch import architecture
 from tpsim.comm.launch import world_size
-from tpsim.config import Files, OptimizerSettings, Parallelism, Pipeline, Precision, RunConfig, Schedule, ZERO_STAGES
+from tpsim.config import Files, OptimizerSettings, Parallelism, Pipeline, Precision, RunConfig, Schedule
+from tpsim.zero_stage import ZERO_STAGES
 from tpsim.errors import ConfigError
 from tpsim.paths import check_input_file, check_output_dir
 from tpsim.config.clock_choice import UNIT_CLOCK

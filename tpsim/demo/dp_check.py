@@ -67,7 +67,7 @@ def stream_of(clock, run: RunConfig) -> dict | None:
     """This rank's comm stream as the check reads it: ZeRO-3's exposed collectives inside the actions
     (``LiveClock.sharded_action``), else the DP buckets' stream (``stream_dict``) with ZeRO-1's exposed parameter
     all-gather; None without one."""
-    if run.parallel.zero >= 3:
+    if run.parallel.zero_stage.gathers_around_units:
         return {"sharded_exposed_s": clock.sharded_exposed, "spans": len(clock.sharded_spans)}
     return None if clock.dp is None else {**stream_dict(clock.dp), "param_gather_exposed_s": clock.gather_exposed}
 
@@ -101,7 +101,7 @@ def dp_check(grid, run: RunConfig, streams: list[tuple], dp_buckets: list) -> tu
 
     lay = run_layout(run)
     terms = pipeline_terms(model_spec(run.model), lay, gpu_preset(run.pipeline.clock), dp_buckets)
-    if lay.zero >= 3:
+    if lay.zero_stage.gathers_around_units:
         return sharded_check(grid, run, streams, terms)
     want = terms["after_schedule"]["dp_streams"]
     live = {rank: s for rank, _, s in streams}
@@ -113,7 +113,8 @@ def dp_check(grid, run: RunConfig, streams: list[tuple], dp_buckets: list) -> tu
              and (gathers is None or abs(live[rank]["param_gather_exposed_s"] - gathers[r]["exposed_s"])
                   <= ROUNDING * scale)
              for r, rank in enumerate(chain))
-    mode = "reduce-scattered every micro-batch as its backward finishes them (ZeRO-2)" if lay.zero == 2 else \
+    mode = "reduce-scattered every micro-batch as its backward finishes them (ZeRO-2)" \
+        if lay.zero_stage.reduces_every_microbatch else \
         "overlapped with the last backward" if lay.overlap_grad_reduce else "after the backward"
     exposed = [live[rank]["exposed_s"] if live[rank] else float("nan") for rank in chain]
     line = (f"DP OVERLAP CHECK: {'MATCH' if ok else 'MISMATCH'} — the DP buckets {mode}, on the {run.pipeline.clock} "

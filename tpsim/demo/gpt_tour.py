@@ -234,7 +234,7 @@ def run(demo) -> int:
     final_ok = final_verdict(grid, model, optimizer, run, metrics)
     say(grid, "", ("OK: " if replicas.ok else "FAILED: ") + replicas.summary(), "")
     padding_ok = True
-    if run.parallel.zero:  # the run's buckets never pad at the demo's sizes: check the padding on a model that does
+    if run.parallel.zero_stage.shards_optimizer:  # the run's buckets never pad at these sizes: check one that pads
         padding_ok, lines = check_zero_padding(grid, run)
         say(grid, *lines, "")
     trained = gather_trained(grid, model, run)  # untraced; --save writes it (rank 0)
@@ -245,6 +245,7 @@ def run(demo) -> int:
         say(grid, *reverse_lines(run, trained), "")
     first = metrics[0]["step"] if metrics else 0  # > 0 when resumed
     checks = {f"step {first} = serial": ok, "trained = serial": final_ok, "replicas agree": replicas.ok,
-              **({f"ZeRO-{run.parallel.zero} padding": padding_ok} if run.parallel.zero else {}), "formulas": formula_ok}
+              **({f"ZeRO-{run.parallel.zero} padding": padding_ok}
+                 if run.parallel.zero_stage.shards_optimizer else {}), "formulas": formula_ok}
     say(grid, *closing_lines(grid, run.schedule.steps, metrics, run.files.out, checks))
     return 0 if passed(checks) else 1  # a check that cannot decide fails nothing

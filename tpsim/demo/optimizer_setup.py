@@ -46,7 +46,7 @@ def make_sync(model: Module, grid: ProcessGrid, run: RunConfig) -> GradSync | Di
     cap, overlap = opt.bucket_cap_bytes, opt.overlap_grad_reduce
     shared = getattr(model, "shared_embedding", None)  # pp > 1: its bucket waits for the embedding group's sum
     held = (shared.grads["weight"],) if shared is not None else ()
-    if run.parallel.zero:
+    if run.parallel.zero_stage.shards_optimizer:
         return DistributedOptimizer(demo_adamw(model, run), grid, bucket_cap_bytes=cap, loss_scaler=_scaler(run),
                                     overlap_grad_reduce=overlap, overlap_param_gather=opt.overlap_param_gather,
                                     held=held, stage=run.parallel.zero)
@@ -57,7 +57,7 @@ def demo_optimizer(model: Module, grid: ProcessGrid, run: RunConfig,
                    sync: GradSync | DistributedOptimizer) -> OptimizerProtocol:
     """The run's optimizer: ZeRO's ``sync`` itself, else AdamW — wrapped by ``mixed_precision`` for a 16-bit
     model (float16: dynamic loss scaling)."""
-    if run.parallel.zero:
+    if run.parallel.zero_stage.shards_optimizer:
         return sync
     return mixed_precision(model, lambda m: demo_adamw(m, run), grid.world, loss_scaler=_scaler(run))
 

@@ -153,7 +153,7 @@ def bubble_check(grid, run: RunConfig, timing: list[tuple], records: list[dict],
     terms = pipeline_terms(model_spec(run.model), run_layout(run), gpu_preset(pipe.clock), dp_buckets)
     want, want_bubble, want_step = terms["makespan_s"], terms["bubble_fraction"]["measured"], terms["step_s"]
     fp16 = run.precision.dtype == "float16"  # the planner's float16 gradients are Megatron's 2 bytes
-    if fp16 and run.parallel.zero >= 3:  # ... and ZeRO-3 reduce-scatters them inside every backward
+    if fp16 and run.parallel.zero_stage.gathers_around_units:  # ... and ZeRO-3 reduce-scatters them in every backward
         return True, FP16_ZERO3.format(check="BUBBLE", clock=pipe.clock, measured=measured, span=duration(end),
                                        want=want_bubble, want_span=duration(want)), doc
     ok = (abs(end - want) <= ROUNDING * want and abs(measured - want_bubble) <= ROUNDING

@@ -213,7 +213,7 @@ def run(demo) -> int:
         say(grid, "", line, held_line, bubble_line, *dp_lines, *tp_overlap_lines(run), "")
         pipe_ok = pipe_ok and held_ok and bubble_ok and dp_ok
     padding_ok = True
-    if run.parallel.zero:
+    if run.parallel.zero_stage.shards_optimizer:
         padding_ok, lines = check_zero_padding(grid, run)
         say(grid, *lines, "")
     trained = gather_stages(shard, grid)  # untraced; --save writes it (rank 0)
@@ -227,7 +227,9 @@ def run(demo) -> int:
         say(grid, *reverse_lines(run, trained), "")
     first = metrics[0]["step"] if metrics else 0  # > 0 when resumed
     checks = {f"step {first} = serial": ok, "trained = serial": final_ok, "replicas agree": replicas_ok,
-              "peak in flight and bubble": pipe_ok, **({f"ZeRO-{run.parallel.zero} padding": padding_ok} if run.parallel.zero else {}),
+              "peak in flight and bubble": pipe_ok,
+              **({f"ZeRO-{run.parallel.zero} padding": padding_ok}
+                 if run.parallel.zero_stage.shards_optimizer else {}),
               "formulas": formula_ok}
     say(grid, *closing_lines(grid, run.schedule.steps, metrics, run.files.out, checks))
     return 0 if passed(checks) else 1  # a check that cannot decide fails nothing

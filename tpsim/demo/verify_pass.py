@@ -21,6 +21,7 @@ from tpsim.config import RunConfig
 from tpsim.models.build import build_gpt
 from tpsim.train import AdamW, GradSync, apply_update, compute_grads, dp_slice
 from tpsim.train.zero import DistributedOptimizer
+from tpsim.zero_stage import zero_stage
 
 TOLERANCE = 1e-12  # float64: the same sums, in the same order within a rank; only the reduce-scatter's grouping
 STEPS = 2
@@ -35,7 +36,7 @@ def _train(grid: ProcessGrid, run: RunConfig, zero: int) -> tuple[dict[str, np.n
     cfg, seed = awkward_config(grid.tp), run.schedule.seed
     model = build_gpt(cfg, grid.tp_group, seed=seed, dtype=np.float64)
     adamw = AdamW(model, lr=run.optimizer.lr, weight_decay=run.optimizer.weight_decay)
-    if zero:
+    if zero_stage(zero).shards_optimizer:
         sync = optimizer = DistributedOptimizer(adamw, grid, bucket_cap_bytes=0, stage=zero)
         sizes = {name: p.size for name, p in model.named_parameters()}
         padded = sum(n != sum(sizes[m] for m in b.names) for b, n in zip(sync.buckets, sync.bucket_sizes))

@@ -128,7 +128,7 @@ def links(lay: Layout, gpu: GPU) -> dict:
 def tied_head_elements(model: ModelSpec, lay: Layout) -> int:
     """ZeRO-3 at pp 1: the tied LM head shares the embedding's weight on the one stage, and gathers it for its own
     forward and backward as well (``tpsim.train.zero3``): its elements on a TP rank (0 where it does not apply)."""
-    if lay.zero < 3 or lay.pp > 1 or not model.tied:
+    if not lay.zero_stage.gathers_around_units or lay.pp > 1 or not model.tied:
         return 0
     return padded_vocab_size(model.vocab, lay.tp) // lay.tp * model.hidden
 
@@ -141,15 +141,14 @@ def dp_collectives(lay: Layout, stage_params: int, tied_head: int = 0) -> list[t
     parameters, before each piece's forward and again before its backward (module docstring), and a tied head's
     two more of the embedding's weight (``tied_head`` elements: ``tied_head_elements``)."""
     p_bytes, g_bytes, _ = STATE_BYTES[lay.dtype]
-    m = lay.microbatches
-    if lay.zero >= 3:
-        return [("reduce_scatter", m * stage_params * g_bytes),
-                ("all_gather", 2 * m * (stage_params + tied_head) * p_bytes)]
-    if lay.zero == 2:  # every micro-batch's gradients reduce-scattered into the owned slices (tpsim.plan.zero3)
-        return [("reduce_scatter", m * stage_params * g_bytes), ("all_gather", stage_params * p_bytes)]
-    if lay.zero:
-        return [("reduce_scatter", stage_params * g_bytes), ("all_gather", stage_params * p_bytes)]
-    return [("all_reduce", stage_params * g_bytes)]
+    stage, m = lay.zero_stage, lay.microbatches
+    reductions = m if stage.reduces_every_microbatch else 1  # ZeRO-2/3: into the owned slices (tpsim.plan.zero3)
+    grads = (stage.grad_collective, reductions * stage_params * g_bytes)
+    if stage.gathers_around_units:
+        return [grads, ("all_gather", 2 * m * (stage_params + tied_head) * p_bytes)]
+    if stage.gathers_after_step:
+        return [grads, ("all_gather", stage_params * p_bytes)]
+    return [grads]
 
 
 def dp_wire_bytes(lay: Layout, stage_params: int, tied_head: int = 0) -> int:

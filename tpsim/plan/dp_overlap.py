@@ -158,8 +158,9 @@ def specs(model: ModelSpec, lay: Layout, dp_buckets) -> list[list[BucketSpec]]:
     byte counts serve only without the overlap and below ZeRO-2 (no piece needed)."""
     if dp_buckets is None:
         return stage_buckets(model, lay)
-    what = "ZeRO-2 (a reduce-scatter every micro-batch)" if lay.zero == 2 else "--overlap-grad-reduce"
-    if (lay.overlap_grad_reduce or lay.zero == 2) and any(not isinstance(b, BucketSpec) for r in dp_buckets
+    every = lay.zero_stage.reduces_every_microbatch
+    what = f"ZeRO-{lay.zero} (a reduce-scatter every micro-batch)" if every else "--overlap-grad-reduce"
+    if (lay.overlap_grad_reduce or every) and any(not isinstance(b, BucketSpec) for r in dp_buckets
                                                           for b in r):
         raise ValueError(f"{what} needs each bucket's piece: give BucketSpecs, not byte counts")
     return [[b if isinstance(b, BucketSpec) else BucketSpec(int(b), r, (), False) for b in rank]
@@ -169,7 +170,7 @@ def specs(model: ModelSpec, lay: Layout, dp_buckets) -> list[list[BucketSpec]]:
 def bucket_seconds(lay: Layout, gpu: GPU, nbytes: float) -> float:
     """One bucket's all-reduce (ZeRO-1/2: reduce-scatter) on the DP link, α-β (``tpsim.cost``); ZeRO-2 runs one
     a micro-batch (``zero2_stream``)."""
-    op = "reduce_scatter" if lay.zero else "all_reduce"
+    op = lay.zero_stage.grad_collective
     n = lay.grad_replicas  # dp·cp ranks average the gradients
     return ring_seconds(op, nbytes, n, links(lay, gpu)["dp"]) if n > 1 and ring_steps(op, n) else 0.0
 
@@ -202,7 +203,7 @@ def dp_terms(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict, charged, mes
     """Each pipeline rank's DP buckets on its comm stream (module docstring), the compute clock before the DP
     sync at ``before_dp[r]``: overlapped when ``lay.overlap_grad_reduce``, else one after another; ``tables``:
     one layer's and the head's F, B, W seconds (``piece_costs``); ZeRO-2: every micro-batch's (``zero2_terms``)."""
-    zero2 = lay.zero == 2 and lay.grad_replicas > 1
+    zero2 = lay.zero_stage.reduces_every_microbatch and lay.grad_replicas > 1  # ZeRO-3 never comes here
     every = backward_starts(lay, charged, message, start, timer) if zero2 else {}
     starts = final_starts(lay, charged, message, start, timer) if lay.overlap_grad_reduce and not zero2 else {}
     out = []

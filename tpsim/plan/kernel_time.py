@@ -85,5 +85,5 @@ def optimizer_seconds(params: int, lay: Layout, gpu) -> float:
     if lay.mfu is not None:
         return 0.0
     hbm = efficiencies(lay)[1]
-    owned = params / lay.grad_replicas if lay.zero else params  # ZeRO-1 shards over dp·cp
+    owned = params / lay.grad_replicas if lay.zero_stage.shards_optimizer else params  # ZeRO-1 shards over dp·cp
     return owned * OPTIMIZER_BYTES[lay.dtype] / (gpu.hbm_bytes_per_s * hbm)

@@ -29,7 +29,7 @@ DTYPES = ("bfloat16", "float16", "float32")  # the planner prices these (``bf16`
 DTYPE_CHOICES = (*DTYPES, *(a for a, name in DTYPE_ALIASES.items() if name in DTYPES))
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("unfused", "fused")
-# ZeRO stages the planner prices (tpsim.config.ZERO_STAGES: those that run live): 2 shards the gradients too,
+# ZeRO stages the planner prices (tpsim.zero_stage.ZERO_STAGES: all run live): 2 shards the gradients too,
 # 3 the parameters as well (Rajbhandari et al. 2019, §5); a Layout is never Parallelism.check-ed, so these pass
 PLANNED_ZERO_STAGES = (0, 1, 2, 3)
 
@@ -167,7 +167,8 @@ def problems(model: ModelSpec, lay: Layout) -> list[str]:
         out.append(f"--attention {lay.attention!r}: one of {', '.join(ATTENTION)}")
     if lay.fp8 and lay.dtype != "bfloat16":
         out.append(f"--dtype fp8 runs the matmuls in FP8 and keeps the rest in bfloat16, not {lay.dtype}")
-    if lay.overlap_param_gather and lay.zero not in (1, 2):
+    if lay.overlap_param_gather and not (lay.zero in PLANNED_ZERO_STAGES
+                                         and lay.zero_stage.overlap_param_gather_applies):
         out.append("--overlap-param-gather overlaps ZeRO-1/2's parameter all-gather after the step: it needs --zero 1 "
                    "or 2 (ZeRO-3 gathers each layer before its forward and backward instead)")
     return out + cp_problems(model, lay)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tpsim.arch import ARCH_SPELLINGS, GPTConfig, LlamaConfig, architecture
 from tpsim.options import OneLineParser, count
+from tpsim.zero_stage import zero_stage
 
 TOYS = {"gpt2": GPTConfig(vocab_size=37, n_positions=16, n_embd=24, n_layer=2, n_head=4, dropout=0.1),
         "llama": LlamaConfig(vocab_size=37, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
@@ -49,7 +50,7 @@ def optimizer_and_sync(model, grid, zero: int, mixed: bool = False):
     ``mixed``: AdamW inside the mixed-precision optimizer (float32 main parameters)."""
     from tpsim.train import AdamW, GradSync, mixed_precision
 
-    if zero:  # tpsim.train.zero: Megatron's distributed optimizer; stage 2 keeps only the owned gradients
+    if zero_stage(zero).shards_optimizer:  # tpsim.train.zero: Megatron's distributed optimizer (ZeRO-1/2/3)
         from tpsim.train.zero import DistributedOptimizer
 
         opt = DistributedOptimizer(AdamW(model), grid, stage=zero)
@@ -83,8 +84,8 @@ def worker(tp: int, dp: int, sp: bool, path: str, arch: str = "gpt2", zero: int 
     mine["layer"] = measure_activations(cache.transformer.h[0])  # the Llama reuses the GPT's cache types
     grid.tracer.reset()
     compute_grads(model, grid, sync, ids, labels, plan=plan)
-    if zero:
-        optimizer.step()  # ZeRO's all-gather of the updated slices belongs to the step
+    if zero_stage(zero).shards_optimizer:
+        optimizer.step()  # ZeRO-1/2's all-gather of the updated slices belongs to the step
     events = list(grid.tracer.events)
     mine["tp_layer_wire"] = sum(e.wire_bytes for e in events if e.group in ("tp", "kv")
                                 and e.scope.startswith(f"{model.config.layer_names.block}.0."))

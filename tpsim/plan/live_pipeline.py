@@ -56,7 +56,7 @@ def dp_sync(shard, grid, run: RunConfig):
 
     opt = run.optimizer
     held = (shard.shared_embedding.grads["weight"],) if shard.shared_embedding is not None else ()
-    if run.parallel.zero:
+    if run.parallel.zero_stage.shards_optimizer:
         return DistributedOptimizer(AdamW(shard), grid, opt.bucket_cap_bytes,
                                     overlap_grad_reduce=opt.overlap_grad_reduce,
                                     overlap_param_gather=opt.overlap_param_gather, held=held,
@@ -84,7 +84,7 @@ def one_step(run: RunConfig, grid):
     boundary, dtype = (run.micro_batch, seq, run.model.hidden), run.precision.numpy
     executor = Executor(schedule, shard.chunks, grid.pp_group, boundary, dtype,
                         costs=clock_costs(run, schedule, boundary, dtype))
-    sync = dp_sync(shard, grid, run) if par.dp > 1 or par.zero else None
+    sync = dp_sync(shard, grid, run) if par.dp > 1 or par.zero_stage.shards_optimizer else None
     ids = np.random.default_rng(SEED).integers(0, run.model.vocab, (sch.batch_size, sch.seq_len))
     rng = make_dropout_rng(sch.dropout_rng, sch.seed, grid.tp_rank)
     grid.tracer.reset()

@@ -120,8 +120,10 @@ def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU, dp_buckets=None) -> 
     zero3 = zero3_time.stage_zero3(model, lay, gpu, tables)  # ZeRO-3's exposed per-piece gathers and scatters
     comm = stage_comm(model, lay, gpu, split) + cp + zero3
     replicas = lay.grad_replicas  # dp·cp ranks average the gradients; ZeRO-3 syncs inside the actions instead
-    buckets = dp_overlap.specs(model, lay, dp_buckets) if replicas > 1 and lay.zero < 3 else None
-    gathers = [param_gather.gather_seconds(lay, gpu, b) for b in buckets] if buckets and lay.zero else None
+    buckets = dp_overlap.specs(model, lay, dp_buckets) if replicas > 1 and not lay.zero_stage.buckets_at_units \
+        else None
+    gathers = [param_gather.gather_seconds(lay, gpu, b) for b in buckets] \
+        if buckets and lay.zero_stage.gathers_after_step else None
     timer = param_gather.timer(model, lay, gpu, tables, buckets, gathers) if gathers and lay.overlap_param_gather \
         else timed
     out = simulate(lay, compute, message, comm, start, timer)

@@ -138,13 +138,13 @@ def after_schedule(model: ModelSpec, lay: Layout, gpu: GPU, finish, dp_buckets=N
     dp = [sum(ring_seconds(op, n, group, link["dp"])
               for op, n in dp_collectives(lay, stage_param_elements(model, lay.tp, p, r, layers[r]))[:1])
           for r in range(p)]  # ZeRO-1: the reduce-scatter (its all-gather: tpsim.plan.param_gather)
-    if lay.zero >= 3:  # reduce-scattered piece by piece inside each backward (tpsim.plan.zero3_time), but the
+    if lay.zero_stage.buckets_at_units:  # ZeRO-3: each piece scattered in its backward (plan.zero3_time), but the
         g_bytes = STATE_BYTES[lay.dtype][1]  # tied embedding's held bucket: once, after its embedding-group sum
         dp = [sum(ring_seconds("reduce_scatter", held_bucket(model, lay, c * p + r) * g_bytes, group, link["dp"])
                   for c in range(lay.vp) if held_bucket(model, lay, c * p + r)) if group > 1 else 0.0
               for r in range(p)]
     if dp_buckets is not None:  # the live run's own buckets: one collective each, α paid per bucket
-        op = "reduce_scatter" if lay.zero else "all_reduce"
+        op = lay.zero_stage.grad_collective
         dp = [sum(ring_seconds(op, n, group, link["dp"]) for n in buckets) if group > 1 else 0.0
               for buckets in dp_buckets]
     ends = [latest + bcast + e + d for e, d in zip(emb, dp)]

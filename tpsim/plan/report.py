@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tpsim.arch import architecture
 from tpsim.table import RULE, format_table
+from tpsim.zero_stage import zero_stage
 
 GB = 1e9
 
@@ -57,7 +58,8 @@ def pipeline_rows(p: dict) -> list[list[str]]:
              "virtual clock / unit costs (tpsim.predict.pipeline)"],
             ["p2p per step, one replica", gb(p2p["measured"]), f"{pipe['messages']:,} messages, 2m(v*p - 1)"],
             ["step on the pipeline's clock", seconds(pipe["step_s"]),
-             "the schedule, its collectives, the DP sync" + (" + gather" if lay["zero"] in (1, 2) else "")]]
+             "the schedule, its collectives, the DP sync" + (" + gather" if zero_stage(lay["zero"]).gathers_after_step
+                                                               else "")]]
 
 
 def why_bubble(p: dict) -> list[str]:
@@ -92,8 +94,9 @@ def time_rows(p: dict) -> list[list[str]]:
     hidden = t.get("hidden", {})
     dp_how = (f"{seconds(hidden['dp'])} more hidden under the backward" if lay["overlap_grad_reduce"]
               else "after the schedule")
-    dp_name = "time: DP exposed"
-    if lay["zero"] == 2:  # every micro-batch's, issued as its backward finishes each bucket (tpsim.plan.dp_overlap)
+    dp_name, stage = "time: DP exposed", zero_stage(lay["zero"])
+    if stage.reduces_every_microbatch and not stage.buckets_at_units:  # ZeRO-2: every micro-batch's, issued as its
+        # backward finishes each bucket (tpsim.plan.dp_overlap)
         dp_name = "time: ZeRO-2 scatter exposed"
         dp_how = f"{seconds(hidden['dp'])} more hidden under the backward, {lay['microbatches']} a bucket"
     rows = [["time: compute", seconds(t["compute"]), compute_source(lay)],
@@ -106,11 +109,11 @@ def time_rows(p: dict) -> list[list[str]]:
              f"after the schedule; embedding {gb(wire['embedding'])}" if t["embedding"] else "after the schedule"],
             [dp_name, seconds(t["dp"]), dp_how],
             ["time: optimizer", seconds(t["optimizer"]), "its kernels at HBM speed + the clip norm"]]
-    if lay["zero"] in (1, 2):
+    if stage.gathers_after_step:
         rows.append([f"time: ZeRO-{lay['zero']} all-gather", seconds(t["dp_gather"]),
                      f"{seconds(hidden['dp_gather'])} more hidden under the next forward" if lay["overlap_param_gather"]
                      else "after the DP sync"])
-    if lay["zero"] == 3:
+    if stage.gathers_around_units:
         rows.append(["time: ZeRO-3 gathers exposed", seconds(t["zero3_gather"]),
                      "per piece before F and B, one ahead; + reduce-scatters"])
     rows.append(["step (critical path)", seconds(t["step"]), f"{p['tflops_per_gpu']:,.0f} TFLOP/s per GPU (model "
@@ -146,10 +149,10 @@ def fit_note(total: float, lay: dict) -> str:
     return f"fits, {gb(left)} left" if left >= 0 else f"DOES NOT FIT, {gb(-left)} over"
 
 
-def zero_note(lay: dict, stage: int) -> str:
-    """`` (ZeRO-2 / dp)`` beside a model-state column ZeRO ``lay["zero"]`` shards (optimizer 1, grads 2, params 3)."""
+def zero_note(lay: dict, sharded: bool) -> str:
+    """`` (ZeRO-2 / dp)`` beside a model-state column that ZeRO ``lay["zero"]`` shards (``sharded``)."""
     over = "dp x cp" if lay["cp"] > 1 else "dp"
-    return f" (ZeRO-{lay['zero']} / {over})" if lay["zero"] >= stage else ""
+    return f" (ZeRO-{lay['zero']} / {over})" if sharded else ""
 
 
 def format_plan(p: dict) -> str:
@@ -162,14 +165,15 @@ def format_plan(p: dict) -> str:
             f"{lay['microbatches']} micro-batches per replica, {lay['dtype']}" + (" (FP8 matmuls)" if lay["fp8"]
                                                                                    else "")
             + (", fused attention" if lay["attention"] == "fused" else "")]
-    stage = f"stage {g['stage']}"
+    stage, zero = f"stage {g['stage']}", zero_stage(lay["zero"])
     rows = [[f"per GPU of {stage} (most memory)", "value", "source"], RULE,
             ["parameters", f"{g['params']:,}", ""],
-            ["params", gb(mem["params"]), f"{state['params']:g} B/param" + zero_note(lay, 3)],
-            ["grads", gb(mem["grads"]), f"{state['grads']:g} B/param" + zero_note(lay, 2)],
-            ["optimizer", gb(mem["optimizer"]), f"{state['optimizer']:g} B/param" + zero_note(lay, 1)],
+            ["params", gb(mem["params"]), f"{state['params']:g} B/param" + zero_note(lay, zero.shards_params)],
+            ["grads", gb(mem["grads"]), f"{state['grads']:g} B/param" + zero_note(lay, zero.shards_grads)],
+            ["optimizer", gb(mem["optimizer"]), f"{state['optimizer']:g} B/param"
+             + zero_note(lay, zero.shards_optimizer)],
             ["activations", gb(mem["activations"]), "layers x in flight + logits" + (
-                f" + {gb(g['zero3_gathered_bytes'])} gathered" if lay["zero"] == 3 else "")],
+                f" + {gb(g['zero3_gathered_bytes'])} gathered" if zero.shards_params else "")],
             ["total", gb(mem["total"]), f"of {capacity(lay)}: " + fit_note(mem["total"], lay)],
             RULE,
             ["activations per layer", gb(act["paper"]), architecture(m["arch"]).memory.ACTIVATION_SOURCE],

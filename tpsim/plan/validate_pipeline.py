@@ -178,7 +178,7 @@ def check_pipeline_case(case: PipelineCase, ranks: list[dict]) -> list[tuple[str
                              [r["gather_exposed"] for r in ranks],
                              all(abs(r["gather_exposed"] - want[r["pp_rank"]]) <= ROUNDING * scale for r in ranks),
                              "{:.12g}"))
-        if lay.zero == 3:  # its all-gathers and reduce-scatters inside F, B and W: the stream's exposed part
+        if lay.zero_stage.gathers_around_units:  # ZeRO-3's collectives inside F, B and W: the stream's exposed part
             want = [terms["ranks"][r["pp_rank"]]["zero3_s"] for r in ranks]
             rows.append(_row(case, "exposed ZeRO-3 collectives (1e-12 of the step)", want,
                              [r["sharded_exposed"] for r in ranks],

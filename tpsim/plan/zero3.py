@@ -38,13 +38,16 @@ from __future__ import annotations
 from tpsim.partition import padded_vocab_size
 from tpsim.plan.layout import Layout, virtual_stage_layers
 from tpsim.plan.models import ModelSpec
+from tpsim.zero_stage import zero_stage
 
 IN_FLIGHT = 2  # the piece being computed and the one prefetched
 
 
 def sharded_state(p: float, g: float, o: float, zero: int, d: int) -> tuple[float, float, float]:
     """``(params, grads, optimizer)`` bytes per parameter one rank holds at ZeRO ``zero`` over ``d`` ranks."""
-    return (p / d if zero >= 3 else p), (g / d if zero >= 2 else g), (o / d if zero >= 1 else o)
+    stage = zero_stage(zero)
+    return (p / d if stage.shards_params else p), (g / d if stage.shards_grads else g), \
+        (o / d if stage.shards_optimizer else o)
 
 
 def piece_elements(model: ModelSpec, lay: Layout, stage: int) -> list[int]:
@@ -64,7 +67,7 @@ def piece_elements(model: ModelSpec, lay: Layout, stage: int) -> list[int]:
 def gathered_bytes(model: ModelSpec, lay: Layout, rank: int, p_bytes: float, g_bytes: float) -> float:
     """ZeRO-3's transient on pipeline rank ``rank`` (module docstring): two of its largest pieces' full
     parameters and gradients; 0 below stage 3 or when nothing is sharded (d = 1)."""
-    if lay.zero < 3 or lay.grad_replicas == 1:
+    if not lay.zero_stage.shards_params or lay.grad_replicas == 1:
         return 0.0
     widest = max(max(piece_elements(model, lay, c * lay.pp + rank)) for c in range(lay.vp))
     return float(IN_FLIGHT * widest * (p_bytes + g_bytes))

@@ -68,7 +68,7 @@ def stage_zero3(model: ModelSpec, lay: Layout, gpu: GPU, tables: dict) -> np.nda
     """Seconds ZeRO-3's stream exposes in one micro-batch's F, B and W: ``[rank][chunk][op]`` (zeros below
     stage 3 or at dp·cp = 1); ``tables``: one layer's and the head's seconds (``tpsim.plan.pipeline``)."""
     out = np.zeros((lay.pp, lay.vp, 3))
-    if lay.zero < 3 or lay.grad_replicas == 1:
+    if not lay.zero_stage.gathers_around_units or lay.grad_replicas == 1:
         return out
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
     for r in range(lay.pp):

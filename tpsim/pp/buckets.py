@@ -12,6 +12,7 @@ whether it waits for the tied embedding's sum over the embedding group, and the 
 from __future__ import annotations
 
 from tpsim.pipeline.overlap import BucketSpec, backward_pieces, forward_pieces, piece_of
+from tpsim.train.protocol import zero_of
 
 
 def chunk_layers(chunk) -> list[int]:
@@ -87,7 +88,7 @@ class ShardedPieces:
 
     def __init__(self, shard, grad_sync) -> None:
         self.pieces = Pieces(shard)
-        self.gathers = grad_sync.zero_stage == 3  # ZeRO-3: the parameters are gathered too
+        self.gathers = zero_of(grad_sync).gathers_around_units  # ZeRO-3: the parameters are gathered too
         self.finishes = {i: (s.stage, s.piece) for i, s in enumerate(bucket_specs(shard, grad_sync))}
         self.readers: dict[tuple[int, int], list[tuple]] = {}  # (stage, bucket) -> pieces reading it, forward order
         sparams = grad_sync.sparams if self.gathers else None

@@ -51,6 +51,7 @@ from tpsim.pp.buckets import Pieces, ShardedPieces, bucket_specs
 from tpsim.pp.chunk import PipelineShard
 from tpsim.pp.clock import LiveClock
 from tpsim.pp.executor import Executor, ExecutorResult
+from tpsim.train.protocol import zero_of
 
 LOSS_SCOPE = "loss_normalizer"
 
@@ -147,8 +148,9 @@ def pipeline_grads(shard: PipelineShard, executor: Executor, grid: ProcessGrid, 
     loss, n_global = _global_loss(grid, weighted, n_global, clock)
     allreduce_word_embedding_grads(shard, grid, clock)
     if grad_sync is not None:
-        with (on_clock(clock, grid.dp_group, "held bucket reduce-scatter") if sharded and grad_sync.zero_stage == 3
-              and shard.shared_embedding is not None else nullcontext()):  # ZeRO-3: the one left to reduce-scatter
+        held_left = sharded and zero_of(grad_sync).buckets_at_units and shard.shared_embedding is not None
+        with (on_clock(clock, grid.dp_group, "held bucket reduce-scatter") if held_left  # ZeRO-3: the one left
+              else nullcontext()):
             grad_sync.release()  # the tied embedding's bucket, held until its sum over the embedding group
         dp_sync(shard, grad_sync, grid, clock, sharded, m)
     if gathers is not None and clock.gates is None:  # no overlap: the all-gathers after the (free) optimizer
@@ -158,16 +160,15 @@ def pipeline_grads(shard: PipelineShard, executor: Executor, grid: ProcessGrid, 
 
 def sharded_on_clock(grad_sync, grid: ProcessGrid, clock: LiveClock) -> bool:
     """Does this step price ZeRO-2/3's collectives inside the actions (a clock that prices collectives, d > 1)?"""
-    return (grad_sync is not None and grad_sync.zero_stage >= 2 and grid.replicas > 1
-            and clock.prices_collectives)
+    return zero_of(grad_sync).reduces_every_microbatch and grid.replicas > 1 and clock.prices_collectives
 
 
 def param_gathers(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: LiveClock) -> list[float] | None:
     """ZeRO-1's (and ZeRO-2's) parameter all-gathers of the optimizer step before this one, each priced on the DP
-    link (None: another stage, dp 1, or a clock that prices no collective). The clock prices every step as one that follows an
-    optimizer step: with ``--overlap-param-gather`` they run on the comm stream from the step's start and gate
-    the pieces of micro-batch 0's forward (``clock.gates``, ``tpsim.pipeline.overlap.forward_gates``)."""
-    if not clock.prices_collectives or grid.replicas == 1 or grad_sync is None or grad_sync.zero_stage not in (1, 2):
+    link (None: another stage, dp 1, or a clock that prices no collective). The clock prices every step as one
+    that follows an optimizer step: with ``--overlap-param-gather`` they run on the comm stream from the step's
+    start and gate the pieces of micro-batch 0's forward (``clock.gates``, ``tpsim.pipeline.overlap.forward_gates``)."""
+    if not clock.prices_collectives or grid.replicas == 1 or not zero_of(grad_sync).gathers_after_step:
         return None
     d = grid.replicas  # the DP group: DP x CP
     seconds = [clock.costs.collective("all_gather", "dp", d, wire_bytes("all_gather", n, d))
@@ -186,7 +187,7 @@ def dp_sync(shard: PipelineShard, grad_sync, grid: ProcessGrid, clock: LiveClock
     the embedding group is done), run in issue order; without, one after another from the DP group's latest clock.
     ``sharded`` (ZeRO-2/3): every bucket was reduce-scattered already, the owned slices are only ÷ d; under
     ZeRO-2 on the comm stream, every micro-batch's from the end of the piece that finished it (``zero2_sync``)."""
-    if not clock.prices_collectives or grid.replicas == 1 or (sharded and grad_sync.zero_stage == 3):
+    if not clock.prices_collectives or grid.replicas == 1 or (sharded and zero_of(grad_sync).buckets_at_units):
         grad_sync.sync()
         return
     with grid.tracer.paused():

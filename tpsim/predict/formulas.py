@@ -250,7 +250,7 @@ def predict_step(run, *, clip: bool, update: bool = True, grad_bytes_local: int 
     dtype (the planner's and the what-if figure's convention for real-size layouts).
     """
     config, par, sch = run.model, run.parallel, run.schedule
-    tp, dp, sequence_parallel, zero = par.tp, par.dp, par.sp, par.zero
+    tp, dp, sequence_parallel, zero = par.tp, par.dp, par.sp, par.zero_stage
     batch_size, seq_len = sch.batch_size, sch.seq_len
     dtype = run.precision.numpy if itemsize is None else itemsize
     loss_scaling = update and run.precision.loss_scaling
@@ -268,7 +268,7 @@ def predict_step(run, *, clip: bool, update: bool = True, grad_bytes_local: int 
                label_smoothing=label_smoothing, sp_regather_in_backward=sp_regather_in_backward,
                overlap=par.tp_comm_overlap, cp_comm=par.cp_comm)
     elements = param_elements(config, tp)
-    if zero:  # one bucket padded to a multiple of dp, unless the caller gives the padded buckets' bytes
+    if zero.shards_optimizer:  # one bucket padded to a multiple of dp, unless the caller gives the padded bytes
         total = padded_length(elements, dp) * acc if grad_bytes_local is None else grad_bytes_local
         if dp > 1:
             _bucketed(rows, "zero", DP_SYNC, "reduce_scatter", total, ddp_buckets)
@@ -278,9 +278,9 @@ def predict_step(run, *, clip: bool, update: bool = True, grad_bytes_local: int 
     if loss_scaling:
         rows.add("loss_scaler", OPTIMIZER, "all_reduce", "world", 8)
     if clip:  # ZeRO-1's norm sums the owned slices over the whole world
-        rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "world" if zero else "tp", 8)
-    if zero and dp > 1:  # the parameters' all-gathers: after the step, or (ZeRO-3) around each unit's calls
-        for phase, n, calls in zero_gathers(config, zero, total // acc * e, ddp_buckets, tp=tp, dp=dp, e=e):
+        rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "world" if zero.shards_optimizer else "tp", 8)
+    if zero.shards_optimizer and dp > 1:  # the parameters' all-gathers: after the step, or (ZeRO-3) around units
+        for phase, n, calls in zero_gathers(config, zero.stage, total // acc * e, ddp_buckets, tp=tp, dp=dp, e=e):
             _bucketed(rows, "zero", phase, "all_gather", n, calls)
     return list(rows.rows.values())
 

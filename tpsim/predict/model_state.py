@@ -40,6 +40,7 @@ from fractions import Fraction
 
 from tpsim.nn.module import held_nbytes
 from tpsim.partition import padded_length
+from tpsim.zero_stage import zero_stage
 
 # --- owned slices ----------------------------------------------------------------------------------------------
 
@@ -89,7 +90,9 @@ class StateLayout:
     def zero_split(self, zero: int) -> tuple[int, int]:
         """``(kept whole, sharded over d)`` bytes per parameter at ZeRO stage ``zero`` (Rajbhandari et al. 2019
         §5): 1 shards the main copies and the optimizer, 2 the model's gradient too, 3 its parameter as well."""
-        whole = {0: self.replicated + self.sharded, 1: self.replicated, 2: self.param, 3: 0}[zero]
+        stage = zero_stage(zero)
+        whole = (0 if stage.shards_params else self.param) + (0 if stage.shards_grads else self.grad) \
+            + (0 if stage.shards_optimizer else self.sharded)
         return whole, self.replicated + self.sharded - whole
 
     def bytes_per_zero_stage(self, zero: int, dp: int) -> Fraction:
@@ -185,9 +188,10 @@ def format_model_state(measured: ModelState, layout: StateLayout, dp: int, zero:
     from tpsim.table import RULE, format_table  # pure text
 
     per = measured.per_parameter()
-    shard = {"params": 3, "grads": 2, "optimizer": 1}  # the stage from which each column is sharded over d
+    stage = zero_stage(zero)
+    shard = {"params": stage.shards_params, "grads": stage.shards_grads, "optimizer": stage.shards_optimizer}
     whole = {"params": layout.param, "grads": layout.grad, "optimizer": layout.sharded}
-    formula = {k: Fraction(v, dp if zero >= shard[k] else 1) for k, v in whole.items()}
+    formula = {k: Fraction(v, dp if shard[k] else 1) for k, v in whole.items()}
     formula["total"] = layout.bytes_per_zero_stage(zero, dp)
     exact = {"optimizer": optimizer_formula, "grads": grads_formula, "params": params_formula}
     rows = [["", "bytes", "per parameter", "formula", "check"], RULE]
@@ -197,11 +201,12 @@ def format_model_state(measured: ModelState, layout: StateLayout, dp: int, zero:
         rows.append([key, f"{value:,}", _fraction(per[key]), _fraction(formula[key]), check])
     checked = ("parameter, gradient and optimizer columns add" if params_formula is not None
                else "optimizer and gradient columns add" if grads_formula is not None else "optimizer column adds")
+    distributed = stage.shards_optimizer
+    said = format_formula(layout, zero) if distributed else layout.replicated + layout.sharded
     lines = [format_table(rows, title=title),
-             f"  formula: {layout.name}, {format_formula(layout, zero) if zero else layout.replicated + layout.sharded}"
-             f"{' at d = ' + str(dp) if zero else ' (plain optimizer)'}; the measured {checked} only the padding "
-             "of the buckets, if any"]
-    if not zero:
+             f"  formula: {layout.name}, {said}{' at d = ' + str(dp) if distributed else ' (plain optimizer)'}; "
+             f"the measured {checked} only the padding of the buckets, if any"]
+    if not distributed:
         return "\n".join(lines + ["  Megatron's table (dist_optimizer.md) shards the optimizer state over d DP ranks: "
                                   "--zero 1 shows it at this d (--zero 2 the gradients too)"])
     lines.append(f"  Megatron's table (dist_optimizer.md), bytes per parameter, plain -> ZeRO-{zero} at d = {dp}:")

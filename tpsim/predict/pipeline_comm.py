@@ -89,9 +89,10 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
                  padded_vocab_size(config.vocab, tp) // tp * h * acc)
     elements = sum(stage_elements(config, tp, layers, first and c == 0, last and c == len(chunks) - 1)
                    for c, layers in enumerate(chunks))
-    if par.zero:
+    zero = par.zero_stage
+    if zero.shards_optimizer:
         total = padded_length(elements, dp) * acc if grad_bytes is None else grad_bytes
-        if dp > 1 and par.zero >= 2:  # each micro-batch reduce-scatters what it wrote
+        if dp > 1 and zero.reduces_every_microbatch:  # each micro-batch reduce-scatters what it wrote
             tied = config.tied and pp > 1 and (first or last)  # one bucket (the default) holds the embedding
             held = held if held is not None else (total, buckets) if tied else (0, 0)
             rs_bytes, rs_calls = zero2_reduce_scatter(m, total, buckets, held)
@@ -103,8 +104,9 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
     if update and run.precision.loss_scaling:
         rows.add("loss_scaler", OPTIMIZER, "all_reduce", "world", 8)
     if clip:
-        rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "world" if par.zero else "mp" if pp > 1 else "tp", 8)
-    if par.zero and dp > 1:  # a tied head on its own stage gathers a copy of its own (pp > 1): no extra
+        rows.add("clip_grad_norm", OPTIMIZER, "all_reduce",
+                 "world" if zero.shards_optimizer else "mp" if pp > 1 else "tp", 8)
+    if zero.shards_optimizer and dp > 1:  # a tied head on its own stage (pp > 1) gathers its own copy: no extra
         for phase, n, calls in zero_gathers(config, par.zero, total // acc * e, buckets, tp=tp, dp=dp, e=e,
                                             microbatches=m, tied_head=pp == 1):
             _bucketed(rows, "zero", phase, "all_gather", n, calls)

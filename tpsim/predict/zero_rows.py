@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from tpsim.partition import padded_length, padded_vocab_size
 from tpsim.phases import BACKWARD, FORWARD, OPTIMIZER
+from tpsim.zero_stage import zero_stage
 
 
 def zero2_reduce_scatter(m: int, total: int, buckets: int | None, held: tuple[int, int]) -> tuple[int, int | None]:
@@ -37,7 +38,7 @@ def zero_gathers(config, zero: int, params: int, buckets: int | None, *, tp: int
     every unit's bucket before its forward and again before its backward, each micro-batch, and a tied LM head
     (``tied_head``: it shares the embedding's weight on this rank) the embedding's bucket for its own two calls.
     ``buckets`` None: the count is not predicted."""
-    if zero < 3:
+    if not zero_stage(zero).gathers_around_units:
         return [(OPTIMIZER, params, buckets)]
     tied = padded_length(padded_vocab_size(config.vocab, tp) // tp * config.hidden, dp) * e
     tied = tied if config.tied and tied_head else 0

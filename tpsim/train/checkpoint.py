@@ -29,7 +29,7 @@ from tpsim.hf.checkpoint import CheckpointError, gather_full
 from tpsim.nn.module import Module
 from tpsim.nn.precision import grad_dtype, is_half
 from tpsim.partition import take_shard
-from tpsim.train.protocol import MAIN_PARAM, OptimizerProtocol
+from tpsim.train.protocol import MAIN_PARAM, OptimizerProtocol, zero_of
 
 
 def state_key(slot: str, name: str) -> str:
@@ -74,7 +74,7 @@ def gather_state(model: Module, optimizer: OptimizerProtocol, grid: ProcessGrid)
     slots = state_slots(optimizer, model)
     with grid.tracer.paused():
         shards = _local_shards(model, optimizer, slots)
-        if optimizer.zero_stage:
+        if zero_of(optimizer).shards_optimizer:
             _sum_over_dp(shards, grid)
         all_shapes, parts = model.config.param_shapes(), dict(model.named_partitions())
         shapes = {name: all_shapes[name] for name, _ in model.named_parameters()}

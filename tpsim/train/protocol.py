@@ -20,8 +20,9 @@ Three classes implement it, fully — nothing is optional, nothing is discovered
   (``tpsim.train.zero3``).
 
 What an optimizer *is* is said by the object, once (``zero_stage``), never by sniffing its type: a caller that
-must know whether the state is sliced reads ``opt.zero_stage``; the state itself is ``opt.state_pieces()``
-(whole shards, or the owned pieces with their offsets) and the hyper-parameters are ``opt.rule``'s.
+must know whether the state is sliced asks ``zero_of(opt)`` (the stage as data, ``tpsim.zero_stage``); the state
+itself is ``opt.state_pieces()`` (whole shards, or the owned pieces with their offsets) and the hyper-parameters
+are ``opt.rule``'s.
 
 The step reads nothing else; checkpoints read ``state_dict``/``load_state_dict``, memory accounting
 ``state_bytes``, the training loop ``loss_scale`` (the backward starts from S·dloss), ``lr`` (a schedule may
@@ -33,6 +34,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
+
+from tpsim.zero_stage import ZeroStage, zero_stage
 
 if TYPE_CHECKING:  # type-only: the protocol names these, it runs none of them
     from tpsim.comm import ProcessGrid
@@ -59,6 +62,12 @@ class StatePiece(NamedTuple):
 
 
 MAIN_PARAM = "main_param"  # the slot of a 16-bit model's float32 main parameter in a StatePiece
+
+
+def zero_of(holder) -> ZeroStage:
+    """The ZeRO stage an optimizer or a gradient sync runs (its ``zero_stage``; None, no sync: plain DP), as data:
+    what it shards and when it reduces and gathers (``tpsim.zero_stage``)."""
+    return zero_stage(0 if holder is None else holder.zero_stage)
 
 
 @runtime_checkable

@@ -61,6 +61,7 @@ from tpsim.train.protocol import MAIN_PARAM, Overflow, StatePiece
 from tpsim.train.zero2 import ShardedGrads
 from tpsim.train.zero3 import ShardedParams, unit_groups
 from tpsim.train.zero_comm import ZeroCommunication, flat_view
+from tpsim.zero_stage import ZERO_STAGES
 
 
 class Piece(NamedTuple):
@@ -98,13 +99,15 @@ class DistributedOptimizer(ZeroCommunication):
                  bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *,
                  loss_scaler: DynamicLossScaler | None = None, overlap_grad_reduce: bool = False,
                  overlap_param_gather: bool = False, held: tuple[np.ndarray, ...] = (), stage: int = 1) -> None:
-        if stage not in (1, 2, 3):
+        sharding = ZERO_STAGES.get(stage)  # what the stage shards, when it reduces and gathers
+        if sharding is None or not sharding.shards_optimizer:
             raise ValueError(f"stage {stage}: the DistributedOptimizer runs ZeRO stage 1, 2 or 3")
-        if stage >= 2 and overlap_grad_reduce:
+        if overlap_grad_reduce and not sharding.overlap_grad_reduce_applies:
             raise ValueError(f"ZeRO-{stage} reduce-scatters each bucket during the backward already: no "
                              "overlap_grad_reduce")
-        if stage == 3 and overlap_param_gather:
-            raise ValueError("ZeRO-3 gathers each layer's parameters before its forward: no overlap_param_gather")
+        if overlap_param_gather and not sharding.overlap_param_gather_applies:
+            raise ValueError(f"ZeRO-{stage} gathers each layer's parameters before its forward: no "
+                             "overlap_param_gather")
         self.optimizer, self.grid, self.zero_stage = optimizer, grid, stage
         self.dp_group, self.dp = grid.dp_group, grid.replicas  # DP x CP under context parallelism
         model = optimizer.module
@@ -114,7 +117,7 @@ class DistributedOptimizer(ZeroCommunication):
         self.loss_scaler, self.skipped = loss_scaler, False  # skipped: the last step, for an overflow
         self.grad_sync = GradSync(model, grid.dp_group, bucket_cap_bytes, pad_to=grid.replicas,
                                   overlap=overlap_grad_reduce, held=held,
-                                  groups=partial(unit_groups, model) if stage == 3 else None,
+                                  groups=partial(unit_groups, model) if sharding.buckets_at_units else None,
                                   reduction=Reduction(self._reduce_scatter, self._keep_owned))
         self.bucket_sizes = [len(buf) for buf in self.grad_sync.buffers]  # padded elements of each bucket
         self._reduced: dict[int, object] = {}  # bucket -> its posted reduce-scatter
@@ -126,10 +129,10 @@ class DistributedOptimizer(ZeroCommunication):
         self.owned = [owned_range(n, self.dp, self.dp_group.rank) for n in self.bucket_sizes]
         # ZeRO-2: the buckets materialised only while a backward writes them, reduced into owned slices
         self.sharded = ShardedGrads(model, self.grad_sync, self.owned, self._reduce_into_owned,
-                                    self.grad_sync.held) if stage >= 2 else None
+                                    self.grad_sync.held) if sharding.shards_grads else None
         # ZeRO-3: the parameters' owned slices, each unit's bucket gathered around its forward and backward
         self.sparams = (ShardedParams(model, self.buckets, self.bucket_sizes, self.owned, self.dp_group)
-                        if stage == 3 else None)
+                        if sharding.shards_params else None)
         if self.sharded is not None:
             self.grad_sync.hand_over(self.sharded.buffers)
             self.buffers = self.sharded.buffers  # None where a bucket is not materialised

@@ -8,6 +8,7 @@ from tpsim.plan.memory import ZERO_PAPER_STATE_BYTES, activation_bytes_per_layer
 from tpsim.plan.models import gpt
 from tpsim.teach.checks.registry import exercise
 from tpsim.teach.verdict import Report
+from tpsim.zero_stage import zero_stage
 
 
 UNITS = {"GiB (bytes ÷ 2³⁰)": 2 ** 30, "GB (bytes ÷ 10⁹)": 10 ** 9}
@@ -16,7 +17,7 @@ UNITS = {"GiB (bytes ÷ 2³⁰)": 2 ** 30, "GB (bytes ÷ 10⁹)": 10 ** 9}
 def state_symptoms(params: int, dtype: str, zero: int, dp: int) -> dict:
     """Exercise 16's typical slips with the model state, as the number each gives."""
     whole, out = params * state_bytes_per_param(dtype, 0, dp)["total"], {}
-    if zero and dp > 1:
+    if zero_stage(zero).shards_optimizer and dp > 1:
         out["you divided the whole model state by dp: ZeRO-1 shards only the optimizer's"] = whole / dp
         out["ZeRO-1 was ignored: the optimizer state should be split over the dp replicas"] = whole
     zero_paper = params * state_bytes_per_param(dtype, zero, dp, table=ZERO_PAPER_STATE_BYTES)["total"]
