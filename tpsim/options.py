@@ -11,7 +11,8 @@ refused by the parser — before any rank builds anything — with one line nami
     probability    a number in [0, 1)       a dropout rate
 
 ``OneLineParser`` is argparse with its usage errors printed as ``PROG: error: MESSAGE`` on one line, exit status 2
-(``--help`` still prints the whole usage). ``RankZeroParser``, for programs on MPI ranks (the demo, decoding, the
+(``--help`` still prints the whole usage); ``run_command`` runs a command and prints a ``ConfigError`` the same
+way. ``RankZeroParser, for programs on MPI ranks (the demo, decoding, the
 lessons), raises a usage error as ``ConfigError`` on every rank — the entry point prints it once — and prints
 ``--help`` on rank 0 only. Pure: MPI is asked for the rank only when help is printed.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import Callable
 
 from tpsim.errors import ConfigError
@@ -30,6 +32,18 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def run_command(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], int],
+                argv: list[str] | None = None) -> int:
+    """A single-process command's entry: ``run(parser.parse_args(argv))``, a ``ConfigError`` it raises printed as
+    ``PROG: error: MESSAGE`` on one line with exit status 2, as the parser's own usage errors are."""
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except ConfigError as err:
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
+        return 2
 
 
 class RankZeroParser(argparse.ArgumentParser):

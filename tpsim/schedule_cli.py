@@ -23,7 +23,7 @@ from tpsim.pipeline.grid import format_grid, quantum_of
 from tpsim.pipeline.schedules import SCHEDULES, build
 from tpsim.predict import pipeline as formula
 from tpsim.table import RULE, format_table
-from tpsim.options import OneLineParser, count
+from tpsim.options import OneLineParser, count, run_command
 
 BUBBLE = {"afab": "(p - 1)/(m + p - 1)", "1f1b": "(p - 1)/(m + p - 1)", "interleaved": "(p - 1)/(v*m + p - 1)",
           "zb-h1": "(p - 1)/(3m + p - 1)", "zb-h1, m < p": "(2p - 1 - m)/(2m + 2p - 1)"}
@@ -92,12 +92,7 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    try:
-        return run(args)
-    except ConfigError as err:
-        print(f"tpsim schedule: error: {err}", file=sys.stderr)
-        return 2
+    return run_command(parser(), run, argv)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from tpsim.pipeline.schedules import SCHEDULES
 from tpsim.gpus import GPUS
 from tpsim.plan.layout import ATTENTION, DTYPE_CHOICES, DTYPES, PLANNED_ZERO_STAGES, RECOMPUTE, Layout
 from tpsim.plan.models import PRESETS, resolve
-from tpsim.options import OneLineParser, count, fraction, non_negative
+from tpsim.options import OneLineParser, count, fraction, non_negative, run_command
 
 
 def parser() -> argparse.ArgumentParser:
@@ -156,12 +156,7 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    try:
-        return run(args)
-    except ConfigError as err:
-        print(f"tpsim plan: error: {err}", file=sys.stderr)
-        return 2
+    return run_command(parser(), run, argv)
 
 
 if __name__ == "__main__":
