@@ -85,25 +85,23 @@ def zero_bucket(scope: str) -> tuple[str, int] | None:
 class ShardedPieces:
     """ZeRO-2/3's collectives inside one action, by piece, for the live clock (``tpsim.pipeline.prefetch``): a
     reduce-scatter of bucket i belongs to the piece whose backward finishes it (``bucket_specs``); a ZeRO-3
-    all-gather of bucket i to the piece that reads it — the k-th gather of i in an action to the k-th piece of
-    that stage reading it, in the action's execution order (a tied LM head reads the embedding's bucket too)."""
+    all-gather of bucket i to a piece that reads it, each reader one gather an action (a tied LM head at pp 1
+    reads the embedding's bucket too: two gathers of one bucket, the same bytes, so which reader takes which
+    changes no time)."""
 
     def __init__(self, shard, grad_sync) -> None:
         self.pieces = Pieces(shard)
         self.gathers = zero_of(grad_sync).gathers_around_units  # ZeRO-3: the parameters are gathered too
         self.finishes = {i: (s.stage, s.piece) for i, s in enumerate(bucket_specs(shard, grad_sync))}
-        self.readers: dict[tuple[int, int], list[tuple]] = {}  # (stage, bucket) -> pieces reading it, forward order
+        self.readers: dict[tuple[int, int], list[tuple]] = {}  # (stage, bucket) -> the pieces reading it
         sparams = grad_sync.sparams if self.gathers else None
         for chunk in shard.chunks if sparams is not None else ():
-            order = forward_pieces(chunk_layers(chunk), chunk.first, chunk.last)
             mine = {id(m) for _, m in chunk.named_modules()}
             for unit in sparams.units:
                 if id(unit) in mine:
                     key = piece_of(unit.path, self.pieces.block, self.pieces.embeds, chunk.first)
                     for i in sparams.unit_buckets[id(unit)]:
                         self.readers.setdefault((chunk.stage, i), []).append(key)
-            for readers in (v for (s, _), v in self.readers.items() if s == chunk.stage):
-                readers.sort(key=order.index)
 
     def split(self, events, stage: int, op: str) -> tuple[list, list[tuple], list[tuple]]:
         """``events`` (traced inside one action ``op`` of ``stage``) as (the other collectives, ``(piece,
@@ -115,7 +113,7 @@ class ShardedPieces:
             if which is None or (which[0] == "bucket" and e.op != "reduce_scatter"):
                 rest.append(e)
             elif which[0] == "params":
-                readers = self.readers.get((stage, which[1]), [])[::-1 if op != "F" else 1]
+                readers = self.readers.get((stage, which[1]), [])
                 k = seen[which[1]] = seen.get(which[1], -1) + 1
                 if k >= len(readers):
                     raise RuntimeError(f"{op} of virtual stage {stage}: all-gather {k + 1} of ZeRO-3 bucket "
