@@ -8,7 +8,9 @@
     tpsim.pipeline.zero_bubble  ZB-H1, backward split into B and W (Qi et al. 2023)
     tpsim.pipeline.check        ``check(schedule)``: every send its receive, every micro-batch its work, no
                                 deadlock — or one line saying which rank and action is wrong
+    tpsim.pipeline.cost_rule    the one rule every clock times an action by: start = max(rank free, input there)
     tpsim.pipeline.clock        ``simulate(schedule, costs)``: the virtual clock; bubble, busy/idle, in flight, bytes
+    tpsim.pipeline.stage_clock  the planner's clock: the compute orders compiled once, timed by the same rule
     tpsim.pipeline.grid         the time × rank grid as text;  tpsim.pipeline.figure  the same drawn (matplotlib)
 
 Pure arithmetic, MPI-free: the planner and ``tpsim schedule`` (``tpsim.schedule_cli``, above both this package and

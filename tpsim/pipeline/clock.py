@@ -31,8 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from tpsim.pipeline.actions import COMPUTE, SENDS, Schedule
+from tpsim.pipeline.actions import COMPUTE, RECVS, SENDS, Schedule
 from tpsim.pipeline.check import check, walk
+from tpsim.pipeline.cost_rule import price
 
 CostFn = Callable[[int, int, int], float]  # (rank, chunk, micro-batch) -> seconds
 CollectiveFn = Callable[[str, str, int, int], float]  # (op, group, group size, wire bytes) -> seconds
@@ -120,23 +121,35 @@ def in_flight(schedule: Schedule) -> list[int]:
 
 
 def simulate(schedule: Schedule, costs: Costs | None = None) -> Timeline:
-    """Check ``schedule``, then time it under ``costs`` (default ``unit(schedule)``)."""
+    """Check ``schedule``, then time it under ``costs`` (default ``unit(schedule)``): every action one node of the
+    one cost rule (``tpsim.pipeline.cost_rule.price``) in an order the lists can run in (``walk``) — a compute
+    action its cost, a SEND 0 (it never waits), a RECV 0 after its SEND plus α + β·bytes. A receive's span
+    starts where its rank's clock stood before it, so its length is the wait."""
     costs = unit(schedule) if costs is None else costs
     check(schedule)
-    clock: list[float] = [0] * schedule.pp
-    spans: list[list[tuple[float, float]]] = [[(0, 0)] * len(a) for a in schedule.ranks]
-    arrives: dict[tuple[str, int, int], float] = {}
+    order = list(walk(schedule))
+    rank, dep, hop, cost = [], [], [], []
+    sends: dict[tuple[str, int, int], int] = {}
     sent: float = 0
-    for rank, i, a in walk(schedule):
-        start = clock[rank]
+    for n, (r, _, a) in enumerate(order):
+        d, h, c = -1, 0, 0
         if a.op in COMPUTE:
-            clock[rank] = start + costs.compute[a.op](rank, a.chunk, a.microbatch)
+            c = costs.compute[a.op](r, a.chunk, a.microbatch)
         elif a.op in SENDS:
-            key = schedule.message(rank, a)
-            size = costs.message_bytes(*key)
-            arrives[key] = start + costs.alpha + costs.beta * size
-            sent += size
+            key = schedule.message(r, a)
+            sends[key] = n
+            sent += costs.message_bytes(*key)
         else:
-            clock[rank] = max(start, arrives[schedule.message(rank, a)])
-        spans[rank][i] = (start, clock[rank])
+            key = schedule.message(r, a)
+            d, h = sends[key], costs.alpha + costs.beta * costs.message_bytes(*key)
+        rank.append(r)
+        dep.append(d)
+        hop.append(h)
+        cost.append(c)
+    timed = price(rank, dep, hop, cost, schedule.pp)
+    spans: list[list[tuple[float, float]]] = [[(0, 0)] * len(a) for a in schedule.ranks]
+    before = [0] * schedule.pp
+    for (r, i, a), start, end in zip(order, timed.starts, timed.ends):
+        spans[r][i] = (before[r] if a.op in RECVS else start, end)
+        before[r] = end
     return Timeline(schedule, tuple(map(tuple, spans)), sent)

@@ -11,12 +11,12 @@ SEND just after the F or B that produced it. So
     F of micro-batch j on virtual stage s > 0     waits for the F of j on stage s − 1, plus one message
     B of j on stage s < last                      waits for the B of j on stage s + 1, plus one message
 
-and every action for the one before it on its rank. Timing those nodes (``timed``) is exactly the clock of
-``tpsim.pipeline.clock.simulate`` on ``build``'s lists — a compute action ends at its rank's clock + its cost,
-a RECV at max(rank clock, the sender's clock at the SEND + α + β·bytes) — without the Action objects, the spans
-and the message bookkeeping that make that clock cost seconds at m in the thousands (``tests/test_plan_pipeline.py``
-holds the two equal for every schedule under random costs). Compiling is cached; the timing loop is a few
-tens of nanoseconds a node. A compute order that lacks an action, repeats one, runs a backward before its
+and every action for the one before it on its rank. ``timed`` runs those nodes through the one cost rule
+(``tpsim.pipeline.cost_rule.price``) that ``tpsim.pipeline.clock.simulate`` runs every action of ``build``'s
+lists through, so the two clocks agree by construction — this one without the Action objects, the spans and the
+message bookkeeping that make that clock cost seconds at m in the thousands (``tests/test_plan_pipeline.py``
+still holds the two equal for every schedule under random costs). Compiling is cached; timing is about a
+tenth of a microsecond a node. A compute order that lacks an action, repeats one, runs a backward before its
 forward or cannot finish is handed to ``tpsim.pipeline.check``, whose one line says what is wrong.
 
 ``timed(compiled, compute, message[, start])`` returns the step (makespan), each rank's busy time and end, and
@@ -27,7 +27,7 @@ yet) by a per-chunk weight (its layers' activation bytes) and returns each rank'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -35,6 +35,7 @@ import numpy as np
 from tpsim.errors import ConfigError
 from tpsim.pipeline.actions import COMPUTE
 from tpsim.pipeline.check import check
+from tpsim.pipeline.cost_rule import price
 from tpsim.pipeline.schedules import build, compute_orders
 
 OP_INDEX = {op: i for i, op in enumerate(COMPUTE)}  # F 0, B 1, W 2
@@ -60,6 +61,14 @@ class Compiled:
     counts: np.ndarray  # [pp, pp·vp·3]: how often each rank runs each compute key
     sends: tuple[int, ...]  # messages each rank sends a step
     held: tuple[np.ndarray, ...]  # per rank [forwards, vp]: (micro-batch, chunk) pairs held per chunk after each F
+
+    @cached_property
+    def key_index(self) -> np.ndarray:
+        return np.asarray(self.key, dtype=np.int64)
+
+    @cached_property
+    def hop_index(self) -> np.ndarray:
+        return np.asarray(self.hop, dtype=np.int64)  # −1 (no message) reads the 0 after the last
 
 
 def refuse(name: str, pp: int, m: int, vp: int) -> None:
@@ -148,27 +157,23 @@ class StageTiming:
         return sum(self.idle) / (len(self.busy) * self.step) if self.step else 0.0
 
 
-def timed(c: Compiled, compute, message, start: Sequence[float] | None = None) -> StageTiming:
+def node_costs(c: Compiled, compute, message) -> tuple[list[float], list[float]]:
+    """Each node's cost and hop (``tpsim.pipeline.cost_rule.price``'s lists) from ``compute[rank][chunk][op]`` and
+    ``message[sender stage][direction]`` seconds."""
+    table = np.asarray(compute, dtype=float).reshape(c.pp * c.vp * 3)
+    hops = np.append(np.asarray(message, dtype=float).reshape(c.pp * c.vp * 2), 0.0)  # hop −1: none, 0 s
+    return table[c.key_index].tolist(), hops[c.hop_index].tolist()
+
+
+def timed(c: Compiled, compute, message, start: Sequence[float] | None = None, runs=None) -> StageTiming:
     """Time ``c`` with ``compute[rank][chunk][op]`` seconds (op F, B, W) and ``message[sender stage][direction]``
-    seconds (direction F, B: α + β·bytes of that message); each rank's clock starts at ``start[rank]`` (default 0:
-    a rank that waits for a collective before its schedule starts later)."""
-    costs = np.asarray(compute, dtype=float).reshape(c.pp * c.vp * 3)
-    hops = np.asarray(message, dtype=float).reshape(c.pp * c.vp * 2).tolist()
-    table = costs.tolist()
-    clock = [0.0] * c.pp if start is None else [float(t) for t in start]
-    end: list[float] = []
-    began: list[float] = []
-    append, begin = end.append, began.append
-    for r, k, d, h in zip(c.rank, c.key, c.dep, c.hop):
-        t = clock[r]
-        if d >= 0 and end[d] + hops[h] > t:
-            t = end[d] + hops[h]
-        begin(t)
-        t += table[k]
-        append(t)
-        clock[r] = t
-    busy = (c.counts @ costs).tolist()
-    return StageTiming(max(clock, default=0.0), tuple(busy), tuple(clock), tuple(began))
+    seconds (direction F, B: α + β·bytes of that message) by the one cost rule (``tpsim.pipeline.cost_rule``);
+    each rank's clock starts at ``start[rank]`` (default 0: a rank that waits for a collective before its
+    schedule starts later). ``runs``: nodes whose end is a function of their start (``cost_rule.price``)."""
+    cost, hop = node_costs(c, compute, message)
+    out = price(c.rank, c.dep, hop, cost, c.pp, None if start is None else [float(t) for t in start], runs)
+    busy = (c.counts @ np.asarray(compute, dtype=float).reshape(c.pp * c.vp * 3)).tolist()
+    return StageTiming(max(out.clocks, default=0.0), tuple(busy), tuple(out.clocks), tuple(out.starts))
 
 
 def held_peak(c: Compiled, weights: Sequence[Sequence[float]]) -> list[float]:

@@ -23,7 +23,7 @@ import numpy as np
 from tpsim.nn.precision import dtype_of, grad_dtype
 from tpsim.pipeline.overlap import (BucketSpec, Stream, after_compute, comm_stream, forward_gates, forward_order,
                                     gated_ends)
-from tpsim.pipeline.stage_clock import StageTiming, compiled
+from tpsim.pipeline.stage_clock import StageTiming, compiled, timed
 from tpsim.plan.comm import links, ring_seconds
 from tpsim.plan.dp_overlap import piece_costs
 from tpsim.gpus import GPU
@@ -64,26 +64,20 @@ def forward_plan(model, lay: Layout, gpu: GPU, tables: dict, buckets: list[list[
 def gated_timed(c, charged, message, start, plan: dict) -> tuple[StageTiming, list[float]]:
     """``tpsim.pipeline.stage_clock.timed`` with the first forward of each (rank, chunk) run piece by piece through
     its gates (``plan``: ``forward_plan``); also each rank's seconds waited at them (the exposed all-gather)."""
-    costs = np.asarray(charged, dtype=float).reshape(c.pp * c.vp * 3)
-    hops = np.asarray(message, dtype=float).reshape(c.pp * c.vp * 2).tolist()
-    table = costs.tolist()
-    clock = [0.0] * c.pp if start is None else [float(t) for t in start]
-    end, began, waited, seen = [], [], [0.0] * c.pp, set()
-    for r, k, d, h in zip(c.rank, c.key, c.dep, c.hop):
-        t = clock[r]
-        if d >= 0 and end[d] + hops[h] > t:
-            t = end[d] + hops[h]
-        began.append(t)
+    waited, runs, seen = [0.0] * c.pp, {}, set()
+
+    def gated(r: int, k: int):
+        def run(t: float) -> float:
+            ends, wait = gated_ends(t, *plan[divmod(k // 3, c.vp)])
+            waited[r] += wait
+            return ends[-1]
+        return run
+
+    for n, (r, k) in enumerate(zip(c.rank, c.key)):
         if k % 3 == 0 and k not in seen:  # the first F of this (rank, chunk): micro-batch 0's
             seen.add(k)
-            ends, wait = gated_ends(t, *plan[divmod(k // 3, c.vp)])
-            t, waited[r] = ends[-1], waited[r] + wait
-        else:
-            t += table[k]
-        end.append(t)
-        clock[r] = t
-    busy = (c.counts @ costs).tolist()
-    return StageTiming(max(clock, default=0.0), tuple(busy), tuple(clock), tuple(began)), waited
+            runs[n] = gated(r, k)
+    return timed(c, charged, message, start, runs), waited
 
 
 def timer(model, lay: Layout, gpu: GPU, tables: dict, buckets: list[list[BucketSpec]], seconds: list[list[float]]):

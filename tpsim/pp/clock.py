@@ -9,6 +9,7 @@ each rank keeps a clock of *modelled* time, charged exactly as the MPI-free cloc
              (--tp-comm-overlap: a collective pipelined with GEMMs, its exposed time, tpsim.plan.tp_overlap)
     SEND: the message carries the sender's clock (8 bytes after the payload, not counted as model traffic)
     RECV: clock = max(own clock, the sender's + α + β·bytes)    (unit: messages free; the wait is idle time)
+          (F, B, W and RECV by the one cost rule of every clock, ``tpsim.pipeline.cost_rule``)
     a collective after the schedule: clock = the group's latest clock + its α-β cost   (unit: not charged)
     ZeRO-3's F, B, W: piece by piece, the all-gathers and reduce-scatters on the comm stream, prefetched one piece
              ahead (``sharded_action``, ``tpsim.pipeline.prefetch``: the planner's rule)
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from tpsim.pipeline.clock import Costs
+from tpsim.pipeline.cost_rule import arrival, begin
 from tpsim.pipeline.overlap import Stream, after_compute, comm_stream, gated_ends, piece_ends, zero2_stream
 from tpsim.pipeline.prefetch import prefetched
 
@@ -102,7 +104,7 @@ class LiveClock:
             comm = self.priced(collectives)
             cost += comm
             self.comm += comm
-        self.time = start + cost
+        self.time = start + cost  # the cost rule (tpsim.pipeline.cost_rule): it waits for nothing, so it starts now
         self.busy += cost
         self.spans.append(VirtualSpan(op, microbatch, chunk, start, self.time))
 
@@ -213,14 +215,14 @@ class LiveClock:
         """A collective after the schedule, ``events`` its traced calls: it ends at ``latest`` (the group's
         latest clock, this one's included) plus their cost."""
         start = self.time
-        self.time = latest + self.priced(events)
+        self.time = begin(start, latest) + self.priced(events)  # latest ≥ this clock: the group's, its own included
         self.spans.append(VirtualSpan(name, -1, 0, start, self.time))
 
     def arrive(self, sent: float, message: tuple[str, int, int], chunk: int = 0) -> None:
         """``message`` (direction, micro-batch, sender's virtual stage), sent at the sender's ``sent``, arrived for
         this rank's ``chunk``: nothing here can start before it has crossed the link."""
         c, start = self.costs, self.time
-        self.time = max(start, sent + c.alpha + c.beta * c.message_bytes(*message))
+        self.time = begin(start, arrival(sent, c.alpha + c.beta * c.message_bytes(*message)))
         self.spans.append(VirtualSpan(f"RECV_{message[0]}", message[1], chunk, start, self.time))
 
 
