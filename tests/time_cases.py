@@ -172,7 +172,7 @@ def live_replay(step: Step) -> list[LiveClock]:
                         break
                     clock.arrive(stamps[op, j, sender], (op, j, sender), chunk=c)
                 if step.zero == 3:
-                    clock.sharded_action(op, c, j, keys[s], [], *sharded_events(step, s, op, split))
+                    clock.sharded_action(op, c, j, keys[s], [], *sharded_events(step, s, op, split), op != "W")
                 elif op == "F" and j == 0 and clock.gates is not None:
                     clock.gated_forward(c, s, keys[s], [])
                 else:

@@ -82,3 +82,25 @@ def test_training_with_clipping_equals_serial_training(layout, arch, schedule, s
     train_against_serial(grid, shard, opt, serial, lambda step: (
         run_step(cfg, grid, shard, opt, ex, step=step)[0], global_batch(cfg, B_MICRO * M * grid.dp, seed=step)),
         whole=opt.finish_param_gather)
+
+
+@pytest.mark.parametrize("placed, message", [(1, "not the ones ZeRO-2 places"), (None, "not the ones ZeRO-2 places")])
+def test_lists_whose_collectives_are_not_the_stages_are_refused_before_anything_runs(placed, message):
+    """The executor runs the collectives the lists carry (a REDUCE_GRAD arms the sync): lists placed for another
+    stage would reduce-scatter ZeRO-2's gradients once instead of every micro-batch, so they are one line."""
+    from tpsim.errors import ConfigError
+    from tpsim.pipeline.collectives import with_collectives
+    from tpsim.zero_stage import zero_stage
+
+    grid = get_grid(*(LAYOUTS or [(2, 1, 1)])[0])
+    cfg, _, shard, opt, ex = zero2_pipeline("gpt2", grid, "1f1b", 2)
+    other = with_collectives(ex.schedule, zero_stage(1))
+    if placed is None:  # ZeRO-2's, with one REDUCE_GRAD taken out by hand: the checker passes it, the stage not
+        right = with_collectives(ex.schedule, zero_stage(2))
+        drop = next(i for i, a in enumerate(right.ranks[0]) if a.op == "REDUCE_GRAD")
+        ranks = (right.ranks[0][:drop] + right.ranks[0][drop + 1:],) + right.ranks[1:]
+        other = type(right)(right.name, right.pp, right.microbatches, right.vp, ranks)
+    ex._place(other)
+    grid.tracer.step = 0
+    with pytest.raises(ConfigError, match=message):
+        run_step(cfg, grid, shard, opt, ex)

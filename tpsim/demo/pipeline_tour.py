@@ -42,6 +42,7 @@ from tpsim.demo.verify_pass import check_zero_padding
 from tpsim.demo.zero_demo import grad_bytes_of, held_of
 from tpsim.hf.checkpoint import load_into, to_hf, write_model_folder, write_step0
 from tpsim.hf.folder import load_init
+from tpsim.pipeline.collectives import with_collectives
 from tpsim.pipeline.schedules import build as build_schedule
 from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.plan.of_run import clock_costs, clock_words
@@ -77,7 +78,8 @@ def build(grid: ProcessGrid, run: RunConfig, tensors):
     grid.tracer.step = 0
     broadcast_params(shard, grid)
     grad_sync = make_sync(shard, grid, run)
-    schedule = build_schedule(run.pipeline.schedule, grid.pp, run.pipeline.microbatches, run.pipeline.vp)
+    schedule = with_collectives(build_schedule(run.pipeline.schedule, grid.pp, run.pipeline.microbatches,
+                                               run.pipeline.vp), run.parallel.zero_stage)  # DP's, as actions
     s = run.schedule.seq_len // grid.cp  # a CP rank's tokens
     s = s // grid.tp if run.parallel.sp else s
     boundary = (run.micro_batch, s, run.model.hidden)

@@ -13,8 +13,16 @@ micro-batches. One rank's list says, for every micro-batch and chunk, when it
     SEND_B   sends the gradient of the chunk's input to the previous virtual stage's rank
     RECV_B   receives the gradient of the chunk's output from the next virtual stage's rank
 
+and, when the pass of ``tpsim.pipeline.collectives`` has inserted data parallelism's collectives (over the
+gradient group, not the pipeline: PyTorch's ``UNSHARD``, ``RESHARD`` and ``REDUCE_GRAD`` are the anchor),
+
+    UNSHARD      the chunk's parameters made whole for the F or B right after it
+    RESHARD      the chunk's gathered parameters freed after the F or B right before it
+    REDUCE_GRAD  the gradients the backward before it (B, or W when split) finished, reduced over the group
+
 Semantics every consumer shares (the live executor, the checker, the virtual clock): a SEND is posted and does
-not wait (a non-blocking send completed by the end of the step); a RECV waits until its message has been sent.
+not wait (a non-blocking send completed by the end of the step); a RECV waits until its message has been sent;
+a collective waits for no other pipeline rank (every replica of the stage runs the same list).
 A message is named by (direction, micro-batch, virtual stage of its sender), so it matches exactly one RECV.
 Pure data, MPI-free.
 """
@@ -27,13 +35,15 @@ from functools import cached_property
 COMPUTE = ("F", "B", "W")
 SENDS = {"SEND_F": "RECV_F", "SEND_B": "RECV_B"}
 RECVS = {recv: send for send, recv in SENDS.items()}
-OPS = (*COMPUTE, *SENDS, *RECVS)
+COLLECTIVES = ("UNSHARD", "RESHARD", "REDUCE_GRAD")
+LOCAL = (*COMPUTE, *COLLECTIVES)  # actions that name no peer and wait for no other pipeline rank
+OPS = (*COMPUTE, *SENDS, *RECVS, *COLLECTIVES)
 
 
 @dataclass(frozen=True)
 class Action:
     """One action of one pipeline rank: ``op`` on micro-batch ``microbatch`` of model chunk ``chunk``;
-    ``peer`` is the other pipeline rank of a send or receive (None for compute)."""
+    ``peer`` is the other pipeline rank of a send or receive (None for compute and collectives)."""
 
     op: str
     microbatch: int
@@ -43,8 +53,8 @@ class Action:
     def __post_init__(self) -> None:
         if self.op not in OPS:
             raise ValueError(f"unknown pipeline action {self.op!r} (one of {', '.join(OPS)})")
-        if (self.peer is None) != (self.op in COMPUTE):
-            raise ValueError(f"{self.op}: a send or receive names its peer, a compute action none")
+        if (self.peer is None) != (self.op in LOCAL):
+            raise ValueError(f"{self.op}: a send or receive names its peer, a compute action or a collective none")
 
     def __str__(self) -> str:
         chunk = f".{self.chunk}" if self.chunk else ""
@@ -74,6 +84,11 @@ class Schedule:
     def stages(self) -> int:
         """The number of virtual stages, pp × vp."""
         return self.pp * self.vp
+
+    @cached_property
+    def has_collectives(self) -> bool:
+        """Whether the lists carry data parallelism's collectives (``tpsim.pipeline.collectives``)."""
+        return any(a.op in COLLECTIVES for actions in self.ranks for a in actions)
 
     @cached_property  # the checker asks per chunk: one scan of the lists, not one a question
     def splits_backward(self) -> bool:

@@ -11,7 +11,11 @@ waits, a RECV waits for its message):
    with the messages around them (RECV_F, SEND_F, RECV_B, SEND_B, except at the ends of the model), in a legal
    order on its rank: RECV_F < F < SEND_F, RECV_B < B < SEND_B, F < B < W;
 4. running the lists cannot deadlock: ``walk`` runs them (sends post at once, a RECV blocks until its message is
-   posted); if every unfinished rank is blocked, the error names the cycle of ranks waiting on each other.
+   posted); if every unfinished rank is blocked, the error names the cycle of ranks waiting on each other;
+5. data parallelism's collectives, where the lists carry them, sit on the compute they serve
+   (``tpsim.pipeline.collectives.check_collectives``): an UNSHARD right before an F or B of its (micro-batch,
+   chunk), a RESHARD and a REDUCE_GRAD right after one (the REDUCE_GRAD after the backward that finishes the
+   gradients: B, or W when split), at most one of each kind on one compute action.
 
 The same ``walk`` drives the virtual clock (``tpsim.pipeline.clock``), so what is checked is what is timed.
 MPI-free.
@@ -23,7 +27,8 @@ from collections import Counter
 from typing import Iterator
 
 from tpsim.errors import ConfigError
-from tpsim.pipeline.actions import COMPUTE, RECVS, SENDS, Action, Schedule
+from tpsim.pipeline.actions import COLLECTIVES, LOCAL, RECVS, SENDS, Action, Schedule
+from tpsim.pipeline.collectives import check_collectives
 
 
 def where(schedule: Schedule, rank: int, index: int) -> str:
@@ -48,7 +53,7 @@ def check_fields(schedule: Schedule) -> None:
                                   f"0..{schedule.microbatches - 1}")
             if not 0 <= a.chunk < schedule.vp:
                 raise ConfigError(f"{where(schedule, rank, i)}: chunk {a.chunk} is not in 0..{schedule.vp - 1}")
-            if a.op in COMPUTE:
+            if a.op in LOCAL:
                 continue
             peer = expected_peer(schedule, rank, a)
             stage = schedule.virtual_stage(rank, a.chunk)
@@ -65,7 +70,7 @@ def check_messages(schedule: Schedule) -> None:
     posts: dict[str, dict[tuple, tuple[int, int]]] = {"send": {}, "recv": {}}
     for rank, actions in enumerate(schedule.ranks):
         for i, a in enumerate(actions):
-            if a.op in COMPUTE:
+            if a.op in LOCAL:
                 continue
             side = posts["send" if a.op in SENDS else "recv"]
             key = schedule.message(rank, a)
@@ -95,9 +100,11 @@ BEFORE = (("RECV_F", "F"), ("F", "SEND_F"), ("RECV_B", "B"), ("B", "SEND_B"), ("
 def check_work(schedule: Schedule) -> None:
     """Every (micro-batch, virtual stage) has each action it needs once, in a legal order on its rank (rule 3)."""
     for rank, actions in enumerate(schedule.ranks):
-        counts = Counter((a.op, a.microbatch, a.chunk) for a in actions)
-        position = {(a.op, a.microbatch, a.chunk): i for i, a in enumerate(actions)}
+        counts = Counter((a.op, a.microbatch, a.chunk) for a in actions if a.op not in COLLECTIVES)
+        position = {(a.op, a.microbatch, a.chunk): i for i, a in enumerate(actions) if a.op not in COLLECTIVES}
         for i, a in enumerate(actions):
+            if a.op in COLLECTIVES:
+                continue
             if counts[(a.op, a.microbatch, a.chunk)] > 1:
                 raise ConfigError(f"{where(schedule, rank, i)}: {a.op} of micro-batch {a.microbatch}, chunk "
                                   f"{a.chunk} appears {counts[(a.op, a.microbatch, a.chunk)]} times")
@@ -129,7 +136,7 @@ def walk(schedule: Schedule) -> Iterator[tuple[int, int, Action]]:
         for rank, actions in enumerate(schedule.ranks):
             while pos[rank] < len(actions):
                 a = actions[pos[rank]]
-                key = None if a.op in COMPUTE else schedule.message(rank, a)
+                key = None if a.op in LOCAL else schedule.message(rank, a)
                 if a.op in RECVS and key not in posted:
                     break
                 if a.op in SENDS:
@@ -157,11 +164,12 @@ def deadlock(schedule: Schedule, pos: list[int]) -> str:
 
 
 def check(schedule: Schedule) -> Schedule:
-    """``schedule`` if it can run (the four rules above), else ``ConfigError`` naming the rank, the action and
+    """``schedule`` if it can run (the five rules above), else ``ConfigError`` naming the rank, the action and
     the problem in one line."""
     check_fields(schedule)
     check_messages(schedule)
     check_work(schedule)
+    check_collectives(schedule)
     for _ in walk(schedule):
         pass
     return schedule

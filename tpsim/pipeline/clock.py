@@ -123,8 +123,9 @@ def in_flight(schedule: Schedule) -> list[int]:
 def simulate(schedule: Schedule, costs: Costs | None = None) -> Timeline:
     """Check ``schedule``, then time it under ``costs`` (default ``unit(schedule)``): every action one node of the
     one cost rule (``tpsim.pipeline.cost_rule.price``) in an order the lists can run in (``walk``) — a compute
-    action its cost, a SEND 0 (it never waits), a RECV 0 after its SEND plus α + β·bytes. A receive's span
-    starts where its rank's clock stood before it, so its length is the wait."""
+    action its cost, a SEND 0 (it never waits), a RECV 0 after its SEND plus α + β·bytes, a collective of data
+    parallelism 0 (it runs on the comm stream, ``tpsim.pipeline.collectives``). A receive's span starts where
+    its rank's clock stood before it, so its length is the wait."""
     costs = unit(schedule) if costs is None else costs
     check(schedule)
     order = list(walk(schedule))
@@ -139,7 +140,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None) -> Timeline:
             key = schedule.message(r, a)
             sends[key] = n
             sent += costs.message_bytes(*key)
-        else:
+        elif a.op in RECVS:
             key = schedule.message(r, a)
             d, h = sends[key], costs.alpha + costs.beta * costs.message_bytes(*key)
         rank.append(r)

@@ -58,6 +58,7 @@ from dataclasses import replace
 from tpsim.cost import alpha_beta_time, ring_steps, wire_bytes
 from tpsim.partition import padded_vocab_size
 from tpsim.phases import FORWARD
+from tpsim.pipeline.collectives import per_chunk
 from tpsim.pipeline.stage_clock import compiled
 from tpsim.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers
@@ -139,15 +140,18 @@ def dp_collectives(lay: Layout, stage_params: int, tied_head: int = 0) -> list[t
     micro-batch, and with m of them m reduce-scatters (each micro-batch's gradients into the owned slices: the
     whole gradient is never kept); with ZeRO-3 every micro-batch's reduce-scatter and its two all-gathers of the
     parameters, before each piece's forward and again before its backward (module docstring), and a tied head's
-    two more of the embedding's weight (``tied_head`` elements: ``tied_head_elements``)."""
+    two more of the embedding's weight (``tied_head`` elements: ``tied_head_elements``). How many of each a step
+    is counted from the schedule's own collective actions (``tpsim.pipeline.collectives.per_chunk``: the pass
+    that places them on the live run's lists): REDUCE_GRAD for the gradients, UNSHARD for the parameters."""
     p_bytes, g_bytes, _ = STATE_BYTES[lay.dtype]
-    stage, m = lay.zero_stage, lay.microbatches
-    reductions = m if stage.reduces_every_microbatch else 1  # ZeRO-2/3: into the owned slices (tpsim.plan.zero3)
-    grads = (stage.grad_collective, reductions * stage_params * g_bytes)
+    stage = lay.zero_stage
+    split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
+    n = per_chunk(stage, lay.microbatches, split)  # the schedule's REDUCE_GRAD and UNSHARD actions of one chunk
+    grads = (stage.grad_collective, n["REDUCE_GRAD"] * stage_params * g_bytes)  # ZeRO-2/3: m, into owned slices
     if stage.gathers_around_units:
-        return [grads, ("all_gather", 2 * m * (stage_params + tied_head) * p_bytes)]
+        return [grads, ("all_gather", n["UNSHARD"] * (stage_params + tied_head) * p_bytes)]
     if stage.gathers_after_step:
-        return [grads, ("all_gather", stage_params * p_bytes)]
+        return [grads, ("all_gather", n["UNSHARD"] * stage_params * p_bytes)]
     return [grads]
 
 

@@ -150,12 +150,12 @@ class LiveClock:
         self.spans.append(VirtualSpan("F", 0, chunk, start, self.time))
 
     def sharded_action(self, op: str, chunk: int, microbatch: int, keys: list[tuple], scoped: list[tuple],
-                       gathers: list[tuple], scatters: list[tuple]) -> None:
+                       gathers: list[tuple], scatters: list[tuple], unshard: bool) -> None:
         """A forward or backward of (micro-batch, chunk) under ZeRO-2/3 (``tpsim.pipeline.prefetch``): its pieces
         (``keys`` in backward order; F runs them reversed) each its compute seconds and ``scoped`` TP
         collectives, ZeRO-3's all-gathers (``gathers``: ``(piece, event)``) before their pieces, prefetched one
-        ahead, the reduce-scatters (``scatters``) after theirs, on the comm stream; the action ends when both
-        streams are done. Its whole length is busy (the planner charges the exposed part to the action too)."""
+        ahead — the action an UNSHARD sits on (``unshard``; a W gathers nothing) —, the reduce-scatters
+        (``scatters``) after theirs, on the comm stream; the action ends when both streams are done. Its whole length is busy (the planner charges the exposed part to the action too)."""
         seconds, comm = self._piece_seconds(op, chunk, microbatch, keys, scoped)
         order = keys[::-1] if op == "F" else keys
         at, compute = {k: i for i, k in enumerate(order)}, seconds[::-1] if op == "F" else seconds
@@ -164,7 +164,7 @@ class LiveClock:
             for key, e in placed:
                 side[at[key]] += self.priced([e])
         start = self.time
-        run = prefetched(start, before if gathers else None, compute, after)
+        run = prefetched(start, before if unshard else None, compute, after)
         self.time = run.end
         exposed = run.end - start - sum(compute)
         self.busy += run.end - start

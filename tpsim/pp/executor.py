@@ -13,7 +13,21 @@ v = chunk·pp + pp_rank):
                with the tensors it reads; W runs that queue
     SEND_B j   post the input's gradient to virtual stage v − 1
 
-Gradients add up over the micro-batches (every layer's backward adds, ``tpsim.nn.module``). A message is tagged
+and, in a run with a gradient group, the collectives the pass of ``tpsim.pipeline.collectives`` placed on the
+compute actions (the lists must carry exactly ZeRO's stage's, a ``ConfigError`` otherwise), each run with the
+compute action it serves:
+
+    UNSHARD j     ZeRO-3: the F or B after it gathers each unit's parameters as it reaches it (the units' hooks,
+                  ``tpsim.train.zero3``), and the clock prefetches those gathers one piece ahead; ZeRO-1/2: the
+                  F after it is where the last step's all-gathers are waited for (``--overlap-param-gather``)
+    RESHARD j     the gathered parameters of the F or B before it freed (``release_params``)
+    REDUCE_GRAD j the gradient sync is armed for the backward before it (its buckets issued as they are
+                  finished, ``tpsim.train.grad_ready``; ZeRO-2/3: reduce-scattered into the owned slices), and
+                  ends with it (``disarm``: the last layer's buckets, anything left)
+
+A compute action and its collectives are charged to the clock together, as one action (its gathers before it,
+its reduce-scatters after it, on the comm stream). Gradients add up over the micro-batches (every layer's
+backward adds, ``tpsim.nn.module``). A message is tagged
 by (direction, micro-batch, sender's virtual stage), so it meets exactly the RECV the schedule names; posted
 sends are completed at the end of the step. Activations and caches live per (micro-batch, chunk) from F to B:
 ``peak_in_flight`` is the most this rank held at once (1F1B: min(p − i, m) on stage i; AFAB: m; interleaved:
@@ -42,11 +56,14 @@ import numpy as np
 from tpsim.comm import Group
 from tpsim.nn.module import deferred_weight_grads
 from tpsim.phases import BACKWARD, FORWARD
-from tpsim.pipeline.actions import Schedule
+from tpsim.errors import ConfigError
+from tpsim.pipeline.actions import COLLECTIVES, Schedule
 from tpsim.pipeline.check import check
+from tpsim.pipeline.collectives import served, with_collectives, without_collectives
 from tpsim.pipeline.clock import Costs, unit
 from tpsim.pp.clock import LiveClock
 from tpsim.pp.held import Held
+from tpsim.train.protocol import zero_of
 
 PIPELINE_SCOPE = "pipeline"
 FORWARD_MESSAGE, BACKWARD_MESSAGE = 0, 1
@@ -106,8 +123,33 @@ class Executor:
         self.schedule, self.chunks, self.group = schedule, list(chunks), pp_group
         self.rank = pp_group.rank
         self.boundary, self.dtype = tuple(boundary), np.dtype(dtype)
-        self.actions = schedule.ranks[self.rank]
         self.costs = unit(schedule) if costs is None else costs
+        self._place(schedule)
+
+    def _place(self, schedule: Schedule) -> None:
+        """Run ``schedule``'s lists: this rank's actions, and the compute action each collective sits on."""
+        check(schedule)
+        self.schedule, self.actions = schedule, schedule.ranks[self.rank]
+        self.attached: dict[int, set[str]] = {}  # compute action index -> the collectives placed on it
+        for i, a in enumerate(self.actions):
+            if a.op in COLLECTIVES:
+                host = served(schedule, self.rank, i)
+                self.attached.setdefault(self.actions.index(host), set()).add(a.op)
+
+    def collectives_for(self, grad_sync) -> None:
+        """The lists carry exactly the collectives of ``grad_sync``'s ZeRO stage (none without a sync): placed
+        by the pass (``with_collectives``) when the schedule carries none, else one line naming both when they
+        differ, before anything runs."""
+        plain = without_collectives(self.schedule)
+        want = plain if grad_sync is None else with_collectives(plain, zero_of(grad_sync))
+        if want == self.schedule:
+            return
+        if not self.schedule.has_collectives:
+            self._place(want)
+            return
+        what = "no gradient sync" if grad_sync is None else f"ZeRO-{zero_of(grad_sync).stage}"
+        raise ConfigError(f"{self.schedule.name}: its collectives are not the ones {what} places "
+                          "(tpsim.pipeline.collectives.with_collectives)")
 
     def _backward(self, chunk, dy, cache, weights: dict, key: tuple[int, int]):
         """B: the chunk's backward; for a split schedule the input gradient only, run under a deferral whose
@@ -116,6 +158,15 @@ class Executor:
             return chunk.backward(dy, cache)
         with deferred_weight_grads(chunk) as weights[key]:
             return chunk.backward(dy, cache)
+
+    def _receive(self, a, received: dict, clock: LiveClock) -> None:
+        """RECV_F / RECV_B: wait for the message, keep it for the F or B that reads it, move the clock to it."""
+        j, c, forward = a.microbatch, a.chunk, a.op == "RECV_F"
+        with self.group.tracer.region(scope=PIPELINE_SCOPE, phase=FORWARD if forward else BACKWARD):
+            x, sent = self.group.recv(self.boundary, self.dtype, a.peer, action_tag(self.schedule, self.rank, a),
+                                      microbatch=j, chunk=c, stamped=True)
+        received["F" if forward else "B", j, c] = x
+        clock.arrive(sent, self.schedule.message(self.rank, a), chunk=c)
 
     def _send(self, a, produced: dict, stamp: float) -> None:
         """SEND_F / SEND_B: post what the F or B of (a.microbatch, a.chunk) produced, stamped with this clock."""
@@ -133,32 +184,34 @@ class Executor:
                                                                              else "B")
 
     @contextmanager
-    def _producing(self, a, grad_sync):
-        """Around a B or W: the DP sync armed while it runs when it is its chunk's ``final`` one (ZeRO-2's around
-        every one: each micro-batch reduce-scatters the buckets it wrote)."""
-        armed = grad_sync is not None and (self.final(a) or grad_sync.arms_every_backward)
-        if armed:
+    def _producing(self, i: int, grad_sync):
+        """Around compute action ``i``: the gradient sync armed while it runs when a REDUCE_GRAD sits on it, and
+        that REDUCE_GRAD run when it ends (``disarm``); a RESHARD on it frees its gathered parameters then."""
+        on = self.attached.get(i, ())
+        if "REDUCE_GRAD" in on:
             grad_sync.arm()
         try:
             yield
         finally:
-            if armed:
+            if "RESHARD" in on:
+                grad_sync.release_params()
+            if "REDUCE_GRAD" in on:
                 grad_sync.disarm()
 
-    def _forward_on_clock(self, out: ExecutorResult, a, v: int, events: list, pieces, sharded) -> None:
-        """An F on the clock: micro-batch 0's through the parameter all-gather's gates when the clock has them;
-        under ZeRO-3 with its all-gathers prefetched (``_charged``)."""
+    def _forward_on_clock(self, out: ExecutorResult, a, v: int, events: list, pieces, sharded, unshard: bool) -> None:
+        """An F on the clock: the one an UNSHARD sits on through the parameter all-gather's gates when the clock
+        has them (ZeRO-1/2); under ZeRO-3 with its all-gathers prefetched (``_charged``)."""
         if sharded is not None and sharded.gathers:
-            self._charged(out, a, v, events, sharded)
+            self._charged(out, a, v, events, sharded, unshard)
             return
-        if pieces is None or a.microbatch or out.clock.gates is None:
+        if pieces is None or not unshard or out.clock.gates is None:
             _ran(out, "F", a.chunk, a.microbatch, events)
             return
         out.ran.append(f"F0.{a.chunk}")
         inside = [e for e in events if not e.overlap]
         out.clock.gated_forward(a.chunk, v, pieces.keys[v], pieces.scoped(inside, v))
 
-    def _charged(self, out: ExecutorResult, a, v: int, events: list, sharded) -> list:
+    def _charged(self, out: ExecutorResult, a, v: int, events: list, sharded, unshard: bool) -> list:
         """A B or W on the clock: as ``_ran`` charges it; under ZeRO-3 (``sharded``: the shard's ``ShardedPieces``)
         piece by piece with its ZeRO collectives on the comm stream (``LiveClock.sharded_action``); under ZeRO-2
         without its reduce-scatters, each piece's end kept for them (``LiveClock.zero2_sync``)."""
@@ -172,7 +225,7 @@ class Executor:
                 out.clock.pieces(a.op, a.chunk, v, keys, scoped)
             return rest
         out.ran.append(f"{a.op}{a.microbatch}.{a.chunk}")
-        out.clock.sharded_action(a.op, a.chunk, a.microbatch, keys, scoped, gathers, scatters)
+        out.clock.sharded_action(a.op, a.chunk, a.microbatch, keys, scoped, gathers, scatters, unshard)
         return rest
 
     def _pieces(self, out: ExecutorResult, a, v: int, inside: list, pieces) -> None:
@@ -185,7 +238,8 @@ class Executor:
         """One step's schedule. ``inputs[j]``: micro-batch j's token ids (on the rank holding stage 0); ``labels[j]``
         and ``seeds[j]`` (the loss gradient the backward starts from) on the last stage's; ``plans[j]``: its dropout
         plan (its global rows); ``clock``: this rank's, already charged by the step (default: a fresh one at 0);
-        ``grad_sync``: the DP sync, armed around each ``final`` action; ``pieces``, ``sharded``: the shard's."""
+        ``grad_sync``: the DP sync, armed around each action a REDUCE_GRAD sits on (None: no gradient group, no
+        collectives in the lists); ``pieces``, ``sharded``: the shard's."""
         sch, tracer = self.schedule, self.group.tracer
         received: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> input or output gradient
         produced: dict[tuple[str, int, int], np.ndarray] = {}  # ("F" | "B", j, c) -> what a SEND will post
@@ -195,41 +249,40 @@ class Executor:
         if out.clock.prices_collectives and not tracer.enabled:
             raise RuntimeError("a clock that prices collectives reads them from the trace: enable the tracer")
         held = Held()  # (j, c) from its F until the backward that frees it: B, or W when split
-        for a in self.actions:
+        self.collectives_for(grad_sync)
+        for i, a in enumerate(self.actions):
+            if a.op in COLLECTIVES:
+                continue  # run with the compute action it sits on (_producing, the clock's charge)
             j, c, since = a.microbatch, a.chunk, len(tracer.events)
             v = sch.virtual_stage(self.rank, c)
             chunk = self.chunks[c]
+            unshard = "UNSHARD" in self.attached.get(i, ())
             if a.op in ("RECV_F", "RECV_B"):
-                forward = a.op == "RECV_F"
-                tag = action_tag(sch, self.rank, a)
-                with tracer.region(scope=PIPELINE_SCOPE, phase=FORWARD if forward else BACKWARD):
-                    x, sent = self.group.recv(self.boundary, self.dtype, a.peer, tag, microbatch=j, chunk=c,
-                                              stamped=True)
-                received["F" if forward else "B", j, c] = x
-                out.clock.arrive(sent, sch.message(self.rank, a), chunk=c)
+                self._receive(a, received, out.clock)
             elif a.op == "F":
                 x = inputs[j] if v == 0 else received.pop(("F", j, c))
-                y, caches[j, c] = chunk.forward(x, labels[j] if chunk.last else None, plans[j])
+                with self._producing(i, grad_sync):
+                    y, caches[j, c] = chunk.forward(x, labels[j] if chunk.last else None, plans[j])
                 if chunk.last:
                     out.losses[j] = float(y)
                 else:
                     produced["F", j, c] = y
                 held.take((j, c), caches[j, c].h)
-                self._forward_on_clock(out, a, v, tracer.events[since:], pieces, sharded)
+                self._forward_on_clock(out, a, v, tracer.events[since:], pieces, sharded, unshard)
             elif a.op == "B":
                 dy = seeds[j] if chunk.last else received.pop(("B", j, c))
-                with self._producing(a, grad_sync):
+                with self._producing(i, grad_sync):
                     dx = self._backward(chunk, dy, caches.pop((j, c)), weights, (j, c))  # the cache goes now
                 if not sch.splits_backward:
                     held.free((j, c))
                 if v > 0:
                     produced["B", j, c] = dx
-                self._pieces(out, a, v, self._charged(out, a, v, tracer.events[since:], sharded), pieces)
+                self._pieces(out, a, v, self._charged(out, a, v, tracer.events[since:], sharded, unshard), pieces)
             elif a.op == "W":
-                with self._producing(a, grad_sync):
+                with self._producing(i, grad_sync):
                     chunk.backward_weights(weights.pop((j, c)))  # and with them, what they held
                 held.free((j, c))
-                self._pieces(out, a, v, self._charged(out, a, v, tracer.events[since:], sharded), pieces)
+                self._pieces(out, a, v, self._charged(out, a, v, tracer.events[since:], sharded, False), pieces)
             else:  # SEND_F / SEND_B
                 self._send(a, produced, out.clock.time)
         self.group.wait_sends()

@@ -75,7 +75,6 @@ class GradSync:
     """
 
     zero_stage = 0  # plain DP: every rank keeps the whole optimizer state (ZeRO-1's sync says 1)
-    arms_every_backward = False  # armed around the last micro-batch's backward only (ZeRO-2: around every one)
 
     def __init__(self, module: Module, dp_group: Group,
                  bucket_cap_bytes: int | None = DEFAULT_BUCKET_CAP_BYTES, *, pad_to: int = 1,
@@ -150,7 +149,8 @@ class GradSync:
             self.ready.start()
 
     def arm(self) -> None:
-        """The next backward action is the last micro-batch's final one on its chunk (or the whole backward)."""
+        """The next backward action is one a REDUCE_GRAD sits on: the last micro-batch's final one on its chunk
+        (``tpsim.pipeline.collectives``), or the whole backward without a pipeline."""
         if self.ready is not None:
             self.ready.arm()
 

@@ -128,12 +128,17 @@ class ShardedParams:
         for i in self.unit_buckets[id(mod)]:
             self._free(i)
 
+    def release(self) -> None:
+        """Every gathered bucket freed (a RESHARD: ``tpsim.pipeline.collectives``; the units' hooks free each
+        one after its call already, so this frees what a caller gathered outside them)."""
+        for i in list(self.live):
+            self._free(i)
+
     def hook(self) -> None:
         """Every unit gathers its bucket around its forward and its backward (a ``Hook`` on each unit,
         ``tpsim.nn.hooks``; once, however often this is called), every gathered bucket freed (after the step:
         the whole parameters are stale)."""
-        for i in list(self.live):
-            self._free(i)
+        self.release()
         self.unhook()
         self._handles = [u.register_hook(self._hook) for u in self.units]
 

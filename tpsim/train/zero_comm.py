@@ -49,8 +49,8 @@ class ZeroCommunication:
             self.grad_sync.start_step()
 
     def arm(self) -> None:
-        """The next backward action is the last micro-batch's (ZeRO-2: every backward action: each micro-batch
-        reduce-scatters the buckets it wrote)."""
+        """The next backward action is one a REDUCE_GRAD sits on (``tpsim.pipeline.collectives``): the last
+        micro-batch's, or under ZeRO-2/3 every one (each micro-batch reduce-scatters the buckets it wrote)."""
         self._grads.arm()
 
     def disarm(self) -> None:
@@ -59,15 +59,15 @@ class ZeroCommunication:
     def release(self) -> None:
         self._grads.release()
 
+    def release_params(self) -> None:
+        """RESHARD (``tpsim.pipeline.collectives``): ZeRO-3's gathered parameters freed (a no-op below ZeRO-3)."""
+        if self.sparams is not None:
+            self.sparams.release()
+
     @property
     def _grads(self):
         """Who tracks the backward: ZeRO-2's ``ShardedGrads``, or the ``GradSync`` (its overlap)."""
         return self.grad_sync if self.sharded is None else self.sharded
-
-    @property
-    def arms_every_backward(self) -> bool:
-        """ZeRO-2: arm around every backward action, not only the last micro-batch's."""
-        return self.sharded is not None
 
     @property
     def issue_order(self) -> list[int]:
