@@ -9,14 +9,16 @@ m micro-batches and ``--vp`` chunks (``tpsim.pipeline.schedules.build``, checked
   ``tpsim.plan.timing.layer_flops`` splits a layer into F, B (input gradient) and W (weight gradient), the last
   stage adds the LM head (``head_flops``; the first stage's embedding is a gather, no FLOPs). A schedule that
   does not split the backward (afab, 1f1b, interleaved) runs B + W as one B;
-- **the collectives each action issues** (``tpsim.plan.pipeline_comm.stage_comm``: a layer's TP collectives,
-  the embedding's on the first stage, the head's and the loss's on the last; a split backward's weight-gradient
-  ones in W), each steps·α + wire bytes·β on the TP link, added to the action's cost;
-- **context parallelism's messages** (``tpsim.plan.cp_terms``): what a layer's attention leaves exposed of
-  them, in its F and B beside the TP collectives (``ranks[r]["cp_s"]`` says how much of ``collectives_s``);
-- **ZeRO-3's per-piece all-gathers and reduce-scatters** (``tpsim.plan.zero3_time``): what the stream,
-  prefetching one piece ahead, leaves exposed in each F, B and W (``ranks[r]["zero3_s"]`` of ``collectives_s``);
-  ZeRO-3 has no DP sync after the schedule and no parameter all-gather after the step;
+- **the collectives each action issues**, one registered term a feature (``tpsim.plan.stage_terms``), added to
+  the action's cost in the table's order:
+  - TP (``tpsim.plan.pipeline_comm.stage_comm``): a layer's TP collectives, the embedding's on the first
+    stage, the head's and the loss's on the last; a split backward's weight-gradient ones in W; each
+    steps·α + wire bytes·β on the TP link;
+  - context parallelism's messages (``tpsim.plan.cp_terms``): what a layer's attention leaves exposed of them,
+    in its F and B (``ranks[r]["cp_s"]`` says how much of ``collectives_s``);
+  - ZeRO-3's per-piece all-gathers and reduce-scatters (``tpsim.plan.zero3_time``): what the stream,
+    prefetching one piece ahead, leaves exposed in each F, B and W (``ranks[r]["zero3_s"]`` of
+    ``collectives_s``); ZeRO-3 has no DP sync after the schedule and no parameter all-gather after the step;
 - **point-to-point messages** of b·s·h elements (÷ t under SP) at the layout's bytes, each α + β·bytes on the
   link ``tpsim.plan.comm.links`` gives PP (NVLink while tp·pp GPUs fit in a node, else InfiniBand);
 - **the collectives around the schedule** (``pipeline_comm.after_schedule``): the last stage starts after the
@@ -40,14 +42,14 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.pipeline.stage_clock import compiled, held_peak, timed
-from tpsim.plan import dp_overlap, param_gather, zero3_time
+from tpsim.plan import dp_overlap, param_gather
 from tpsim.plan.comm import boundary_bytes, links, ring_seconds
-from tpsim.plan.cp_terms import stage_cp
 from tpsim.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
 from tpsim.plan.memory import ACT_BYTES
 from tpsim.plan.models import ModelSpec
-from tpsim.plan.pipeline_comm import after_schedule, stage_comm, start_times
+from tpsim.plan.pipeline_comm import after_schedule, start_times
+from tpsim.plan.stage_terms import charged, stage_terms
 from tpsim.plan.kernel_time import head_seconds, layer_seconds
 from tpsim.predict import pipeline as formula
 
@@ -114,11 +116,10 @@ def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU, dp_buckets=None) -> 
     run on each rank's comm stream (``tpsim.plan.dp_overlap``): ``after_schedule["dp_streams"]`` per rank."""
     compute = stage_costs(model, lay, gpu)
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
-    cp = stage_cp(model, lay, gpu)  # context parallelism's exposed messages, in F and B beside TP's collectives
     message, start = message_costs(model, lay, gpu), start_times(lay, gpu)
     tables = {"layer": layer_seconds(model, lay, gpu), "head": head_seconds(model, lay, gpu)}
-    zero3 = zero3_time.stage_zero3(model, lay, gpu, tables)  # ZeRO-3's exposed per-piece gathers and scatters
-    comm = stage_comm(model, lay, gpu, split) + cp + zero3
+    terms = stage_terms(model, lay, gpu, tables, split)  # each feature's collectives in F, B, W (TP, CP, ZeRO-3)
+    comm = charged(terms)
     replicas = lay.grad_replicas  # dp·cp ranks average the gradients; ZeRO-3 syncs inside the actions instead
     buckets = dp_overlap.specs(model, lay, dp_buckets) if replicas > 1 and not lay.zero_stage.buckets_at_units \
         else None
@@ -146,8 +147,9 @@ def pipeline_terms(model: ModelSpec, lay: Layout, gpu: GPU, dp_buckets=None) -> 
     layers = rank_layers(model, lay)
     for r, rank in enumerate(out["ranks"]):
         rank["layers"] = layers[r]
-        rank["cp_s"] = float(cp[r].sum() * lay.microbatches)  # of collectives_s: every action once a micro-batch
-        rank["zero3_s"] = float(zero3[r].sum() * lay.microbatches)  # of collectives_s too
+        for name, seconds in terms.items():  # of collectives_s: every action once a micro-batch
+            if name != "tp":
+                rank[f"{name}_s"] = float(seconds[r].sum() * lay.microbatches)
     out["stages"] = []
     for s, n in enumerate(virtual_stage_layers(model, lay)):
         r, c = s % lay.pp, s // lay.pp
