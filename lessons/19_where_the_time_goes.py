@@ -38,7 +38,8 @@ from tpsim.pipeline.schedules import build
 from tpsim.pipeline.stage_clock import ROUNDING
 from tpsim.plan.comm import dp_collectives, links, ring_seconds
 from tpsim.gpus import gpu
-from tpsim.plan.kernel_time import kernel_seconds, layer_seconds, head_seconds, optimizer_seconds
+from tpsim.plan.kernel_time import (GEMM_EFFICIENCY, HBM_EFFICIENCY, head_seconds, kernel_seconds, layer_seconds,
+                                    optimizer_seconds)
 from tpsim.plan.kernels import layer as layer_kernels
 from tpsim.plan.layout import virtual_stage_layers
 from tpsim.plan.memory import ACT_BYTES, layer_param_elements, stage_param_elements
@@ -616,10 +617,10 @@ lesson.close("Σ parts - step (s)", sum(parts.values()), t["step"], tol=1e-9)
 scores = next(k for k in layer_kernels(model_k, lay)["F"] if k.name == "scores")
 e = ACT_BYTES[lay.dtype]
 intensity = scores.flops / scores.matmul_bytes(e)
-by_flops = scores.flops / (g.peak(lay.dtype) * 0.70)
-by_bytes = scores.matmul_bytes(e) / (g.hbm_bytes_per_s * 0.75)
+by_flops = scores.flops / (g.peak(lay.dtype) * GEMM_EFFICIENCY)
+by_bytes = scores.matmul_bytes(e) / (g.hbm_bytes_per_s * HBM_EFFICIENCY)
 lesson.expect("attention's scores product is memory-bound on the roofline: its time is its bytes' time")
-lesson.check("scores: FLOPs a byte below the ridge, kernel_seconds = bytes / (HBM × 0.75)",
+lesson.check(f"scores: FLOPs a byte below the ridge, kernel_seconds = bytes / (HBM × {HBM_EFFICIENCY})",
              f"{intensity:.0f} FLOPs a byte vs ridge {g.peak(lay.dtype) / g.hbm_bytes_per_s:.0f}; "
              f"{kernel_seconds(scores, lay, g) * 1e6:.1f} µs",
              by_bytes > by_flops and relative(kernel_seconds(scores, lay, g), by_bytes) <= 1e-12)

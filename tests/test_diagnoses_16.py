@@ -25,9 +25,12 @@ MISTAKES = {
     "zero_paper_bytes_everywhere": ("""
         BYTES_PER_PARAM = {"bf16": (2, 2, 12), "fp16": (2, 2, 12), "fp32": (4, 4, 8)}
         """, "2-byte gradients (the ZeRO paper's 2 + 2 + 12)"),
-    "fp16_without_the_main_gradient_buffer": ("""
+    "fp16_with_16_bit_gradients": ("""
         BYTES_PER_PARAM = {"bf16": (2, 4, 12), "fp16": (2, 2, 12), "fp32": (4, 4, 8)}
-        """, "Megatron's fp16 row also keeps an fp32 main-gradient buffer"),
+        """, "an fp16 run accumulates its gradients in fp32"),
+    "fp16_as_the_tables_row": ("""
+        BYTES_PER_PARAM = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}
+        """, "dist_optimizer.md's fp16 row (2 + 2 + 16)"),
     "state_in_gib": ("""
         _right = model_state_bytes_per_gpu
         def model_state_bytes_per_gpu(params, dtype, zero, dp):

@@ -28,8 +28,10 @@ GPT3 = PRESETS["gpt3-175b"]
 
 @pytest.mark.parametrize("d", [1, 2, 8, 64])
 def test_megatron_bytes_per_parameter_table(d):
-    """dist_optimizer.md: 20 → 4 + 16/d (fp16), 18 → 6 + 12/d (bf16 params, fp32 grads), 16 → 8 + 8/d (fp32)."""
-    for dtype, plain, sharded in (("fp16", 20, 4 + 16 / d), ("bf16", 18, 6 + 12 / d), ("fp32", 16, 8 + 8 / d)):
+    """dist_optimizer.md: 18 → 6 + 12/d (bf16 params, fp32 grads), 16 → 8 + 8/d (fp32); fp16 the bf16 row, as
+    Megatron runs it (gradients accumulated and reduced in fp32) and Korthikanti et al. 2022 count it — not the
+    table's fp16 row (20 → 4 + 16/d), which keeps a 16-bit gradient beside the fp32 main one."""
+    for dtype, plain, sharded in (("fp16", 18, 6 + 12 / d), ("bf16", 18, 6 + 12 / d), ("fp32", 16, 8 + 8 / d)):
         assert state_bytes_per_param(dtype, 0, d)["total"] == plain
         assert state_bytes_per_param(dtype, 1, d)["total"] == pytest.approx(sharded, rel=1e-15)
 
@@ -54,11 +56,11 @@ def test_korthikanti_table_2_rows(t):
 
 def test_zero_paper_7_5b_example():
     """Rajbhandari et al. 2019: 7.5 B parameters, 16 bytes each = 120 GB; optimizer states sharded over Nd = 64:
-    (2 + 2 + 12/64)·7.5 B = 31.4 GB. Megatron's fp16 row keeps 4 bytes more (fp32 main grads, sharded too)."""
+    (2 + 2 + 12/64)·7.5 B = 31.4 GB. A Megatron float16 run keeps its gradients in fp32: 2 more bytes, 6 + 12/64."""
     z = zero_paper_example()
     assert z["baseline_gb"] == pytest.approx(120.0)
     assert round(z["os_sharded_gb"], 1) == 31.4
-    assert z["megatron_fp16_sharded_gb"] == pytest.approx(7.5 * (4 + 16 / 64))
+    assert z["megatron_fp16_sharded_gb"] == pytest.approx(7.5 * (6 + 12 / 64))
 
 
 @pytest.mark.parametrize("name", ["gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b"])
@@ -134,3 +136,24 @@ def test_one_plan_takes_milliseconds():
     t0 = time.perf_counter()
     plan(PRESETS["llama3-405b"], Layout(tp=8, pp=14, dp=8, sp=True, seq_len=8192, global_batch=1024))
     assert time.perf_counter() - t0 < 0.5
+
+
+def test_gpus_without_search_must_be_the_layouts_gpus(capsys):
+    """``--gpus 1024`` without ``--search`` used to plan one GPU in silence: now one line, exit 2, naming the
+    product the layout has and the two ways out."""
+    assert main(["--model", "llama3-70b", "--gpus", "1024"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--gpus 1024" in err[0] and "= 1 GPUs" in err[0] and "--search" in err[0]
+    assert main(["--model", "gpt2", "--tp", "2", "--dp", "2", "--gpus", "4"]) == 0  # the layout's own count
+
+
+def test_model_and_hardware_tflops_apart_under_full_recompute():
+    """Full recompute repeats each layer's forward: the hardware runs 4/3 of the layers' FLOPs, the model counts
+    them once (Megatron-LM's and NeMo's tables print model TFLOP/s)."""
+    lay = Layout(tp=8, pp=8, dp=2, global_batch=64, recompute="full")
+    p = plan(GPT3, lay)
+    assert p["model_flops_per_step"] < p["flops_per_step"] < 4 / 3 * p["model_flops_per_step"]
+    assert p["hardware_tflops_per_gpu"] / p["tflops_per_gpu"] == pytest.approx(
+        p["flops_per_step"] / p["model_flops_per_step"], rel=1e-12)
+    plain = plan(GPT3, Layout(tp=8, pp=8, dp=2, global_batch=64))
+    assert plain["tflops_per_gpu"] == plain["hardware_tflops_per_gpu"]

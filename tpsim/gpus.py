@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpsim.errors import ConfigError
+from tpsim.nccl import Fabric
 from tpsim.links import IB_EDR, IB_HDR, IB_NDR, NVLINK2_V100, NVLINK3_A100, NVLINK4_H100, LinkPreset
 
 @dataclass(frozen=True)
@@ -42,6 +43,11 @@ class GPU:
     inter: LinkPreset
     hbm_bytes_per_s: float
     peak_flops_fp8: float | None = None  # None: no FP8 tensor cores
+    fabric: Fabric | None = None  # what NCCL sees of a node (tpsim.nccl): None, the links' figures, one NIC a GPU
+
+    def __post_init__(self) -> None:
+        if self.fabric is None:
+            object.__setattr__(self, "fabric", Fabric(self.intra.bandwidth, self.inter.bandwidth, 8))
 
     def peak(self, dtype) -> float:
         """FLOP/s of ``dtype`` (float32, fp32 or np.float32's dtype: TF32; float8/fp8: FP8; any other: the 16-bit
@@ -60,12 +66,17 @@ class GPU:
 
 MiB = 2 ** 20
 RESERVED_BYTES = 2 ** 30  # CUDA context, cuBLAS workspaces, NCCL buffers: an estimate (module docstring)
+# NCCL's view of a node (tpsim.nccl.Fabric): NVLink as links x NCCL's per-link GB/s (src/graph/topo.h: SM70 20.0,
+# SM80 20.0, SM90 20.6), the NIC at its line rate (NCCL reads the port speed), 8 compute NICs a DGX node
+HOPPER_FABRIC = Fabric(18 * 20.6e9, 50e9, 8)  # H100/H200 SXM: 18 NVLink 4 links; DGX H100: 8 x ConnectX-7 400 Gb/s
+AMPERE_FABRIC = Fabric(12 * 20.0e9, 25e9, 8)  # A100 SXM4: 12 NVLink 3 links; DGX A100: 8 x ConnectX-6 200 Gb/s
+VOLTA_FABRIC = Fabric(6 * 20.0e9, 12.5e9, 8)  # V100 SXM2: 6 NVLink 2 links; EDR 100 Gb/s
 GPUS = {g.name: g for g in [
-    GPU("h100-80gb", 81_559 * MiB, 989e12, 495e12, NVLINK4_H100, IB_NDR, 3.35e12, 1979e12),
-    GPU("h200-141gb", 143_771 * MiB, 989e12, 495e12, NVLINK4_H100, IB_NDR, 4.8e12, 1979e12),
-    GPU("a100-80gb", 81_920 * MiB, 312e12, 156e12, NVLINK3_A100, IB_HDR, 2.039e12),
-    GPU("a100-40gb", 40_960 * MiB, 312e12, 156e12, NVLINK3_A100, IB_HDR, 1.555e12),
-    GPU("v100-32gb", 32_768 * MiB, 125e12, 125e12, NVLINK2_V100, IB_EDR, 0.9e12),
+    GPU("h100-80gb", 81_559 * MiB, 989e12, 495e12, NVLINK4_H100, IB_NDR, 3.35e12, 1979e12, HOPPER_FABRIC),
+    GPU("h200-141gb", 143_771 * MiB, 989e12, 495e12, NVLINK4_H100, IB_NDR, 4.8e12, 1979e12, HOPPER_FABRIC),
+    GPU("a100-80gb", 81_920 * MiB, 312e12, 156e12, NVLINK3_A100, IB_HDR, 2.039e12, None, AMPERE_FABRIC),
+    GPU("a100-40gb", 40_960 * MiB, 312e12, 156e12, NVLINK3_A100, IB_HDR, 1.555e12, None, AMPERE_FABRIC),
+    GPU("v100-32gb", 32_768 * MiB, 125e12, 125e12, NVLINK2_V100, IB_EDR, 0.9e12, None, VOLTA_FABRIC),
 ]}
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 def model_state_bytes_per_gpu(params: int, dtype: str, zero: int, dp: int) -> float:
     """Bytes of weights, gradients and Adam's state that one GPU holding ``params`` parameters keeps.
 
-    ``dtype``: "bf16" (bf16 weights, fp32 gradients), "fp16" (fp16 weights and gradients, plus an fp32
-    main-gradient buffer in the optimizer) or "fp32" — Megatron-LM's table of bytes per parameter (lesson 16).
+    ``dtype``: "bf16" (bf16 weights, fp32 gradients), "fp16" (fp16 weights, gradients accumulated in fp32 as
+    bf16's are) or "fp32" — the bytes per parameter lesson 16 gives each.
     ``zero``: 0, or 1 for the distributed optimizer (ZeRO stage 1) over ``dp`` data-parallel replicas.
     Returns bytes (not GB or GiB); the count need not be a whole number under ZeRO-1.
     """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-BYTES_PER_PARAM = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}  # weights, grads, optimizer
+BYTES_PER_PARAM = {"bf16": (2, 4, 12), "fp16": (2, 4, 12), "fp32": (4, 4, 8)}  # weights, grads, optimizer
 
 
 def model_state_bytes_per_gpu(params: int, dtype: str, zero: int, dp: int) -> float:

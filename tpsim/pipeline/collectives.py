@@ -31,6 +31,7 @@ collectives from the same rule (``per_chunk``). MPI-free.
 from __future__ import annotations
 
 from collections import Counter
+from functools import lru_cache
 
 from tpsim.errors import ConfigError
 from tpsim.pipeline.actions import COLLECTIVES, COMPUTE, Action, Schedule
@@ -82,12 +83,17 @@ def without_collectives(schedule: Schedule) -> Schedule:
 def per_chunk(stage: ZeroStage, microbatches: int, split: bool) -> Counter:
     """How many of each collective one chunk runs a step: ``around`` summed over its compute actions (every
     micro-batch's F and B, and W when split)."""
+    return Counter(dict(_per_chunk(stage, microbatches, split)))
+
+
+@lru_cache(maxsize=256)
+def _per_chunk(stage: ZeroStage, microbatches: int, split: bool) -> tuple[tuple[str, int], ...]:
     out: Counter = Counter()
     for j in range(microbatches):
         for op in ("F", "B", "W") if split else ("F", "B"):
             before, after = around(op, j, stage, microbatches, split)
             out.update(before + after)
-    return out
+    return tuple(out.items())
 
 
 ATTACHED = {"UNSHARD": (1, ("F", "B")), "RESHARD": (-1, ("F", "B"))}  # direction to its compute, which ops

@@ -55,12 +55,17 @@ def price(rank: Sequence[int], dep: Sequence[int], hop: Sequence[float], cost: S
     clock = [0] * ranks if start is None else list(start)
     starts: list = []
     ends: list = []
-    for k, r in enumerate(rank):
+    add_start, add_end = starts.append, ends.append
+    for k, r in enumerate(rank):  # begin() and arrival() written out: this loop runs a million nodes a search
+        t = clock[r]
         d = dep[k]
-        t = clock[r] if d < 0 else begin(clock[r], arrival(ends[d], hop[k]))
-        starts.append(t)
+        if d >= 0:
+            ready = ends[d] + hop[k]
+            if ready > t:
+                t = ready
+        add_start(t)
         run = None if runs is None else runs.get(k)
         t = t + cost[k] if run is None else run(t)
-        ends.append(t)
+        add_end(t)
         clock[r] = t
     return Priced(starts, ends, clock)

@@ -6,7 +6,7 @@
                [--schedule afab|1f1b|interleaved|zb-h1] [--vp V] [--pp-layers a,b,...]
                [--dtype bfloat16|float16|float32|fp8] [--attention unfused|fused] [--gpu h100-80gb|...]
                [--gpus-per-node 8] [--mfu F | --gemm-efficiency F --hbm-efficiency F]
-               [--overlap-grad-reduce] [--overlap-param-gather] [--tp-comm-overlap] [--bucket-mb 25] [--json]
+               [--overlap-grad-reduce] [--overlap-param-gather] [--tp-comm-overlap] [--bucket-mb MB] [--json]
     tpsim plan --model NAME --gpus N --search [...] [--top 10] [--json]
     tpsim plan --validate          live runs check every per-layer term (``tpsim.plan.validate``)
     tpsim plan --published         18 published runs' step times beside the planner's (``tpsim.plan.published``)
@@ -27,6 +27,7 @@ from tpsim.cp.choice import CP_COMMS, CP_LAYOUTS
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import SCHEDULES
 from tpsim.gpus import GPUS
+from tpsim.plan.kernel_time import GEMM_EFFICIENCY, HBM_EFFICIENCY
 from tpsim.plan.layout import ATTENTION, DTYPE_CHOICES, DTYPES, PLANNED_ZERO_STAGES, RECOMPUTE, Layout
 from tpsim.plan.models import PRESETS, resolve
 from tpsim.options import OneLineParser, count, fraction, non_negative, run_command
@@ -71,9 +72,15 @@ def parser() -> argparse.ArgumentParser:
                    help="every matmul at this fraction of peak, other kernels free (default: each kernel from its "
                         "shape, tpsim.plan.kernel_time)")
     p.add_argument("--gemm-efficiency", type=fraction, default=None, help="the kernel model's matmul efficiency "
-                   "(default: the fitted 0.70)")
+                   f"(default: the fitted {GEMM_EFFICIENCY:.2f})")
     p.add_argument("--hbm-efficiency", type=fraction, default=None, help="its memory-bandwidth efficiency "
-                   "(default: the fitted 0.75)")
+                   f"(default: the fitted {HBM_EFFICIENCY:.2f})")
+    _overlap_and_modes(p)
+    return p
+
+
+def _overlap_and_modes(p: argparse.ArgumentParser) -> None:
+    """The overlap flags (Megatron-LM's), the search and the modes that print something else."""
     o = p.add_argument_group("overlap (Megatron-LM's flags)")
     o.add_argument("--overlap-grad-reduce", action="store_true",
                    help="DP gradient buckets reduced during the last micro-batch's backward")
@@ -81,8 +88,9 @@ def parser() -> argparse.ArgumentParser:
                    help="ZeRO-1/2's parameter all-gather hidden under the next forward (needs --zero 1 or 2)")
     o.add_argument("--tp-comm-overlap", action="store_true",
                    help="SP's all-gather / reduce-scatter pipelined with the GEMMs beside them (needs --sp)")
-    o.add_argument("--bucket-mb", type=non_negative, default=25.0, help="DP gradient bucket cap in MiB (default 25)")
-    p.add_argument("--gpus", type=count, help="with --search: the number of GPUs to lay out")
+    o.add_argument("--bucket-mb", type=non_negative, default=None,
+                   help="DP gradient bucket cap in MiB (default: Megatron-LM's, max(40M, 1M x dp x cp) parameters)")
+    p.add_argument("--gpus", type=count, help="with --search: the number of GPUs to lay out (else tp x cp x pp x dp)")
     p.add_argument("--search", action="store_true", help="rank every tp x pp x dp = --gpus layout that fits")
     p.add_argument("--top", type=count, default=10, help="--search: rows to print (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
@@ -91,7 +99,6 @@ def parser() -> argparse.ArgumentParser:
                    help="step time vs 18 published runs (Narayanan et al. 2021, Korthikanti et al. 2022)")
     p.add_argument("--zero-example", action="store_true",
                    help="the ZeRO paper's 7.5 B parameters on 64 GPUs, stages 0-3 (Rajbhandari et al. 2019, Fig. 1)")
-    return p
 
 
 def stage_layers(text: str | None) -> tuple[int, ...] | None:
@@ -148,6 +155,10 @@ def run(args) -> int:
         if args.json:
             print(json.dumps({"gpus": args.gpus, "layouts": plans[:args.top]}))
         return 0 if plans else 1
+    if args.gpus and args.gpus != base.gpus:
+        raise ConfigError(f"--gpus {args.gpus}: this layout is tp x cp x pp x dp = {base.tp} x {base.cp} x {base.pp} "
+                          f"x {base.dp} = {base.gpus} GPUs; add --search to rank every layout of {args.gpus} GPUs, "
+                          f"or give --tp, --cp, --pp and --dp whose product is {args.gpus}")
     p = plan(model, base)
     print(format_plan(p))
     if args.json:

@@ -56,6 +56,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tpsim.cost import alpha_beta_time, ring_steps, wire_bytes
+from tpsim.nccl import SpanningLink
 from tpsim.partition import padded_vocab_size
 from tpsim.phases import FORWARD
 from tpsim.pipeline.collectives import per_chunk
@@ -113,17 +114,21 @@ def _seconds(rows, link) -> float:
 
 
 def ring_seconds(op: str, nbytes: int, size: int, link) -> float:
-    """One collective ``op`` of ``nbytes`` over ``size`` ranks on ``link``: steps·α + wire bytes·β."""
+    """One collective ``op`` of ``nbytes`` over ``size`` ranks on ``link``: steps·α + wire bytes·β inside a node;
+    for a group that spans nodes (``tpsim.nccl.SpanningLink``) NCCL's own choice of ring or tree."""
+    if hasattr(link, "collective"):
+        return link.collective(op, nbytes, size)
     return alpha_beta_time(ring_steps(op, size), wire_bytes(op, nbytes, size), link.alpha, link.beta)
 
 
 def links(lay: Layout, gpu: GPU) -> dict:
     """Which link each group uses (see the module docstring)."""
     one_node, inner = lay.gpus <= lay.gpus_per_node, lay.tp * lay.cp  # TP fastest, then CP
+    per_node = max(1, min(lay.dp, lay.gpus_per_node // inner))  # DP ranks of one group in a node
     return {"tp": gpu.intra if lay.tp <= lay.gpus_per_node else gpu.inter,
             "cp": gpu.intra if inner <= lay.gpus_per_node else gpu.inter,
             "pp": gpu.intra if inner * lay.pp <= lay.gpus_per_node else gpu.inter,
-            "dp": gpu.intra if one_node else gpu.inter}
+            "dp": gpu.intra if one_node else SpanningLink(gpu.inter, gpu.fabric, per_node)}
 
 
 def tied_head_elements(model: ModelSpec, lay: Layout) -> int:

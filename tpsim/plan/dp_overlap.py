@@ -132,14 +132,31 @@ def rank_entries(model: ModelSpec, lay: Layout, rank: int) -> list[tuple[tuple, 
     return out
 
 
+MEGATRON_BUCKET_PARAMS = 40_000_000  # Megatron-LM's DDP: max(40 M, 1 M x the DP x CP size) parameters a bucket
+MEGATRON_BUCKET_PARAMS_PER_RANK = 1_000_000  # (megatron/core/distributed/distributed_data_parallel.py)
+
+
+def bucket_cap_bytes(lay: Layout) -> int:
+    """The DP bucket cap in bytes: ``--bucket-mb`` MiB when given; else Megatron-LM's own rule — when the
+    gradients are reduced during the backward (``--overlap-grad-reduce``, or ZeRO-2/3 in every backward)
+    max(40 M, 1 M·d) parameters a bucket at the gradients' bytes, d the DP × CP size (a larger group, larger
+    buckets, so that a ring's latency steps stay few beside its bytes), otherwise one bucket a stage."""
+    if lay.bucket_mb is not None:
+        return int(lay.bucket_mb * 2 ** 20)
+    if not (lay.overlap_grad_reduce or lay.zero_stage.reduces_every_microbatch):
+        return 2 ** 62  # no stage's gradients reach it: one bucket a stage
+    params = max(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_RANK * lay.grad_replicas)
+    return params * STATE_BYTES[lay.dtype][1]
+
+
 def stage_buckets(model: ModelSpec, lay: Layout) -> list[list[BucketSpec]]:
-    """Each pipeline rank's gradients cut into buckets of at most ``lay.bucket_mb`` MiB the way ``GradSync`` cuts
+    """Each pipeline rank's gradients cut into buckets of at most ``bucket_cap_bytes`` the way ``GradSync`` cuts
     a live run's (``assign_buckets``: in packing order, a tensor larger than the cap alone) — the planner's
     buckets when no live run says how its were cut. A bucket is finished by the piece of its last entry (the
     earliest in the model: the backward reaches it last) and first read in the forward by the same piece; the
     tied embedding's (the first stage's embedding, the last stage's head, pp > 1) waits for the embedding
     group's sum."""
-    grad, cap = STATE_BYTES[lay.dtype][1], int(lay.bucket_mb * 2 ** 20)
+    grad, cap = STATE_BYTES[lay.dtype][1], bucket_cap_bytes(lay)
     out = []
     for r in range(lay.pp):
         entries = rank_entries(model, lay, r)

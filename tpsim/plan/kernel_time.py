@@ -13,10 +13,11 @@ peak: the matmuls grow as h², the passes as h (and the scores as s²·a).
 
 **Fitted** (``python -m tpsim.plan.fit``, on the 18 development rows of Narayanan et al. 2021 Table 1 and
 Korthikanti et al. 2022 Table 5 only, one pair for every row, nothing per row): GEMM_EFFICIENCY = 0.70 (of the
-dense peak) and HBM_EFFICIENCY = 0.75 (of the datasheet's bandwidth) — the grid point of least worst error, then
-least median. Both are of the order kernels are measured at (cuBLAS's large half-precision GEMMs reach 70–85 %
-of an A100's peak, streaming kernels 75–90 % of its HBM bandwidth); they also absorb what the kernel list leaves
-out (bias adds, launch gaps, the optimizer's own kernels are priced apart).
+dense peak) and HBM_EFFICIENCY = 0.85 (of the datasheet's bandwidth) — the grid point of least worst error, then
+least median, with the DP collectives across nodes priced by NCCL's model (``tpsim.nccl``) and float16's
+gradients in float32. Both are of the order kernels are measured at (cuBLAS's large half-precision GEMMs reach
+70–85 % of an A100's peak, streaming kernels 75–90 % of its HBM bandwidth); they also absorb what the kernel
+list leaves out (bias adds, launch gaps; the optimizer's own kernels are priced apart).
 
 ``Layout.mfu`` set (``--mfu``): the textbook's flat model instead — every matmul at that fraction of the peak,
 the passes free — what the live ``--clock GPU`` tests and lesson 17 price by hand. ``Layout.fp8``: the layers'
@@ -32,7 +33,7 @@ from tpsim.plan.memory import ACT_BYTES
 from tpsim.plan.models import ModelSpec
 
 GEMM_EFFICIENCY = 0.70  # fitted (module docstring)
-HBM_EFFICIENCY = 0.75  # fitted (module docstring)
+HBM_EFFICIENCY = 0.85  # fitted (module docstring)
 FP8_MATMULS = ("qkv", "proj", "fc1", "fc2", "gate_up", "down")  # the layers' weight matmuls, F, B and W
 
 

@@ -58,7 +58,7 @@ class Layout(Parallelism):
     overlap_grad_reduce: bool = False  # DP gradient buckets reduced during the last backward (Megatron's flag)
     overlap_param_gather: bool = False  # ZeRO-1's parameter all-gather hidden under the next forward
     tp_comm_overlap: bool = False  # SP's all-gather / reduce-scatter pipelined with the neighbouring GEMMs
-    bucket_mb: float = 25.0  # DP gradient bucket cap in MiB (tpsim's and torch DDP's default; 0: one a tensor)
+    bucket_mb: float | None = None  # DP bucket cap in MiB (0: one a tensor); None: Megatron-LM's rule (dp_overlap)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", dtype_alias(self.dtype))  # one spelling; unknown names: problems()

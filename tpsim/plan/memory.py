@@ -3,17 +3,19 @@
 **Model state** (Megatron-LM's distributed-optimizer table, docs/source/api-guide/dist_optimizer.md; bytes per
 parameter as (params, grads, optimizer), Adam's two moments and fp32 master copies):
 
-    --dtype fp16   fp16 params, fp16 grads   2 + 2 + 16 (fp32 main params 4, main grads 4, m 4, v 4) = 20
     --dtype bf16   bf16 params, fp32 grads   2 + 4 + 12 (fp32 main params 4, m 4, v 4)               = 18
+    --dtype fp16   the same: fp16 runs accumulate their gradients in fp32 (Megatron-LM's
+                   --accumulate-allreduce-grads-in-fp32; Korthikanti et al. 2022 count 18). The table's fp16
+                   row, 2 + 2 + 16 = 20, keeps a 16-bit gradient beside an fp32 main one
     --dtype fp32   fp32 params, fp32 grads   4 + 4 +  8 (m 4, v 4: no master copy needed)            = 16
 
 With ``--zero 1`` (the distributed optimizer, ZeRO stage 1) the optimizer column is split over the DP group:
-20 → 4 + 16/d, 18 → 6 + 12/d, 16 → 8 + 8/d; ``--zero 2`` splits the gradients too (18 → 2 + 16/d), ``--zero 3``
+18 → 6 + 12/d, 16 → 8 + 8/d; ``--zero 2`` splits the gradients too (18 → 2 + 16/d), ``--zero 3``
 the parameters as well (18 → 18/d, plus two gathered pieces in flight: ``tpsim.plan.zero3``). tpsim's live
 runs are float64 with AdamW's two slots: 8 + 8 + 16.
 The ZeRO paper (Rajbhandari et al. 2019, arXiv:1910.02054, §3.1) counts mixed-precision Adam as 2 + 2 + K with
-K = 12 (fp32 params, momentum, variance) = 16 bytes: it keeps no fp32 gradient copy, where Megatron's
-fp16 row keeps a 4-byte fp32 main-gradient buffer — hence 16 vs 20, and 4 + 12/d vs 4 + 16/d sharded.
+K = 12 (fp32 params, momentum, variance) = 16 bytes: it keeps 16-bit gradients, where a Megatron run keeps
+fp32 ones — hence 16 vs 18, and 4 + 12/d vs 6 + 12/d sharded.
 
 **Activations per layer** (bytes one GPU keeps for the backward of one layer and one micro-batch):
 
@@ -96,8 +98,11 @@ def _state(layout) -> tuple[int, int, int]:
 
 
 # Megatron's dist_optimizer.md rows (one table, defined in tpsim.predict.model_state), plus tpsim's float64
-# (the keys are tpsim.config's dtype names; the functions below also take the fp16/bf16/fp32/fp64 aliases)
-STATE_BYTES = {"float16": _state(MEGATRON_LAYOUTS[0]), "bfloat16": _state(MEGATRON_LAYOUTS[1]),
+# (the keys are tpsim.config's dtype names; the functions below also take the fp16/bf16/fp32/fp64 aliases).
+# float16 takes the bf16 row, 18 bytes: the table's fp16 row (20: a 16-bit gradient beside a float32 main one) is
+# not what float16 runs keep — Megatron-LM accumulates and reduces their gradients in float32
+# (--accumulate-allreduce-grads-in-fp32, what Korthikanti et al. 2022 count: 2 + 4 + 12), as tpsim's does.
+STATE_BYTES = {"float16": _state(MEGATRON_LAYOUTS[1]), "bfloat16": _state(MEGATRON_LAYOUTS[1]),
                "float32": _state(MEGATRON_LAYOUTS[2]), "float64": _state(TPSIM_FLOAT64)}
 ZERO_PAPER_STATE_BYTES = (2, 2, 12)  # Rajbhandari et al. 2019: fp16 params and grads, K = 12 optimizer bytes
 ACT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}

@@ -29,6 +29,7 @@ import numpy as np
 
 from tpsim.config import RunConfig
 from tpsim.cost import alpha_beta_time, ring_steps
+from tpsim.nccl import message_bytes
 from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.pipeline.actions import Schedule
 from tpsim.pipeline.clock import Costs, unit
@@ -76,7 +77,10 @@ def collective_seconds(lay: Layout, gpu: GPU):
         if group not in GROUP_LINKS:
             raise ValueError(f"a collective over group {group!r}: the planner prices groups {sorted(GROUP_LINKS)}")
         on = link[GROUP_LINKS[group]]
-        comm = alpha_beta_time(ring_steps(op, size), wire, on.alpha, on.beta)
+        if hasattr(on, "collective"):  # a group across nodes: NCCL's model, as the planner prices it (tpsim.nccl)
+            comm = on.collective(op, message_bytes(op, wire, size), size)
+        else:
+            comm = alpha_beta_time(ring_steps(op, size), wire, on.alpha, on.beta)
         if gemms:  # pipelined with these GEMMs (--tp-comm-overlap): only what it leaves exposed
             return exposed_seconds(comm, gemms_seconds(gemms, lay, gpu), size)
         return comm

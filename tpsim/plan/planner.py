@@ -1,7 +1,11 @@
 """One layout's plan as a JSON-ready dict (the fields are documented in README, "Planning a real run").
 
     plan(model, layout) -> {"model", "layout", "per_gpu", "cp", "pipeline", "time_s", "fits", "tflops_per_gpu",
-                            "sources"}
+                            "hardware_tflops_per_gpu", "sources", ...}
+
+``tflops_per_gpu`` counts the model's FLOPs (no recompute: what Megatron-LM's and NeMo's tables call model
+TFLOP/s), ``hardware_tflops_per_gpu`` the FLOPs the GPUs run (full recompute repeats each layer's forward: 4/3 of
+the layers').
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
     g = gpu_preset(lay.gpu)
     mem = busiest_stage(model, lay)
     comm = step_comm(model, lay, g, int(mem["stage"]), int(mem["param_count"]))  # that stage's own
-    flops = flops_per_step(model, lay)
+    flops, model_flops = flops_per_step(model, lay), flops_per_step(model, lay, "none")
     pipe = pipeline_terms(model, lay, g)
     times = step_times(pipe, optimizer_s(model, lay, g, int(mem["param_count"])), lay.overlap_param_gather)
     times["hidden"] = hidden_s(model, lay, g, pipe, times)
@@ -91,7 +95,9 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
         "pipeline": pipe,
         "time_s": times,
         "flops_per_step": flops,
-        "tflops_per_gpu": flops / lay.gpus / times["step"] / 1e12,
+        "model_flops_per_step": model_flops,
+        "tflops_per_gpu": model_flops / lay.gpus / times["step"] / 1e12,  # model FLOPs (Megatron's, NeMo's tables)
+        "hardware_tflops_per_gpu": flops / lay.gpus / times["step"] / 1e12,  # with what recompute repeats
         "fits": memory_bytes["total"] <= g.usable_bytes,
         "sources": SOURCES,
     }

@@ -116,8 +116,10 @@ def time_rows(p: dict) -> list[list[str]]:
     if stage.gathers_around_units:
         rows.append(["time: ZeRO-3 gathers exposed", seconds(t["zero3_gather"]),
                      "per piece before F and B, one ahead; + reduce-scatters"])
-    rows.append(["step (critical path)", seconds(t["step"]), f"{p['tflops_per_gpu']:,.0f} TFLOP/s per GPU (model "
-                                                             "FLOPs)"])
+    hardware = p["hardware_tflops_per_gpu"]
+    rate = f"{p['tflops_per_gpu']:,.0f} TFLOP/s per GPU (model FLOPs)" + (
+        f", {hardware:,.0f} hardware (the recompute too)" if hardware != p["tflops_per_gpu"] else "")
+    rows.append(["step (critical path)", seconds(t["step"]), rate])
     return rows
 
 

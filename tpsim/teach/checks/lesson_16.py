@@ -25,8 +25,11 @@ def state_symptoms(params: int, dtype: str, zero: int, dp: int) -> dict:
         out["2-byte gradients (the ZeRO paper's 2 + 2 + 12): with bf16 weights Megatron keeps fp32 gradients"] = \
             zero_paper
     if dtype_name(dtype) == "float16":
-        out["the ZeRO paper's 2 + 2 + 12: Megatron's fp16 row also keeps an fp32 main-gradient buffer in the "
-            "optimizer"] = zero_paper
+        out["the ZeRO paper's 2 + 2 + 12: an fp16 run accumulates its gradients in fp32, 4 bytes, as bf16's"] = \
+            zero_paper
+        out["dist_optimizer.md's fp16 row (2 + 2 + 16): fp16 runs keep fp32 gradients instead of the 16-bit copy "
+            "beside a main one, 2 + 4 + 12"] = params * state_bytes_per_param(dtype, zero, dp, table=(2, 2, 16))[
+                "total"]
     return out
 
 
@@ -69,7 +72,7 @@ def activation_symptoms(s, b, h, a, t, sp, recompute, want: float) -> dict:
 
 @exercise("16", "model_state_bytes_per_gpu", "gpt_layer_activation_bytes",
           model_state_bytes_per_gpu=("what does Adam keep per parameter besides the weight and its gradient?",
-                                     "Megatron's table: bf16 2 + 4 + 12, fp16 2 + 2 + 16, fp32 4 + 4 + 8 bytes",
+                                     "bf16 and fp16 2 + 4 + 12 (fp32 gradients), fp32 4 + 4 + 8 bytes",
                                      "ZeRO-1 divides only the optimizer column by dp: 18 → 6 + 12/d"),
           gpt_layer_activation_bytes=("which parts of a layer does TP split, and which does every rank keep whole?",
                                       "TP sbh(10 + 24/t + 5as/(ht)); TP + SP sbh/t(34 + 5as/h)",
