@@ -96,3 +96,23 @@ def test_a_tp4_model_scales_from_16_to_2048_gpus_at_fixed_batch_per_gpu(overlap)
         steps.append(plan(PRESETS["llama3-8b"], lay)["time_s"]["step"])
     assert steps[0] <= steps[1] <= steps[2] < 1.10 * steps[0]
     assert math.isfinite(steps[2])
+
+
+@pytest.mark.parametrize("name, bf16, fp8, domain, nvlink, nic", [
+    ("h800-80gb", 989e12, 1979e12, 8, 8 * 20.6e9, 50e9),  # the H100's compute, 8 of its 18 NVLink links
+    ("b200", 2250e12, 4500e12, 8, 18 * 40.1e9, 50e9),  # HGX B200 at 1,000 W; ConnectX-7 400 Gb/s
+    ("gb200", 2500e12, 5000e12, 72, 18 * 40.1e9, 50e9),  # the NVL72's B200 at 1,200 W: one 72-GPU NVLink domain
+    ("gb300", 2500e12, 5000e12, 72, 18 * 40.1e9, 100e9),  # ConnectX-8 800 Gb/s
+])
+def test_the_newer_gpus_carry_their_datasheets_rates_and_ncclss_view(name, bf16, fp8, domain, nvlink, nic):
+    g = gpu(name)
+    assert (g.peak("bfloat16"), g.peak("fp8"), g.nvlink_domain) == (bf16, fp8, domain)
+    assert (g.fabric.nvlink, g.fabric.nic) == (nvlink, nic)
+    assert Layout(gpu=name).gpus_per_node == domain and Layout(gpu=name, gpus_per_node=4).gpus_per_node == 4
+
+
+def test_an_nvl72_keeps_a_72_gpu_dp_group_on_nvlink():
+    """GB200 NVL72: TP 4 × DP 18 is one NVLink domain, so the DP sync is priced on NVLink, not on the NICs."""
+    dp = links(Layout(tp=4, dp=18, gpu="gb200"), gpu("gb200"))["dp"]
+    assert not hasattr(dp, "collective") and dp.bandwidth == 900e9
+    assert hasattr(links(Layout(tp=4, dp=18, gpu="b200"), gpu("b200"))["dp"], "collective")  # 9 HGX nodes

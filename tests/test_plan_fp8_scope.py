@@ -165,10 +165,11 @@ NO_FP8 = [name for name, g in GPUS.items() if g.peak_flops_fp8 is None]
 
 @pytest.mark.parametrize("gpu_name", NO_FP8)
 def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_refused_in_one_line(gpu_name, capsys):
-    """Only Hopper has FP8 tensor cores among the presets: elsewhere ``--dtype fp8`` is a one-line error, exit 2."""
-    assert set(GPUS) - set(NO_FP8) == {"h100-80gb", "h200-141gb"}
+    """Only Hopper and Blackwell have FP8 tensor cores among the presets: elsewhere ``--dtype fp8`` is a one-line
+    error, exit 2."""
+    assert set(GPUS) - set(NO_FP8) == {"h100-80gb", "h200-141gb", "h800-80gb", "b200", "gb200", "gb300"}
     code = main(["--model", "gpt3-175b", "--tp", "8", "--dtype", "fp8", "--gpu", gpu_name])
     out, err = capsys.readouterr()
     assert code == 2 and out == "", (code, out)
     assert err.splitlines() == [f"tpsim plan: error: --dtype fp8: the {gpu_name} has no FP8 tensor cores "
-                                "(an H100 or H200 has)"], err
+                                "(Hopper and Blackwell parts have)"], err

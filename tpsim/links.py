@@ -51,4 +51,10 @@ IB_HDR = LinkPreset("InfiniBand HDR 200 Gb/s (inter-node)", 8e-6, 25e9,
                     "NVIDIA ConnectX-6 spec: 200 Gb/s per port, one port per GPU; alpha assumed")
 IB_EDR = LinkPreset("InfiniBand EDR 100 Gb/s (inter-node)", 8e-6, 12.5e9,
                     "Mellanox ConnectX-5 spec: 100 Gb/s per port, one port per GPU; alpha assumed")
+NVLINK4_H800 = LinkPreset("NVLink 4 (H800 SXM: 8 links, intra-node)", 3e-6, 200e9,
+                          "NVIDIA H800 SXM: NVLink 400 GB/s total per GPU (8 of the H100's 18 links); alpha assumed")
+NVLINK5_B200 = LinkPreset("NVLink 5 (Blackwell, intra-domain)", 3e-6, 900e9,
+                          "NVIDIA Blackwell datasheet: 1.8 TB/s total NVLink bandwidth per GPU; alpha assumed")
+IB_XDR = LinkPreset("ConnectX-8 800 Gb/s (inter-node)", 8e-6, 100e9,
+                    "NVIDIA ConnectX-8 SuperNIC: 800 Gb/s per GPU, GB300 NVL72; alpha assumed")
 PRESETS = {"nvlink4": NVLINK4_H100, "ib_ndr": IB_NDR, "pcie4": PCIE4_X16}  # by short name (tpsim.generate's report)

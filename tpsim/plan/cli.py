@@ -5,7 +5,7 @@
                [--recompute none|selective|full] --seq-len S --micro-batch b --global-batch B
                [--schedule afab|1f1b|interleaved|zb-h1] [--vp V] [--pp-layers a,b,...]
                [--dtype bfloat16|float16|float32|fp8] [--attention unfused|fused] [--gpu h100-80gb|...]
-               [--gpus-per-node 8] [--mfu F | --gemm-efficiency F --hbm-efficiency F]
+               [--gpus-per-node N] [--mfu F | --gemm-efficiency F --hbm-efficiency F]
                [--overlap-grad-reduce] [--overlap-param-gather] [--tp-comm-overlap] [--bucket-mb MB] [--json]
     tpsim plan --model NAME --gpus N --search [...] [--top 10] [--json]
     tpsim plan --validate          live runs check every per-layer term (``tpsim.plan.validate``)
@@ -67,7 +67,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--attention", default="unfused", choices=ATTENTION,
                    help="fused: a flash-style attention kernel, no s x s scores kept (default unfused)")
     p.add_argument("--gpu", default="h100-80gb", choices=list(GPUS))
-    p.add_argument("--gpus-per-node", type=count, default=8)
+    p.add_argument("--gpus-per-node", "--nvlink-domain", type=count, default=None, dest="gpus_per_node",
+                   help="GPUs one NVLink domain joins (default: the GPU's, 8, or 72 for gb200/gb300)")
     p.add_argument("--mfu", type=fraction, default=None,
                    help="every matmul at this fraction of peak, other kernels free (default: each kernel from its "
                         "shape, tpsim.plan.kernel_time)")

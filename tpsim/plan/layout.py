@@ -21,6 +21,7 @@ from tpsim.config import DTYPE_ALIASES, Parallelism, dtype_alias
 from tpsim.cp import choice as cp_choice
 from tpsim.config.tp_overlap_choice import tp_comm_overlap_problem
 from tpsim.errors import ConfigError
+from tpsim.gpus import GPUS
 from tpsim.pipeline.schedules import ONE_CHUNK, SCHEDULES
 from tpsim.plan.models import ModelSpec
 from tpsim.predict import pipeline as pipeline_formula
@@ -45,7 +46,7 @@ class Layout(Parallelism):
     global_batch: int = 512
     dtype: str = "bfloat16"
     gpu: str = "h100-80gb"
-    gpus_per_node: int = 8
+    gpus_per_node: int | None = None  # GPUs one NVLink domain joins; None: the GPU's (8, an NVL72's 72)
     mfu: float | None = None  # None: each kernel from its shape (tpsim.plan.kernel_time); a number: flat
     schedule: str = "1f1b"
     vp: int = 1
@@ -62,6 +63,8 @@ class Layout(Parallelism):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", dtype_alias(self.dtype))  # one spelling; unknown names: problems()
+        if self.gpus_per_node is None:  # the GPU's NVLink domain (an unknown GPU: 8, and plan() names it)
+            object.__setattr__(self, "gpus_per_node", GPUS[self.gpu].nvlink_domain if self.gpu in GPUS else 8)
         if self.pp_layers is not None:
             object.__setattr__(self, "pp_layers", tuple(self.pp_layers))
 
