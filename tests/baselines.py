@@ -15,6 +15,11 @@ The same bits need the same arithmetic: OpenBLAS picks its kernels, and so its s
 run is pinned to ``OPENBLAS_CORETYPE=Haswell`` (AVX2, present on any x86-64 machine CI runs on); the digest also
 records the numpy version, and a difference report names both when they differ from the recording's. ``make
 baselines`` runs the check; CI runs it before ``make test``.
+
+A layout on a GPU's clock (``pp2-clock-h100``) also holds the modelled time, which is the planner's prices: a
+change to the planner's model is not a refactor and moves it. Issue 37's refit (HBM efficiency 0.75 → 0.85)
+re-recorded that layout's three clock numbers alone (``-k pp2-clock-h100 --record``); its losses, gradient norms
+and bytes held bit for bit.
 """
 
 from __future__ import annotations
