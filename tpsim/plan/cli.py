@@ -63,7 +63,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="bfloat16", choices=[*DTYPE_CHOICES, "fp8"],
                    metavar="{" + ",".join(DTYPES) + ",fp8}",
                    help="bfloat16 (default; bf16), float16 (fp16) or float32 (fp32): Megatron's bytes per parameter; "
-                        "fp8: bfloat16 with the layers' matmuls at the FP8 peak (H100/H200)")
+                        "fp8: bfloat16 with the layers' matmuls at the FP8 peak and their casts (Hopper, Blackwell)")
     p.add_argument("--attention", default="unfused", choices=ATTENTION,
                    help="fused: a flash-style attention kernel, no s x s scores kept (default unfused)")
     p.add_argument("--gpu", default="h100-80gb", choices=list(GPUS))

@@ -21,8 +21,9 @@ list leaves out (bias adds, launch gaps; the optimizer's own kernels are priced 
 
 ``Layout.mfu`` set (``--mfu``): the textbook's flat model instead — every matmul at that fraction of the peak,
 the passes free — what the live ``--clock GPU`` tests and lesson 17 price by hand. ``Layout.fp8``: the layers'
-weight matmuls at the FP8 peak (Transformer Engine's FP8 GEMMs); attention's products, the LM head and every
-pass stay bfloat16. Pure arithmetic, no MPI.
+weight matmuls at the FP8 peak (Transformer Engine's FP8 GEMMs), and the casts that feed them
+(``tpsim.plan.kernels.fp8_casts``: each input and incoming gradient, each weight once a step, at HBM speed);
+attention's products, the LM head and every other pass stay bfloat16. Pure arithmetic, no MPI.
 """
 
 from __future__ import annotations

@@ -104,16 +104,35 @@ def forward(model: ModelSpec, lay: Layout) -> list[Kernel]:
     return out
 
 
+FP8_CAST_BYTES = 2 + 1 + 1  # read a 16-bit tensor, write its FP8 copy in both layouts (Transformer Engine's
+# cast_transpose: the GEMMs of the forward and of dX read one, dW's the transposed one; the amax comes with it)
+
+
+def fp8_casts(model: ModelSpec, lay: Layout) -> dict[str, list[Kernel]]:
+    """What ``--dtype fp8`` adds to a layer a micro-batch (Transformer Engine's FP8 linears, delayed scaling):
+    each weight matmul's input cast to FP8 in the forward, [T, in], and its incoming gradient in the backward,
+    [T, out], each ``FP8_CAST_BYTES`` an element at HBM speed; its weight cast once a step, [in, out], a
+    1/m share in each micro-batch's forward (the first pays it all; the step is the same)."""
+    if not lay.fp8:
+        return {"F": [], "B": []}
+    T, m = lay.micro_batch * lay.local_seq, lay.microbatches
+    weights = _weights(model, lay)
+    return {"F": [Kernel(f"fp8_cast_{name}", nbytes=FP8_CAST_BYTES * (T * k + k * n / m)) for name, k, n in weights],
+            "B": [Kernel(f"d_fp8_cast_{name}", nbytes=FP8_CAST_BYTES * T * n) for name, k, n in weights[::-1]]}
+
+
 def layer(model: ModelSpec, lay: Layout, recompute: str | None = None) -> dict[str, list[Kernel]]:
     """``{"F", "B", "W"}``: one layer's kernels for one micro-batch on one GPU (the module docstring)."""
     recompute = lay.recompute if recompute is None else recompute
     T = lay.micro_batch * lay.local_seq
-    fwd = forward(model, lay)
+    casts = fp8_casts(model, lay)
+    fwd = forward(model, lay) + casts["F"]
     redo = {"full": fwd, "selective": [] if flash(lay) else attention(model, lay, "F")}
     dx = [Kernel(f"d_{name}_input", T, k, n) for name, k, n in _weights(model, lay)[::-1]]
     passes = [Kernel(f"d_{name}", nbytes=2 * n) for name, n, _ in _passes(model, lay)]
     dw = [Kernel(f"d_{name}_weight", k, n, T) for name, k, n in _weights(model, lay)[::-1]]
-    return {"F": fwd, "B": [*redo.get(recompute, []), *dx, *passes, *attention(model, lay, "B")], "W": dw}
+    return {"F": fwd, "B": [*redo.get(recompute, []), *casts["B"], *dx, *passes, *attention(model, lay, "B")],
+            "W": dw}
 
 
 def head(model: ModelSpec, lay: Layout) -> dict[str, list[Kernel]]:
