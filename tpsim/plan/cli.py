@@ -9,7 +9,8 @@
                [--overlap-grad-reduce] [--overlap-param-gather] [--tp-comm-overlap] [--bucket-mb MB] [--json]
     tpsim plan --model NAME --gpus N --search [...] [--top 10] [--json]
     tpsim plan --validate          live runs check every per-layer term (``tpsim.plan.validate``)
-    tpsim plan --published         18 published runs' step times beside the planner's (``tpsim.plan.published``)
+    tpsim plan --published         18 published runs' step times beside the planner's (``tpsim.plan.published``),
+                                   then NeMo's 10 FP8 runs apart (``tpsim.plan.published_fp8``)
     tpsim plan --zero-example      the ZeRO paper's 7.5 B on 64 GPUs, stages 0-3, beside the planner's bytes
 
 Pure arithmetic, no MPI (``--validate`` launches ``mpiexec`` in a subprocess). ``--json`` prints one JSON object
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from tpsim.config import dtype_alias
 from tpsim.cp.choice import CP_COMMS, CP_LAYOUTS
@@ -97,7 +99,8 @@ def _overlap_and_modes(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--validate", action="store_true", help="check the planner's terms against live runs")
     p.add_argument("--published", action="store_true",
-                   help="step time vs 18 published runs (Narayanan et al. 2021, Korthikanti et al. 2022)")
+                   help="step time vs 18 published runs (Narayanan et al. 2021, Korthikanti et al. 2022), and "
+                        "NeMo's 10 FP8 runs apart")
     p.add_argument("--zero-example", action="store_true",
                    help="the ZeRO paper's 7.5 B parameters on 64 GPUs, stages 0-3 (Rajbhandari et al. 2019, Fig. 1)")
 
@@ -135,8 +138,13 @@ def run(args) -> int:
         from tpsim.plan.validate import main as validate_main
         return validate_main()
     if args.published:
+        import tempfile
+
         from tpsim.plan.published import format_published
+        from tpsim.plan.published_fp8 import compare_fp8, format_fp8
         print(format_published())
+        with tempfile.TemporaryDirectory() as folder:  # the FP8 rows' config files, read as --config reads one
+            print("\n" + format_fp8(compare_fp8(Path(folder))))
         return 0
     if args.zero_example:
         from tpsim.plan.published import format_zero_example
