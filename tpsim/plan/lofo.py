@@ -1,0 +1,53 @@
+"""Leave one family out: how the kernel model's fitted efficiencies carry to runs they were not fitted on.
+
+A table of every development row's predicted / published ratio at every point of the fitting grid
+(``tpsim.plan.fit.grid``; committed as ``tpsim/plan/data/fit_grid.json`` by ``python -m tpsim.plan.fit --write``)
+is all it takes: the best point on any set of rows is read off it (``best_on``: least worst |ratio − 1|, then
+least median), and for each family — a source, the row name's prefix (N21, K22) — the point chosen without its
+rows prices them (``leave_one_family_out``). That error is the one to expect on a new family of runs.
+Pure arithmetic, no MPI.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+GRID_FILE = Path(__file__).with_name("data") / "fit_grid.json"
+
+
+def family(name: str) -> str:
+    """A row's source: its name's prefix (``N21-1.7B`` → ``N21``)."""
+    return name.split("-", 1)[0]
+
+
+def best_on(table: dict, names) -> dict:
+    """The grid point of least (worst, median) |ratio − 1| over the rows ``names``: ``{"gemm", "hbm", "worst",
+    "median"}``."""
+    scored = []
+    for i, g in enumerate(table["gemm"]):
+        for j, m in enumerate(table["hbm"]):
+            errors = [abs(table["ratios"][n][i][j] - 1) for n in names]
+            scored.append((max(errors), statistics.median(errors), g, m))
+    worst, median, g, m = min(scored)
+    return {"gemm": g, "hbm": m, "worst": worst, "median": median}
+
+
+def leave_one_family_out(table: dict) -> dict:
+    """``{"families": {family: best_on(the other rows)}, "ratios": {row: its ratio at its family's point},
+    "median", "worst"}``."""
+    names = list(table["ratios"])
+    families = {family(n) for n in names}
+    points = {f: best_on(table, [n for n in names if family(n) != f]) for f in sorted(families)}
+    ratios = {}
+    for n in names:
+        p = points[family(n)]
+        ratios[n] = table["ratios"][n][table["gemm"].index(p["gemm"])][table["hbm"].index(p["hbm"])]
+    errors = [abs(r - 1) for r in ratios.values()]
+    return {"families": points, "ratios": ratios, "median": statistics.median(errors), "worst": max(errors)}
+
+
+def committed() -> dict | None:
+    """The leave-one-family-out result of the committed grid (None before ``--write`` made one)."""
+    return leave_one_family_out(json.loads(GRID_FILE.read_text())) if GRID_FILE.exists() else None
