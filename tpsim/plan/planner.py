@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tpsim.pipeline.stage_clock import ROUNDING, compiled
+from tpsim.plan.breakdown import compute_classes
 from tpsim.plan.comm import links, ring_seconds, step_comm, tp_wire_bytes_per_layer
 from tpsim.plan.pipeline_comm import stage_comm
 from tpsim.plan.cp_terms import cp_terms
@@ -92,6 +93,7 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
             "wire_bytes_per_step": comm["wire_bytes"],
         },
         "cp": cp_terms(model, lay, g, int(mem["stage"]), times["cp"]),
+        "compute_classes_s": compute_classes(model, lay, g),  # time_s.compute by kernel class (tpsim.plan.breakdown)
         "pipeline": pipe,
         "time_s": times,
         "flops_per_step": flops,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tpsim.plan.breakdown import class_line
 from tpsim.arch import architecture
 from tpsim.table import RULE, format_table
 from tpsim.zero_stage import zero_stage
@@ -186,7 +187,7 @@ def format_plan(p: dict) -> str:
             *cp_rows(p),
             RULE, *pipeline_rows(p), RULE,
             *time_rows(p)]
-    return "\n".join([*head, format_table(rows, right=(1,)), *why_bubble(p)])
+    return "\n".join([*head, format_table(rows, right=(1,)), class_line(p["compute_classes_s"]), *why_bubble(p)])
 
 
 def format_search(plans: list[dict], gpus: int, top: int = 10) -> str:
