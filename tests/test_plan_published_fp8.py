@@ -25,8 +25,8 @@ def test_ten_rows_each_with_its_source_and_its_gpus():
         assert r["published"]["time_s"] == pytest.approx(want, rel=1e-9)
 
 
-def test_published_prints_the_fp8_rows_apart_with_their_errors(tmp_path, capsys):
-    result = compare_fp8(tmp_path)
+def test_published_prints_the_fp8_rows_apart_with_their_errors(capsys):
+    result = compare_fp8()
     assert result["median"] == statistics.median(abs(r["ratio"] - 1) for r in result["rows"])
     assert main(["--published"]) == 0
     out = capsys.readouterr().out

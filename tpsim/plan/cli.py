@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from tpsim.config import dtype_alias
 from tpsim.cp.choice import CP_COMMS, CP_LAYOUTS
@@ -138,13 +137,10 @@ def run(args) -> int:
         from tpsim.plan.validate import main as validate_main
         return validate_main()
     if args.published:
-        import tempfile
-
         from tpsim.plan.published import format_published
         from tpsim.plan.published_fp8 import compare_fp8, format_fp8
         print(format_published())
-        with tempfile.TemporaryDirectory() as folder:  # the FP8 rows' config files, read as --config reads one
-            print("\n" + format_fp8(compare_fp8(Path(folder))))
+        print("\n" + format_fp8(compare_fp8()))
         return 0
     if args.zero_example:
         from tpsim.plan.published import format_zero_example

@@ -101,12 +101,17 @@ def from_hf_config(path: str | Path) -> ModelSpec:
         cfg = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot read {path}: {e}") from None
-    kind, name = cfg.get("model_type"), Path(path).parent.name or Path(path).stem
+    return from_hf_dict(cfg, Path(path).parent.name or Path(path).stem, str(path))
+
+
+def from_hf_dict(cfg: dict, name: str, where: str | None = None) -> ModelSpec:
+    """``from_hf_config`` on a config already read (``where``: what an error names; default ``name``)."""
+    kind = cfg.get("model_type")
     try:
         arch = hf_architecture(kind)
     except HFConfigError:
         readable = ", ".join(a.hf.MODEL_TYPE for a in ARCHITECTURES.values())
-        raise ConfigError(f"{path}: model_type {kind!r} is not one the planner reads ({readable})") from None
+        raise ConfigError(f"{where or name}: model_type {kind!r} is not one the planner reads ({readable})") from None
     return ModelSpec(name, arch.name, **arch.hf.planner_sizes(cfg))
 
 

@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 
 from tpsim.plan.layout import Layout
-from tpsim.plan.models import ModelSpec, from_hf_config
+from tpsim.plan.models import ModelSpec, from_hf_dict
 from tpsim.plan.planner import plan
 from tpsim.plan.published import DEV_ROWS
 from tpsim.table import RULE, format_table
@@ -32,12 +32,9 @@ def load_fp8(path: Path = DEV_ROWS) -> list[dict]:
     return json.loads(Path(path).read_text())["rows_h100_fp8"]
 
 
-def fp8_model(row: dict, folder: Path) -> ModelSpec:
-    """The row's model from its Hugging Face config (written to ``folder`` as a real config.json is read)."""
-    path = folder / row["name"] / "config.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(row["config"]))
-    return from_hf_config(path)
+def fp8_model(row: dict) -> ModelSpec:
+    """The row's model from its Hugging Face config, read as ``--config`` reads one."""
+    return from_hf_dict(row["config"], row["name"])
 
 
 def fp8_layout(row: dict) -> Layout:
@@ -51,15 +48,15 @@ def fp8_layout(row: dict) -> Layout:
                   cp_comm=k["cp_comm"], **{OVERLAPS[o]: True for o in k["overlap"]})
 
 
-def compare_fp8(folder: Path, rows: list[dict] | None = None) -> dict:
+def compare_fp8(rows: list[dict] | None = None) -> dict:
     """``{"rows": [{"name", "gpus", "published_s", "predicted_s", "ratio"}], "median", "worst"}`` for the FP8
-    rows (``folder``: where their config files are written)."""
+    rows."""
     out = []
     for row in load_fp8() if rows is None else rows:
         lay = fp8_layout(row)
         if lay.gpus != row["lay"]["gpus"]:
             raise ValueError(f"{row['name']}: tp x cp x pp x dp = {lay.gpus}, the row says {row['lay']['gpus']}")
-        step = plan(fp8_model(row, folder), lay)["time_s"]["step"]
+        step = plan(fp8_model(row), lay)["time_s"]["step"]
         want = row["published"]["time_s"]
         out.append({"name": row["name"], "gpus": lay.gpus, "layout": lay, "published_s": want,
                     "predicted_s": step, "ratio": step / want})
