@@ -182,11 +182,11 @@ p70 = plan(LLAMA, LAYOUT)
 lesson.say(format_plan(p70))
 per_layer = llama_layer["paper"]
 lesson.expect("stage 0: 20 layers x 4 micro-batches of one layer's activations (the first stage has no logits)")
-lesson.close("stage 0's activations vs 20 x 4 x one layer (bytes)", p70["per_gpu"]["memory_bytes"]["activations"],
+lesson.close("stage 0's activations vs 20 x 4 x one layer (bytes)", p70.per_gpu["memory_bytes"]["activations"],
              20 * 4 * per_layer, tol=1.0)  # the paper's layer: tpsim's own extra terms are not a real run's
 lesson.expect(f"a tpsim run would keep 20 x 4 x {llama_layer['tpsim_extra']:,.0f} B more there: 7.38 GB")
 lesson.equal("tpsim's own terms on stage 0, GB", round(20 * 4 * llama_layer["tpsim_extra"] / 1e9, 2), 7.38)
-bubble, busy = p70["pipeline"]["bubble_fraction"], [r["busy_s"] for r in p70["pipeline"]["ranks"]]
+bubble, busy = p70.pipeline["bubble_fraction"], [r["busy_s"] for r in p70.pipeline["ranks"]]
 lesson.expect("the formula's bubble is 3/131 of the step; measured, it is larger: the last stage is the busiest")
 lesson.close("the plan's formula bubble vs 3/131", bubble["formula"], 3 / 131)
 lesson.check("measured > formula, the busiest rank the last", f"{bubble['measured']:.4f} > {bubble['formula']:.4f}",
@@ -219,7 +219,7 @@ norm_sync = 2 * (t - 1) * (2 * h) // t
 tp_layer = 10 * (t - 1) * act // t + 2 * norm_sync
 tp_stage0 = m * (20 * tp_layer + 3 * (t - 1) * act // t + b * s * 8) + 2 * (t - 1) * 8 // t  # + clip's fp64
 n0 = stage_param_elements(LLAMA, 8, 4, 0)
-wire = p70["per_gpu"]["wire_bytes_per_step"]
+wire = p70.per_gpu["wire_bytes_per_step"]
 lesson.expect("stage 0's bytes by hand: m x (20 layers + embedding + ids) + the clip norm; n x 4 B; m [s/t, b, h]")
 lesson.check("TP bytes per step, by hand vs the plan", f"{tp_stage0:,} B", tp_stage0 == wire["tp"])
 lesson.check("DP bytes: fp32 gradients all-reduced over 2", f"{n0 * 4:,} B", n0 * 4 == wire["dp"])
@@ -229,9 +229,9 @@ lesson.check("TP bytes / DP bytes", f"{wire['tp'] / wire['dp']:.0f}", wire["tp"]
 two_nodes = replace(LAYOUT, gpus_per_node=4)  # the same TP 8 group, 4 GPUs a node
 spread = plan(LLAMA, two_nodes)
 for lay, q in ((LAYOUT, p70), (two_nodes, spread)):
-    lesson.say(f"TP on {links(lay, gpu(lay.gpu))['tp'].name}: {q['time_s']['tp']:.2f} s a step")
-lesson.check("TP time over two nodes / in one node", f"{spread['time_s']['tp'] / p70['time_s']['tp']:.2f}",
-             spread["time_s"]["tp"] > 8 * p70["time_s"]["tp"])
+    lesson.say(f"TP on {links(lay, gpu(lay.gpu))['tp'].name}: {q.time_s['tp']:.2f} s a step")
+lesson.check("TP time over two nodes / in one node", f"{spread.time_s['tp'] / p70.time_s['tp']:.2f}",
+             spread.time_s["tp"] > 8 * p70.time_s["tp"])
 
 # %% [markdown]
 # ## ZeRO-1: the optimizer split over DP
@@ -245,17 +245,17 @@ lesson.check("TP time over two nodes / in one node", f"{spread['time_s']['tp'] /
 # %%
 lesson.section("ZeRO-1: the optimizer split over DP")
 z1 = plan(LLAMA, replace(LAYOUT, zero=1))
-mem0, mem1 = p70["per_gpu"]["memory_bytes"], z1["per_gpu"]["memory_bytes"]
+mem0, mem1 = p70.per_gpu["memory_bytes"], z1.per_gpu["memory_bytes"]
 rows = [["stage 0, GB", "ZeRO-0", "ZeRO-1"]]
 rows += [[k, f"{mem0[k] / 1e9:,.2f}", f"{mem1[k] / 1e9:,.2f}"] for k in ("params", "grads", "optimizer", "total")]
-rows += [["DP wire per step", f"{wire['dp'] / 1e9:,.2f}", f"{z1['per_gpu']['wire_bytes_per_step']['dp'] / 1e9:,.2f}"]]
+rows += [["DP wire per step", f"{wire['dp'] / 1e9:,.2f}", f"{z1.per_gpu['wire_bytes_per_step']['dp'] / 1e9:,.2f}"]]
 lesson.say(table(rows, right=(1, 2)))
 lesson.expect("the optimizer 27.25 -> 13.62 GB (12 -> 6 bytes a parameter), the rest unchanged; DP sends 3n, not 4n")
 lesson.equal("optimizer bytes, ZeRO-1 vs n x 12 / 2", mem1["optimizer"], n0 * 12 // 2)
 lesson.equal("params + grads, unchanged", (mem1["params"], mem1["grads"]), (mem0["params"], mem0["grads"]))
 lesson.equal("total, GB: ZeRO-0 -> ZeRO-1 (13.62 GB less)",
              (round(mem0["total"] / 1e9, 2), round(mem1["total"] / 1e9, 2)), (63.36, 49.73))
-lesson.equal("DP bytes: fp32 reduce-scatter + bf16 all-gather over 2", z1["per_gpu"]["wire_bytes_per_step"]["dp"],
+lesson.equal("DP bytes: fp32 reduce-scatter + bf16 all-gather over 2", z1.per_gpu["wire_bytes_per_step"]["dp"],
              n0 * 4 // 2 + n0 * 2 // 2)
 
 # %% [markdown]
@@ -276,9 +276,9 @@ plans = search(LLAMA, LAYOUT, 64)
 lesson.say(format_search(plans, 64))
 capacity = gpu("h100-80gb").usable_bytes
 lesson.expect("every layout listed fits in 81,559 MiB - 1 GiB and they come fastest first")
-steps = [q["time_s"]["step"] for q in plans]
+steps = [q.time_s["step"] for q in plans]
 lesson.check("layouts that fit, sorted by step time", f"{len(plans)} layouts",
-             bool(plans) and steps == sorted(steps) and all(q["per_gpu"]["memory_bytes"]["total"] <= capacity
+             bool(plans) and steps == sorted(steps) and all(q.per_gpu["memory_bytes"]["total"] <= capacity
                                                             for q in plans))
 lesson.expect("the planner's H100 holds 81,559 MiB - 1 GiB = 84.45·10⁹ B of tensors")
 lesson.equal("planner's usable bytes vs 81,559 MiB - 1 GiB", capacity, 81_559 * 2 ** 20 - 2 ** 30)

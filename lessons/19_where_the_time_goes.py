@@ -608,7 +608,7 @@ lesson.section("One published run, taken apart")
 lay = row_layout(row)
 g = gpu(lay.gpu)
 p_k = plan(model_k, lay)
-t = p_k["time_s"]
+t = p_k.time_s
 parts = {k: t[k] for k in ("compute", "tp", "bubble", "pp", "loss", "embedding", "dp", "optimizer", "dp_gather")}
 lesson.say(table([["part", "seconds", "share"]] + [[k, f"{v:.4f}", f"{v / t['step']:.1%}"] for k, v in parts.items()]
                  + [["step", f"{t['step']:.4f}", ""]], right=(1, 2)))
@@ -624,7 +624,7 @@ lesson.check(f"scores: FLOPs a byte below the ridge, kernel_seconds = bytes / (H
              f"{intensity:.0f} FLOPs a byte vs ridge {g.peak(lay.dtype) / g.hbm_bytes_per_s:.0f}; "
              f"{kernel_seconds(scores, lay, g) * 1e6:.1f} µs",
              by_bytes > by_flops and relative(kernel_seconds(scores, lay, g), by_bytes) <= 1e-12)
-params = p_k["per_gpu"]["params"]
+params = p_k.per_gpu["params"]
 lesson.expect("the optimizer part is the busiest stage's update at HBM speed plus the clip norm's all-reduce: "
               "under 1 % of the step")
 lesson.check("optimizer part ≥ optimizer_seconds(params), < 1 % of the step",

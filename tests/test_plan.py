@@ -117,10 +117,10 @@ def test_json_last_line_has_the_documented_fields(capsys):
 
 def test_search_ranks_layouts_that_fit(capsys):
     plans = search(PRESETS["llama3-70b"], Layout(sp=True, recompute="selective", seq_len=8192, global_batch=64), 64)
-    assert plans and all(p["fits"] for p in plans)
-    steps = [p["time_s"]["step"] for p in plans]
+    assert plans and all(p.fits for p in plans)
+    steps = [p.time_s["step"] for p in plans]
     assert steps == sorted(steps)
-    assert all(p["layout"]["tp"] * p["layout"]["pp"] * p["layout"]["dp"] == 64 for p in plans)
+    assert all(p.layout["tp"] * p.layout["pp"] * p.layout["dp"] == 64 for p in plans)
     assert main(["--model", "llama3-70b", "--gpus", "64", "--search", "--sp", "--seq-len", "8192", "--recompute",
                  "selective", "--global-batch", "64", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["layouts"]) == len(plans)
@@ -152,8 +152,8 @@ def test_model_and_hardware_tflops_apart_under_full_recompute():
     them once (Megatron-LM's and NeMo's tables print model TFLOP/s)."""
     lay = Layout(tp=8, pp=8, dp=2, global_batch=64, recompute="full")
     p = plan(GPT3, lay)
-    assert p["model_flops_per_step"] < p["flops_per_step"] < 4 / 3 * p["model_flops_per_step"]
-    assert p["hardware_tflops_per_gpu"] / p["tflops_per_gpu"] == pytest.approx(
-        p["flops_per_step"] / p["model_flops_per_step"], rel=1e-12)
+    assert p.model_flops_per_step < p.flops_per_step < 4 / 3 * p.model_flops_per_step
+    assert p.hardware_tflops_per_gpu / p.tflops_per_gpu == pytest.approx(
+        p.flops_per_step / p.model_flops_per_step, rel=1e-12)
     plain = plan(GPT3, Layout(tp=8, pp=8, dp=2, global_batch=64))
-    assert plain["tflops_per_gpu"] == plain["hardware_tflops_per_gpu"]
+    assert plain.tflops_per_gpu == plain.hardware_tflops_per_gpu

@@ -24,9 +24,9 @@ LAYOUTS = {
 def test_the_classes_add_up_to_the_compute(name):
     lay = LAYOUTS[name]
     p = plan(PRESETS["llama3-70b"], lay)
-    classes = p["compute_classes_s"]
+    classes = p.compute_classes_s
     assert set(classes) == set(CLASSES) and all(v >= 0 for v in classes.values())
-    assert sum(classes.values()) == pytest.approx(p["time_s"]["compute"], rel=1e-9)
+    assert sum(classes.values()) == pytest.approx(p.time_s["compute"], rel=1e-9)
     assert (classes["recompute"] > 0) == (lay.recompute != "none")
     assert (classes["FP8 casts"] > 0) == lay.fp8
     if lay.mfu is not None:  # the flat model prices matmuls only

@@ -45,8 +45,8 @@ def test_variants_do_not_matter_at_cp_1():
     base = plan(GPT2, gpt2_layout())
     for comm, layout in (("ulysses", "contiguous"), ("allgather", "zigzag")):
         other = plan(GPT2, gpt2_layout(cp_comm=comm, cp_layout=layout))
-        assert other["time_s"] == base["time_s"] and other["per_gpu"] == base["per_gpu"]
-    assert base["time_s"]["cp"] == 0.0 and base["cp"]["placement"] == "no CP"
+        assert other.time_s == base.time_s and other.per_gpu == base.per_gpu
+    assert base.time_s["cp"] == 0.0 and base.cp["placement"] == "no CP"
 
 
 @pytest.mark.parametrize("comm", ["ring", "allgather", "ulysses"])
@@ -94,9 +94,9 @@ def test_sp_full_recompute_logits_and_the_ring_buffers():
 def test_zero1_shards_the_optimizer_over_dp_times_cp():
     lay = Layout(tp=8, dp=2, cp=4, zero=1, sp=True, seq_len=8192, global_batch=8)
     p = plan(L8B, lay)
-    assert p["per_gpu"]["model_state_bytes_per_param"] == {"params": 2, "grads": 4, "optimizer": 12 / 8,
+    assert p.per_gpu["model_state_bytes_per_param"] == {"params": 2, "grads": 4, "optimizer": 12 / 8,
                                                            "total": 6 + 12 / 8}
-    assert p["layout"]["gpus"] == 8 * 2 * 4 and p["layout"]["microbatches"] == 4  # m = B/(dp·b): CP shares a batch
+    assert p.layout["gpus"] == 8 * 2 * 4 and p.layout["microbatches"] == 4  # m = B/(dp·b): CP shares a batch
     assert dp_wire_bytes(lay, 1000) == wire_bytes("reduce_scatter", 4000, 8) + wire_bytes("all_gather", 2000, 8)
 
 
@@ -111,7 +111,7 @@ def test_cp_bytes_by_hand(comm):
             "ulysses": ((cp - 1) * (2 * q + 2 * kv) // cp, (cp - 1) * (2 * q + 2 * kv) // cp)}[comm]
     assert cp_terms.layer_bytes(L8B, lay) == dict(zip(("forward", "backward"), want))
     p = plan(L8B, lay)
-    assert p["cp"]["wire_bytes_per_step"] == 32 * lay.microbatches * sum(want)
+    assert p.cp["wire_bytes_per_step"] == 32 * lay.microbatches * sum(want)
     full = cp_terms.layer_bytes(L8B, replace(lay, recompute="full"))
     assert full["backward"] == want[1] + want[0]  # the recomputed forward fetches the other shards again
 
@@ -187,13 +187,13 @@ def test_the_step_still_adds_up(comm, gather):
     lay = Layout(tp=2, cp=4, pp=2, dp=2, cp_comm=comm, seq_len=8192, global_batch=16, zero=1, sp=True,
                  overlap_grad_reduce=True, overlap_param_gather=gather, gpus_per_node=4)
     p = plan(L8B, lay)
-    t = p["time_s"]
+    t = p.time_s
     assert t["step"] == pytest.approx(sum(t[k] for k in PARTS), rel=1e-12)
-    assert t["cp"] > 0 and t["cp"] == p["cp"]["exposed_s_per_step"]
-    per_rank = [r["cp_s"] for r in p["pipeline"]["ranks"]]
+    assert t["cp"] > 0 and t["cp"] == p.cp["exposed_s_per_step"]
+    per_rank = [r["cp_s"] for r in p.pipeline["ranks"]]
     assert t["cp"] == pytest.approx(sum(per_rank) / 2, rel=1e-12)
     m, layers = 16 // 2, 32 // 2
-    assert per_rank[0] == pytest.approx(m * layers * sum(p["cp"]["exposed_s_per_layer"].values()), rel=1e-12)
+    assert per_rank[0] == pytest.approx(m * layers * sum(p.cp["exposed_s_per_layer"].values()), rel=1e-12)
 
 
 def test_refusals_are_one_line_and_exit_2(capsys):
@@ -225,7 +225,7 @@ def test_the_report_and_json_carry_the_cp_line(capsys):
 def test_search_keeps_cp_as_given():
     base = Layout(cp=4, sp=True, seq_len=32768, global_batch=8, attention="fused")
     plans = search(L8B, base, 32)
-    assert plans and all(p["layout"]["cp"] == 4 and p["layout"]["gpus"] == 32 for p in plans)
+    assert plans and all(p.layout["cp"] == 4 and p.layout["gpus"] == 32 for p in plans)
     with pytest.raises(Exception, match="not divisible by --cp 4"):
         search(L8B, base, 30)
 
@@ -241,13 +241,13 @@ def test_llama3_405b_long_context_layout():
         lay = Layout(tp=8, cp=16, pp=16, dp=8, sp=True, zero=1, attention="fused", seq_len=131072,
                      global_batch=128, cp_comm=comm, pp_layers=(7, *[8] * 14, 7))
         p[comm] = plan(L405B, lay)
-    assert p["ring"]["layout"]["gpus"] == 16384 and p["ring"]["layout"]["microbatches"] == 16
-    assert p["ring"]["cp"]["placement"] == "CP across nodes"
+    assert p["ring"].layout["gpus"] == 16384 and p["ring"].layout["microbatches"] == 16
+    assert p["ring"].cp["placement"] == "CP across nodes"
     kept = 2 * (131072 - 8192) * 128 * 2
-    act = {c: p[c]["per_gpu"]["activation_bytes_per_layer"]["paper"] for c in p}
+    act = {c: p[c].per_gpu["activation_bytes_per_layer"]["paper"] for c in p}
     assert act["allgather"] - act["ring"] == pytest.approx(kept, rel=1e-12)
-    assert p["ring"]["fits"] and not p["allgather"]["fits"]
-    assert p["ring"]["cp"]["bytes_per_layer_per_microbatch"] == {"forward": 15 * 2 * 8192 * 128 * 2,
+    assert p["ring"].fits and not p["allgather"].fits
+    assert p["ring"].cp["bytes_per_layer_per_microbatch"] == {"forward": 15 * 2 * 8192 * 128 * 2,
                                                                  "backward": 31 * 2 * 8192 * 128 * 2}
     assert main(ring_args) == 0
 

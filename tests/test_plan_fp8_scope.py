@@ -149,7 +149,7 @@ def test_fp8_changes_no_planned_term_but_the_compute_times_built_from_those_matm
     exactly its layers × the weight matmuls' saving (the head and everything else saving nothing)."""
     model, bf16, fp8 = layouts(name, pricing)
     before, after = plan(model, bf16), plan(model, fp8)
-    old, new = dict(leaves(before)), dict(leaves(after))
+    old, new = dict(leaves(before.as_dict())), dict(leaves(after.as_dict()))
     assert old.keys() == new.keys() and set(KEPT) <= old.keys()
     wrong = []
     for path, a in old.items():
@@ -174,7 +174,7 @@ def test_fp8_changes_no_planned_term_but_the_compute_times_built_from_those_matm
               for op, ks in layer(model, bf16).items()}  # the FP8 peak's saving, less the casts FP8 adds
     split = build(bf16.schedule, bf16.pp, bf16.microbatches, bf16.vp).splits_backward
     per_action = saving if split else {"F": saving["F"], "B": saving["B"] + saving["W"], "W": 0.0}
-    for s, (x, y) in enumerate(zip(before["pipeline"]["stages"], after["pipeline"]["stages"])):
+    for s, (x, y) in enumerate(zip(before.pipeline["stages"], after.pipeline["stages"])):
         for op in "FBW":
             assert x[f"{op}_s"] - y[f"{op}_s"] == pytest.approx(x["layers"] * per_action[op], rel=1e-9,
                                                                 abs=1e-15), f"stage {s} {op}"

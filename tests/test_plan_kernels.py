@@ -93,8 +93,8 @@ def test_gpu_memory_is_what_the_card_reports_less_the_reserve():
     assert H100.memory_bytes == 81_559 * 2 ** 20 and gpu("h200-141gb").memory_bytes == 143_771 * 2 ** 20
     assert H100.usable_bytes == H100.memory_bytes - RESERVED_BYTES == 81_559 * 2 ** 20 - 2 ** 30
     p = plan(GPT3, Layout(tp=8, pp=16, dp=8, sp=True, recompute="full", seq_len=2048, global_batch=1536))
-    assert p["fits"] == (p["per_gpu"]["memory_bytes"]["total"] <= H100.usable_bytes)
-    assert p["per_gpu"]["memory_bytes"]["activations"] == pytest.approx(0.60e9, rel=0.01)  # 2sbh/t a layer
+    assert p.fits == (p.per_gpu["memory_bytes"]["total"] <= H100.usable_bytes)
+    assert p.per_gpu["memory_bytes"]["activations"] == pytest.approx(0.60e9, rel=0.01)  # 2sbh/t a layer
 
 
 def test_the_optimizer_moves_its_bytes_at_hbm_speed_and_zero_1_divides_them():

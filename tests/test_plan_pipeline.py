@@ -97,18 +97,18 @@ def test_compute_is_the_mean_busy_time_so_the_stage_flops_add_up_to_the_step():
                                          pp_layers=META_405B)),
                        (GPT3, Layout(tp=8, pp=8, dp=4, recompute="none", seq_len=2048, global_batch=512))):
         flat = plan(model, replace(lay, mfu=0.5))
-        busy = [r["busy_s"] - r["collectives_s"] for r in flat["pipeline"]["ranks"]]  # the FLOPs' share
+        busy = [r["busy_s"] - r["collectives_s"] for r in flat.pipeline["ranks"]]  # the FLOPs' share
         peak = gpu_preset(lay.gpu).peak(lay.dtype)
-        assert sum(busy) / len(busy) == pytest.approx(flat["time_s"]["compute"], rel=1e-12)
+        assert sum(busy) / len(busy) == pytest.approx(flat.time_s["compute"], rel=1e-12)
         padded = replace(model, vocab=padded_vocab_size(model.vocab, lay.tp))  # the head computes Vp/t columns
-        assert flat["time_s"]["compute"] * lay.gpus * peak * 0.5 == pytest.approx(flops_per_step(padded, lay),
+        assert flat.time_s["compute"] * lay.gpus * peak * 0.5 == pytest.approx(flops_per_step(padded, lay),
                                                                                    rel=1e-12)
         for p in (flat, plan(model, lay)):
-            t = p["time_s"]
+            t = p.time_s
             assert t["compute"] + t["tp"] + t["bubble"] + t["pp"] == pytest.approx(t["pipeline"], rel=1e-12)
             parts = ("compute", "tp", "bubble", "pp", "loss", "embedding", "dp", "optimizer", "dp_gather")
             assert t["step"] == pytest.approx(sum(t[k] for k in parts), rel=1e-12)
-            assert t["step"] == pytest.approx(p["pipeline"]["step_s"] + t["optimizer"] + t["dp_gather"], rel=1e-12)
+            assert t["step"] == pytest.approx(p.pipeline["step_s"] + t["optimizer"] + t["dp_gather"], rel=1e-12)
             assert (t["embedding"] > 0) == model.tied  # GPT-3's tied embedding: first + last stage
 
 
@@ -117,7 +117,7 @@ def test_the_lm_head_makes_the_last_stage_heavier_and_the_bubble_larger():
     drain plus m (t_f' + t_b') of the last stage, whose pace the others wait for. Priced flat (time ∝ FLOPs),
     the head's 2·h·V a token weighs what it does in FLOPs."""
     p = plan(LLAMA70, replace(LAYOUT, mfu=0.5))
-    pipe, stages, m = p["pipeline"], p["pipeline"]["stages"], LAYOUT.microbatches
+    pipe, stages, m = p.pipeline, p.pipeline["stages"], LAYOUT.microbatches
     assert stages[3]["F_s"] > stages[0]["F_s"] == stages[1]["F_s"] == stages[2]["F_s"]
     fill = 3 * (stages[0]["F_s"] + stages[0]["B_s"])
     assert pipe["makespan_compute_only_s"] == pytest.approx(fill + m * (stages[3]["F_s"] + stages[3]["B_s"]),
@@ -133,16 +133,16 @@ def test_the_lm_head_makes_the_last_stage_heavier_and_the_bubble_larger():
 def test_uneven_stages_idle_more_than_the_formula_and_the_busiest_sets_the_pace():
     lay = Layout(tp=8, pp=16, dp=8, sp=True, seq_len=8192, global_batch=1024, pp_layers=META_405B)
     p = plan(LLAMA405, lay)
-    pipe = p["pipeline"]
+    pipe = p.pipeline
     assert [r["layers"] for r in pipe["ranks"]] == list(META_405B)
     busy = [r["busy_s"] for r in pipe["ranks"]]
     assert max(busy) == busy[1] > busy[0] and busy[0] < busy[15] < busy[1]  # 8 layers > 7 + the head > 7
     assert pipe["bubble_fraction"]["measured"] > pipe["bubble_fraction"]["formula"]
-    assert p["per_gpu"]["stage"] == 1  # 8 layers x 15 in flight: more than stage 0's 7 x 16
+    assert p.per_gpu["stage"] == 1  # 8 layers x 15 in flight: more than stage 0's 7 x 16
     even = plan(LLAMA70, replace(LAYOUT, pp_layers=(20, 20, 20, 20)))
-    assert even["pipeline"] == plan(LLAMA70, LAYOUT)["pipeline"]
+    assert even.pipeline == plan(LLAMA70, LAYOUT).pipeline
     heavy_first = plan(LLAMA70, replace(LAYOUT, pp_layers=(23, 19, 19, 19)))
-    assert heavy_first["pipeline"]["bubble_fraction"]["measured"] > even["pipeline"]["bubble_fraction"]["measured"]
+    assert heavy_first.pipeline["bubble_fraction"]["measured"] > even.pipeline["bubble_fraction"]["measured"]
 
 
 @pytest.mark.parametrize("schedule, vp", [("afab", 1), ("1f1b", 1), ("zb-h1", 1), ("interleaved", 2),
@@ -153,11 +153,11 @@ def test_p2p_bytes_are_2m_vp_minus_1_boundary_tensors(schedule, vp, sp):
     p = plan(LLAMA70, lay)
     b, s, h, e, t, m = 1, 8192, LLAMA70.hidden, 2, 8, lay.microbatches
     tensor = b * s * h * e // (t if sp else 1)
-    assert p["pipeline"]["p2p_bytes"]["measured"] == p["pipeline"]["p2p_bytes"]["formula"]
-    assert p["pipeline"]["p2p_bytes"]["measured"] == 2 * m * (vp * 4 - 1) * tensor
+    assert p.pipeline["p2p_bytes"]["measured"] == p.pipeline["p2p_bytes"]["formula"]
+    assert p.pipeline["p2p_bytes"]["measured"] == 2 * m * (vp * 4 - 1) * tensor
     sends = [m * (2 * vp - 1), 2 * m * vp, 2 * m * vp, m * (2 * vp - 1)]  # the ends of the model send one way
-    assert [r["sends"] for r in p["pipeline"]["ranks"]] == sends
-    assert p["per_gpu"]["wire_bytes_per_step"]["pp"] == sends[p["per_gpu"]["stage"]] * tensor
+    assert [r["sends"] for r in p.pipeline["ranks"]] == sends
+    assert p.per_gpu["wire_bytes_per_step"]["pp"] == sends[p.per_gpu["stage"]] * tensor
 
 
 def test_memory_holds_the_schedules_peak_in_flight():
@@ -216,9 +216,9 @@ def test_json_carries_the_schedule_the_bubble_and_the_p2p_bytes(capsys):
 def test_search_runs_the_schedule_it_is_given():
     base = Layout(sp=True, recompute="selective", seq_len=8192, global_batch=256, schedule="interleaved", vp=2)
     plans = search(LLAMA70, base, 64, keep_all=True)
-    assert plans and {(q["layout"]["schedule"], q["layout"]["vp"] if q["layout"]["pp"] > 1 else 2)
+    assert plans and {(q.layout["schedule"], q.layout["vp"] if q.layout["pp"] > 1 else 2)
                       for q in plans} == {("interleaved", 2)}
-    assert all(80 % (q["layout"]["pp"] * q["layout"]["vp"]) == 0 for q in plans)
+    assert all(80 % (q.layout["pp"] * q.layout["vp"]) == 0 for q in plans)
 
 
 def test_published_runs_use_their_scripts_interleaving_and_it_raises_the_planners_numbers():
@@ -229,8 +229,8 @@ def test_published_runs_use_their_scripts_interleaving_and_it_raises_the_planner
         assert (lay.schedule, lay.vp, model.layers // (lay.pp * lay.vp)) == ("interleaved", vp, per)
         interleaved, plain = compare([rows[name]])["rows"][0]["plan"], plan(model, replace(lay, schedule="1f1b",
                                                                                             vp=1))
-        assert interleaved["tflops_per_gpu"] > plain["tflops_per_gpu"]
-        assert interleaved["time_s"]["bubble"] < plain["time_s"]["bubble"]
+        assert interleaved.tflops_per_gpu > plain.tflops_per_gpu
+        assert interleaved.time_s["bubble"] < plain.time_s["bubble"]
 
 
 def test_thousands_of_micro_batches_plan_in_a_fraction_of_a_second():
@@ -238,7 +238,7 @@ def test_thousands_of_micro_batches_plan_in_a_fraction_of_a_second():
     compiled.cache_clear()
     t0 = time.process_time()
     p = plan(LLAMA70, Layout(tp=4, pp=16, dp=1, sp=True, recompute="selective", seq_len=8192, global_batch=2048))
-    assert time.process_time() - t0 < 1.0 and p["pipeline"]["microbatches"] == 2048
+    assert time.process_time() - t0 < 1.0 and p.pipeline["microbatches"] == 2048
 
 
 @pytest.mark.parametrize("recompute, redo", [("none", 0), ("selective", 1), ("full", None)])
@@ -251,8 +251,8 @@ def test_backward_splits_into_dx_and_dw_as_a_matmul_does(recompute, redo):
     weights = (f["F"] - 4 * s * h) / 2
     assert f["W"] == 2 * weights and f["B"] - f["W"] == 8 * s * h + (f["F"] if redo is None else redo * 4 * s * h)
     assert head_flops(LLAMA70) == dict.fromkeys("FBW", 2 * h * LLAMA70.vocab)
-    split = plan(LLAMA70, replace(lay, schedule="zb-h1"))["pipeline"]["stages"]
-    joined = plan(LLAMA70, lay)["pipeline"]["stages"]
+    split = plan(LLAMA70, replace(lay, schedule="zb-h1")).pipeline["stages"]
+    joined = plan(LLAMA70, lay).pipeline["stages"]
     assert all(z["B_s"] + z["W_s"] == pytest.approx(j["B_s"], rel=1e-15) and j["W_s"] == 0
                for z, j in zip(split, joined))
 

@@ -50,7 +50,7 @@ def test_median_and_worst_error_meet_the_target_with_one_pair_of_efficiencies():
     assert result["worst"] == errors[-1]
     assert result["median"] <= 0.05 and result["worst"] <= 0.12
     for r in result["rows"]:  # the same fitted pair behind every row
-        assert r["plan"]["layout"]["gemm_efficiency"] is None and r["plan"]["layout"]["hbm_efficiency"] is None
+        assert r["plan"].layout["gemm_efficiency"] is None and r["plan"].layout["hbm_efficiency"] is None
 
 
 def test_the_table_prints_every_row_its_ratio_and_the_errors_in_100_columns(capsys):

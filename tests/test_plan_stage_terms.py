@@ -37,11 +37,11 @@ def test_a_registered_term_is_charged_to_every_action_and_reported_per_rank(monk
     monkeypatch.setitem(stage_terms.STAGE_TERMS, "extra", constant_forward(0.25))
     after = plan(GPT2, lay)
     m = lay.microbatches
-    for a, b in zip(before["pipeline"]["ranks"], after["pipeline"]["ranks"]):
+    for a, b in zip(before.pipeline["ranks"], after.pipeline["ranks"]):
         assert b["extra_s"] == pytest.approx(0.25 * m * vp, rel=1e-12)  # every F of every chunk
         assert b["collectives_s"] - a["collectives_s"] == pytest.approx(0.25 * m * vp, rel=1e-9)
         assert "extra_s" not in a
     if pp == 1:  # no pipeline: the rank runs its m forwards one after another, nothing waits
-        assert after["pipeline"]["makespan_s"] - before["pipeline"]["makespan_s"] == pytest.approx(0.25 * m,
+        assert after.pipeline["makespan_s"] - before.pipeline["makespan_s"] == pytest.approx(0.25 * m,
                                                                                                    rel=1e-9)
-    assert after["pipeline"]["makespan_s"] > before["pipeline"]["makespan_s"]
+    assert after.pipeline["makespan_s"] > before.pipeline["makespan_s"]

@@ -65,8 +65,8 @@ def test_the_plan_reports_its_busiest_stage_alone():
     """Stage 0 holds the most memory: the plan's per-GPU communication is stage 0's, not stage 0's plus the
     last stage's head and loss (about 45 GB of TP bytes more) nor both directions of pipeline sends."""
     p = plan(LLAMA, LAYOUT)
-    assert p["per_gpu"]["stage"] == 0
-    wire = p["per_gpu"]["wire_bytes_per_step"]
+    assert p.per_gpu["stage"] == 0
+    wire = p.per_gpu["wire_bytes_per_step"]
     assert wire["tp"] == pytest.approx(llama_sp_stage_tp_bytes(0), rel=1e-15, abs=1)
     assert wire["pp"] == 128 * 8192 * LLAMA.hidden * 2 // 8
     last_stage_ends = llama_sp_stage_tp_bytes(3) - llama_sp_stage_tp_bytes(1)  # head, loss, final norm, labels
@@ -121,7 +121,7 @@ def test_the_report_prints_the_embedding_all_reduce_only_where_there_is_one():
     from tpsim.plan.report import format_plan
 
     gpt3 = plan(PRESETS["gpt3-175b"], Layout(tp=8, pp=4, dp=2, seq_len=2048, global_batch=64))
-    t = gpt3["time_s"]
+    t = gpt3.time_s
     parts = ("compute", "tp", "bubble", "pp", "loss", "embedding", "dp", "optimizer", "dp_gather")
     assert t["step"] == pytest.approx(sum(t[k] for k in parts), rel=1e-12) and t["embedding"]
     assert "after the schedule; embedding 0." in format_plan(gpt3)

@@ -96,10 +96,10 @@ def test_zero_2_moves_zero_1s_bytes_and_takes_its_time():
         assert lay.microbatches == 1
         one, two = plan(GPT2, replace(lay, overlap_grad_reduce=True)), plan(GPT2, replace(lay, zero=2))
         assert dp_collectives(replace(lay, zero=2), 1000) == dp_collectives(lay, 1000)
-        assert two["per_gpu"]["wire_bytes_per_step"] == one["per_gpu"]["wire_bytes_per_step"]
-        assert two["time_s"] == one["time_s"] == plan(GPT2, replace(lay, zero=2, overlap_grad_reduce=True))["time_s"]
-        assert two["time_s"]["dp"] < plan(GPT2, lay)["time_s"]["dp"]  # ZeRO-1 without the flag: all after
-        m1, m2 = one["per_gpu"]["memory_bytes"], two["per_gpu"]["memory_bytes"]
+        assert two.per_gpu["wire_bytes_per_step"] == one.per_gpu["wire_bytes_per_step"]
+        assert two.time_s == one.time_s == plan(GPT2, replace(lay, zero=2, overlap_grad_reduce=True)).time_s
+        assert two.time_s["dp"] < plan(GPT2, lay).time_s["dp"]  # ZeRO-1 without the flag: all after
+        m1, m2 = one.per_gpu["memory_bytes"], two.per_gpu["memory_bytes"]
         assert m2["grads"] == round(m1["grads"] / lay.grad_replicas) and m2["params"] == m1["params"]
 
 
@@ -113,7 +113,7 @@ def test_zero_2_with_micro_batches_reduce_scatters_each_one():
     (rs2, n2), (ag2, a2) = dp_collectives(replace(lay, zero=2), 1000)
     assert (rs1, ag1) == (rs2, ag2) == ("reduce_scatter", "all_gather") and n2 == m * n1 and a2 == a1
     one, two = plan(GPT2, replace(lay, overlap_grad_reduce=True)), plan(GPT2, replace(lay, zero=2))
-    for z1, z2 in zip(*(p["pipeline"]["after_schedule"]["dp_streams"] for p in (one, two))):
+    for z1, z2 in zip(*(p.pipeline["after_schedule"]["dp_streams"] for p in (one, two))):
         # every (bucket, micro-batch) once — the tied embedding's, held for its sum, once a step — none early
         held = [b["bucket"] for b in z2["buckets"] if b["microbatch"] == -1]
         want = {(b, j) for b in range(len(z1["buckets"])) for j in range(m) if b not in held}
@@ -122,8 +122,8 @@ def test_zero_2_with_micro_batches_reduce_scatters_each_one():
         seconds = {b["bucket"]: b["end"] - b["start"] for b in z1["buckets"]}
         assert z2["comm_s"] == pytest.approx(sum(t * (1 if b in held else m) for b, t in seconds.items()), rel=1e-9)
         assert z2["comm_s"] > z1["comm_s"] and z2["exposed_s"] >= z1["exposed_s"] and z2["hidden_s"] > 0
-    assert two["time_s"]["step"] >= one["time_s"]["step"]
-    m1, m2 = one["per_gpu"]["memory_bytes"], two["per_gpu"]["memory_bytes"]
+    assert two.time_s["step"] >= one.time_s["step"]
+    m1, m2 = one.per_gpu["memory_bytes"], two.per_gpu["memory_bytes"]
     assert m2["grads"] == round(m1["grads"] / lay.grad_replicas)
 
 
@@ -171,18 +171,18 @@ def test_zero_3s_step_adds_up(kw):
     embedding group); zero3_gather is the ranks' mean of every action's exposed stream once a micro-batch."""
     lay = small(zero=3, **kw)
     p = plan(GPT2, lay)
-    t = p["time_s"]
+    t = p.time_s
     assert t["step"] == pytest.approx(sum(t[k] for k in PARTS), rel=1e-12)
     held = held_bucket(GPT2, lay, lay.pp * lay.vp - 1) * STATE_BYTES["bfloat16"][1]
     d = lay.grad_replicas
     assert held == (0 if lay.pp == 1 else padded_vocab_size(GPT2.vocab, lay.tp) // lay.tp * GPT2.hidden * 4)
     assert t["dp"] == (ring_seconds("reduce_scatter", held, d, links(lay, H100)["dp"]) if held and d > 1 else 0)
-    assert t["dp_gather"] == 0 and "param_gather" not in p["pipeline"]["after_schedule"]
-    ranks = p["pipeline"]["ranks"]
+    assert t["dp_gather"] == 0 and "param_gather" not in p.pipeline["after_schedule"]
+    ranks = p.pipeline["ranks"]
     assert t["zero3_gather"] == pytest.approx(sum(r["zero3_s"] for r in ranks) / len(ranks), rel=1e-12)
     assert (t["zero3_gather"] > 0) == (lay.grad_replicas > 1)
     for zero in (0, 1, 2):
-        assert plan(GPT2, replace(lay, zero=zero))["time_s"]["zero3_gather"] == 0
+        assert plan(GPT2, replace(lay, zero=zero)).time_s["zero3_gather"] == 0
 
 
 def test_one_pieces_gather_as_the_dp_link_prices_it():
@@ -220,17 +220,17 @@ def test_llama3_405b_fits_on_metas_layout_with_zero_2(capsys):
     lay = Layout(tp=8, pp=16, dp=64, sp=True, attention="fused", seq_len=8192, global_batch=2048,
                  pp_layers=META_SPLIT, zero=1)
     one = plan(L405B, lay)
-    assert one["fits"] and round(one["per_gpu"]["memory_bytes"]["grads"] / 1e9, 2) == 12.75
-    overlapped = plan(L405B, replace(lay, overlap_grad_reduce=True))["time_s"]
+    assert one.fits and round(one.per_gpu["memory_bytes"]["grads"] / 1e9, 2) == 12.75
+    overlapped = plan(L405B, replace(lay, overlap_grad_reduce=True)).time_s
     t = p["time_s"]
-    assert p["layout"]["microbatches"] == 32 and round(t["step"], 2) == 14.30 < round(one["time_s"]["step"], 2)
+    assert p["layout"]["microbatches"] == 32 and round(t["step"], 2) == 14.30 < round(one.time_s["step"], 2)
     assert round(t["hidden"]["dp"], 2) == 8.40 and round(t["dp"], 4) == 0.1173
     assert t["dp"] == pytest.approx(overlapped["dp"], rel=1e-12)  # 32 reduce-scatters, the last one's tail shown
     assert "time: ZeRO-2 scatter exposed" in out and "8.40 s more hidden under the backward, 32 a bucket" in out
     other = replace(lay, attention="unfused", recompute="selective", pp_layers=(8,) * 15 + (6,))
-    assert not plan(L405B, other)["fits"]
-    assert round(plan(L405B, other)["per_gpu"]["memory_bytes"]["total"] / 1e9, 2) == 89.53
-    assert plan(L405B, replace(other, zero=2))["fits"]
+    assert not plan(L405B, other).fits
+    assert round(plan(L405B, other).per_gpu["memory_bytes"]["total"] / 1e9, 2) == 89.53
+    assert plan(L405B, replace(other, zero=2)).fits
 
 
 @pytest.mark.parametrize("zero", range(4))

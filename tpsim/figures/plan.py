@@ -30,7 +30,7 @@ def memory_numbers(model: str = "llama3-70b") -> dict[str, dict[str, int]]:
     out = {}
     for tp, pp, dp, zero in LAYOUTS:
         p = plan(PRESETS[model], replace(BASE, tp=tp, pp=pp, dp=dp, zero=zero))
-        out[f"TP{tp} PP{pp} DP{dp}" + (" Z1" if zero else "")] = p["per_gpu"]["memory_bytes"]
+        out[f"TP{tp} PP{pp} DP{dp}" + (" Z1" if zero else "")] = p.per_gpu["memory_bytes"]
     return out
 
 
@@ -40,8 +40,8 @@ def frontier_numbers(model: str = "llama3-70b", gpus=(32, 64, 128, 256, 512, 102
         plans = search(PRESETS[model], BASE, n)
         if plans:
             best = plans[0]
-            lay = best["layout"]
-            out[n] = {"step_s": best["time_s"]["step"], "layout": f"{lay['tp']}x{lay['pp']}x{lay['dp']}",
+            lay = best.layout
+            out[n] = {"step_s": best.time_s["step"], "layout": f"{lay['tp']}x{lay['pp']}x{lay['dp']}",
                       "fits": len(plans)}
     return out
 
@@ -51,7 +51,7 @@ def placement_numbers() -> dict[str, dict[str, dict[str, float]]]:
     out = {}
     for name, (tp, pp, dp) in cases.items():
         lay = replace(BASE, tp=tp, pp=pp, dp=dp, seq_len=min(8192, PRESETS[name].positions))
-        out[name] = {where: plan(PRESETS[name], replace(lay, gpus_per_node=n))["time_s"]
+        out[name] = {where: plan(PRESETS[name], replace(lay, gpus_per_node=n)).time_s
                      for where, n in (("TP in one node (NVLink)", 8), ("TP over 2 nodes (InfiniBand)", 4))}
     return out
 

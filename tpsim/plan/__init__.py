@@ -18,7 +18,7 @@ models; memory and comm read the schedule's lists from ``tpsim.pipeline.stage_cl
               without overlap
     pipeline  the schedule on the virtual clock at real size: per-stage costs from FLOPs, α-β messages; the
               bubble measured beside the formula, the p2p bytes
-    planner   plan(model, layout) → the JSON-ready dict ``--json`` prints
+    planner   plan(model, layout) → a ``Plan`` (``Plan.as_dict()``: what ``--json`` prints)
     search    --search: every tp × pp × dp = N / cp that fits, fastest first (cp as given)
     report    the readable tables
     published Narayanan et al. 2021's runs and the ZeRO paper's Figure 1 (stages 0-3) beside the planner

@@ -158,7 +158,7 @@ def run(args) -> int:
         plans = search(model, base, args.gpus)
         print(format_search(plans, args.gpus, args.top))
         if args.json:
-            print(json.dumps({"gpus": args.gpus, "layouts": plans[:args.top]}))
+            print(json.dumps({"gpus": args.gpus, "layouts": [q.as_dict() for q in plans[:args.top]]}))
         return 0 if plans else 1
     if args.gpus and args.gpus != base.gpus:
         raise ConfigError(f"--gpus {args.gpus}: this layout is tp x cp x pp x dp = {base.tp} x {base.cp} x {base.pp} "
@@ -167,7 +167,7 @@ def run(args) -> int:
     p = plan(model, base)
     print(format_plan(p))
     if args.json:
-        print(json.dumps(p))
+        print(json.dumps(p.as_dict()))
     return 0
 
 

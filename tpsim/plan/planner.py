@@ -1,7 +1,10 @@
-"""One layout's plan as a JSON-ready dict (the fields are documented in README, "Planning a real run").
+"""One layout's plan: a ``Plan`` (the fields are documented in README, "Planning a real run").
 
-    plan(model, layout) -> {"model", "layout", "per_gpu", "cp", "pipeline", "time_s", "fits", "tflops_per_gpu",
-                            "hardware_tflops_per_gpu", "sources", ...}
+    plan(model, layout) -> Plan(model, layout, per_gpu, cp, compute_classes_s, pipeline, time_s, flops_per_step,
+                                model_flops_per_step, tflops_per_gpu, hardware_tflops_per_gpu, fits, sources)
+    Plan.as_dict()       -> the same fields as one JSON-ready dict (``tpsim plan --json``)
+
+The parts (``per_gpu``, ``time_s``, ``pipeline``, ...) are the JSON objects ``--json`` prints, read by key.
 
 ``tflops_per_gpu`` counts the model's FLOPs (no recompute: what Megatron-LM's and NeMo's tables call model
 TFLOP/s), ``hardware_tflops_per_gpu`` the FLOPs the GPUs run (full recompute repeats each layer's forward: 4/3 of
@@ -10,7 +13,7 @@ the layers').
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 
 from tpsim.pipeline.stage_clock import ROUNDING, compiled
 from tpsim.plan.breakdown import compute_classes
@@ -66,7 +69,29 @@ SOURCES = {
 }
 
 
-def plan(model: ModelSpec, lay: Layout) -> dict:
+@dataclass(frozen=True)
+class Plan:
+    """Everything the planner predicts for one layout (module docstring); ``as_dict()`` for JSON."""
+
+    model: dict  # the ModelSpec's fields and params_total
+    layout: dict  # the Layout's fields, gpus, microbatches, in_flight, and the GPU's memory and peak
+    per_gpu: dict  # the busiest stage's GPU: params, stage, memory_bytes, bytes per param and per layer, wire bytes
+    cp: dict  # context parallelism's bytes and time (tpsim.plan.cp_terms)
+    compute_classes_s: dict  # time_s.compute by kernel class (tpsim.plan.breakdown)
+    pipeline: dict  # the schedule on the virtual clock (tpsim.plan.pipeline)
+    time_s: dict  # the step's time by part, and "step" (the critical path)
+    flops_per_step: float  # the FLOPs the GPUs run (full recompute included)
+    model_flops_per_step: float  # the model's FLOPs (no recompute)
+    tflops_per_gpu: float  # model TFLOP/s per GPU (Megatron's, NeMo's tables)
+    hardware_tflops_per_gpu: float  # with what recompute repeats
+    fits: bool  # memory_bytes.total <= the GPU's usable bytes
+    sources: dict  # where each term comes from
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def plan(model: ModelSpec, lay: Layout) -> Plan:
     """Everything the planner predicts for ``model`` on ``lay`` (``ConfigError`` if the layout is invalid)."""
     check(model, lay)
     g = gpu_preset(lay.gpu)
@@ -78,11 +103,11 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
     times["hidden"] = hidden_s(model, lay, g, pipe, times)
     memory_bytes = {k: int(round(mem[k])) for k in ("params", "grads", "optimizer", "activations", "total")}
     act = activation_bytes_per_layer(model, lay)
-    return {
-        "model": {**model.as_dict(), "params_total": total_params(model)},
-        "layout": {**lay.as_dict(), "gpu_memory_bytes": g.memory_bytes, "gpu_usable_bytes": g.usable_bytes,
-                   "peak_flops": g.peak(lay.dtype)},
-        "per_gpu": {
+    return Plan(
+        model={**model.as_dict(), "params_total": total_params(model)},
+        layout={**lay.as_dict(), "gpu_memory_bytes": g.memory_bytes, "gpu_usable_bytes": g.usable_bytes,
+                "peak_flops": g.peak(lay.dtype)},
+        per_gpu={
             "params": int(mem["param_count"]),
             "stage": int(mem["stage"]),
             "memory_bytes": memory_bytes,
@@ -92,14 +117,14 @@ def plan(model: ModelSpec, lay: Layout) -> dict:
             "tp_wire_bytes_per_layer_per_microbatch": tp_wire_bytes_per_layer(model, lay),
             "wire_bytes_per_step": comm["wire_bytes"],
         },
-        "cp": cp_terms(model, lay, g, int(mem["stage"]), times["cp"]),
-        "compute_classes_s": compute_classes(model, lay, g),  # time_s.compute by kernel class (tpsim.plan.breakdown)
-        "pipeline": pipe,
-        "time_s": times,
-        "flops_per_step": flops,
-        "model_flops_per_step": model_flops,
-        "tflops_per_gpu": model_flops / lay.gpus / times["step"] / 1e12,  # model FLOPs (Megatron's, NeMo's tables)
-        "hardware_tflops_per_gpu": flops / lay.gpus / times["step"] / 1e12,  # with what recompute repeats
-        "fits": memory_bytes["total"] <= g.usable_bytes,
-        "sources": SOURCES,
-    }
+        cp=cp_terms(model, lay, g, int(mem["stage"]), times["cp"]),
+        compute_classes_s=compute_classes(model, lay, g),
+        pipeline=pipe,
+        time_s=times,
+        flops_per_step=flops,
+        model_flops_per_step=model_flops,
+        tflops_per_gpu=model_flops / lay.gpus / times["step"] / 1e12,
+        hardware_tflops_per_gpu=flops / lay.gpus / times["step"] / 1e12,
+        fits=memory_bytes["total"] <= g.usable_bytes,
+        sources=SOURCES,
+    )

@@ -71,8 +71,8 @@ def compare(rows: list[dict] | None = None, **changes) -> dict:
     for row in load() if rows is None else rows:
         p = plan(row_model(row), row_layout(row, **changes))
         want = row["published"]["time_s"]
-        out.append({"name": row["name"], "published_s": want, "predicted_s": p["time_s"]["step"],
-                    "ratio": p["time_s"]["step"] / want, "plan": p, "source": row["source"]})
+        out.append({"name": row["name"], "published_s": want, "predicted_s": p.time_s["step"],
+                    "ratio": p.time_s["step"] / want, "plan": p, "source": row["source"]})
     errors = [abs(r["ratio"] - 1) for r in out]
     return {"rows": out, "median": statistics.median(errors), "worst": max(errors)}
 
@@ -85,7 +85,7 @@ def format_published(result: dict | None = None) -> str:
     rows = [["run", "GPUs", "TPxPPxDP", "schedule", "mb", "recompute", "published", "planner", "ratio", "LOFO"],
             RULE]
     for r in result["rows"]:
-        lay = r["plan"]["layout"]
+        lay = r["plan"].layout
         sched = "-" if lay["pp"] == 1 else SCHEDULE_NAMES.get(lay["schedule"], lay["schedule"]) + (
             f" vp {lay['vp']}" if lay["vp"] > 1 else "")
         recompute = {"selective": "sel."}.get(lay["recompute"], lay["recompute"]) + (" + SP" if lay["sp"] else "")

@@ -56,7 +56,7 @@ def compare_fp8(rows: list[dict] | None = None) -> dict:
         lay = fp8_layout(row)
         if lay.gpus != row["lay"]["gpus"]:
             raise ValueError(f"{row['name']}: tp x cp x pp x dp = {lay.gpus}, the row says {row['lay']['gpus']}")
-        step = plan(fp8_model(row), lay)["time_s"]["step"]
+        step = plan(fp8_model(row), lay).time_s["step"]
         want = row["published"]["time_s"]
         out.append({"name": row["name"], "gpus": lay.gpus, "layout": lay, "published_s": want,
                     "predicted_s": step, "ratio": step / want})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tpsim.plan.breakdown import class_line
+from tpsim.plan.planner import Plan
 from tpsim.arch import architecture
 from tpsim.table import RULE, format_table
 from tpsim.zero_stage import zero_stage
@@ -45,13 +46,13 @@ def runs(layers: list[int]) -> str:
     return ", ".join(f"{n} x {k}" if k > 1 else str(n) for n, k in out)
 
 
-def pipeline_rows(p: dict) -> list[list[str]]:
+def pipeline_rows(p: Plan) -> list[list[str]]:
     """The schedule and its stages, the busiest stage's peak in flight, the bubble measured beside the formula,
     the p2p bytes of one replica."""
-    pipe, lay = p["pipeline"], p["layout"]
+    pipe, lay = p.pipeline, p.layout
     layers = runs([s["layers"] for s in pipe["stages"]])
     bubble, p2p = pipe["bubble_fraction"], pipe["p2p_bytes"]
-    held = pipe["ranks"][p["per_gpu"]["stage"]]["peak_in_flight"]
+    held = pipe["ranks"][p.per_gpu["stage"]]["peak_in_flight"]
     where = "virtual stages of" if lay["vp"] > 1 else "stages of" if lay["pp"] > 1 else "one stage of"
     return [["pipeline", schedule_name(lay), f"{where} {layers} layers"],
             ["in flight at the peak", str(held), "(micro-batch, chunk) pairs" if lay["vp"] > 1 else "micro-batches"],
@@ -63,15 +64,15 @@ def pipeline_rows(p: dict) -> list[list[str]]:
                                                                else "")]]
 
 
-def why_bubble(p: dict) -> list[str]:
+def why_bubble(p: Plan) -> list[str]:
     """Why the measured bubble exceeds the formula's, when it does: unequal ranks, exposed messages."""
-    pipe, lay = p["pipeline"], p["layout"]
+    pipe, lay = p.pipeline, p.layout
     bubble = pipe["bubble_fraction"]
     if bubble["measured"] <= bubble["formula"] * (1 + 1e-9) or lay["pp"] == 1:  # one stage: no pipeline to wait in
         return []
     busy = [r["busy_s"] for r in pipe["ranks"]]
     slow, fast = max(range(len(busy)), key=busy.__getitem__), min(busy)
-    p2p = f"the p2p messages add {seconds(p['time_s']['pp'])} to the makespan"
+    p2p = f"the p2p messages add {seconds(p.time_s['pp'])} to the makespan"
     if busy[slow] <= fast * (1 + 1e-9):
         return [f"the measured bubble exceeds the formula's: {p2p}"]
     head = " (the LM head)" if slow == lay["pp"] - 1 else ""
@@ -89,9 +90,9 @@ def compute_source(lay: dict) -> str:
     return f"kernels' roofline: GEMM {gemm:g}, HBM {hbm:g}" + (", FP8 matmuls" if lay["fp8"] else "")
 
 
-def time_rows(p: dict) -> list[list[str]]:
+def time_rows(p: Plan) -> list[list[str]]:
     """The step's critical path in parts that add up to it (``tpsim.plan.timing``), what each hides."""
-    t, lay, wire = p["time_s"], p["layout"], p["per_gpu"]["wire_bytes_per_step"]
+    t, lay, wire = p.time_s, p.layout, p.per_gpu["wire_bytes_per_step"]
     hidden = t.get("hidden", {})
     dp_how = (f"{seconds(hidden['dp'])} more hidden under the backward" if lay["overlap_grad_reduce"]
               else "after the schedule")
@@ -117,16 +118,16 @@ def time_rows(p: dict) -> list[list[str]]:
     if stage.gathers_around_units:
         rows.append(["time: ZeRO-3 gathers exposed", seconds(t["zero3_gather"]),
                      "per piece before F and B, one ahead; + reduce-scatters"])
-    hardware = p["hardware_tflops_per_gpu"]
-    rate = f"{p['tflops_per_gpu']:,.0f} TFLOP/s per GPU (model FLOPs)" + (
-        f", {hardware:,.0f} hardware (the recompute too)" if hardware != p["tflops_per_gpu"] else "")
+    hardware = p.hardware_tflops_per_gpu
+    rate = f"{p.tflops_per_gpu:,.0f} TFLOP/s per GPU (model FLOPs)" + (
+        f", {hardware:,.0f} hardware (the recompute too)" if hardware != p.tflops_per_gpu else "")
     rows.append(["step (critical path)", seconds(t["step"]), rate])
     return rows
 
 
-def cp_rows(p: dict) -> list[list[str]]:
+def cp_rows(p: Plan) -> list[list[str]]:
     """Context parallelism's lines: its bytes a layer, the variant, the layout, where the group sits (none at cp 1)."""
-    cp = p["cp"]
+    cp = p.cp
     if cp["cp"] == 1:
         return []
     per = cp["bytes_per_layer_per_microbatch"]
@@ -136,13 +137,13 @@ def cp_rows(p: dict) -> list[list[str]]:
             ["CP wire per step", gb(cp["wire_bytes_per_step"]), f"on {cp['link']}"]]
 
 
-def cp_time_rows(p: dict) -> list[list[str]]:
+def cp_time_rows(p: Plan) -> list[list[str]]:
     """What the CP messages expose, a layer's beside all of their time (the ring hides its steps under blocks)."""
-    cp = p["cp"]
+    cp = p.cp
     if cp["cp"] == 1:
         return []
     t, x = cp["exposed_s_per_layer"], cp["transfer_s_per_layer"]
-    return [["time: CP exposed", seconds(p["time_s"]["cp"]),
+    return [["time: CP exposed", seconds(p.time_s["cp"]),
              f"F {seconds(t['F'])} of {seconds(x['F'])}, B {seconds(t['B'])} of {seconds(x['B'])} a layer"]]
 
 
@@ -158,8 +159,8 @@ def zero_note(lay: dict, sharded: bool) -> str:
     return f" (ZeRO-{lay['zero']} / {over})" if sharded else ""
 
 
-def format_plan(p: dict) -> str:
-    m, lay, g = p["model"], p["layout"], p["per_gpu"]
+def format_plan(p: Plan) -> str:
+    m, lay, g = p.model, p.layout, p.per_gpu
     mem, act, state, wire = g["memory_bytes"], g["activation_bytes_per_layer"], g["model_state_bytes_per_param"], \
         g["wire_bytes_per_step"]
     head = [f"{m['name']} ({m['arch']}, {m['params_total'] / 1e9:,.2f} B parameters) on {lay['gpus']} x {lay['gpu']}"
@@ -187,19 +188,19 @@ def format_plan(p: dict) -> str:
             *cp_rows(p),
             RULE, *pipeline_rows(p), RULE,
             *time_rows(p)]
-    return "\n".join([*head, format_table(rows, right=(1,)), class_line(p["compute_classes_s"]), *why_bubble(p)])
+    return "\n".join([*head, format_table(rows, right=(1,)), class_line(p.compute_classes_s), *why_bubble(p)])
 
 
-def format_search(plans: list[dict], gpus: int, top: int = 10) -> str:
+def format_search(plans: list[Plan], gpus: int, top: int = 10) -> str:
     if not plans:
         return f"no layout of {gpus} GPUs fits"
     rows = [["#", "layout", "memory/GPU", "step", "compute", "TP", "DP", "PP", "bubble", "TFLOP/s"], RULE]
     for i, p in enumerate(plans[:top], 1):
-        t = p["time_s"]
-        rows.append([str(i), layout_name(p["layout"]), gb(p["per_gpu"]["memory_bytes"]["total"]),
+        t = p.time_s
+        rows.append([str(i), layout_name(p.layout), gb(p.per_gpu["memory_bytes"]["total"]),
                      *(seconds(t[k]) for k in ("step", "compute", "tp")), seconds(t["dp"] + t["zero3_gather"]),
                      *(seconds(t[k]) for k in ("pp", "bubble")),
-                     f"{p['tflops_per_gpu']:,.0f}"])
-    name = plans[0]["model"]["name"]
+                     f"{p.tflops_per_gpu:,.0f}"])
+    name = plans[0].model["name"]
     return format_table(rows, right=range(2, 10), title=f"{name} on {gpus} GPUs: {len(plans)} layouts fit, "
                                                          f"fastest first (top {min(top, len(plans))})")

@@ -17,7 +17,7 @@ from dataclasses import replace
 from tpsim.errors import ConfigError
 from tpsim.plan.layout import Layout, problems
 from tpsim.plan.models import ModelSpec
-from tpsim.plan.planner import plan
+from tpsim.plan.planner import Plan, plan
 
 
 def divisors(n: int) -> list[int]:
@@ -37,12 +37,12 @@ def candidates(model: ModelSpec, base: Layout, gpus: int) -> list[Layout]:
     return out
 
 
-def search(model: ModelSpec, base: Layout, gpus: int, keep_all: bool = False) -> list[dict]:
+def search(model: ModelSpec, base: Layout, gpus: int, keep_all: bool = False) -> list[Plan]:
     """Plans of the valid layouts that fit (all of them with ``keep_all``), fastest step first."""
     if gpus < 1:
         raise ConfigError(f"--gpus {gpus}: must be >= 1")
     if base.cp < 1 or gpus % base.cp:
         raise ConfigError(f"--gpus {gpus} is not divisible by --cp {base.cp}")
     plans = [plan(model, lay) for lay in candidates(model, base, gpus)]
-    kept = plans if keep_all else [p for p in plans if p["fits"]]
-    return sorted(kept, key=lambda p: (p["time_s"]["step"], p["layout"]["tp"], p["layout"]["pp"]))
+    kept = plans if keep_all else [p for p in plans if p.fits]
+    return sorted(kept, key=lambda p: (p.time_s["step"], p.layout["tp"], p.layout["pp"]))
