@@ -33,11 +33,11 @@ from tpsim.pipeline.clock import simulate
 from tpsim.pipeline.figure import draw
 from tpsim.pipeline.grid import format_grid
 from tpsim.pipeline.schedules import build
-from tpsim.pp.build import pipeline_from_serial
-from tpsim.pp.clock import bubble_measured
-from tpsim.pp.executor import Executor
-from tpsim.pp.split import split_layers
-from tpsim.pp.step import pipeline_grads
+from tpsim.live_pipeline.build import pipeline_from_serial
+from tpsim.live_pipeline.clock import bubble_measured
+from tpsim.live_pipeline.executor import Executor
+from tpsim.live_pipeline.split import split_layers
+from tpsim.live_pipeline.step import pipeline_grads
 from tpsim.predict.pipeline import bubble_fraction
 from tpsim.teach.notebook import show_inline
 from tpsim.teach.runtime import Lesson, table
@@ -66,10 +66,10 @@ def per_stage(value: float) -> list[float]:
 # %% [markdown]
 # ## Layers across GPUs
 #
-# A GPT of 8 layers, cut into 4 stages of 2 layers each (`tpsim.pp.split`: an even split, as Megatron-LM
+# A GPT of 8 layers, cut into 4 stages of 2 layers each (`tpsim.live_pipeline.split`: an even split, as Megatron-LM
 # does without uneven stages). Stage 0 also holds the embedding, the last stage the final LayerNorm, the LM head
 # and the loss; every rank draws the whole serial model from the same seed and keeps its stage
-# (`tpsim.pp.build.pipeline_from_serial`), so the pipeline starts from exactly the serial model's weights.
+# (`tpsim.live_pipeline.build.pipeline_from_serial`), so the pipeline starts from exactly the serial model's weights.
 # GPT-2 ties the LM head to the word embedding, so that one matrix lives on the first *and* the last stage, and
 # its two gradients are summed over the two (Megatron's embedding group): lesson 08's replicas, on two ranks.
 #
@@ -198,13 +198,13 @@ lesson.check("caps one higher: the same step, one more held",
 # %% [markdown]
 # ## The pipeline on live ranks
 #
-# Now the lists run for real: on each rank `tpsim.pp.executor.Executor` reads its stage's actions one by one —
-# receive micro-batch j's activation, run the stage's forward on it and keep the cache, send the output on;
+# Now the lists run for real: on each rank `tpsim.live_pipeline.executor.Executor` reads its stage's actions one by one
+# — receive micro-batch j's activation, run the stage's forward on it and keep the cache, send the output on;
 # later receive its gradient, run the backward and free that cache at once. So the number of caches a rank holds
 # is the schedule's, and the executor records its peak. Gradients add up over the micro-batches; the loss is the
 # mean over every token of the m·b sequences, as the serial model computes it on the whole batch
-# (`tpsim.pp.step`), dropout with the exact RNG (lesson 07) so that every mask is the serial model's. The grids
-# above name ranks; here rank i is stage i.
+# (`tpsim.live_pipeline.step`), dropout with the exact RNG (lesson 07) so that every mask is the serial model's. The
+# grids above name ranks; here rank i is stage i.
 
 # %%
 lesson.section("The pipeline on live ranks")
@@ -253,7 +253,7 @@ for name in ("afab", "1f1b"):
 # ## The bubble, on the virtual clock
 #
 # Wall-clock time cannot show a bubble here: 4 ranks share this machine's cores, and a waiting rank hands its core
-# to a working one. So every rank also keeps a *virtual clock* (`tpsim.pp.clock`): a forward moves it by 1, a
+# to a working one. So every rank also keeps a *virtual clock* (`tpsim.live_pipeline.clock`): a forward moves it by 1, a
 # backward by 2, a message carries its sender's clock, and a receive sets the receiver's to the later of the two —
 # waiting for a message is idle time. The data still moves through real MPI; only time is modelled, the same on
 # any machine.

@@ -38,11 +38,11 @@ from tpsim.pipeline.figure import draw_stacked
 from tpsim.pipeline.grid import format_grid
 from tpsim.pipeline.interleaved import table as virtual_microbatches, warmup
 from tpsim.pipeline.schedules import build, compute_orders
-from tpsim.pp.build import pipeline_from_serial
-from tpsim.pp.clock import bubble_measured
-from tpsim.pp.executor import Executor
-from tpsim.pp.split import split_layers
-from tpsim.pp.step import pipeline_grads
+from tpsim.live_pipeline.build import pipeline_from_serial
+from tpsim.live_pipeline.clock import bubble_measured
+from tpsim.live_pipeline.executor import Executor
+from tpsim.live_pipeline.split import split_layers
+from tpsim.live_pipeline.step import pipeline_grads
 from tpsim.predict.pipeline import bubble_fraction, p2p_bytes
 from tpsim.teach.notebook import show_inline
 from tpsim.teach.runtime import Lesson, table
@@ -81,7 +81,7 @@ def compute_of(actions) -> list[str]:
 # virtual stage c·p + i (Megatron-LM's layout). A micro-batch then goes round the ranks v times, each visit
 # 1/v of lesson 17's stage. A GPT of 16 layers on 4 ranks: v = 1 is lesson 17's cut (4 layers a rank, in one
 # block), v = 2 gives every rank two chunks of 2 layers, v = 4 four chunks of one layer. Every rank cuts its
-# chunks from the same serial master weights (`tpsim.pp.build.pipeline_from_serial`), so each pipeline starts
+# chunks from the same serial master weights (`tpsim.live_pipeline.build.pipeline_from_serial`), so each pipeline starts
 # from the serial model.
 
 # %%
@@ -160,9 +160,9 @@ lesson.equal("the same at v = 1 (1F1B) and v = 4", (first[1], first[4]),
 # %% [markdown]
 # ## Interleaving on live ranks
 #
-# The lists run for real: `tpsim.pp.executor.Executor` walks rank i's actions, running the forward or backward of
-# the chunk each one names, receiving its input from the rank of the virtual stage before and sending its output
-# to the one after — rank 3's chunk 0 sends to rank 0's chunk 1. Dropout uses the exact RNG (lesson 07), so the
+# The lists run for real: `tpsim.live_pipeline.executor.Executor` walks rank i's actions, running the forward or
+# backward of the chunk each one names, receiving its input from the rank of the virtual stage before and sending its
+# output to the one after — rank 3's chunk 0 sends to rank 0's chunk 1. Dropout uses the exact RNG (lesson 07), so the
 # loss and every gradient must be the serial model's whatever the schedule, and each chunk's cache lives from its
 # F to its B, so the executor's peak of caches is the schedule's own count of (micro-batch, chunk) pairs in flight.
 
@@ -206,8 +206,8 @@ lesson.equal("live peaks of caches held, ranks 0-3, v = 1, 2, 4", [peaks[v] for 
 # %% [markdown]
 # ## The bubble: (p − 1)/(v·m + p − 1)
 #
-# Every rank keeps a virtual clock (`tpsim.pp.clock`, lesson 17): a chunk's F moves it by 1/v, its B by 2/v, a
-# message carries its sender's time and a receive waits for it. A rank does the same work at every v,
+# Every rank keeps a virtual clock (`tpsim.live_pipeline.clock`, lesson 17): a chunk's F moves it by 1/v, its B by 2/v,
+# a message carries its sender's time and a receive waits for it. A rank does the same work at every v,
 # m·(t_f + t_b) = 24 units; what shrinks is the fill and the drain. In lesson 17 micro-batch 0 needed p − 1
 # whole stages' forwards to reach the last rank and p − 1 backwards to come back; now each of those hops is a
 # chunk, 1/v of a stage, so the idle time of a rank is (p − 1)(t_f + t_b)/v and the idle share of the step

@@ -49,16 +49,16 @@ from tpsim.plan.pipeline_comm import stage_comm, start_times
 from tpsim.plan.planner import plan
 from tpsim.plan.published import compare, format_published, load, row_layout, row_model
 from tpsim.plan.timing import step_times
-from tpsim.pp.build import build_pipeline
-from tpsim.pp.data import stage_batch
-from tpsim.pp.executor import Executor
-from tpsim.pp.step import pipeline_grads
+from tpsim.live_pipeline.build import build_pipeline
+from tpsim.live_pipeline.data import stage_batch
+from tpsim.live_pipeline.executor import Executor
+from tpsim.live_pipeline.step import pipeline_grads
 from tpsim.predict.pipeline import bubble_fraction
 from tpsim.teach.runtime import Lesson, table
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.plan.live_pipeline import dp_sync
 from tpsim.pipeline.overlap import BucketSpec, EMBEDDING, HEAD, layer
-from tpsim.pp.buckets import bucket_specs
+from tpsim.live_pipeline.buckets import bucket_specs
 
 lesson = Lesson("19", RANKS)
 US = 1e6  # seconds -> microseconds, for printing
@@ -76,7 +76,7 @@ def relative(a: float, b: float) -> float:
 # an H100 (`--clock GPU`, `tpsim.plan.of_run.clock_costs`): each F and B its layers' kernels (and the LM head's
 # and the loss's on the last stage) on the H100's roofline (`tpsim.plan.kernel_time`: a matmul its FLOPs or its
 # bytes, whichever takes longer, a memory-bound pass its bytes), each message α + β·bytes on NVLink; before the
-# last stage's loss normalizer (its valid tokens summed over DP, `tpsim.pp.step`), after it the loss's
+# last stage's loss normalizer (its valid tokens summed over DP, `tpsim.live_pipeline.step`), after it the loss's
 # collectives, the tied embedding's all-reduce and the DP gradient sync, each at its group's latest clock plus its
 # α-β cost. The DP
 # sync is `tpsim.train.GradSync` with small buckets (48 KiB, so that there are several: lesson 08), and it

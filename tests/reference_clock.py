@@ -1,8 +1,8 @@
 """The reference for time: a small event-driven simulator of one training step, written from the rules' statement.
 
 tpsim prices time in several places — the MPI-free clock (``tpsim.pipeline.clock.simulate``), its compiled twin
-(``tpsim.pipeline.stage_clock.timed``), the live ranks' clock (``tpsim.pp.clock.LiveClock``) and the planner's
-(``tpsim.plan.pipeline.pipeline_terms``). Tests hold them equal to each other; this file is what they are held
+(``tpsim.pipeline.stage_clock.timed``), the live ranks' clock (``tpsim.live_pipeline.clock.LiveClock``) and the
+planner's (``tpsim.plan.pipeline.pipeline_terms``). Tests hold them equal to each other; this file is what they are held
 equal *to*. It imports nothing from tpsim, so a rule that is wrong in the code they share is not wrong here.
 Its inputs are what a step is made of (a schedule, durations, buckets); its output is every span.
 

@@ -93,7 +93,7 @@ def test_begin_is_the_later_of_the_rank_free_and_the_input_there():
 
 
 @pytest.mark.parametrize("module", ["tpsim/pipeline/clock.py", "tpsim/pipeline/stage_clock.py",
-                                    "tpsim/pp/clock.py", "tpsim/plan/param_gather.py"])
+                                    "tpsim/live_pipeline/clock.py", "tpsim/plan/param_gather.py"])
 def test_every_clock_times_by_the_rule_and_none_keeps_its_own_loop(module):
     """The unit clock, the compiled clock, the live clock and the gated planner clock import the rule (or the
     compiled clock that calls it), and none of them holds a ``max(clock, arrival)`` of its own."""

@@ -1,7 +1,7 @@
 """The MPI tags of the pipeline's point-to-point messages: one tag a message between two ranks, over a whole step.
 
-Fault 3 of four ("point-to-point tags can collide: MPI's in-order matching hid it"). ``tpsim.pp.executor`` posts
-every activation and gradient with ``message_tag(direction, micro-batch, sender's virtual stage, stages)`` and
+Fault 3 of four ("point-to-point tags can collide: MPI's in-order matching hid it"). ``tpsim.live_pipeline.executor``
+posts every activation and gradient with ``message_tag(direction, micro-batch, sender's virtual stage, stages)`` and
 the receiver asks for exactly that tag. MPI matches a receive by (communicator, source, tag), so two different
 messages from one rank to another under one tag can meet the wrong receive — yet only where the receiver asks in
 another order than the sender posted, which the plain schedules never do: MPI's non-overtaking rule hands such
@@ -10,12 +10,12 @@ forward from each of its vp chunks to the same next rank, so two stages' message
 
 So the check is on the schedules themselves, for every one ``tpsim.pipeline.schedules.build`` makes (afab, 1f1b,
 interleaved, zb-h1; pp <= 8, vp <= 4, m <= 16), with the tags the executor posts and asks for
-(``tpsim.pp.executor.action_tag``, which both its SEND and its RECV call): (a) no two different messages between the
-same (sender, receiver) share a tag; (b) each RECV asks for the tag its SEND (the same ``Schedule.message``) was
-posted under; (c) every tag lies in [0, top], ``top`` being the tag the executor checks against MPI's TAG_UB, itself
+(``tpsim.live_pipeline.executor.action_tag``, which both its SEND and its RECV call): (a) no two different messages
+between the same (sender, receiver) share a tag; (b) each RECV asks for the tag its SEND (the same ``Schedule.message``)
+was posted under; (c) every tag lies in [0, top], ``top`` being the tag the executor checks against MPI's TAG_UB, itself
 within the 32767 MPI promises. A last test spells out a collision a wrong formula makes.
 
-Importing ``tpsim.pp.executor`` loads mpi4py (through ``tpsim.comm``): a world of one, no mpiexec, no rank
+Importing ``tpsim.live_pipeline.executor`` loads mpi4py (through ``tpsim.comm``): a world of one, no mpiexec, no rank
 started — as ``test_properties.py`` does by importing ``tpsim.comm``.
 """
 
@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from tpsim.errors import ConfigError
 from tpsim.pipeline.actions import RECVS, SENDS, Action, Schedule
 from tpsim.pipeline.schedules import SCHEDULES, build
-from tpsim.pp.executor import BACKWARD_MESSAGE, FORWARD_MESSAGE, action_tag, message_tag
+from tpsim.live_pipeline.executor import BACKWARD_MESSAGE, FORWARD_MESSAGE, action_tag, message_tag
 
 MPI_TAG_UB_FLOOR = 32767  # the MPI standard: MPI_TAG_UB is at least this on every implementation
 

@@ -29,7 +29,7 @@ from tpsim.gpus import GPUS, gpu
 from tpsim.plan.of_run import clock_costs, model_spec, run_layout
 from tpsim.plan.pipeline import message_costs, pipeline_terms, stage_costs
 from tpsim.plan.pipeline_comm import stage_comm
-from tpsim.pp.clock import LiveClock
+from tpsim.live_pipeline.clock import LiveClock
 from tpsim.trace.timeline import UNIT_DRAWN_AS, chrome_trace
 
 GPT = GPTConfig(vocab_size=37, n_positions=16, n_embd=24, n_layer=4, n_head=4, dropout=0.1)
@@ -146,8 +146,8 @@ def test_the_unit_clock_is_the_textbooks():
 
 
 def live_spans(schedule, costs) -> list[list[tuple]]:
-    """Every rank's ``LiveClock`` driven as ``tpsim.pp.executor`` drives it, in an order the lists can run in: a
-    SEND stamps the sender's time, a RECV arrives with that stamp, a compute action charges its cost."""
+    """Every rank's ``LiveClock`` driven as ``tpsim.live_pipeline.executor`` drives it, in an order the lists can run
+    in: a SEND stamps the sender's time, a RECV arrives with that stamp, a compute action charges its cost."""
     clocks = [LiveClock(costs, r) for r in range(schedule.pp)]
     stamps = {}
     for rank, _, a in walk(schedule):

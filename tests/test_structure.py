@@ -135,7 +135,7 @@ def test_no_file_over_300_lines_and_no_function_over_60():
     "tpsim.predict.formulas, tpsim.predict.memory, tpsim.predict.hardware, tpsim.arch.gpt2",
     "tpsim.cost, tpsim.errors, tpsim.phases, tpsim.partition, tpsim.compare, tpsim.table, tpsim.plotting, tpsim.nn",
     "tpsim.kinds, tpsim.trace.kind_split",
-    "tpsim.pp.split, tpsim.pp.clock, tpsim.predict.pipeline_comm, tpsim.pipeline.schedules",
+    "tpsim.live_pipeline.split, tpsim.live_pipeline.clock, tpsim.predict.pipeline_comm, tpsim.pipeline.schedules",
     "tpsim.paths, tpsim.atomic, tpsim.npzfile, tpsim.rank_grid, tpsim.options, tpsim.links, tpsim.gpus",
     "tpsim.arch, tpsim.config, tpsim.arch.llama, tpsim.predict.llama_memory, tpsim.predict.model_state",
     "tpsim.plan.cli, tpsim.plan.planner, tpsim.plan.search, tpsim.plan.published, tpsim.plan.validate",

@@ -23,7 +23,7 @@ from tpsim.plan import dp_overlap, param_gather, zero3_time
 from tpsim.plan.kernel_time import head_seconds, layer_seconds
 from tpsim.plan.pipeline import message_costs
 from tpsim.plan.pipeline_comm import after_schedule, loss_normalizer_s, start_times
-from tpsim.pp.clock import LiveClock
+from tpsim.live_pipeline.clock import LiveClock
 
 
 def rank_pieces(stage_layers: list[range], pp: int, vp: int, rank: int) -> list[tuple[int, tuple]]:
@@ -140,12 +140,13 @@ def sharded_events(step: Step, stage: int, op: str, split: bool) -> tuple[list, 
 
 
 def live_replay(step: Step) -> list[LiveClock]:
-    """Every pipeline rank's ``LiveClock`` driven as ``tpsim.pp.executor`` and ``tpsim.pp.step`` drive it: the loss
-    normalizer before the schedule, each action charged (micro-batch 0's forward through the all-gathers' gates
-    under ZeRO-1's overlap; under ZeRO-3 with its gathers and scatters on the comm stream), each receive arriving with its sender's stamp, each chunk's last gradient-producing
-    action spread over its pieces, then the collectives after the schedule, the DP buckets ready at their pieces'
-    ends (the held one after the collectives) and the all-gathers after the sync. ZeRO 0–1: the live clock does not
-    yet issue ZeRO-2's reduce-scatters every micro-batch."""
+    """Every pipeline rank's ``LiveClock`` driven as ``tpsim.live_pipeline.executor`` and ``tpsim.live_pipeline.step``
+    drive it: the loss normalizer before the schedule, each action charged (micro-batch 0's forward through the
+    all-gathers' gates under ZeRO-1's overlap; under ZeRO-3 with its gathers and scatters on the comm stream), each
+    receive arriving with its sender's stamp, each chunk's last gradient-producing action spread over its pieces, then
+    the collectives after the schedule, the DP buckets ready at their pieces' ends (the held one after the collectives)
+    and the all-gathers after the sync. ZeRO 0–1: the live clock does not yet issue ZeRO-2's reduce-scatters every
+    micro-batch."""
     pp, stages = step.pp, step.pp * step.vp
     split = any(op == "W" for order in step.orders for op, _, _ in order)
     costs = replay_costs(step)
@@ -194,7 +195,7 @@ def live_replay(step: Step) -> list[LiveClock]:
         latest = clock.time
         ready = [max([clock.piece_end[w] for w in b.holds] + ([latest] if b.held else [])) for b in buckets[r]]
         order = sorted(range(len(ready)), key=lambda b: (ready[b], b))
-        if step.zero == 2:  # every micro-batch's, the held bucket once (tpsim.pp.step.dp_sync)
+        if step.zero == 2:  # every micro-batch's, the held bucket once (tpsim.live_pipeline.step.dp_sync)
             every = [[max([clock.every_end[j, *w] for w in b.holds] + ([latest] if b.held else []))
                       for b in buckets[r]] for j in range(step.microbatches)]
             clock.zero2_sync(latest, every, [b.seconds for b in buckets[r]],

@@ -53,8 +53,8 @@ def stream_problems(stream, name: str = "comm stream") -> list[str]:
 
 
 def clock_problems(clock) -> list[str]:
-    """One rank's ``tpsim.pp.clock.LiveClock`` after a step: its spans one after another, its DP buckets' stream
-    (``stream_problems``), busy within the step."""
+    """One rank's ``tpsim.live_pipeline.clock.LiveClock`` after a step: its spans one after another, its DP buckets'
+    stream (``stream_problems``), busy within the step."""
     scale = max(clock.time, 1e-300)
     out = _ordered(f"rank {clock.rank}", [(s.op, s.microbatch, s.start, s.end) for s in clock.spans], scale)
     if clock.dp is not None:

@@ -135,10 +135,10 @@ def pipe_layouts():
 def test_cp_pipeline_equals_serial(cp, pp, tp, arch, comm):
     """CP × PP (× TP × DP): 1F1B over m = 2 micro-batches, every stage's gradients equal serial's."""
     from tpsim.pipeline.schedules import build
-    from tpsim.pp.build import build_pipeline
-    from tpsim.pp.data import stage_batch
-    from tpsim.pp.executor import Executor
-    from tpsim.pp.step import pipeline_grads
+    from tpsim.live_pipeline.build import build_pipeline
+    from tpsim.live_pipeline.data import stage_batch
+    from tpsim.live_pipeline.executor import Executor
+    from tpsim.live_pipeline.step import pipeline_grads
     from tpsim.config import Pipeline
     if comm == "ulysses" and (4 // tp) % cp + max(2 // tp, 1) % cp:
         pytest.skip("ulysses needs the heads of a TP rank, and its KV heads, divisible by cp")

@@ -21,10 +21,10 @@ from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.hooks import FORWARD
 from tpsim.phases import BACKWARD, DP_SYNC
 from tpsim.pipeline.schedules import build
-from tpsim.pp.build import pipeline_from_serial
-from tpsim.pp.executor import Executor
-from tpsim.pp.split import split_layers
-from tpsim.pp.step import pipeline_grads
+from tpsim.live_pipeline.build import pipeline_from_serial
+from tpsim.live_pipeline.executor import Executor
+from tpsim.live_pipeline.split import split_layers
+from tpsim.live_pipeline.step import pipeline_grads
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.train import AdamW, GradSync, apply_update, compute_grads, dp_slice
 from tpsim.train.zero import DistributedOptimizer

@@ -26,7 +26,7 @@ from tpsim.comm import ProcessGrid  # noqa: E402
 from tpsim.gpus import gpu  # noqa: E402
 from tpsim.plan.live_pipeline import one_step, pipeline_run  # noqa: E402
 from tpsim.plan.of_run import model_spec, run_layout  # noqa: E402
-from tpsim.pp.buckets import bucket_specs, parameter_pieces  # noqa: E402
+from tpsim.live_pipeline.buckets import bucket_specs, parameter_pieces  # noqa: E402
 
 N = WORLD.Get_size()
 TP = 2 if N == 8 else 1

@@ -1,6 +1,6 @@
-"""Collectives on the live virtual clock under a GPU (``tpsim.pp.clock``, ``tpsim.pp.step``): each compute action
-costs the planner's FLOP time plus the α-β time of exactly the collectives the planner puts in it, and the step
-ends where the planner's clock ends it.
+"""Collectives on the live virtual clock under a GPU (``tpsim.live_pipeline.clock``, ``tpsim.live_pipeline.step``): each
+compute action costs the planner's FLOP time plus the α-β time of exactly the collectives the planner puts in it, and
+the step ends where the planner's clock ends it.
 
 On every layout the world allows with pp 2 × tp 2 (× DP filling the rest), GPT-2 (tied embedding, dropout) and
 Llama (untied, grouped-query attention), with and without sequence parallelism, 1F1B and ZB-H1 (whose W carries

@@ -30,11 +30,11 @@ from tpsim.nn.module import deferred_weight_grads
 from tpsim.phases import BACKWARD, SP_GRAD_SYNC
 from tpsim.pipeline.clock import in_flight, simulate
 from tpsim.pipeline.schedules import build
-from tpsim.pp.build import pipeline_from_serial
-from tpsim.pp.clock import bubble_measured
-from tpsim.pp.executor import Executor
-from tpsim.pp.split import split_layers
-from tpsim.pp.step import pipeline_grads
+from tpsim.live_pipeline.build import pipeline_from_serial
+from tpsim.live_pipeline.clock import bubble_measured
+from tpsim.live_pipeline.executor import Executor
+from tpsim.live_pipeline.split import split_layers
+from tpsim.live_pipeline.step import pipeline_grads
 from tpsim.predict.pipeline import bubble_fraction, p2p_bytes, peak_in_flight
 from tpsim.tp import ColumnParallelLinear, RowParallelLinear
 from tpsim.tp.random import ExactDropoutRNG

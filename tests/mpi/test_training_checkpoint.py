@@ -18,8 +18,8 @@ from tpsim.arch.gpt2 import GPTConfig
 from tpsim.comm import ProcessGrid
 from tpsim.hf.checkpoint import CheckpointError
 from tpsim.models.build import build_gpt, serial_gpt
-from tpsim.pp.build import pipeline_from_serial
-from tpsim.pp.split import split_layers
+from tpsim.live_pipeline.build import pipeline_from_serial
+from tpsim.live_pipeline.split import split_layers
 from tpsim.train import AdamW, GradSync, dp_slice, mixed_precision, train_step
 from tpsim.train.checkpoint import check_state, gather_state, load_state, state_key, state_slots
 from tpsim.train.reference import reference_adamw, reference_clip

@@ -17,9 +17,9 @@ import pytest
 from tpsim.arch import architecture_of
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.pipeline.schedules import build
-from tpsim.pp.build import pipeline_from_serial
-from tpsim.pp.executor import Executor
-from tpsim.pp.split import split_layers
+from tpsim.live_pipeline.build import pipeline_from_serial
+from tpsim.live_pipeline.executor import Executor
+from tpsim.live_pipeline.split import split_layers
 from tpsim.predict.zero_rows import zero2_reduce_scatter
 from tpsim.tp.random import ExactDropoutRNG
 from tpsim.train.optim import AdamW

@@ -11,7 +11,7 @@ completion. A ``Pending`` is waited once; a second ``wait()`` returns the same r
 
 On a CPU, MPICH advances a non-blocking collective only inside MPI calls (the sleep-poll's ``Test``, a later
 collective) unless ``MPIR_CVAR_ASYNC_PROGRESS=1`` gives it a progress thread, which needs a spare core: the wall
-clock shows little real overlap. The virtual clock (``tpsim.pp.clock``) models the GPU case either way.
+clock shows little real overlap. The virtual clock (``tpsim.live_pipeline.clock``) models the GPU case either way.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
       optimizer    OptimizerSettings(lr, clip, bucket_mb, max_skipped_steps, overlap_grad_reduce, overlap_param_gather)
       schedule     Schedule(batch_size, seq_len, steps, seed, dropout_rng)
       files        Files(out, export, init_from, timeline_steps, save, resume)
-      pipeline     Pipeline(schedule, microbatches, vp, stage_layers, clock, mfu)   how pp > 1 runs (``tpsim.pp``)
+      pipeline     Pipeline(schedule, microbatches, vp, stage_layers, clock, mfu)   how pp > 1 runs (live_pipeline)
 
 It is built and validated once (the demo's command line does it in ``tpsim.demo.cli``, tests and lessons with
 ``RunConfig.of``) and then only read: the model builders, the optimizer set-up, ``predict_step`` and the planner

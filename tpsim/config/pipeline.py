@@ -41,7 +41,7 @@ class Pipeline:
             return  # --clock at pp 1: the one-stage pipeline path (``tpsim.demo.cli``), DP x TP on the clock
         from tpsim.pipeline.check import check  # pure arithmetic, as is the split
         from tpsim.pipeline.schedules import build
-        from tpsim.pp.split import split_layers
+        from tpsim.live_pipeline.split import split_layers
         check(build(self.schedule, par.pp, self.microbatches, self.vp))
         split_layers(layers, par.pp * self.vp, self.stage_layers, vp=self.vp)
         if batch_size % (par.dp * self.microbatches):

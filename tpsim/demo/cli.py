@@ -19,7 +19,7 @@ from tpsim.zero_stage import ZERO_STAGES
 from tpsim.errors import ConfigError
 from tpsim.paths import check_input_file, check_output_dir
 from tpsim.config.clock_choice import UNIT_CLOCK
-from tpsim.pp.split import parse_stage_layers
+from tpsim.live_pipeline.split import parse_stage_layers
 from tpsim.demo.arguments import cp_arguments, clock_arguments, file_arguments, model_arguments, overlap_arguments
 from tpsim.options import RankZeroParser, count, non_negative, positive, whole
 

@@ -1,10 +1,10 @@
 """The live pipeline's own checks, decided on rank 0 of the demo (``tpsim.demo.pipeline_tour``):
 
     PIPELINE CHECK   the peak of micro-batches in flight per stage vs ``tpsim.predict.pipeline.peak_in_flight``
-    BUBBLE CHECK     the last step on the live virtual clock (``tpsim.pp.clock``): under ``--clock unit`` the idle
-                     share vs (p − 1)/(v·m + p − 1) exactly (1e-9; zb-h1:
+    BUBBLE CHECK     the last step on the live virtual clock (``tpsim.live_pipeline.clock``): under ``--clock unit`` the
+                     idle share vs (p − 1)/(v·m + p − 1) exactly (1e-9; zb-h1:
                      (p − 1)/(3m + p − 1), m ≥ p); under ``--clock GPU`` the makespan, the idle share and the
-                     step (the collectives around the schedule included: ``tpsim.pp.step``) vs the planner's
+                     step (the collectives around the schedule included: ``tpsim.live_pipeline.step``) vs the planner's
                      timeline of the same layout (1e-12 relative), the unit formula beside it with the reasons
                      they differ (uneven stages, the LM head, collectives, messages); ``pipeline.json``
     P2P bytes        what rank 0's pipeline sent in a step, from the records, and the formula in words
@@ -16,7 +16,7 @@ from tpsim.config import RunConfig
 from tpsim.pipeline.stage_clock import ROUNDING
 from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.plan.of_run import clock_words, model_spec, run_layout
-from tpsim.pp.clock import bubble_measured
+from tpsim.live_pipeline.clock import bubble_measured
 from tpsim.predict.pipeline import bubble_fraction, peak_in_flight
 
 
@@ -53,8 +53,8 @@ HALF_CACHES = ("tpsim's 16-bit layers keep LayerNorm's x-hat, the GeLU input and
 
 
 def activation_check(run: RunConfig, held: list[int]) -> tuple[bool, str]:
-    """Rank 0: each stage's peak bytes of layer activations held (``tpsim.pp.held``, rank 0's pipeline) against
-    the planner's ``activation_peaks`` of this layout — the schedule's pairs in flight × each chunk's layers ×
+    """Rank 0: each stage's peak bytes of layer activations held (``tpsim.live_pipeline.in_flight``, rank 0's pipeline)
+    against the planner's ``activation_peaks`` of this layout — the schedule's pairs in flight × each chunk's layers ×
     one layer's bytes (Korthikanti et al. 2022, Table 2, + tpsim's norms' rstd). 16-bit runs and a GPT at
     dropout 0 (the paper's count assumes dropout): reported only, with the reason."""
     from tpsim.plan.memory import activation_peaks

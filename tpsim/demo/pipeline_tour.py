@@ -8,8 +8,8 @@
     6. the pipeline                       peak micro-batches in flight per stage vs the schedule's formula
                                           (``tpsim.predict.pipeline``; interleaved: (micro-batch, chunk) pairs)
     7. communication table, FORMULA CHECK every collective and every send/recv, per rank, against the formulas
-    8. the bubble                         on the live virtual clock (``tpsim.pp.clock``). ``--clock unit``: F 1,
-                                          B 2 a stage (zb-h1: B 1, W 1), 1/v of that a chunk, messages free,
+    8. the bubble                         on the live virtual clock (``tpsim.live_pipeline.clock``). ``--clock unit``: F
+                                          1, B 2 a stage (zb-h1: B 1, W 1), 1/v of that a chunk, messages free,
                                           vs (p − 1)/(v·m + p − 1) (zb-h1: (p − 1)/(3m + p − 1)) exactly;
                                           ``--clock GPU``: the planner's costs of this layout (``tpsim.plan.of_run``),
                                           the makespan and the step (the collectives around
@@ -46,12 +46,12 @@ from tpsim.pipeline.collectives import with_collectives
 from tpsim.pipeline.schedules import build as build_schedule
 from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.plan.of_run import clock_costs, clock_words
-from tpsim.pp.buckets import bucket_specs
-from tpsim.pp.build import build_pipeline
-from tpsim.pp.data import stage_batch
-from tpsim.pp.executor import Executor
-from tpsim.pp.gather import gather_stages
-from tpsim.pp.step import pipeline_grads
+from tpsim.live_pipeline.buckets import bucket_specs
+from tpsim.live_pipeline.build import build_pipeline
+from tpsim.live_pipeline.data import stage_batch
+from tpsim.live_pipeline.executor import Executor
+from tpsim.live_pipeline.gather import gather_stages
+from tpsim.live_pipeline.step import pipeline_grads
 from tpsim.table import human_bytes
 from tpsim.train import broadcast_params, check_replicas
 

@@ -248,7 +248,7 @@ def write_step0(out_dir, config, params: dict[str, np.ndarray], grads: dict[str,
                 input_ids: np.ndarray, labels: np.ndarray, loss: float, write: bool, tp: int, dp: int = 1,
                 extra: dict | None = None) -> dict[str, str]:
     """The export folder from full tensors in tpsim's layout (however they were gathered: ``export_step0`` over
-    TP, ``tpsim.pp.gather`` over the pipeline too); returns its paths by role, writes only when ``write``."""
+    TP, ``tpsim.live_pipeline.gather`` over the pipeline too); returns its paths by role, writes only when ``write``."""
     params, grads = to_hf(params, config), to_hf(grads, config)
     input_ids, labels = np.asarray(input_ids), np.asarray(labels)
     out_dir = os.fspath(out_dir)

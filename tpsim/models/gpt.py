@@ -165,7 +165,7 @@ class Transformer(_Wiring):
 
     def embed(self, ids: np.ndarray, plan: DropoutPlan = DropoutPlan()) -> tuple[np.ndarray, DropoutPlan, tuple]:
         """The model's edge: ``ids: int [b, s]`` -> ``(x [b, s, h] (SP: [b, s/p, h]), the plan the blocks take,
-        (wte, wpe, drop) caches)``; a pipeline's first stage calls it alone (``tpsim.pp.chunk``)."""
+        (wte, wpe, drop) caches)``; a pipeline's first stage calls it alone (``tpsim.live_pipeline.chunk``)."""
         wte, wpe, _, _ = self.parts()
         b, s = ids.shape
         cp = self.core.size  # CP: ids are this rank's s/C tokens of every sequence

@@ -3,8 +3,8 @@
 What a layer keeps for its backward (``tpsim.nn``'s caches) is a tree of named tuples, lists and dicts of arrays;
 ``measure_activations`` sums it by kind (float activations, boolean masks, integer indices), leaving out the
 fields a cache type names in ``PARAMETERS`` (weights, not activations) and any buffer shared with ``exclude``.
-``tpsim.trace.measure`` adds the model's and the optimizer's bytes; ``tpsim.pp.held`` the micro-batches a
-pipeline stage holds. Pure NumPy, no MPI.
+``tpsim.trace.measure`` adds the model's and the optimizer's bytes; ``tpsim.live_pipeline.in_flight`` the micro-batches
+a pipeline stage holds. Pure NumPy, no MPI.
 """
 
 from __future__ import annotations

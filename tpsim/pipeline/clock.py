@@ -20,7 +20,7 @@ of it ends at ``max(own clock, stamp + α + β·bytes)`` (the α-β model of ``t
 stage per chunk, so each chunk's costs are divided by v; messages free. MPI-free.
 
 ``Costs.collective`` (None: collectives free, the textbook's picture) prices one collective call
-``(op, group, group size, wire bytes)`` in seconds — the live clock (``tpsim.pp.clock``) charges it for every
+``(op, group, group size, wire bytes)`` in seconds — the live clock (``tpsim.live_pipeline.clock``) charges it for every
 collective traced inside a compute action, and for the collectives after the schedule; the costs here stay
 per-action, so ``simulate`` knows nothing of it (the planner folds the same collectives into its per-stage
 costs, ``tpsim.plan.pipeline``).

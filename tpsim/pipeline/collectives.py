@@ -21,9 +21,9 @@ Bubble repository's passes insert communication into compute orders:
                       schedule without it)
 
 A W needs no parameters (dW = xᵀ·dy), so it is
-never unsharded. The live executor runs what the lists say (``tpsim.pp.executor``: a REDUCE_GRAD arms the
+never unsharded. The live executor runs what the lists say (``tpsim.live_pipeline.executor``: a REDUCE_GRAD arms the
 gradient sync for the backward before it; an UNSHARD marks the forward the all-gathers gate, or the action whose
-gathers are prefetched), the clocks price them (``tpsim.pp.clock``; on the unit clock they take no time: the
+gathers are prefetched), the clocks price them (``tpsim.live_pipeline.clock``; on the unit clock they take no time: the
 collectives run on the comm stream), ``tpsim schedule --zero`` prints them and the planner counts a step's
 collectives from the same rule (``per_chunk``). MPI-free.
 """

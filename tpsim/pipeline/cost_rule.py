@@ -10,7 +10,7 @@ for nothing is ready at once. Every clock of tpsim times a step by this rule and
                               costs 0, a RECV waits for its SEND plus the hop and costs 0
     the planner's clock       ``tpsim.pipeline.stage_clock.timed``: the compute actions only, a RECV folded into
                               the F or B after it, a SEND into the one before (the schedules place them so)
-    the live clock            ``tpsim.pp.clock.LiveClock``: each action as it runs on its rank, a message's
+    the live clock            ``tpsim.live_pipeline.clock.LiveClock``: each action as it runs on its rank, a message's
                               ready time its sender's stamp plus the hop
 
 ``price`` runs a numbered list of such nodes (an order they can run in: a node after the one it waits for).

@@ -1,5 +1,5 @@
 """DP communication beside compute: the cost rule of the comm stream, one pure function for the live clock and
-the planner (``tpsim.pp.clock``, ``tpsim.plan.dp_overlap``), so both price ``--overlap-grad-reduce`` (and
+the planner (``tpsim.live_pipeline.clock``, ``tpsim.plan.dp_overlap``), so both price ``--overlap-grad-reduce`` (and
 ZeRO-2's per-micro-batch reduce-scatters: ``zero2_stream``) alike.
 
 Each rank has two streams. The compute stream runs the schedule's actions; an action's charged cost is spread

@@ -1,5 +1,5 @@
 """ZeRO-3's per-piece collectives on the comm stream, prefetched one piece ahead: the one rule the planner and
-the live clock price an action by (``tpsim.plan.zero3_time``, ``tpsim.pp.clock``).
+the live clock price an action by (``tpsim.plan.zero3_time``, ``tpsim.live_pipeline.clock``).
 
 Under ZeRO-3 (Rajbhandari et al. 2019, arXiv:1910.02054, §5.3; PyTorch FSDP's FULL_SHARD with backward and
 forward prefetch) an action's pieces (``tpsim.pipeline.overlap``: the embedding, each layer, the head) each

@@ -42,8 +42,8 @@ the schedule exposes.
 
 **Embedding** (p > 1, tied embeddings: GPT-2): the first stage's word embedding and the last stage's LM head are
 one weight held twice, so after the last backward their gradients are summed over Megatron-LM's embedding group
-(``_allreduce_word_embedding_grads``; tpsim.pp.step's ``allreduce_word_embedding_grads``): one all-reduce of the
-[V/t, h] shard (V padded to a multiple of t) at the layout's gradient bytes over a group of 2 — wire bytes
+(``_allreduce_word_embedding_grads``; tpsim.live_pipeline.step's ``allreduce_word_embedding_grads``): one all-reduce of
+the [V/t, h] shard (V padded to a multiple of t) at the layout's gradient bytes over a group of 2 — wire bytes
 2·(2 − 1)/2 = 1 × its bytes, α-β time on the PP link — issued by a GPU of the first and of the last stage only.
 
 Links: TP on the node's link when the TP group fits in a node, else the inter-node link; CP while tp·cp GPUs

@@ -5,16 +5,16 @@
                                                     --clock GPU --json PATH
 
 Builds the toy GPT (or Llama) of ``tpsim.plan.live`` with L layers (float64; the GPT's dropout 0.1), cut into pp ×
-vp stages (``tpsim.pp``), and runs one traced training step of m micro-batches of 2 sequences per DP replica, the
-live virtual clock charging the planner's costs of the run's layout on GPU, its collectives included
+vp stages (``tpsim.live_pipeline``), and runs one traced training step of m micro-batches of 2 sequences per DP replica,
+the live virtual clock charging the planner's costs of the run's layout on GPU, its collectives included
 (``tpsim.plan.of_run.clock_costs``); ``--zero 1``, ``--bucket-mb`` and ``--overlap grad|both``
 (``--overlap-grad-reduce``, and ``--overlap-param-gather``) set its DP sync. Every rank measures: its clock at the
 end of its schedule and at the end of the step (after the DP sync), its busy time and the collectives' part of it,
 the most micro-batches (interleaved: (micro-batch, chunk) pairs) it held at once and the most bytes of layer
-activations they kept (``tpsim.pp.held``), the bytes it sent point to point and the bytes of the tied embedding's
-gradient all-reduce (scope the embedding's path, phase dp_sync), both from the step's trace; at dp > 1 its DP
-buckets (``tpsim.pp.buckets.bucket_specs``), the exposed DP seconds of its comm stream and (ZeRO-1) of the parameter
-all-gather. Rank 0 writes every rank's numbers to PATH.
+activations they kept (``tpsim.live_pipeline.in_flight``), the bytes it sent point to point and the bytes of the tied
+embedding's gradient all-reduce (scope the embedding's path, phase dp_sync), both from the step's trace; at dp > 1 its
+DP buckets (``tpsim.live_pipeline.buckets.bucket_specs``), the exposed DP seconds of its comm stream and (ZeRO-1) of the
+parameter all-gather. Rank 0 writes every rank's numbers to PATH.
 """
 
 from __future__ import annotations
@@ -71,10 +71,10 @@ def one_step(run: RunConfig, grid):
 
     from tpsim.pipeline.schedules import build
     from tpsim.plan.of_run import clock_costs
-    from tpsim.pp.build import build_pipeline
-    from tpsim.pp.data import stage_batch
-    from tpsim.pp.executor import Executor
-    from tpsim.pp.step import pipeline_grads
+    from tpsim.live_pipeline.build import build_pipeline
+    from tpsim.live_pipeline.data import stage_batch
+    from tpsim.live_pipeline.executor import Executor
+    from tpsim.live_pipeline.step import pipeline_grads
     from tpsim.tp.random import make_dropout_rng
 
     par, pipe, sch = run.parallel, run.pipeline, run.schedule
@@ -98,7 +98,7 @@ def worker(run: RunConfig, path: str) -> int:
 
     par = run.parallel
     grid = ProcessGrid(tp=par.tp, dp=par.dp, pp=par.pp)
-    from tpsim.pp.buckets import bucket_specs
+    from tpsim.live_pipeline.buckets import bucket_specs
 
     result, shard, sync = one_step(run, grid)
     events = list(grid.tracer.events)

@@ -185,7 +185,7 @@ def logits_bytes(model: ModelSpec, lay: Layout) -> int:
 def activation_peaks(model: ModelSpec, lay: Layout, count: str = "paper") -> list[float]:
     """Each pipeline rank's peak layer activations (bytes): the schedule's pairs in flight, each weighing its
     virtual stage's layers × one layer's bytes (module docstring) — the paper's layer, or with ``count="total"``
-    tpsim's own (the paper's + its norms' rstd), which a live rank holds (``tpsim.pp.held``)."""
+    tpsim's own (the paper's + its norms' rstd), which a live rank holds (``tpsim.live_pipeline.in_flight``)."""
     layer = activation_bytes_per_layer(model, lay)[count]
     per = virtual_stage_layers(model, lay)
     weights = [[per[c * lay.pp + r] * layer for c in range(lay.vp)] for r in range(lay.pp)]

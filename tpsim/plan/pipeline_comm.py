@@ -19,7 +19,7 @@ the batch read; the clip norm's all-reduce is the optimizer's), each steps·α +
 ``Layout.tp_comm_overlap`` the collectives a live run pipelines with a GEMM are charged their exposed time
 instead (``tpsim.plan.tp_overlap``), as the live clock charges them.
 
-Around the schedule (``tpsim.pp.step``), on the link each group has (``tpsim.plan.of_run.GROUP_LINKS``):
+Around the schedule (``tpsim.live_pipeline.step``), on the link each group has (``tpsim.plan.of_run.GROUP_LINKS``):
 
     before     the last stage's loss normalizer, an all-reduce of [1] over DP × CP (dp·cp > 1): its clock
                starts there

@@ -14,7 +14,7 @@ compares, for the same model and layout (``run_layout`` of the same ``RunConfig`
     p2p bytes per replica   the trace's sends of each pipeline   vs  pipeline_terms' p2p bytes  (exactly)
     peak in flight          each rank's most pairs held          vs  the schedule's, per rank   (exactly)
     layer activations held  each rank's peak bytes of its blocks'  vs  activation_peaks: pairs in  (exactly)
-                            caches in flight (tpsim.pp.held)         flight × layers × Korthikanti's
+                            caches in flight (tpsim.live_pipeline.in_flight)         flight × layers × Korthikanti's
                                                                      bytes a layer + tpsim's rstd
     embedding all-reduce    the trace's tied-embedding records   vs  embedding_collectives      (exactly)
                             (scope transformer.wte, phase dp_sync; wire bytes of one GPU of each stage)
@@ -53,7 +53,7 @@ from tpsim.plan.live_pipeline import pipeline_run
 from tpsim.plan.of_run import model_spec, run_layout
 from tpsim.plan.pipeline import pipeline_terms
 from tpsim.pipeline.overlap import BucketSpec
-from tpsim.pp.clock import bubble_measured
+from tpsim.live_pipeline.clock import bubble_measured
 
 CLOCK = "h100-80gb"
 

@@ -1,7 +1,7 @@
 """The collectives and messages of one pipeline training step, per rank, as ``predict_step`` says them without one.
 
-A pipeline of p ranks (``tpsim.pp``) with v model chunks each (chunk c of rank r = virtual stage c·p + r; v = 1:
-the plain pipeline, virtual stage = rank) issues, on the ranks of pipeline rank r (its chunks' layers
+A pipeline of p ranks (``tpsim.live_pipeline``) with v model chunks each (chunk c of rank r = virtual stage c·p + r; v =
+1: the plain pipeline, virtual stage = rank) issues, on the ranks of pipeline rank r (its chunks' layers
 ``blocks_r``, b = B/(dp·m) rows a micro-batch, m micro-batches):
 
     layer (layer_of)          phase       op          group      per step, on pipeline rank r
@@ -120,7 +120,7 @@ def predict_pipeline_step(run, *, clip: bool, update: bool = True, grad_bytes: l
     world (the module docstring): ``stage_rows`` of every stage, summed, ÷ pp. ``grad_bytes[i]`` /
     ``buckets[i]``: stage i's DP sync bytes and bucket count (None: its parameters' bytes, count unpredicted);
     ``held[i]``: ZeRO-2's held ``(bytes, buckets)`` on stage i (None: all of a tied stage's, ``stage_rows``)."""
-    from tpsim.pp.split import split_layers
+    from tpsim.live_pipeline.split import split_layers
 
     par, pipe = run.parallel, run.pipeline
     layers = split_layers(run.model.layers, par.pp * pipe.vp, pipe.stage_layers, vp=pipe.vp)

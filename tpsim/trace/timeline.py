@@ -11,13 +11,13 @@ spans, and inside them the ``tpsim.kinds`` marks: matmul, elementwise, softmax_n
 ``--overlap-grad-reduce`` / ``--overlap-param-gather`` adds ``tid`` 2 "communication (overlapped)": each
 collective issued non-blocking, from its issue to the end of its wait (it overlaps the others: its own track).
 A pipeline run adds one more process, "virtual clock" (``virtual_clock_events``): a thread per pipeline rank of
-rank 0's pipeline, one event per F, B and W at its start and end on the live virtual clock (``tpsim.pp.clock``)
-and a "wait" event where a receive waited for its message; under a GPU clock also the collectives after the
-schedule (the loss broadcast, the embedding's all-reduce, the DP sync: from the rank's clock to their end at the
-group's latest clock plus their cost), and a "comm" thread per pipeline rank: the DP gradient buckets on its comm
-stream (``tpsim.pipeline.overlap``), the compute thread's "DP exposed" (or "DP sync") the part it waited for. The steps kept follow one another from 0 (the optimizer, between them, is
-not on that clock). A GPU clock's modelled seconds are drawn as seconds, the unit clock's units as milliseconds
-(the process name says which).
+rank 0's pipeline, one event per F, B and W at its start and end on the live virtual clock
+(``tpsim.live_pipeline.clock``) and a "wait" event where a receive waited for its message; under a GPU clock also the
+collectives after the schedule (the loss broadcast, the embedding's all-reduce, the DP sync: from the rank's clock to
+their end at the group's latest clock plus their cost), and a "comm" thread per pipeline rank: the DP gradient buckets
+on its comm stream (``tpsim.pipeline.overlap``), the compute thread's "DP exposed" (or "DP sync") the part it waited
+for. The steps kept follow one another from 0 (the optimizer, between them, is not on that clock). A GPU clock's
+modelled seconds are drawn as seconds, the unit clock's units as milliseconds (the process name says which).
 ``timeline.png`` draws the layer spans only. The viewers draw a track's events as a stack, so events on one track must *nest*
 (a child inside its parent, never a partial overlap). Spans recorded by one rank nest by construction (one
 clock; a parent's starts before and stops after its children's), and times are rounded end by end, which
@@ -95,7 +95,7 @@ def virtual_clock_events(virtual: dict, pid: int, steps) -> list[dict]:
     """The "virtual clock" process ``pid`` of a pipeline run (module docstring). ``virtual``: ``clock`` (in
     words), ``seconds`` (a GPU clock: modelled seconds; else units), ``ranks`` (world rank of each pipeline rank)
     and ``tracks[pipeline rank][step]``, that rank's ``(op, micro-batch, chunk, start, end)`` spans of the step
-    (``tpsim.pp.clock.VirtualSpan``), kept for ``steps`` only."""
+    (``tpsim.live_pipeline.clock.VirtualSpan``), kept for ``steps`` only."""
     scale = 1.0 if virtual["seconds"] else UNIT_DRAWN_AS
     drawn = "modelled seconds" if virtual["seconds"] else "1 unit drawn as 1 ms"
     events = [{"ph": "M", "pid": pid, "name": "process_name",
@@ -118,11 +118,11 @@ def virtual_clock_events(virtual: dict, pid: int, steps) -> list[dict]:
         for step in kept:
             for op, j, chunk, start, end in track[step]:
                 args = {"step": step, "microbatch": j, "chunk": chunk, "virtual_start": start, "virtual_end": end}
-                if chunk < 0:  # the comm stream (tpsim.pp.clock.LiveClock.comm_spans): a DP bucket
+                if chunk < 0:  # the comm stream (tpsim.live_pipeline.clock.LiveClock.comm_spans): a DP bucket
                     events.append(_complete(op, "comm stream", pid, VIRTUAL_COMM_TID + stage,
                                             (offsets[step] + start) * scale, (end - start) * scale, args))
                     continue
-                if j < 0:  # a collective after the schedule (tpsim.pp.step), from this rank's clock to its end
+                if j < 0:  # a collective after the schedule (tpsim.live_pipeline.step): this rank's clock to its end
                     name, cat = op, "collective"
                 elif op.startswith("RECV"):
                     if end <= start:

@@ -12,7 +12,7 @@ may add in two steps, as the multi-output linear does: its replicas' sum is the 
 between them). A bucket is *ready* when every layer holding one of its gradients is done — a tied word
 embedding counts both the embedding and the LM head that share its gradient. Ready buckets are issued as they
 become ready (in bucket order when several do at once), each exactly once; a *held* bucket (the tied embedding's with pp > 1, whose gradient is first
-summed over the embedding group: ``tpsim.pp.step``) waits for ``release``; ``flush`` issues whatever is left
+summed over the embedding group: ``tpsim.live_pipeline.step``) waits for ``release``; ``flush`` issues whatever is left
 (without the overlap, ``sync`` flushes all of them). Armed only around the last micro-batch's final backward
 action of each chunk (``arm``/``disarm``), so earlier micro-batches' hooks count nothing. MPI-free: ``launch``
 (the owner's) issues the collective.

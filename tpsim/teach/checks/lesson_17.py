@@ -5,7 +5,7 @@
    warm-up would take, more — against the F and B actions of ``tpsim.pipeline.schedules.build("1f1b", ...)``.
    An order is compared as rows (op, micro-batch) with F = 0 and B = 1, one row per action, in order.
 2. If every order was right on every rank: the learner's order of stage i runs on MPI rank i of a 4-stage
-   pipeline of a tiny GPT (``tpsim.pp.executor``), and ``peak_in_flight`` of that order is compared with the
+   pipeline of a tiny GPT (``tpsim.live_pipeline.executor``), and ``peak_in_flight`` of that order is compared with the
    peak of caches the live executor held.
 3. ``peak_in_flight`` of 1F1B, AFAB and random legal orders against ``tpsim.pipeline.clock.in_flight``.
 
@@ -25,10 +25,10 @@ from tpsim.pipeline.actions import COMPUTE, Action, Schedule, with_messages
 from tpsim.pipeline.check import check
 from tpsim.pipeline.clock import in_flight
 from tpsim.pipeline.schedules import build
-from tpsim.pp.build import pipeline_from_serial
-from tpsim.pp.executor import Executor
-from tpsim.pp.split import split_layers
-from tpsim.pp.step import pipeline_grads
+from tpsim.live_pipeline.build import pipeline_from_serial
+from tpsim.live_pipeline.executor import Executor
+from tpsim.live_pipeline.split import split_layers
+from tpsim.live_pipeline.step import pipeline_grads
 from tpsim.teach.checks.registry import exercise
 from tpsim.teach.returned import describe
 from tpsim.teach.verdict import BROKE, FOUND, OK, WRONG, Report, Stop

@@ -6,7 +6,7 @@ flight predicted for (p, m, v), against ``tpsim.pipeline``, then against an inte
 2. ``bubble_fraction(schedule, p, m, v)`` and ``peak_in_flight(schedule, p, m, v)`` for 1F1B, interleaved and
    ZB-H1 against the virtual clock (``simulate(build(...))``: its bubble, ``in_flight`` of the lists).
 3. If every answer was right on every rank: interleaved 1F1B with v = 2, m = 8 runs on a pipeline of a tiny GPT,
-   one stage per MPI rank (``tpsim.pp.executor``), and the two predictions are compared with the live clocks'
+   one stage per MPI rank (``tpsim.live_pipeline.executor``), and the two predictions are compared with the live clocks'
    bubble and the peaks of caches the executors held.
 
 The functions are arithmetic: every process makes every call (a call is collective) and the process
@@ -24,11 +24,11 @@ from tpsim.comm import ProcessGrid
 from tpsim.pipeline.actions import COMPUTE
 from tpsim.pipeline.clock import simulate
 from tpsim.pipeline.schedules import build
-from tpsim.pp.build import pipeline_from_serial
-from tpsim.pp.clock import bubble_measured
-from tpsim.pp.executor import Executor
-from tpsim.pp.split import split_layers
-from tpsim.pp.step import pipeline_grads
+from tpsim.live_pipeline.build import pipeline_from_serial
+from tpsim.live_pipeline.clock import bubble_measured
+from tpsim.live_pipeline.executor import Executor
+from tpsim.live_pipeline.split import split_layers
+from tpsim.live_pipeline.step import pipeline_grads
 from tpsim.teach.checks.registry import exercise
 from tpsim.teach.returned import describe
 from tpsim.teach.verdict import BROKE, FOUND, OK, WRONG, Report, Stop

@@ -18,7 +18,7 @@ their full paths, so DP buckets, clipping, the optimizer, ``--init-from`` and th
 stage exactly as they read the whole model, and the trace scopes are the serial model's layers. A tied word
 embedding lives on the first stage *and* on the last one (the LM head's weight, listed there as
 ``transformer.wte``), marked there as copy 1 of the shard (``Partition.replica``): its gradient is summed over
-the embedding group (``tpsim.pp.step``), and the gradient norm counts copy 0 only, as Megatron skips shared
+the embedding group (``tpsim.live_pipeline.step``), and the gradient norm counts copy 0 only, as Megatron skips shared
 parameters on the last stage.
 """
 

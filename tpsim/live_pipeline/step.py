@@ -7,7 +7,7 @@ pipeline (``tpsim.train.step``), the mean over every valid token of the global b
     dL/dθ = (1/dp)·Σ_d Σ_j (dp·n_dj/N)·∇L_dj    → micro-batch j's backward starts from dp·n_dj/N, then DDP's mean
 
 The counts come from the labels, so the last stage knows N before any forward: one all-reduce of [Σ_j n_dj] over
-DP (when dp > 1), then the schedule (``tpsim.pp.executor``), then one all-reduce of [Σ_j n_dj·L_dj] for the
+DP (when dp > 1), then the schedule (``tpsim.live_pipeline.executor``), then one all-reduce of [Σ_j n_dj·L_dj] for the
 loss, which a broadcast over the pipeline group hands to every stage (with N), so every rank reports the same
 number — all traced as scope "loss_normalizer", phase "dp_sync". The broadcast is waited on politely (sleep-polling,
 ``tpsim.comm.waiting``): it is the first collective after the schedule, the stages reach it as the drain frees
@@ -20,7 +20,7 @@ last stage spun 16 ms of each 89 ms step in it). After the last backward:
 
 then the optimizer step of ``tpsim.train.step.apply_update``, whose gradient norm sums over every stage.
 
-On a clock that prices collectives (``--clock GPU``, ``tpsim.pp.clock``) each of these — the normalizer, the
+On a clock that prices collectives (``--clock GPU``, ``tpsim.live_pipeline.clock``) each of these — the normalizer, the
 loss's all-reduce and broadcast, the embedding's all-reduce, the DP sync (ZeRO-1: its reduce-scatter) — ends at
 its group's latest clock plus its traced calls' α-β cost: the clocks are exchanged first (an all-reduce of one
 float, max, untraced: clock bookkeeping, like a message's stamp, is not model traffic), so the normalizer
@@ -47,10 +47,10 @@ from tpsim.cost import wire_bytes
 from tpsim.nn.dropout import DropoutPlan
 from tpsim.phases import DP_SYNC
 from tpsim.pipeline.overlap import comm_stream, forward_gates, forward_order
-from tpsim.pp.buckets import Pieces, ShardedPieces, bucket_specs
-from tpsim.pp.chunk import PipelineShard
-from tpsim.pp.clock import LiveClock
-from tpsim.pp.executor import Executor, ExecutorResult
+from tpsim.live_pipeline.buckets import Pieces, ShardedPieces, bucket_specs
+from tpsim.live_pipeline.chunk import PipelineShard
+from tpsim.live_pipeline.clock import LiveClock
+from tpsim.live_pipeline.executor import Executor, ExecutorResult
 from tpsim.train.protocol import zero_of
 
 LOSS_SCOPE = "loss_normalizer"

@@ -38,7 +38,7 @@ Every schedule is checked (``tpsim.pipeline.check.check``) before the executor t
 hang, or leave a micro-batch half done, is a one-line ``ConfigError`` before any message moves.
 
 Traced: every send and recv under scope "pipeline", phase forward (activations) or backward (gradients). Each
-message also carries its sender's virtual clock (``tpsim.pp.clock``: by default the unit costs of
+message also carries its sender's virtual clock (``tpsim.live_pipeline.clock``: by default the unit costs of
 ``tpsim.pipeline.clock.unit`` — a stage's F 1, B 2, a chunk's 1/v of that, messages free; under ``--clock GPU``
 the planner's costs), so the result holds this rank's modelled time of the step, how much of it was busy, and
 the virtual span of every compute action and receive (``result.clock.spans``). A clock that prices collectives
@@ -61,8 +61,8 @@ from tpsim.pipeline.actions import COLLECTIVES, Schedule
 from tpsim.pipeline.check import check
 from tpsim.pipeline.collectives import served, with_collectives, without_collectives
 from tpsim.pipeline.clock import Costs, unit
-from tpsim.pp.clock import LiveClock
-from tpsim.pp.held import Held
+from tpsim.live_pipeline.clock import LiveClock
+from tpsim.live_pipeline.in_flight import InFlight
 from tpsim.train.protocol import zero_of
 
 PIPELINE_SCOPE = "pipeline"
@@ -88,7 +88,7 @@ class ExecutorResult:
 
     losses: dict[int, float] = field(default_factory=dict)
     peak_in_flight: int = 0
-    peak_layer_bytes: int = 0  # the most bytes of layer activations held at once (``tpsim.pp.held``)
+    peak_layer_bytes: int = 0  # the most bytes of layer activations held at once (``tpsim.live_pipeline.in_flight``)
     ran: list[str] = field(default_factory=list)
     clock: LiveClock | None = None  # modelled time: its end and its busy part
 
@@ -248,7 +248,7 @@ class Executor:
         out = ExecutorResult(clock=LiveClock(self.costs, self.rank) if clock is None else clock)
         if out.clock.prices_collectives and not tracer.enabled:
             raise RuntimeError("a clock that prices collectives reads them from the trace: enable the tracer")
-        held = Held()  # (j, c) from its F until the backward that frees it: B, or W when split
+        in_flight = InFlight()  # (j, c) from its F until the backward that frees it: B, or W when split
         self.collectives_for(grad_sync)
         for i, a in enumerate(self.actions):
             if a.op in COLLECTIVES:
@@ -267,27 +267,27 @@ class Executor:
                     out.losses[j] = float(y)
                 else:
                     produced["F", j, c] = y
-                held.take((j, c), caches[j, c].h)
+                in_flight.take((j, c), caches[j, c].h)
                 self._forward_on_clock(out, a, v, tracer.events[since:], pieces, sharded, unshard)
             elif a.op == "B":
                 dy = seeds[j] if chunk.last else received.pop(("B", j, c))
                 with self._producing(i, grad_sync):
                     dx = self._backward(chunk, dy, caches.pop((j, c)), weights, (j, c))  # the cache goes now
                 if not sch.splits_backward:
-                    held.free((j, c))
+                    in_flight.free((j, c))
                 if v > 0:
                     produced["B", j, c] = dx
                 self._pieces(out, a, v, self._charged(out, a, v, tracer.events[since:], sharded, unshard), pieces)
             elif a.op == "W":
                 with self._producing(i, grad_sync):
                     chunk.backward_weights(weights.pop((j, c)))  # and with them, what they held
-                held.free((j, c))
+                in_flight.free((j, c))
                 self._pieces(out, a, v, self._charged(out, a, v, tracer.events[since:], sharded, False), pieces)
             else:  # SEND_F / SEND_B
                 self._send(a, produced, out.clock.time)
         self.group.wait_sends()
         out.clock.schedule_end = out.clock.time
-        out.peak_in_flight, out.peak_layer_bytes = held.peak_pairs, held.peak_bytes
+        out.peak_in_flight, out.peak_layer_bytes = in_flight.peak_pairs, in_flight.peak_bytes
         left = [*received, *produced, *caches, *(("W", j, c) for j, c in weights)]
         if left:
             raise RuntimeError(f"pipeline rank {self.rank}: the schedule left {left[:4]} unused (an F without its B, "

@@ -24,7 +24,7 @@ traced inside an action (the TP group's, and the KV heads' gradient sum) steps·
 planner gives its group (``tpsim.cost``, the same formulas); each message α + β·bytes on the pipeline's link.
 Every TP rank of a stage runs the same actions with the same collectives, so a TP group's latest arrival is its
 own clock: inside an action nothing needs exchanging. After the schedule the clocks of a group differ (the
-first and the last stage in the embedding group), so ``tpsim.pp.step`` exchanges them untraced and ends the
+first and the last stage in the embedding group), so ``tpsim.live_pipeline.step`` exchanges them untraced and ends the
 collective at the latest plus its cost (``LiveClock.collective``).
 
 Every compute action, receive and collective after the schedule leaves a ``VirtualSpan`` (its start and end on

@@ -28,7 +28,7 @@ def layer_bytes(blocks_cache) -> int:
 
 
 @dataclass
-class Held:
+class InFlight:
     """The pairs this rank holds now (``(micro-batch, chunk) -> bytes``) and the peaks of their count and bytes."""
 
     pairs: dict[tuple[int, int], int] = field(default_factory=dict)

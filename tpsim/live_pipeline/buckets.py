@@ -7,8 +7,8 @@ embedding) whose backward finishes its last gradient — the latest of its param
 (a higher virtual stage's backward runs first on a rank; within a stage, ``backward_pieces`` order) — and
 whether it waits for the tied embedding's sum over the embedding group, and the first forward piece that reads it
 (the lowest virtual stage first: a rank's chunk 0 runs micro-batch 0 first). ``ShardedPieces`` places ZeRO-2/3's
-traced collectives inside an action on the pieces they belong to, for ``tpsim.pp.clock.LiveClock.sharded_action``.
-MPI-free.
+traced collectives inside an action on the pieces they belong to, for
+``tpsim.live_pipeline.clock.LiveClock.sharded_action``. MPI-free.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ import copy
 from tpsim.arch import architecture_of
 from tpsim.cp.context import core_for
 from tpsim.nn.attention import SERIAL_CORE, AttentionCore
-from tpsim.pp.chunk import ModelChunk, PipelineShard, mark_shared_copy
-from tpsim.pp.split import split_layers
+from tpsim.live_pipeline.chunk import ModelChunk, PipelineShard, mark_shared_copy
+from tpsim.live_pipeline.split import split_layers
 
 
 def pipeline_from_serial(serial, grid, stage_layers: tuple[range, ...], *,

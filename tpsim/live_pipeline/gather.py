@@ -10,7 +10,7 @@ import numpy as np
 
 from tpsim.comm import ProcessGrid
 from tpsim.hf.checkpoint import full_tensors
-from tpsim.pp.chunk import PipelineShard
+from tpsim.live_pipeline.chunk import PipelineShard
 
 
 def gather_stages(shard: PipelineShard, grid: ProcessGrid, which: str = "params") -> dict[str, np.ndarray] | None:
