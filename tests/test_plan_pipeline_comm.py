@@ -21,7 +21,7 @@ from tpsim.arch import LlamaConfig
 from tpsim.cost import ring_time
 from tpsim.phases import FORWARD, SP_GRAD_SYNC
 from tpsim.pipeline.stage_clock import ROUNDING, compiled
-from tpsim.plan.comm import _is_layer, _seconds, end_rows, links, step_comm, tp_rows
+from tpsim.plan.comm import in_first_layer, rows_seconds, end_rows, links, step_comm, tp_rows
 from tpsim.plan.dp_overlap import stage_buckets
 from tpsim.gpus import gpu
 from tpsim.plan.layout import Layout
@@ -53,7 +53,7 @@ def totals(rows) -> tuple[int, int]:
 def test_every_row_a_stage_issues_goes_to_exactly_one_action(model, lay):
     split = compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp).splits_backward
     rows = tp_rows(model, lay)
-    for group in ([r for r in rows if _is_layer(model, r)], end_rows(model, lay, True, False, rows, batch=False),
+    for group in ([r for r in rows if in_first_layer(model, r)], end_rows(model, lay, True, False, rows, batch=False),
                   end_rows(model, lay, False, True, rows, batch=False)):
         acts = by_action(model, group, split)
         assert totals(acts["F"] + acts["B"] + acts["W"]) == totals(group)
@@ -82,7 +82,7 @@ def test_each_ranks_collectives_on_the_clock_are_its_stages_tp_time(model, lay):
         batch = [x for x in outside if x.layer == "batch"]
         half = [replace(x, wire_bytes=x.wire_bytes // 2) for x in batch] * ((r == 0) + (r == lay.pp - 1))
         clip = [x for x in outside if x.layer == "clip_grad_norm"]
-        want = tp - m * _seconds(half, link) - _seconds(clip, link)
+        want = tp - m * rows_seconds(half, link) - rows_seconds(clip, link)
         assert rank["collectives_s"] == pytest.approx(want, rel=1e-9), r
         assert rank["collectives_s"] > 0
 

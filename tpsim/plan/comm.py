@@ -90,13 +90,14 @@ def _repriced(r: Prediction, itemsize: int, grad: int) -> Prediction:
     return replace(r, bytes=n, wire_bytes=wire_bytes(r.op, n // (r.calls or 1), r.group_size) * (r.calls or 1))
 
 
-def _is_layer(model: ModelSpec, r: Prediction) -> bool:
+def in_first_layer(model: ModelSpec, r: Prediction) -> bool:
+    """Is ``r`` a collective of the model's first block (every block issues the same ones)?"""
     return r.layer.startswith(f"{model.architecture.config.layer_names.block}.0.")
 
 
 def tp_layer_rows(model: ModelSpec, lay: Layout, dtype: str | None = None) -> list[Prediction]:
     """One layer's TP collectives for one micro-batch, with full recompute's repeated forward ones."""
-    rows = [r for r in tp_rows(model, lay, dtype) if _is_layer(model, r)]
+    rows = [r for r in tp_rows(model, lay, dtype) if in_first_layer(model, r)]
     if lay.recompute == "full":
         rows += [r for r in rows if r.phase == FORWARD]
     return rows
@@ -106,7 +107,8 @@ def tp_wire_bytes_per_layer(model: ModelSpec, lay: Layout, dtype: str | None = N
     return sum(r.wire_bytes for r in tp_layer_rows(model, lay, dtype))
 
 
-def _seconds(rows, link) -> float:
+def rows_seconds(rows, link) -> float:
+    """The α-β seconds of ``rows`` (predicted collectives, each ``calls`` times) one after another on ``link``."""
     t = 0.0
     for r in rows:
         t = alpha_beta_time((r.calls or 1) * ring_steps(r.op, r.group_size), r.wire_bytes, link.alpha, link.beta, t)
@@ -175,7 +177,7 @@ def end_rows(model: ModelSpec, lay: Layout, first: bool, last: bool, rows: list[
     ``rows`` (default ``tp_rows``); ``batch=False`` leaves out the batch broadcast (read before the step)."""
     names, out = model.architecture.config.layer_names, []
     for r in tp_rows(model, lay) if rows is None else rows:
-        if _is_layer(model, r) or r.layer in PER_STEP:
+        if in_first_layer(model, r) or r.layer in PER_STEP:
             continue
         if r.layer == "batch":  # [2, b, s]: ids for the first stage, labels for the last
             half = replace(r, bytes=r.bytes // 2, wire_bytes=r.wire_bytes // 2)
@@ -223,7 +225,8 @@ def step_comm(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, stage_params:
     once = [r for r in tp_rows(model, lay) if r.layer in PER_STEP]
     tp_wire = m * (per_stage * sum(r.wire_bytes for r in layer) + sum(r.wire_bytes for r in ends))
     tp_wire += sum(r.wire_bytes for r in once)
-    tp_time = m * (per_stage * _seconds(layer, link["tp"]) + _seconds(ends, link["tp"])) + _seconds(once, link["tp"])
+    tp_time = m * (per_stage * rows_seconds(layer, link["tp"]) + rows_seconds(ends, link["tp"])) \
+        + rows_seconds(once, link["tp"])
     tied = tied_head_elements(model, lay)
     dp_ops = dp_collectives(lay, stage_params, tied)
     dp_wire = dp_wire_bytes(lay, stage_params, tied)

@@ -41,7 +41,7 @@ from dataclasses import replace
 import numpy as np
 
 from tpsim.phases import FORWARD, SP_GRAD_SYNC
-from tpsim.plan.comm import (EMBEDDING_GROUP, _is_layer, _seconds, dp_collectives, embedding_collectives,
+from tpsim.plan.comm import (EMBEDDING_GROUP, in_first_layer, rows_seconds, dp_collectives, embedding_collectives,
                              end_rows, links, ring_seconds, tp_rows)
 from tpsim.gpus import GPU
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
@@ -88,9 +88,9 @@ def piece_comm(model: ModelSpec, lay: Layout, gpu: GPU, split: bool) -> dict[str
 
     def seconds(of, overlaps=None) -> list[float]:
         if hidden is None or overlaps is None:
-            return [_seconds(of[op], link) for op in ops]
+            return [rows_seconds(of[op], link) for op in ops]
         return [hidden.action_seconds(of[op], overlaps[op], link, lay, gpu) for op in ops]
-    return {"layer": seconds(by_action(model, [r for r in rows if _is_layer(model, r)], split, lay.recompute),
+    return {"layer": seconds(by_action(model, [r for r in rows if in_first_layer(model, r)], split, lay.recompute),
                              hidden and hidden.layer_overlaps(model, lay)),
             "embedding": seconds(by_action(model, end_rows(model, lay, True, False, rows, batch=False), split)),
             "head": seconds(by_action(model, end_rows(model, lay, False, True, rows, batch=False), split),

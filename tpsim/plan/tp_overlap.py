@@ -44,7 +44,7 @@ from tpsim.arch.shape import kv_heads_per_rank
 from tpsim.cost import wire_bytes
 from tpsim.partition import padded_vocab_size
 from tpsim.phases import BACKWARD, FORWARD
-from tpsim.plan.comm import _seconds, ring_seconds
+from tpsim.plan.comm import rows_seconds, ring_seconds
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import ACT_BYTES
 from tpsim.plan.models import ModelSpec
@@ -169,7 +169,7 @@ def action_seconds(rows, overlaps: list[Overlap], link, lay: Layout, gpu) -> flo
                 break
         else:
             raise ValueError(f"a pipelined {o.op} of {o.layer} ({o.phase}) matches no TP row of the action")
-    t = _seconds([r for r in left if r.calls != 0], link)
+    t = rows_seconds([r for r in left if r.calls != 0], link)
     for o in overlaps:
         t += collective_exposed(o.op, o.nbytes, o.gemms, lay, gpu, link)
     return t

@@ -113,7 +113,7 @@ def _itemsize(dtype) -> int:
     return dtype if isinstance(dtype, int) else np.dtype(dtype).itemsize
 
 
-class _Rows:
+class PredictionRows:
     """The predictions being built, keyed by (layer, phase, op, group) in the order the collectives are issued.
     ``repeat``: every call added is issued that many times (a pipeline's micro-batches); ``pp``: the pipeline."""
 
@@ -147,7 +147,7 @@ class _Rows:
         row.wire_bytes += wire_bytes(op, nbytes, p) * calls
 
 
-def _forward(rows: _Rows, blocks: list[str], act: int, sequence_parallel: bool, n: LayerNames,
+def _forward(rows: PredictionRows, blocks: list[str], act: int, sequence_parallel: bool, n: LayerNames,
              first: bool = True, last: bool = True, overlap: bool = False) -> None:
     """The model's forward up to the logits: g per block under TP, the pair f̄ then ḡ under SP; ``first`` /
     ``last``: this (pipeline stage) holds the embedding / the LM head."""
@@ -164,7 +164,7 @@ def _forward(rows: _Rows, blocks: list[str], act: int, sequence_parallel: bool, 
         rows.add_sp("lm_head", FORWARD, "all_gather", act, overlap)
 
 
-def _loss(rows: _Rows, row_bytes: int, normalizer: bool, label_smoothing: bool) -> None:
+def _loss(rows: PredictionRows, row_bytes: int, normalizer: bool, label_smoothing: bool) -> None:
     """The vocab-parallel cross-entropy's three all-reduces of ``row_bytes`` (b·s elements), the DP normaliser."""
     rows.add("loss", FORWARD, "all_reduce", "tp", row_bytes, calls=2)  # max, Σexp
     rows.add("loss", FORWARD, "all_reduce", "tp", (2 if label_smoothing else 1) * row_bytes)  # target (, Σz)
@@ -172,7 +172,7 @@ def _loss(rows: _Rows, row_bytes: int, normalizer: bool, label_smoothing: bool) 
         rows.add("loss_normalizer", DP_SYNC, "all_reduce", "dp", 2 * 8)
 
 
-def _tp_backward(rows: _Rows, blocks: list[str], act: int, n: LayerNames, last: bool = True) -> None:
+def _tp_backward(rows: PredictionRows, blocks: list[str], act: int, n: LayerNames, last: bool = True) -> None:
     """f of the tied head, then of c_fc and c_attn in every block, last block first."""
     if last:
         rows.add("lm_head", BACKWARD, "all_reduce", "tp", act)
@@ -181,7 +181,7 @@ def _tp_backward(rows: _Rows, blocks: list[str], act: int, n: LayerNames, last: 
         rows.add(f"{blk}.{n.attn}", BACKWARD, "all_reduce", "tp", act)
 
 
-def _sp_backward(rows: _Rows, blocks: list[str], act: int, ln_grads: int, regather: int, n: LayerNames,
+def _sp_backward(rows: PredictionRows, blocks: list[str], act: int, ln_grads: int, regather: int, n: LayerNames,
                  first: bool = True, last: bool = True, overlap: bool = False) -> None:
     """SP's backward: the conjugates of f̄ and ḡ, ``regather`` re-gathers per column-parallel linear, and
     each LayerNorm's (dw, db) all-reduced as one ``ln_grads``-byte message in phase ``SP_GRAD_SYNC``."""
@@ -202,7 +202,7 @@ def _sp_backward(rows: _Rows, blocks: list[str], act: int, ln_grads: int, regath
         rows.add(n.embed, BACKWARD, "all_gather", "tp", act)  # the sequence split's backward
 
 
-def model_rows(rows: _Rows, config, tp: int, sp: bool, blocks: list[str], *, b: int, s: int, e: int, acc: int,
+def model_rows(rows: PredictionRows, config, tp: int, sp: bool, blocks: list[str], *, b: int, s: int, e: int, acc: int,
                first: bool = True, last: bool = True, normalizer: bool = False, label_smoothing: bool = False,
                sp_regather_in_backward: bool = True, overlap: bool = False, cp_comm: str = "ring") -> None:
     """The collectives of one forward and backward of ``blocks`` on ``b`` rows of ``s`` tokens (``e`` bytes an
@@ -260,7 +260,7 @@ def predict_step(run, *, clip: bool, update: bool = True, grad_bytes_local: int 
     e, b, s = _itemsize(dtype), batch_size // dp, seq_len // par.cp  # s: a CP rank's tokens
     acc = e if isinstance(dtype, int) else accum_itemsize(dtype)  # float32 accumulations under 16-bit dtypes
     blocks = [f"{n.block}.{i}" for i in range(config.layers)]
-    rows = _Rows(tp, dp, kv_replicas(config, tp), cp=par.cp)  # kv: 1 unless KV heads are replicated (tp > kv)
+    rows = PredictionRows(tp, dp, kv_replicas(config, tp), cp=par.cp)  # kv: 1 unless KV heads are replicated (tp > kv)
     dp = par.grad_replicas  # from here on the gradient group: DP x CP
     if tp > 1:
         rows.add("batch", DATA, "broadcast", "tp", 2 * b * s * 8)  # int64 [2, b, s]: ids and labels
@@ -271,21 +271,21 @@ def predict_step(run, *, clip: bool, update: bool = True, grad_bytes_local: int 
     if zero.shards_optimizer:  # one bucket padded to a multiple of dp, unless the caller gives the padded bytes
         total = padded_length(elements, dp) * acc if grad_bytes_local is None else grad_bytes_local
         if dp > 1:
-            _bucketed(rows, "zero", DP_SYNC, "reduce_scatter", total, ddp_buckets)
+            add_bucketed(rows, "zero", DP_SYNC, "reduce_scatter", total, ddp_buckets)
     elif dp > 1:
         total = elements * acc if grad_bytes_local is None else grad_bytes_local
-        _bucketed(rows, "ddp", DP_SYNC, "all_reduce", total, ddp_buckets)
+        add_bucketed(rows, "ddp", DP_SYNC, "all_reduce", total, ddp_buckets)
     if loss_scaling:
         rows.add("loss_scaler", OPTIMIZER, "all_reduce", "world", 8)
     if clip:  # ZeRO-1's norm sums the owned slices over the whole world
         rows.add("clip_grad_norm", OPTIMIZER, "all_reduce", "world" if zero.shards_optimizer else "tp", 8)
     if zero.shards_optimizer and dp > 1:  # the parameters' all-gathers: after the step, or (ZeRO-3) around units
         for phase, n, calls in zero_gathers(config, zero.stage, total // acc * e, ddp_buckets, tp=tp, dp=dp, e=e):
-            _bucketed(rows, "zero", phase, "all_gather", n, calls)
+            add_bucketed(rows, "zero", phase, "all_gather", n, calls)
     return list(rows.rows.values())
 
 
-def _bucketed(rows: _Rows, layer: str, phase: str, op: str, total: int, buckets: int | None) -> None:
+def add_bucketed(rows: PredictionRows, layer: str, phase: str, op: str, total: int, buckets: int | None) -> None:
     """A DP collective over ``total`` bytes in ``buckets`` calls (None: the count is not predicted)."""
     dp = rows.sizes["dp"]
     rows.rows[(layer, phase, op, "dp")] = Prediction(layer, phase, op, "dp", dp, buckets, total,

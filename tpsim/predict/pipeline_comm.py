@@ -34,7 +34,7 @@ from tpsim.partition import padded_length, padded_vocab_size
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER
 from tpsim.arch import architecture_of
 from tpsim.arch.shape import kv_replicas
-from tpsim.predict.formulas import Prediction, _Rows, _bucketed, model_rows
+from tpsim.predict.formulas import Prediction, PredictionRows, add_bucketed, model_rows
 from tpsim.predict.zero_rows import zero2_reduce_scatter, zero_gathers
 from tpsim.predict.pipeline import p2p_bytes
 
@@ -53,7 +53,7 @@ def stage_elements(config, tp: int, layers: range, first: bool, last: bool) -> i
 
 
 def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update: bool, grad_bytes: int | None,
-               buckets: int | None, held: tuple[int, int] | None = None) -> _Rows:
+               buckets: int | None, held: tuple[int, int] | None = None) -> PredictionRows:
     """Every collective and message one rank of pipeline rank ``stage`` issues in one step; ``chunks[c]``: the
     layers of its chunk c (virtual stage c·pp + stage). ``held``: ZeRO-2's ``(bytes, buckets)`` held for the tied
     embedding's sum (``zero2_reduce_scatter``)."""
@@ -63,10 +63,10 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
     e = run.precision.numpy.itemsize
     acc = accum_itemsize(run.precision.numpy)
     b, s, h = run.micro_batch, sch.seq_len // par.cp, config.hidden  # s: a CP rank's tokens
-    rows = _Rows(tp, dp, kv_replicas(config, tp), pp=pp, cp=par.cp)
+    rows = PredictionRows(tp, dp, kv_replicas(config, tp), pp=pp, cp=par.cp)
     if tp > 1 and (first or last):  # ids on the first stage, labels on the last (Megatron-LM's get_batch)
         rows.add("batch", DATA, "broadcast", "tp", (first + last) * run.local_batch * s * 8)  # pp 1: both, one call
-    per_micro = _Rows(tp, dp, kv_replicas(config, tp), pp=pp, repeat=m, cp=par.cp)
+    per_micro = PredictionRows(tp, dp, kv_replicas(config, tp), pp=pp, repeat=m, cp=par.cp)
     dp = par.grad_replicas  # from here on the gradient group: DP x CP
     blocks = [f"{config.layer_names.block}.{i}" for layers in chunks for i in layers]
     model_rows(per_micro, config, tp, par.sp, blocks, b=b, s=s, e=e, acc=acc, first=first, last=last,
@@ -96,11 +96,11 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
             tied = config.tied and pp > 1 and (first or last)  # one bucket (the default) holds the embedding
             held = held if held is not None else (total, buckets) if tied else (0, 0)
             rs_bytes, rs_calls = zero2_reduce_scatter(m, total, buckets, held)
-            _bucketed(rows, "zero", DP_SYNC, "reduce_scatter", rs_bytes, rs_calls)
+            add_bucketed(rows, "zero", DP_SYNC, "reduce_scatter", rs_bytes, rs_calls)
         elif dp > 1:
-            _bucketed(rows, "zero", DP_SYNC, "reduce_scatter", total, buckets)
+            add_bucketed(rows, "zero", DP_SYNC, "reduce_scatter", total, buckets)
     elif dp > 1:
-        _bucketed(rows, "ddp", DP_SYNC, "all_reduce", elements * acc if grad_bytes is None else grad_bytes, buckets)
+        add_bucketed(rows, "ddp", DP_SYNC, "all_reduce", elements * acc if grad_bytes is None else grad_bytes, buckets)
     if update and run.precision.loss_scaling:
         rows.add("loss_scaler", OPTIMIZER, "all_reduce", "world", 8)
     if clip:
@@ -109,7 +109,7 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
     if zero.shards_optimizer and dp > 1:  # a tied head on its own stage (pp > 1) gathers its own copy: no extra
         for phase, n, calls in zero_gathers(config, par.zero, total // acc * e, buckets, tp=tp, dp=dp, e=e,
                                             microbatches=m, tied_head=pp == 1):
-            _bucketed(rows, "zero", phase, "all_gather", n, calls)
+            add_bucketed(rows, "zero", phase, "all_gather", n, calls)
     return rows
 
 
