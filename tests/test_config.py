@@ -90,3 +90,25 @@ def test_a_plan_layout_and_a_validation_case_say_tp_sp_zero_as_a_run_does():
     assert isinstance(lay, Parallelism) and lay.dtype == "bfloat16"
     assert lay.parallel == Parallelism(tp=8, dp=2, pp=4, sp=True, zero=1) and lay.gpus == lay.parallel.world == 64
     assert all(isinstance(case.parallel, Parallelism) and case.dtype in DTYPE_NAMES for case in CASES)
+
+
+def test_a_layout_reads_every_field_it_shares_with_a_run_by_name():
+    """``Layout.of_run``: the run's ``Parallelism`` whole and ``RUN_FIELDS`` from its other parts, none by hand. Every
+    run field whose name is a Layout field is one of those (or the micro-batch), and each reaches the layout with a
+    value unlike both defaults, so a dropped or mismatched entry fails."""
+    from tpsim.plan.layout import RUN_FIELDS
+    mine = {f.name for f in dataclasses.fields(Layout)}
+    parts = {"schedule": Schedule, "precision": Precision, "pipeline": Pipeline, "optimizer": OptimizerSettings}
+    named = {(part, f.name) for part, cls in parts.items() for f in dataclasses.fields(cls) if f.name in mine}
+    assert named <= set(RUN_FIELDS.values()) and set(RUN_FIELDS) <= mine  # global_batch <- schedule.batch_size
+    assert all(field in {f.name for f in dataclasses.fields(parts[part])} for part, field in RUN_FIELDS.values())
+    assert {f.name for f in dataclasses.fields(Parallelism)} <= mine
+    pipe = Pipeline(schedule="interleaved", microbatches=4, vp=2, stage_layers=(1, 1, 1, 1), clock="h100", mfu=0.25)
+    run = RunConfig.of(GPTConfig(vocab_size=16, n_positions=32, n_embd=16, n_layer=4, n_head=4), tp=2, dp=2, pp=2,
+                       sp=True, zero=1, batch_size=16, seq_len=32, dtype="float32", pipeline=pipe, bucket_mb=7.0,
+                       overlap_grad_reduce=True, overlap_param_gather=True)
+    lay = Layout.of_run(run, gpu="a100-80gb")
+    for name, (part, field) in RUN_FIELDS.items():
+        want = getattr(getattr(run, part), field)
+        assert getattr(lay, name) == want != getattr(Layout, name), name
+    assert lay.parallel == run.parallel and lay.micro_batch == run.micro_batch == 2 and lay.gpu == "a100-80gb"

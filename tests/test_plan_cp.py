@@ -239,7 +239,7 @@ def test_llama3_405b_long_context_layout():
     p = {}
     for comm in ("allgather", "ring"):
         lay = Layout(tp=8, cp=16, pp=16, dp=8, sp=True, zero=1, attention="fused", seq_len=131072,
-                     global_batch=128, cp_comm=comm, pp_layers=(7, *[8] * 14, 7))
+                     global_batch=128, cp_comm=comm, stage_layers=(7, *[8] * 14, 7))
         p[comm] = plan(L405B, lay)
     assert p["ring"].layout["gpus"] == 16384 and p["ring"].layout["microbatches"] == 16
     assert p["ring"].cp["placement"] == "CP across nodes"

@@ -94,7 +94,7 @@ def test_compute_is_the_mean_busy_time_so_the_stage_flops_add_up_to_the_step():
     for model, lay in ((LLAMA70, LAYOUT), (LLAMA70, replace(LAYOUT, schedule="interleaved", vp=2)),
                        (LLAMA70, replace(LAYOUT, schedule="zb-h1", recompute="full")),
                        (LLAMA405, Layout(tp=8, pp=16, dp=8, sp=True, seq_len=8192, global_batch=1024,
-                                         pp_layers=META_405B)),
+                                         stage_layers=META_405B)),
                        (GPT3, Layout(tp=8, pp=8, dp=4, recompute="none", seq_len=2048, global_batch=512))):
         flat = plan(model, replace(lay, mfu=0.5))
         busy = [r["busy_s"] - r["collectives_s"] for r in flat.pipeline["ranks"]]  # the FLOPs' share
@@ -131,7 +131,7 @@ def test_the_lm_head_makes_the_last_stage_heavier_and_the_bubble_larger():
 
 
 def test_uneven_stages_idle_more_than_the_formula_and_the_busiest_sets_the_pace():
-    lay = Layout(tp=8, pp=16, dp=8, sp=True, seq_len=8192, global_batch=1024, pp_layers=META_405B)
+    lay = Layout(tp=8, pp=16, dp=8, sp=True, seq_len=8192, global_batch=1024, stage_layers=META_405B)
     p = plan(LLAMA405, lay)
     pipe = p.pipeline
     assert [r["layers"] for r in pipe["ranks"]] == list(META_405B)
@@ -139,9 +139,9 @@ def test_uneven_stages_idle_more_than_the_formula_and_the_busiest_sets_the_pace(
     assert max(busy) == busy[1] > busy[0] and busy[0] < busy[15] < busy[1]  # 8 layers > 7 + the head > 7
     assert pipe["bubble_fraction"]["measured"] > pipe["bubble_fraction"]["formula"]
     assert p.per_gpu["stage"] == 1  # 8 layers x 15 in flight: more than stage 0's 7 x 16
-    even = plan(LLAMA70, replace(LAYOUT, pp_layers=(20, 20, 20, 20)))
+    even = plan(LLAMA70, replace(LAYOUT, stage_layers=(20, 20, 20, 20)))
     assert even.pipeline == plan(LLAMA70, LAYOUT).pipeline
-    heavy_first = plan(LLAMA70, replace(LAYOUT, pp_layers=(23, 19, 19, 19)))
+    heavy_first = plan(LLAMA70, replace(LAYOUT, stage_layers=(23, 19, 19, 19)))
     assert heavy_first.pipeline["bubble_fraction"]["measured"] > even.pipeline["bubble_fraction"]["measured"]
 
 
@@ -175,7 +175,7 @@ def test_memory_holds_the_schedules_peak_in_flight():
     mem = busiest_stage(LLAMA70, zb)
     assert mem["stage"] == 3 and mem["activations"] == pytest.approx(20 * 4 * layer + logits_bytes(LLAMA70, zb),
                                                                       rel=1e-12)
-    mem = busiest_stage(LLAMA70, replace(zb, pp_layers=(18, 24, 20, 18)))  # the most layers, the most memory
+    mem = busiest_stage(LLAMA70, replace(zb, stage_layers=(18, 24, 20, 18)))  # the most layers, the most memory
     assert mem["stage"] == 1 and mem["activations"] == pytest.approx(24 * 4 * layer, rel=1e-12)
     last = busiest_stage(LLAMA70, replace(LAYOUT, pp=1, dp=8))
     assert last["activations"] == pytest.approx(80 * layer + logits_bytes(LLAMA70, replace(LAYOUT, pp=1)), rel=1e-12)
@@ -204,7 +204,7 @@ def test_json_carries_the_schedule_the_bubble_and_the_p2p_bytes(capsys):
     assert main(["--model", "llama3-70b", "--tp", "8", "--pp", "4", "--dp", "2", "--sp", "--seq-len", "8192",
                  "--global-batch", "256", "--schedule", "interleaved", "--vp", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert (out["layout"]["schedule"], out["layout"]["vp"], out["layout"]["pp_layers"]) == ("interleaved", 2, None)
+    assert (out["layout"]["schedule"], out["layout"]["vp"], out["layout"]["stage_layers"]) == ("interleaved", 2, None)
     pipe = out["pipeline"]
     assert {"schedule", "pp", "vp", "microbatches", "bubble_fraction", "p2p_bytes", "messages", "makespan_s",
             "makespan_without_p2p_s", "ranks", "stages"} <= set(pipe)

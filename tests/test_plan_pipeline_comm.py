@@ -39,7 +39,7 @@ LAYOUTS = [(LLAMA70, Layout(tp=8, pp=4, dp=2, sp=True, recompute="selective", se
            (LLAMA70, Layout(tp=8, pp=4, dp=2, sp=True, seq_len=8192, global_batch=256, schedule="zb-h1")),
            (GPT3, Layout(tp=8, pp=8, dp=4, seq_len=2048, global_batch=512, schedule="interleaved", vp=2)),
            (GPT3, Layout(tp=4, pp=4, dp=1, seq_len=2048, global_batch=64, recompute="full", schedule="afab")),
-           (GPT2, Layout(tp=2, pp=3, seq_len=1024, global_batch=24, pp_layers=(3, 5, 4), schedule="zb-h1", sp=True)),
+           (GPT2, Layout(tp=2, pp=3, seq_len=1024, global_batch=24, stage_layers=(3, 5, 4), schedule="zb-h1", sp=True)),
            (TOY_LLAMA, Layout(tp=4, pp=2, dp=2, seq_len=64, global_batch=16, schedule="zb-h1"))]
 IDS = ["llama70-1f1b-sp", "llama70-zb-h1-sp", "gpt3-interleaved", "gpt3-afab-full", "gpt2-uneven-zb-h1-sp",
        "llama-kv-replicated-zb-h1"]

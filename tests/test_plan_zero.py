@@ -218,7 +218,7 @@ def test_llama3_405b_fits_on_metas_layout_with_zero_2(capsys):
     assert round(mem["total"] / 1e9, 2) == 71.16 and round((usable - mem["total"]) / 1e9, 2) == 13.29
     assert "fits, 13.29 GB left" in out
     lay = Layout(tp=8, pp=16, dp=64, sp=True, attention="fused", seq_len=8192, global_batch=2048,
-                 pp_layers=META_SPLIT, zero=1)
+                 stage_layers=META_SPLIT, zero=1)
     one = plan(L405B, lay)
     assert one.fits and round(one.per_gpu["memory_bytes"]["grads"] / 1e9, 2) == 12.75
     overlapped = plan(L405B, replace(lay, overlap_grad_reduce=True)).time_s
@@ -227,7 +227,7 @@ def test_llama3_405b_fits_on_metas_layout_with_zero_2(capsys):
     assert round(t["hidden"]["dp"], 2) == 8.40 and round(t["dp"], 4) == 0.1173
     assert t["dp"] == pytest.approx(overlapped["dp"], rel=1e-12)  # 32 reduce-scatters, the last one's tail shown
     assert "time: ZeRO-2 scatter exposed" in out and "8.40 s more hidden under the backward, 32 a bucket" in out
-    other = replace(lay, attention="unfused", recompute="selective", pp_layers=(8,) * 15 + (6,))
+    other = replace(lay, attention="unfused", recompute="selective", stage_layers=(8,) * 15 + (6,))
     assert not plan(L405B, other).fits
     assert round(plan(L405B, other).per_gpu["memory_bytes"]["total"] / 1e9, 2) == 89.53
     assert plan(L405B, replace(other, zero=2)).fits

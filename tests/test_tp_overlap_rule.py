@@ -77,7 +77,7 @@ def gpt_layer_overlaps(lay, model):
 @pytest.mark.parametrize("tp", [2, 8])
 def test_stage_comm_charges_each_pipelined_collective_its_exposed_time(tp):
     model, g = PRESETS["gpt2-medium"], gpu("h100-80gb")
-    base = Layout(tp=tp, pp=2, sp=True, seq_len=1024, micro_batch=2, global_batch=16, pp_layers=(12, 12))
+    base = Layout(tp=tp, pp=2, sp=True, seq_len=1024, micro_batch=2, global_batch=16, stage_layers=(12, 12))
     lay = replace(base, tp_comm_overlap=True)
     link = links(lay, g)["tp"]
     nbytes = lay.micro_batch * lay.seq_len * model.hidden * 2  # [b, s, h] in bfloat16

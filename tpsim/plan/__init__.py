@@ -5,7 +5,7 @@ models; memory and comm read the schedule's lists from ``tpsim.pipeline.stage_cl
 
     models    ModelSpec, the presets (GPT-2, GPT-3 175B, Llama-3 8B/70B/405B) and a Hugging Face config.json reader
     (GPU presets: tpsim.gpus)
-    layout    Layout (tp, cp, pp, dp, sp, zero, recompute, batch, dtype, schedule, vp, pp_layers, ...) and its rules
+    layout    Layout (tp, cp, pp, dp, sp, zero, recompute, batch, dtype, schedule, vp, stage_layers, ...) and its rules
     cp_shape  a context-parallel rank's attention: its query rows against the keys, the busiest rank's share
     cp_terms  context parallelism's bytes (tpsim.predict.cp_comm), link, and time the attention leaves exposed
     memory    model state per parameter (Megatron's table, ZeRO-1/2/3), activations per layer (Korthikanti

@@ -122,7 +122,7 @@ def layout_of(args, model) -> Layout:
                   seq_len=seq, micro_batch=args.micro_batch, global_batch=args.global_batch,
                   dtype="bfloat16" if fp8 else args.dtype, fp8=fp8, attention=args.attention,
                   gpu=args.gpu, gpus_per_node=args.gpus_per_node, mfu=args.mfu, schedule=args.schedule,
-                  vp=args.vp, pp_layers=stage_layers(args.pp_layers), gemm_efficiency=args.gemm_efficiency,
+                  vp=args.vp, stage_layers=stage_layers(args.pp_layers), gemm_efficiency=args.gemm_efficiency,
                   hbm_efficiency=args.hbm_efficiency, overlap_grad_reduce=args.overlap_grad_reduce,
                   overlap_param_gather=args.overlap_param_gather, tp_comm_overlap=args.tp_comm_overlap,
                   bucket_mb=args.bucket_mb)

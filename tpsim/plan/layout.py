@@ -2,12 +2,12 @@
 
 The divisibility rules are the ones a Megatron-style run enforces: attention is split by heads (grouped KV heads
 split too, or replicated when tp is a multiple of them), the MLP's columns by ``tp``; ``pp`` stages take equal
-numbers of layers unless ``pp_layers`` says how many each takes (Llama-3 405B's one fewer on the first and the
+numbers of layers unless ``stage_layers`` says how many each takes (Llama-3 405B's one fewer on the first and the
 last stage); the global batch splits into ``dp`` replicas × ``m`` micro-batches of ``micro_batch`` sequences;
 sequence parallelism splits the sequence by tp. The pipeline runs ``schedule`` (``tpsim.pipeline.schedules``:
 afab, 1f1b, interleaved, zb-h1) with ``vp`` model chunks per rank (interleaved): the model is cut into
 pp × vp *virtual stages*, chunk c of rank r being virtual stage c·pp + r (Megatron-LM's layout), and
-``pp_layers`` lists the layers of each virtual stage in model order. Context parallelism (``cp``) cuts every
+``stage_layers`` lists the layers of each virtual stage in model order. Context parallelism (``cp``) cuts every
 sequence over cp ranks, each holding s/cp tokens of every layer (``local_seq``); the sequence must cut into the
 layout's chunks and Ulysses' heads over cp (``tpsim.cp.choice``, the live run's own rules); the gradients are
 averaged over the dp·cp ranks holding the same model shard (``grad_replicas``).
@@ -15,7 +15,7 @@ averaged over the dp·cp ranks holding the same model shard (``grad_replicas``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from tpsim.config import DTYPE_ALIASES, Parallelism, dtype_alias
 from tpsim.cp import choice as cp_choice
@@ -33,12 +33,30 @@ ATTENTION = ("unfused", "fused")
 # ZeRO stages the planner prices (tpsim.zero_stage.ZERO_STAGES: all run live): 2 shards the gradients too,
 # 3 the parameters as well (Rajbhandari et al. 2019, §5); a Layout is never Parallelism.check-ed, so these pass
 PLANNED_ZERO_STAGES = (0, 1, 2, 3)
+# What a Layout shares with a run's other parts (tpsim.config.RunConfig), by name: Layout field -> (the run's
+# part, its field). Every ``Parallelism`` field is the Layout's own (a Layout *is* the run's Parallelism, so a new
+# axis needs no entry here); these are the rest, read by ``of_run`` (``Layout.of_run``); the micro-batch is the
+# run's ``micro_batch`` (its DP rank's rows ÷ micro-batches). The planner's defaults stay its own (a real run's
+# sizes: 2048 tokens, bfloat16), the demo's its own (a tiny model's).
+RUN_FIELDS = {
+    "seq_len": ("schedule", "seq_len"),
+    "global_batch": ("schedule", "batch_size"),
+    "dtype": ("precision", "dtype"),
+    "schedule": ("pipeline", "schedule"),
+    "vp": ("pipeline", "vp"),
+    "stage_layers": ("pipeline", "stage_layers"),
+    "mfu": ("pipeline", "mfu"),
+    "overlap_grad_reduce": ("optimizer", "overlap_grad_reduce"),
+    "overlap_param_gather": ("optimizer", "overlap_param_gather"),
+    "bucket_mb": ("optimizer", "bucket_mb"),
+}
 
 
 @dataclass(frozen=True)
 class Layout(Parallelism):
-    """A ``tpsim.config.Parallelism`` (tp, dp, pp, sp, zero: the same fields a live run has) with what the
-    planner adds: activation recomputation, the batch, the dtype, the GPU and how many share a node, the MFU."""
+    """A ``tpsim.config.Parallelism`` (every field a live run's grid has, inherited, none restated) with what the
+    planner adds: activation recomputation, the batch, the dtype, the GPU and how many share a node, the MFU. The
+    fields shared with the run's other parts are named in ``RUN_FIELDS``; ``Layout.of_run`` reads them."""
 
     recompute: str = "none"
     seq_len: int = 2048
@@ -50,7 +68,7 @@ class Layout(Parallelism):
     mfu: float | None = None  # None: each kernel from its shape (tpsim.plan.kernel_time); a number: flat
     schedule: str = "1f1b"
     vp: int = 1
-    pp_layers: tuple[int, ...] | None = None  # layers of each virtual stage; None: L / (pp·vp) each
+    stage_layers: tuple[int, ...] | None = None  # layers of each virtual stage; None: L / (pp·vp) each
     gemm_efficiency: float | None = None  # None: tpsim.plan.kernel_time's fitted GEMM_EFFICIENCY
     hbm_efficiency: float | None = None  # None: its fitted HBM_EFFICIENCY
     p2p_scatter_gather: bool = True  # Megatron's: each TP rank sends 1/t of a message, NVLink all-gathers it
@@ -65,8 +83,8 @@ class Layout(Parallelism):
         object.__setattr__(self, "dtype", dtype_alias(self.dtype))  # one spelling; unknown names: problems()
         if self.gpus_per_node is None:  # the GPU's NVLink domain (an unknown GPU: 8, and plan() names it)
             object.__setattr__(self, "gpus_per_node", GPUS[self.gpu].nvlink_domain if self.gpu in GPUS else 8)
-        if self.pp_layers is not None:
-            object.__setattr__(self, "pp_layers", tuple(self.pp_layers))
+        if self.stage_layers is not None:
+            object.__setattr__(self, "stage_layers", tuple(self.stage_layers))
 
     @property
     def gpus(self) -> int:
@@ -94,14 +112,20 @@ class Layout(Parallelism):
     @property
     def parallel(self) -> Parallelism:
         """The run's part of the layout: what ``tpsim.config.RunConfig`` holds as ``parallel``."""
-        return Parallelism(tp=self.tp, dp=self.dp, pp=self.pp, sp=self.sp, zero=self.zero,
-                           tp_comm_overlap=self.tp_comm_overlap, cp=self.cp, cp_comm=self.cp_comm,
-                           cp_layout=self.cp_layout)
+        return Parallelism(**{f.name: getattr(self, f.name) for f in fields(Parallelism)})
+
+    @classmethod
+    def of_run(cls, run, **planner) -> Layout:
+        """The layout of a ``tpsim.config.RunConfig``: its ``Parallelism`` whole, the ``RUN_FIELDS`` from its other
+        parts, its micro-batch; ``planner``: the planner's own fields (gpu, recompute, ...), or one to override."""
+        shared = {name: getattr(getattr(run, part), field) for name, (part, field) in RUN_FIELDS.items()}
+        return cls(**{**{f.name: getattr(run.parallel, f.name) for f in fields(Parallelism)}, **shared,
+                      "micro_batch": run.micro_batch, **planner})
 
 
 def virtual_stage_layers(model: ModelSpec, lay: Layout) -> tuple[int, ...]:
-    """Layers of each of the pp·vp virtual stages, in model order (``pp_layers``, or L / (pp·vp) each)."""
-    return lay.pp_layers or (model.layers // (lay.pp * lay.vp),) * (lay.pp * lay.vp)
+    """Layers of each of the pp·vp virtual stages, in model order (``stage_layers``, or L / (pp·vp) each)."""
+    return lay.stage_layers or (model.layers // (lay.pp * lay.vp),) * (lay.pp * lay.vp)
 
 
 def rank_layers(model: ModelSpec, lay: Layout) -> tuple[int, ...]:
@@ -127,12 +151,12 @@ def pipeline_problems(model: ModelSpec, lay: Layout) -> list[str]:
         out.append(f"--schedule interleaved --vp {lay.vp}: {m} micro-batches (global batch / (dp x micro-batch)) "
                    f"must be a multiple of --pp {lay.pp} (micro-batches go through the chunks in groups of pp; "
                    f"try --global-batch {(m + lay.pp - m % lay.pp) * per_m})")
-    if lay.pp_layers is None:
+    if lay.stage_layers is None:
         if model.layers % stages:
             out.append(f"layers {model.layers} not divisible by pp {lay.pp}" + (f" x vp {lay.vp}" if lay.vp > 1
                                                                                  else "") + " (give --pp-layers)")
-    elif len(lay.pp_layers) != stages or min(lay.pp_layers) < 1 or sum(lay.pp_layers) != model.layers:
-        out.append(f"--pp-layers {','.join(map(str, lay.pp_layers))}: {stages} stages (pp x vp) of at least one "
+    elif len(lay.stage_layers) != stages or min(lay.stage_layers) < 1 or sum(lay.stage_layers) != model.layers:
+        out.append(f"--pp-layers {','.join(map(str, lay.stage_layers))}: {stages} stages (pp x vp) of at least one "
                    f"layer each, {model.layers} layers in all")
     return out
 

@@ -4,8 +4,10 @@ One mapping, used wherever a live run and the planner must price the same thing 
 and ``tpsim plan --validate``'s pipeline cases:
 
     model_spec(config)        the architecture's sizes (vocab, hidden, layers, heads, KV heads, ffn, positions, tied)
-    run_layout(run, gpu, mfu) tp, cp, dp, pp, sp, zero of the run; its sequence length, micro-batch (the DP replica's
-                              rows ÷ micro-batches), global batch, dtype; the schedule, vp and layers per stage
+    run_layout(run, gpu, mfu) ``Layout.of_run``: the run's Parallelism whole, the fields ``RUN_FIELDS`` names from
+                              its other parts (sequence length, global batch, dtype, schedule, vp, layers per stage,
+                              mfu, the DP overlaps and bucket size), its micro-batch (the DP replica's rows ÷
+                              micro-batches); the GPU of its ``--clock``; p2p messages whole
     clock_costs(run, schedule, boundary, dtype)
                               what the live virtual clock charges (``tpsim.pipeline.clock.Costs``): ``unit(schedule)``
                               under ``--clock unit``; under a GPU the planner's own ``stage_costs`` (F, B, W a
@@ -52,16 +54,10 @@ def model_spec(config, name: str | None = None) -> ModelSpec:
 def run_layout(run: RunConfig, gpu: str | None = None, mfu: float | None = None) -> Layout:
     """The planner's ``Layout`` of ``run`` (module docstring) on ``gpu`` at ``mfu`` (default: the run's
     ``--clock`` GPU and ``--mfu``, else h100-80gb at the planner's 0.5)."""
-    pipe, par = run.pipeline, run.parallel
+    pipe = run.pipeline
     gpu = gpu or (pipe.clock if pipe.clock != UNIT_CLOCK else Layout.gpu)
-    mfu = mfu if mfu is not None else pipe.mfu
-    return Layout(tp=par.tp, dp=par.dp, pp=par.pp, sp=par.sp, zero=par.zero, tp_comm_overlap=par.tp_comm_overlap,
-                  cp=par.cp, cp_comm=par.cp_comm, cp_layout=par.cp_layout, seq_len=run.schedule.seq_len,
-                  micro_batch=run.micro_batch, global_batch=run.schedule.batch_size, dtype=run.precision.dtype,
-                  gpu=gpu, mfu=mfu, schedule=pipe.schedule, vp=pipe.vp, pp_layers=pipe.stage_layers,
-                  p2p_scatter_gather=False,  # tpsim sends the whole boundary tensor
-                  overlap_grad_reduce=run.optimizer.overlap_grad_reduce,
-                  overlap_param_gather=run.optimizer.overlap_param_gather, bucket_mb=run.optimizer.bucket_mb)
+    planner = {"mfu": mfu} if mfu is not None else {}  # else the run's --mfu (RUN_FIELDS)
+    return Layout.of_run(run, gpu=gpu, p2p_scatter_gather=False, **planner)  # tpsim sends the whole boundary tensor
 
 
 GROUP_LINKS = {"tp": "tp", "kv": "tp", "cp": "cp", "embedding": "pp", "pp": "pp", "dp": "dp"}  # a group -> its link
