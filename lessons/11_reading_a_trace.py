@@ -27,7 +27,7 @@ import numpy as np
 
 from tpsim.comm import ProcessGrid
 from tpsim.data import ReverseTask
-from tpsim.demo.gpt_tour import read_batch
+from tpsim.demo.tour_parts import read_batch
 from tpsim.demo.report import step_table
 from tpsim.models.build import build_gpt
 from tpsim.arch.gpt2 import GPTConfig
@@ -51,7 +51,7 @@ lesson.say(grid.table(), "")
 # %% [markdown]
 # ## A few traced training steps
 #
-# The training loop of the demo (`tpsim.demo.training_loop`, with `gpt_tour`'s step), cut to its bones: TP
+# The demo's training loop (`tpsim.demo.training_loop`) without its pipeline machinery, cut to its bones: TP
 # rank 0 reads the batch and broadcasts it (the SenseParrots article, §3.1), `compute_grads` runs forward, the
 # DP loss normaliser, backward and the DDP bucket all-reduce, and `apply_update` clips (one all-reduce of the
 # squared norm over TP) and steps AdamW. `tracer.step` tags every record and span with the step it belongs to.

@@ -35,7 +35,7 @@ from fractions import Fraction
 from tpsim.comm import ProcessGrid
 from tpsim.cost import wire_bytes
 from tpsim.data import ReverseTask
-from tpsim.demo.gpt_tour import read_batch
+from tpsim.demo.tour_parts import read_batch
 from tpsim.models.build import build_gpt
 from tpsim.arch.gpt2 import GPTConfig
 from tpsim.nn.precision import bfloat16

@@ -32,7 +32,7 @@ from tpsim.arch.gpt2 import GPTConfig
 from tpsim.comm import ProcessGrid
 from tpsim.cost import wire_bytes
 from tpsim.data import ReverseTask
-from tpsim.demo.gpt_tour import read_batch
+from tpsim.demo.tour_parts import read_batch
 from tpsim.models.build import build_gpt
 from tpsim.partition import owned_range, owned_segments, padded_length
 from tpsim.plan.comm import dp_collectives, dp_wire_bytes

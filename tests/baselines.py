@@ -19,7 +19,11 @@ baselines`` runs the check; CI runs it before ``make test``.
 A layout on a GPU's clock (``pp2-clock-h100``) also holds the modelled time, which is the planner's prices: a
 change to the planner's model is not a refactor and moves it. Issue 37's refit (HBM efficiency 0.75 → 0.85)
 re-recorded that layout's three clock numbers alone (``-k pp2-clock-h100 --record``); its losses, gradient norms
-and bytes held bit for bit.
+and bytes held bit for bit. Issue "One step"'s last part, ``--pp 1`` run as a one-stage schedule through the
+executor, moved one kind of number on the eight pp-1 layouts with dp·cp > 1, deliberately: each rank's count of
+collective calls a step, by one (the loss normaliser is the pipeline's, its counts before the schedule and its
+losses after, 8 + 8 bytes, where the no-pipeline step sent one 16-byte call after the forward); their losses,
+norms, bytes and wire bytes held bit for bit, and were re-recorded with them.
 """
 
 from __future__ import annotations

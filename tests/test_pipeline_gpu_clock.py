@@ -51,7 +51,7 @@ def live_run(model, tp, dp, pp, sp, dtype, pipeline) -> RunConfig:
 
 
 def boundary_of(run: RunConfig) -> tuple[tuple[int, ...], np.dtype]:
-    """The live executor's message: [b, s, h] ([b, s/t, h] under SP) in the run's dtype (pipeline_tour.build)."""
+    """The live executor's message: [b, s, h] ([b, s/t, h] under SP) in the run's dtype (tpsim.demo.tour.build)."""
     s = run.schedule.seq_len // run.parallel.tp if run.parallel.sp else run.schedule.seq_len
     return (run.micro_batch, s, run.model.hidden), run.precision.numpy
 

@@ -77,16 +77,16 @@ def export_transposes_c_proj():
 
 
 def dloss_off_by_a_percent():
-    """Every replica's backward starts from 1.01·dloss: visible at step 0, which must then say it differs."""
-    from tpsim.train import step
+    """Every replica's backward starts from 1.01·dloss (the executor's seeds): visible at step 0, which must then
+    say it differs."""
+    from tpsim.live_pipeline.executor import Executor
 
-    original = step.global_loss_scale
+    original = Executor.run
 
-    def global_loss_scale(grid, loss_local, n_local):
-        loss, dloss, n = original(grid, loss_local, n_local)
-        return loss, 1.01 * dloss, n
+    def run(self, inputs, labels, plans, seeds, **kwargs):
+        return original(self, inputs, labels, plans, None if seeds is None else [1.01 * s for s in seeds], **kwargs)
 
-    return mock.patch.object(step, "global_loss_scale", global_loss_scale)
+    return mock.patch.object(Executor, "run", run)
 
 
 def zero_drops_last_owned_element():

@@ -16,25 +16,25 @@ import time
 import numpy as np
 
 from tpsim.comm.launch import run_main, world_rank
-from tpsim.demo import gpt_tour
+from tpsim.demo import tour
 from tpsim.demo.cli import main
 from tpsim.tp.mlp import ParallelMLP
 
 fault, fault_rank, fault_step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 del sys.argv[1:4]
 step = {"now": -1}
-real_compute_grads, real_backward = gpt_tour.compute_grads, ParallelMLP.backward
+real_grads, real_backward = tour.pipeline_grads, ParallelMLP.backward
 
 
-def compute_grads(model, *args, **kwargs):
+def pipeline_grads(shard, *args, **kwargs):
     step["now"] += 1
-    loss, tokens = real_compute_grads(model, *args, **kwargs)
+    loss, tokens, result = real_grads(shard, *args, **kwargs)
     hit = step["now"] == fault_step or (fault == "nan" and step["now"] > fault_step)
     if fault.startswith("nan") and hit:
-        grad = dict(model.named_grads())["transformer.h.1.mlp.c_fc.weight"]
+        grad = dict(shard.named_grads())["transformer.h.1.mlp.c_fc.weight"]
         grad.flat[0] = np.nan
         loss = float("nan")
-    return loss, tokens
+    return loss, tokens, result
 
 
 def say_when(what: str) -> None:
@@ -53,14 +53,16 @@ def backward(self, dz, cache):
     return real_backward(self, dz, cache)
 
 
-real_build = gpt_tour.build
+real_build = tour.build
 
 
 def build(*args, **kwargs):
-    model, grad_sync = real_build(*args, **kwargs)
-    model.transformer.h[1].mlp.fault_target = True  # only this layer's backward raises
-    return model, grad_sync
+    shard, grad_sync, executor = real_build(*args, **kwargs)
+    for _, module in shard.named_modules():
+        if module.path == "transformer.h.1.mlp":
+            module.fault_target = True  # only this layer's backward raises
+    return shard, grad_sync, executor
 
 
-gpt_tour.compute_grads, gpt_tour.build, ParallelMLP.backward = compute_grads, build, backward
+tour.pipeline_grads, tour.build, ParallelMLP.backward = pipeline_grads, build, backward
 run_main(main, prog="tpsim.demo")

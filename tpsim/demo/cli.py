@@ -18,7 +18,6 @@ from tpsim.config import Files, OptimizerSettings, Parallelism, Pipeline, Precis
 from tpsim.zero_stage import ZERO_STAGES
 from tpsim.errors import ConfigError
 from tpsim.paths import check_input_file, check_output_dir
-from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.live_pipeline.split import parse_stage_layers
 from tpsim.demo.arguments import cp_arguments, clock_arguments, file_arguments, model_arguments, overlap_arguments
 from tpsim.options import RankZeroParser, count, non_negative, positive, whole
@@ -235,8 +234,6 @@ def main(argv: list[str] | None = None) -> int:
         from tpsim.demo.mlp_tour import run
     elif demo.scenario == "partial-fc":
         from tpsim.demo.partial_fc import run
-    elif demo.run.parallel.pp > 1 or demo.run.pipeline.clock != UNIT_CLOCK:  # --clock: the pipeline path, pp 1 too
-        from tpsim.demo.pipeline_tour import run
-    else:
-        from tpsim.demo.gpt_tour import run
+    else:  # every layout, pp 1 too: one stage's schedule through the executor
+        from tpsim.demo.tour import run
     return run(demo)

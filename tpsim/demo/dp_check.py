@@ -1,5 +1,5 @@
 """The DP gradient buckets on the live virtual clock's comm stream against the planner's, decided on rank 0
-(``tpsim.demo.pipeline_tour``, ``--clock GPU`` at dp > 1):
+(``tpsim.demo.tour``, ``--clock GPU`` at dp > 1):
 
     DP OVERLAP CHECK   each stage of rank 0's pipeline: the clock after the DP sync and the exposed DP seconds
                        (``tpsim.pipeline.overlap``: the wait for the comm stream before the optimizer) vs the

@@ -2,7 +2,7 @@
 
 The library takes no flags: ``tpsim.train`` builds optimizers from numbers and objects. This module reads the
 demo's ``RunConfig`` (``tpsim.config``: ``--lr``, ``--dtype``, ``--zero``, ``--bucket-mb``,
-``--loss-scale-interval``, ``--max-skipped-steps``) and turns it into the objects ``gpt_tour`` trains with:
+``--loss-scale-interval``, ``--max-skipped-steps``) and turns it into the objects ``tpsim.demo.tour`` trains with:
 
     sync = make_sync(model, grid, run)                   # GradSync, or ZeRO's DistributedOptimizer (--zero 1|2)
     optimizer = demo_optimizer(model, grid, run, sync)   # the DistributedOptimizer itself, or (mixed-precision) AdamW

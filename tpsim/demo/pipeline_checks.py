@@ -1,4 +1,4 @@
-"""The live pipeline's own checks, decided on rank 0 of the demo (``tpsim.demo.pipeline_tour``):
+"""The live pipeline's own checks, decided on rank 0 of the demo (``tpsim.demo.tour``):
 
     PIPELINE CHECK   the peak of micro-batches in flight per stage vs ``tpsim.predict.pipeline.peak_in_flight``
     BUBBLE CHECK     the last step on the live virtual clock (``tpsim.live_pipeline.clock``): under ``--clock unit`` the

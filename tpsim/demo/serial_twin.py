@@ -14,7 +14,7 @@ code's optimizer would share its bugs. Only one rank trains
 it — a world of 64 ranks on a few cores must not train 64 serial copies — and its state reaches the others in
 one flat float64 broadcast, with the tracer paused: verification is not model traffic. That rank is the last
 one (``twin_rank``), so that rank 0 can write the run's files and figures meanwhile on another core
-(``tpsim.demo.gpt_tour.run``); the others sleep in the broadcast.
+(``tpsim.demo.tour.run``); the others sleep in the broadcast.
 
 How close is close enough depends on the training, which amplifies last-bit differences a little or
 exponentially. Within step 0's tolerance, the run matches. Beyond it, the last three ranks train the serial

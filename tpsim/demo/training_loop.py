@@ -1,12 +1,10 @@
-"""The demo's one training loop, with or without pipeline stages: what differs is how one step's gradients are made.
+"""The demo's one training loop, for every layout: the loop, and the step's work it calls.
 
-Megatron-LM picks a forward-backward function by the pipeline size (``get_forward_backward_func``: no pipelining,
-or a pipelined schedule) and runs the same loop around it. The demo does the same: ``train`` is the loop, and a
-*step's work* (``StepWork``) is the part that differs —
-
-    tpsim.demo.gpt_tour        the DP replica's batch, one forward and backward, the DP sync   (pp 1, unit clock)
-    tpsim.demo.pipeline_tour   this stage's batch, the schedule's micro-batches through the executor, the DP
-                               sync; the virtual clock's spans kept for the timeline           (pp > 1, or --clock)
+Megatron-LM runs one loop around a forward-backward function it picks by the pipeline size
+(``get_forward_backward_func``). tpsim runs every layout, ``--pp 1`` included, as a schedule through the same
+executor, so there is one step's work (``StepWork``), ``tpsim.demo.tour.PipelineWork``: this stage's batch, the
+schedule's micro-batches through the executor (at ``--pp 1``: one stage's F and B), the DP sync, the virtual
+clock's spans kept for the timeline. ``train`` takes it as an argument, so a test or a lesson can pass its own.
 
 Each step, for steps ``start`` (0, or where ``--resume`` stopped) to ``--steps``:
 

@@ -1,6 +1,6 @@
 """The demo's ZeRO reports (``--zero 1``, ``--zero 2``): the extra formula arguments and the model-state table.
 
-``gpt_tour`` calls these so that its own flow stays the same with and without ZeRO; the sync and the
+``tpsim.demo.tour`` calls these so that its own flow stays the same with and without ZeRO; the sync and the
 optimizer themselves are built in ``tpsim.demo.optimizer_setup``.
 """
 

@@ -27,7 +27,7 @@ SEED, BATCH, CAP = 21, 4, 1500  # several buckets, most of them padded
 def check_live(r: Report) -> None:
     from tpsim.arch.gpt2 import GPTConfig
     from tpsim.data import ReverseTask
-    from tpsim.demo.gpt_tour import read_batch
+    from tpsim.demo.tour_parts import read_batch
     from tpsim.models.build import build_gpt
     from tpsim.train import AdamW, train_step
     from tpsim.train.zero import DistributedOptimizer

@@ -1,7 +1,15 @@
-"""The guided demo with pipeline stages (``--pp P``): the same tour as ``gpt_tour``, the model cut into stages.
+"""The guided demo: a tiny model trained with TP × CP × DP × PP, proven equal to the serial model.
 
-    1. the rank grid                      TP fastest, then DP, pipeline stages outermost; every group
-    2. set-up                             each stage's layers from the serial master (--seed or --init-from)
+Every layout runs the same way: the model cut into pipeline stages (one stage at ``--pp 1``), each rank's action
+list (``tpsim.pipeline``, the DP collectives placed on it by ``with_collectives``) run by the executor
+(``tpsim.live_pipeline``), micro-batch by micro-batch. At ``--pp 1`` that list is one stage's F and B (and the
+collectives on them): Megatron-LM's "no pipelining" step, through the same executor. The pipeline's own reports
+(its stages, the peak in flight, the bubble, the p2p bytes, ``pipeline.json``) are printed where there is a
+pipeline or a clock to price it (``--pp > 1`` or ``--clock GPU``):
+
+    1. the rank grid                      TP fastest, then CP, DP, pipeline stages outermost; every group
+    2. set-up                             each stage's layers from the serial master (--seed or --init-from), the
+                                          broadcasts of §3.1 of the SenseParrots article
     3. step 0 vs the serial model         loss and every gradient of every stage, max difference printed
     4. training                           the schedule's action lists on every rank, micro-batch by micro-batch
     5. replica consistency                per stage: replicated params equal across TP, all equal across DP
@@ -28,10 +36,11 @@ from pathlib import Path
 from tpsim.comm import ProcessGrid
 from tpsim.config import RunConfig
 from tpsim.demo.cp_check import cp_positions, work_lines
-from tpsim.demo.dp_check import dp_check, stream_of, tp_overlap_lines
+from tpsim.demo.dp_check import dp_check, overlap_words, stream_of, tp_overlap_lines
 from tpsim.demo.export_check import check_export
 from tpsim.demo import training_loop
-from tpsim.demo.gpt_tour import TOLERANCE, check_against_serial, gather_and_write, header, task_of
+from tpsim.demo.tolerances import TOLERANCE
+from tpsim.demo.tour_parts import check_against_serial, gather_and_write, header, task_of
 from tpsim.demo.optimizer_setup import make_sync
 from tpsim.demo.pipeline_checks import activation_check, bubble_check, p2p_formula, p2p_sent, pipeline_check
 from tpsim.demo.report import closing_lines, passed, say, step_table, training_line
@@ -54,6 +63,12 @@ from tpsim.live_pipeline.gather import gather_stages
 from tpsim.live_pipeline.step import pipeline_grads
 from tpsim.table import human_bytes
 from tpsim.train import broadcast_params, check_replicas
+
+
+def staged(run: RunConfig) -> bool:
+    """Does the tour report the pipeline (its stages, in flight, bubble, p2p bytes)? Where there is one, or a GPU
+    clock to price the one stage's actions; a plain ``--pp 1`` run reports as a data-parallel step does."""
+    return run.parallel.pp > 1 or run.pipeline.clock != UNIT_CLOCK
 
 
 def stage_lines(run: RunConfig, shard) -> list[str]:
@@ -85,9 +100,10 @@ def build(grid: ProcessGrid, run: RunConfig, tensors):
     boundary = (run.micro_batch, s, run.model.hidden)
     executor = Executor(schedule, shard.chunks, grid.pp_group, boundary, run.precision.numpy,
                         costs=clock_costs(run, schedule, boundary, run.precision.numpy))
-    say(grid, *stage_lines(run, shard),
-        f"DP gradient sync on rank 0's stage: {len(grad_sync.buckets)} bucket(s), "
-        f"{human_bytes(grad_sync.total_bytes)} of gradients per rank", "")
+    where = " on rank 0's stage" if staged(run) else ""
+    say(grid, *(stage_lines(run, shard) if staged(run) else []),
+        f"DP gradient sync{where}: {len(grad_sync.buckets)} bucket(s), {human_bytes(grad_sync.total_bytes)} of "
+        "gradients per rank", "")
     return shard, grad_sync, executor
 
 
@@ -103,9 +119,10 @@ def first_step(grid, shard, run: RunConfig, loss: float, loss_scale: float = 1.0
         ids, labels = task_of(run).batch(sch.seed, 0, sch.batch_size)
         if grid.rank == 0:  # the one rank that holds every stage's tensors
             paths = write_step0(run.files.export, run.model, params, grads, input_ids=ids, labels=labels,
-                                loss=loss, write=True, tp=grid.tp, dp=grid.dp, extra={"pp": grid.pp})
-            say(grid, f"exported step 0 to {run.files.export}/ (every stage's tensors, gathered): "
-                      + ", ".join(Path(p).name for p in paths.values()))
+                                loss=loss, write=True, tp=grid.tp, dp=grid.dp,
+                                extra={"pp": grid.pp} if grid.pp > 1 else None)
+            said = " (every stage's tensors, gathered)" if grid.pp > 1 else ""
+            say(grid, f"exported step 0 to {run.files.export}/{said}: " + ", ".join(Path(p).name for p in paths.values()))
         read_ok, lines = check_export(grid, run, loss, TOLERANCE[run.precision.dtype], loss_scale)
         say(grid, *lines, "")
         ok = ok and read_ok
@@ -120,10 +137,9 @@ class PipelineWork:
     rank held at once (``peak``), the last step's ``ExecutorResult`` (``last``) and the virtual-clock spans of the
     steps the timeline keeps (``virtual``: ``{step: spans}``)."""
 
-    moved = "moved by rank 0"
-
     def __init__(self, grid, shard, grad_sync, executor, run: RunConfig) -> None:
         self.grid, self.shard, self.grad_sync, self.executor, self.run = grid, shard, grad_sync, executor, run
+        self.moved = "moved by rank 0" if grid.pp > 1 else "collectives/rank"  # stages differ; without, ranks alike
         self.task, self.mine = task_of(run), cp_positions(shard.chunks[0], run.schedule.seq_len)  # CP: tokens here
         self.peak, self.last, self.virtual = 0, None, {}
 
@@ -139,7 +155,12 @@ class PipelineWork:
         return loss, tokens, ({"dp_exposed_s": result.clock.dp.exposed} if result.clock.dp is not None else {})
 
     def notes(self) -> list[str]:
-        return []
+        """Without a clock to price them: what the overlap flags did (``overlap_words``); with one, the DP
+        OVERLAP CHECK says it."""
+        opt = self.run.optimizer
+        if self.run.pipeline.clock != UNIT_CLOCK or not (opt.overlap_grad_reduce or opt.overlap_param_gather):
+            return []
+        return [overlap_words(self.run, self.grad_sync, self.grid.tracer)]
 
 
 def per_stage(grid: ProcessGrid, value) -> list | None:
@@ -163,20 +184,38 @@ def final_report(grid, run: RunConfig, metrics, stage_sync, records, paths, t_st
     step_records = [r for r in records if r["step"] == last]
     rows = compare(step_records, predicted)
     formula_ok, verdict = formula_verdict(rows)
-    chain = set(grid.pp_group.ranks)
-    sent, want = p2p_sent(grid, step_records, last), p2p_bytes_formula(run)
-    p2p_ok = sent == want
-    print(format_comparison(rows, title=f"Measured vs predicted per layer, step {last} (per rank, averaged over "
-                                        f"the {grid.pp} stages):"), "", verdict,
-          f"P2P CHECK: {'MATCH' if p2p_ok else 'MISMATCH'} — ranks {sorted(chain)} (one DP replica, one TP rank) "
-          f"sent {sent:,} bytes in step {last}; {p2p_formula(run)} = {want:,}", "", sep="\n")
+    over = f", averaged over the {grid.pp} stages" if grid.pp > 1 else ""
+    print(format_comparison(rows, title=f"Measured vs predicted per layer, step {last} (per rank{over}):"), "",
+          verdict, "", sep="\n")
+    p2p_ok = True
+    if staged(run):
+        chain = set(grid.pp_group.ranks)
+        sent, want = p2p_sent(grid, step_records, last), p2p_bytes_formula(run)
+        p2p_ok = sent == want
+        print(f"P2P CHECK: {'MATCH' if p2p_ok else 'MISMATCH'} — ranks {sorted(chain)} (one DP replica, one TP rank) "
+              f"sent {sent:,} bytes in step {last}; {p2p_formula(run)} = {want:,}", "", sep="\n")
     print("wrote " + ", ".join(str(p) for p in paths))
     print(f"done in {time.perf_counter() - t_start:.1f} s", flush=True)
     return formula_ok and p2p_ok
 
 
+def pipeline_report(grid, run: RunConfig, stage_reports, timing, dp_streams, records, metrics,
+                    paths: list[Path]) -> bool:
+    """Rank 0: the peak in flight, the activations held, the bubble and the DP overlap against their formulas, and
+    ``pipeline.json`` (appended to ``paths``); True when every check holds."""
+    pipe_ok, line = pipeline_check(grid, run, [r[2] for r in stage_reports])
+    held_ok, held_line = activation_check(run, [r[4] for r in stage_reports])
+    bubble_ok, bubble_line, doc = bubble_check(grid, run, timing, records, metrics[-1]["step"] if metrics else 0,
+                                               [r[5] for r in stage_reports])
+    dp_ok, dp_lines, doc["dp"] = dp_check(grid, run, dp_streams, [r[5] for r in stage_reports])
+    paths.append(Path(run.files.out) / "pipeline.json")
+    paths[-1].write_text(json.dumps(doc, indent=1) + "\n")
+    say(grid, "", line, held_line, bubble_line, *dp_lines, *tp_overlap_lines(run), "")
+    return pipe_ok and held_ok and bubble_ok and dp_ok
+
+
 def run(demo) -> int:
-    """The tour of ``demo.run`` with ``run.parallel.pp > 1`` (validated on every rank before this)."""
+    """The tour of ``demo.run`` (validated on every rank before this): any layout, ``--pp 1`` included."""
     t_start, run = time.perf_counter(), demo.run
     resume = read_resume(run) if run.files.resume else None  # every rank, before any collective
     tensors = resume.params if resume else load_init(run.files.init_from, run.model) if run.files.init_from else None
@@ -197,23 +236,18 @@ def run(demo) -> int:
                                             peak, result.peak_layer_bytes, result.clock.time))
         dp_streams = grid.world.gather_objects((grid.rank, grid.pp_rank, stream_of(result.clock, run)))
     chains = per_stage(grid, virtual)  # rank 0's pipeline: one virtual-clock track per pipeline rank
-    tracks = None if chains is None else {"clock": clock_words(run), "seconds": run.pipeline.clock != UNIT_CLOCK,
+    tracks = None if chains is None or not staged(run) else {"clock": clock_words(run), "seconds": run.pipeline.clock != UNIT_CLOCK,
                                           "ranks": list(grid.pp_group.ranks), "tracks": chains}
     records, paths = gather_and_write(grid, run, metrics, virtual=tracks)
     final_ok = final_verdict(grid, shard, optimizer, run, metrics)
     replicas_ok, pipe_ok = True, True
     if grid.rank == 0:
         replicas_ok = all(r[0] for r in stage_reports)
-        say(grid, "", *[("OK: " if r[0] else "FAILED: ") + f"stage {i}: " + r[1] for i, r in enumerate(stage_reports)])
-        pipe_ok, line = pipeline_check(grid, run, [r[2] for r in stage_reports])
-        held_ok, held_line = activation_check(run, [r[4] for r in stage_reports])
-        bubble_ok, bubble_line, doc = bubble_check(grid, run, timing, records, metrics[-1]["step"] if metrics else 0,
-                                                   [r[5] for r in stage_reports])
-        dp_ok, dp_lines, doc["dp"] = dp_check(grid, run, dp_streams, [r[5] for r in stage_reports])
-        paths.append(Path(run.files.out) / "pipeline.json")
-        paths[-1].write_text(json.dumps(doc, indent=1) + "\n")
-        say(grid, "", line, held_line, bubble_line, *dp_lines, *tp_overlap_lines(run), "")
-        pipe_ok = pipe_ok and held_ok and bubble_ok and dp_ok
+        stage = [f"stage {i}: " for i in range(grid.pp)] if grid.pp > 1 else [""]
+        say(grid, "", *[("OK: " if r[0] else "FAILED: ") + stage[i] + r[1] for i, r in enumerate(stage_reports)],
+            *([] if staged(run) else [""]))
+        if staged(run):
+            pipe_ok = pipeline_report(grid, run, stage_reports, timing, dp_streams, records, metrics, paths)
     padding_ok = True
     if run.parallel.zero_stage.shards_optimizer:
         padding_ok, lines = check_zero_padding(grid, run)
@@ -229,7 +263,7 @@ def run(demo) -> int:
         say(grid, *reverse_lines(run, trained), "")
     first = metrics[0]["step"] if metrics else 0  # > 0 when resumed
     checks = {f"step {first} = serial": ok, "trained = serial": final_ok, "replicas agree": replicas_ok,
-              "peak in flight and bubble": pipe_ok,
+              **({"peak in flight and bubble": pipe_ok} if staged(run) else {}),
               **({f"ZeRO-{run.parallel.zero} padding": padding_ok}
                  if run.parallel.zero_stage.shards_optimizer else {}),
               "formulas": formula_ok}
