@@ -165,11 +165,11 @@ tiles = ranges is None or all([ranges[r][b] for r in range(grid.dp)] ==
                               [(r * len(buf) // grid.dp, (r + 1) * len(buf) // grid.dp) for r in range(grid.dp)]
                               for b, buf in enumerate(zero.buffers))
 lesson.check("owned ranges of every bucket, gathered over the DP group", f"{len(zero.buckets)} buckets", tiles)
-live = [(p.name, p.start, p.start + p.param.size) for p in zero.pieces[first]]
+live = [(p.name, p.start, p.start + p.param.size) for p in zero.slices[first]]
 table_rows = [(bucket.names[s.index], s.start, s.stop)
               for s in owned_segments([sizes[name] for name in bucket.names], grid.dp, grid.dp_rank)]
 padding = grid.dp_group.gather_objects(len(zero.buffers[first][zero.owned[first].start:zero.owned[first].stop])
-                                       - sum(p.param.size for p in zero.pieces[first]))
+                                       - sum(p.param.size for p in zero.slices[first]))
 lesson.expect("the table's pieces are the ones each DP rank's optimizer updates, and only the last slice holds "
               "the padding")
 lesson.check(f"bucket {first}: the live optimizer's pieces vs the table, on every rank",

@@ -162,7 +162,7 @@ def slice_rows(d: int) -> list[list[str]]:
 
 lesson.say(table([["d", "DP rank", "owns", "pieces [start, stop) inside each parameter", "padded"]] +
                  slice_rows(grid.dp) + slice_rows(4)), "")
-live = [(p.name, p.start, p.start + p.param.size) for p in zero.pieces[shown]]
+live = [(p.name, p.start, p.start + p.param.size) for p in zero.slices[shown]]
 lesson.expect("the pieces owned_segments gives this DP rank are the ones its live optimizer updates")
 lesson.check(f"bucket {shown}: the live optimizer's pieces vs owned_segments, on every rank",
              f"{len(live)} pieces on this rank", live == [(names[s.index], s.start, s.stop) for s in
@@ -426,15 +426,15 @@ def unit_name(names: tuple[str, ...]) -> str:
 
 lesson.say(table([["bucket", "unit", "elements, padded", "gathers in the last step"]] +
                  [[str(i), unit_name(b.names), f"{n:,}", str(g)] for i, (b, n, g) in
-                  enumerate(zip(units, zero3_opt.bucket_sizes, zero3_opt.sparams.gathers))]), "")
+                  enumerate(zip(units, zero3_opt.bucket_sizes, zero3_opt.sharded_params.gathers))]), "")
 lesson.expect("every unit's bucket gathered twice (forward, backward), the tied embedding's four times")
-lesson.equal("all-gathers of each bucket in the last step", zero3_opt.sparams.gathers,
+lesson.equal("all-gathers of each bucket in the last step", zero3_opt.sharded_params.gathers,
              [4 if b.names == ("transformer.wte.weight",) else 2 for b in units])
 lesson.expect("at rest the parameters are the owned slices: 8 bytes × Σ n_pad/d; one unit gathered at a time")
 lesson.equal("param_bytes() vs 8 × Σ owned slice lengths of the unit buckets", zero3_opt.param_bytes(),
              8 * sum(len(owned_range(n, grid.dp, grid.dp_rank)) for n in zero3_opt.bucket_sizes))
 lesson.equal("the most parameter bytes gathered at once vs the largest unit's bucket",
-             zero3_opt.sparams.peak_bytes, 8 * max(zero3_opt.bucket_sizes))
+             zero3_opt.sharded_params.peak_bytes, 8 * max(zero3_opt.bucket_sizes))
 wte = next(b.nbytes for b in units if b.names == ("transformer.wte.weight",))
 lesson.expect("the bytes: 1.5 × DDP's all-reduce of the same buckets (§7), and the tied head's two gathers")
 lesson.equal("traced DP wire bytes of the last step vs 3/2 · all-reduce + 2 · all-gather(wte's bucket)",

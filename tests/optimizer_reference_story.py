@@ -79,14 +79,14 @@ def _compare(step, opt, model, ref, names, norm, expected) -> list[str]:
     if (opt.loss_scale, opt.step_count) != (ref.scale, ref.t):
         out.append(f"step {step}: loss scale, steps {opt.loss_scale}, {opt.step_count} vs {ref.scale}, {ref.t}")
     index = {n: i for i, n in enumerate(names)}
-    for piece in opt.state_pieces():
-        i = index[piece.name]
+    for part in opt.state_slices():
+        i = index[part.name]
         for slot, full in (("exp_avg", ref.m[i]), ("exp_avg_sq", ref.v[i])):
-            mine = piece.slots[slot].reshape(-1)
-            want = full.reshape(-1)[piece.start:piece.start + mine.size]
+            mine = part.slots[slot].reshape(-1)
+            want = full.reshape(-1)[part.start:part.start + mine.size]
             worst = float(np.max(np.abs(mine - want), initial=0.0)) / max(float(np.max(np.abs(full))), 1e-30)
             if worst > TOL_STATE:
-                out.append(f"step {step}: {slot} of {piece.name} differs by {worst:.2e}")
+                out.append(f"step {step}: {slot} of {slice.name} differs by {worst:.2e}")
     for (name, p), want in zip(model.named_parameters(), ref.rounded()):
         if (worst := _relative(p, want.astype(np.float64))) > ULP16:
             out.append(f"step {step}: float16 {name} differs by {worst:.2e}")

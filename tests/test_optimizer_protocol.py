@@ -21,7 +21,7 @@ from tpsim.train.zero import DistributedOptimizer
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMBERS = ("zero_stage", "loss_scaler", "skipped", "rule", "loss_scale", "lr", "step_count", "unscale_grads",
-           "grad_norm", "clip_grads", "step", "zero_grad", "state_pieces", "state_dict", "load_state_dict",
+           "grad_norm", "clip_grads", "step", "zero_grad", "state_slices", "state_dict", "load_state_dict",
            "state_bytes")
 
 

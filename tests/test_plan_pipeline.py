@@ -22,7 +22,7 @@ from tpsim.errors import ConfigError
 from tpsim.pipeline.actions import SENDS, Schedule, with_messages
 from tpsim.pipeline.clock import Costs, simulate as clock_simulate
 from tpsim.pipeline.schedules import SCHEDULES, build, compute_orders
-from tpsim.pipeline.stage_clock import compile_orders, compiled, held_peak, timed
+from tpsim.pipeline.stage_clock import compile_orders, compiled, in_flight_peak, timed
 from tpsim.plan.cli import main
 from tpsim.plan.layout import Layout
 from tpsim.plan.memory import activation_bytes_per_layer, busiest_stage, logits_bytes, stage_memory
@@ -64,7 +64,7 @@ def test_the_fast_clock_is_the_clock(name, p):
         assert got.step == pytest.approx(want.step, abs=1e-12), (name, p, m, v)
         assert np.allclose(got.busy, want.busy, rtol=0, atol=1e-12) and got.finish == pytest.approx(want.finish)
         assert got.bubble_fraction == pytest.approx(want.bubble_fraction, abs=1e-12)
-        assert held_peak(compiled(name, p, m, v), np.ones((p, v))) == want.peak_in_flight
+        assert in_flight_peak(compiled(name, p, m, v), np.ones((p, v))) == want.peak_in_flight
         assert compiled(name, p, m, v).sends == tuple(sum(a.op in SENDS for a in r) for r in want.schedule.ranks)
 
 

@@ -29,7 +29,7 @@ TOL = 1e-12
 BATCH, SEQ, STEPS, SEED = 8, 5, 3, 3
 CLIP = 0.05  # below the first gradient norms: clipping really scales
 LR, WD = 1e-2, 0.1
-SMALL_CAP = 1000  # bytes: several ZeRO-1 buckets, pieces straddling two DP ranks
+SMALL_CAP = 1000  # bytes: several ZeRO-1 buckets, slices straddling two DP ranks
 
 
 def config(tp: int) -> GPTConfig:
@@ -109,7 +109,7 @@ def test_gathered_state_is_the_serial_models_adamw_state(grid, zero):
 
 
 def test_state_cut_into_every_layout_gathers_back_to_the_same_bits():
-    """The state of a TP 1, DP = world ZeRO-1 run (every piece awkward), loaded into every other TP × DP layout
+    """The state of a TP 1, DP = world ZeRO-1 run (every slice awkward), loaded into every other TP × DP layout
     with and without ZeRO-1, and gathered again: bit for bit the same tensors, and the same step count."""
     source = get_grid(1)
     cfg = config(1)
@@ -159,7 +159,7 @@ def test_bfloat16_state_carries_the_float32_main_parameters(grid, zero):
 @pytest.mark.skipif(WORLD.Get_size() % 2, reason="pipeline stages need an even world")
 def test_pipeline_stages_each_contribute_their_state():
     """pp 2 (TP 1, DP the rest): a full state loaded into the two stages (the tied embedding in both) gathers
-    back whole on rank 0, with each stage's pieces where the serial tensors have them."""
+    back whole on rank 0, with each stage's slices where the serial tensors have them."""
     grid = ProcessGrid(tp=1, pp=2)
     cfg = config(1)
     shard = pipeline_from_serial(serial_gpt(cfg, seed=SEED), grid, split_layers(cfg.n_layer, 2))

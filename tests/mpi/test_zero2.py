@@ -90,7 +90,7 @@ def test_zero2_equals_zero1_bit_for_bit_and_plain_dp_tp(grid, cap):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_zero2_16_bit_equals_zero1_bit_for_bit(grid, dtype):
-    """The same float32 reduce-scatters into zeroed owned slices, the same main pieces: ZeRO-1's bits exactly
+    """The same float32 reduce-scatters into zeroed owned slices, the same main slices: ZeRO-1's bits exactly
     (ZeRO-1 against plain mixed precision: tests/mpi/test_zero_mixed_precision.py and its stated tolerance)."""
     one, _, got1 = train(grid, 1, SMALL_CAP, dtype)
     two, _, got2 = train(grid, 2, SMALL_CAP, dtype)

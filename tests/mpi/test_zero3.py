@@ -82,7 +82,8 @@ def test_each_unit_gathers_twice_and_the_trace_is_the_formula(grid):
     units = len(opt.buckets)
     assert units == cfg.n_layer + 3, "a bucket per block, the two embeddings and the final norm (the head is tied)"
     if grid.dp > 1:
-        assert opt.sparams.gathers == [2] * (units - 1) + [4], opt.sparams.gathers  # the tied wte, packed last
+        gathers = opt.sharded_params.gathers
+        assert gathers == [2] * (units - 1) + [4], gathers  # the tied wte, packed last
         ag = grid.tracer.select(op="all_gather", group="dp")
         rs = grid.tracer.select(op="reduce_scatter", group="dp")
         assert {e.phase for e in ag} == {"forward", "backward"} and len(ag) == 2 * (units + 1) and len(rs) == units
@@ -115,13 +116,14 @@ def test_live_model_state_is_the_formula_and_one_unit_is_gathered_at_a_time(grid
                                                                                 grid.dp)
     assert per["params"] == Fraction(layout.param, grid.dp) and per["grads"] == Fraction(layout.grad, grid.dp)
     itemsize = np.dtype(dtype_of(dtype)).itemsize
-    assert opt.sparams.peak_bytes == max(sizes) * itemsize, "one unit's bucket gathered at a time"
+    assert opt.sharded_params.peak_bytes == max(sizes) * itemsize, "one unit's bucket gathered at a time"
     assert all(not p.flags.writeable for _, p in model.named_parameters()), "sharded at rest"
-    gathering = [sum(FORWARD in h.events for h in u.hooks) for u in opt.sparams.units]
-    assert gathering == [1] * len(opt.sparams.units), f"one gathering hook a unit, however often hooked: {gathering}"
+    gathered = opt.sharded_params.units
+    gathering = [sum(FORWARD in h.events for h in u.hooks) for u in gathered]
+    assert gathering == [1] * len(gathered), f"one gathering hook a unit, however often hooked: {gathering}"
     opt.finish_param_gather()
     assert all(p.flags.writeable for _, p in model.named_parameters()), "whole for a reader"
-    assert not any(FORWARD in h.events for u in opt.sparams.units for h in u.hooks), "a reader's model gathers nothing"
+    assert not any(FORWARD in h.events for u in gathered for h in u.hooks), "a reader's model gathers nothing"
 
 
 def test_gathered_gradients_and_a_state_dict_round_trip(grid):

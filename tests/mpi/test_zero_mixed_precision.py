@@ -3,7 +3,7 @@ DP × TP training; its collectives match the formulas; its live model state is 6
 
 Story: the same sharded 16-bit GPT trains a few clipped AdamW steps twice — ``GradSync`` + the
 ``MixedPrecisionOptimizer`` (float32 main parameters of every parameter on every DP rank), and
-``DistributedOptimizer`` (float32 buckets reduce-scattered, float32 main pieces of the owned slices only, the
+``DistributedOptimizer`` (float32 buckets reduce-scattered, float32 main slices of the owned slices only, the
 16-bit parameters all-gathered). Both do the same float32 arithmetic on the same elements; what may differ is
 the order of the DP sum (MPI's reduce-scatter vs its all-reduce) and of the clip norm's partial sums (owned
 slices vs whole shards), i.e. float32 roundings of single values. Measured (MPICH, 1 to 8 ranks): at dp 1 and
@@ -73,8 +73,8 @@ def train(grid, name: str, zero: bool):
     return model, opt, out
 
 
-def _main_pieces(opt: DistributedOptimizer):
-    return [(p.name, p.start, p.param) for pieces in opt.pieces for p in pieces]
+def _main_slices(opt: DistributedOptimizer):
+    return [(p.name, p.start, p.param) for parts in opt.slices for p in parts]
 
 
 @pytest.mark.parametrize("name", DTYPES)
@@ -90,10 +90,10 @@ def test_zero1_mixed_precision_equals_plain_mixed_precision_dp_tp(grid, name):
         worst = np.max(np.abs(p.astype(np.float64) - q)) / max(np.max(np.abs(q.astype(np.float64))), 1e-30)
         assert worst <= ULP[name], f"{n}: 16-bit parameters differ by {worst:.2e}"
     main = ref_opt.main_params
-    for n, start, piece in _main_pieces(opt):  # the owned float32 main pieces vs plain's whole main params
-        expected = main[n].reshape(-1)[start:start + piece.size]
-        worst = np.max(np.abs(piece - expected), initial=0.0) / np.max(np.abs(main[n]))
-        assert piece.dtype == np.float32 and worst <= TOL_MAIN, f"{n}: main parameters differ by {worst:.2e}"
+    for n, start, part in _main_slices(opt):  # the owned float32 main slices vs plain's whole main params
+        expected = main[n].reshape(-1)[start:start + part.size]
+        worst = np.max(np.abs(part - expected), initial=0.0) / np.max(np.abs(main[n]))
+        assert part.dtype == np.float32 and worst <= TOL_MAIN, f"{n}: main parameters differ by {worst:.2e}"
     if name == "float16":
         assert opt.loss_scaler.state_dict() == ref_opt.loss_scaler.state_dict()
     assert replicas.ok
@@ -149,8 +149,8 @@ def test_float16_overflow_on_one_rank_skips_the_zero1_step_everywhere(grid):
     rows = dp_slice(BATCH, grid.dp, grid.dp_rank)
     before = {n: p.copy() for n, p in model.named_parameters()}
     compute_grads(model, grid, opt, ids[rows], labels[rows], loss_scale=opt.loss_scale)
-    if grid.rank == grid.world_size - 1:  # one rank alone overflows, in a piece it owns
-        next(p for pieces in opt.pieces for p in pieces).grad[0] = np.inf
+    if grid.rank == grid.world_size - 1:  # one rank alone overflows, in a slice it owns
+        next(p for parts in opt.slices for p in parts).grad[0] = np.inf
     grid.tracer.reset()
     assert apply_update(model, opt, grid, 1.0) is None, "skipped: no clipping, no update, no all-gather"
     assert opt.skipped and opt.loss_scaler.scale == 2.0 ** 9 and opt.step_count == 0
@@ -160,7 +160,7 @@ def test_float16_overflow_on_one_rank_skips_the_zero1_step_everywhere(grid):
 
 
 def test_float16_state_dict_round_trip_resumes_bit_for_bit(grid):
-    """The shard's state carries the float32 main pieces and the loss scale: a resumed run continues exactly."""
+    """The shard's state carries the float32 main slices and the loss scale: a resumed run continues exactly."""
     _, opt, _ = train(grid, "float16", zero=True)
     model = opt.optimizer.module
     saved = {n: p.copy() for n, p in model.named_parameters()}

@@ -121,8 +121,8 @@ def train_serial(run: RunConfig, task, optimizer: AdamW, skipped: frozenset[int]
 
 def _optimizer_state(optimizer: OptimizerProtocol):
     """``(name, start, (exp_avg, exp_avg_sq))`` for the AdamW state this rank holds: whole shards, or under
-    ZeRO-1 the owned pieces, ``start`` their offset in the flattened shard (``state_pieces``)."""
-    return [(p.name, p.start, (p.slots["exp_avg"], p.slots["exp_avg_sq"])) for p in optimizer.state_pieces()]
+    ZeRO-1 the owned slices, ``start`` their offset in the flattened shard (``state_slices``)."""
+    return [(p.name, p.start, (p.slots["exp_avg"], p.slots["exp_avg_sq"])) for p in optimizer.state_slices()]
 
 
 def _differences(model, optimizer: OptimizerProtocol,

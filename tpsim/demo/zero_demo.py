@@ -67,6 +67,6 @@ def in_flight_line(optimizer: OptimizerProtocol) -> str:
     whole = human_bytes(optimizer.total_bytes)
     line = (f"\n  in flight in the last step, at most: {human_bytes(optimizer.sharded.peak_bytes)} of gradient "
             f"buckets (of {whole} whole)")
-    if optimizer.sparams is not None:
-        line += f", {human_bytes(optimizer.sparams.peak_bytes)} of gathered parameters (one layer at a time)"
+    if optimizer.sharded_params is not None:
+        line += f", {human_bytes(optimizer.sharded_params.peak_bytes)} of gathered parameters (one layer at a time)"
     return line

@@ -94,13 +94,13 @@ class ShardedPieces:
         self.gathers = zero_of(grad_sync).gathers_around_units  # ZeRO-3: the parameters are gathered too
         self.finishes = {i: (s.stage, s.piece) for i, s in enumerate(bucket_specs(shard, grad_sync))}
         self.readers: dict[tuple[int, int], list[tuple]] = {}  # (stage, bucket) -> the pieces reading it
-        sparams = grad_sync.sparams if self.gathers else None
-        for chunk in shard.chunks if sparams is not None else ():
+        sharded_params = grad_sync.sharded_params if self.gathers else None
+        for chunk in shard.chunks if sharded_params is not None else ():
             mine = {id(m) for _, m in chunk.named_modules()}
-            for unit in sparams.units:
+            for unit in sharded_params.units:
                 if id(unit) in mine:
                     key = piece_of(unit.path, self.pieces.block, self.pieces.embeds, chunk.first)
-                    for i in sparams.unit_buckets[id(unit)]:
+                    for i in sharded_params.unit_buckets[id(unit)]:
                         self.readers.setdefault((chunk.stage, i), []).append(key)
 
     def split(self, events, stage: int, op: str) -> tuple[list, list[tuple], list[tuple]]:

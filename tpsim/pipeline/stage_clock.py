@@ -20,8 +20,8 @@ tenth of a microsecond a node. A compute order that lacks an action, repeats one
 forward or cannot finish is handed to ``tpsim.pipeline.check``, whose one line says what is wrong.
 
 ``timed(compiled, compute, message[, start])`` returns the step (makespan), each rank's busy time and end, and
-the bubble Σ idle / (pp · step); ``held_peak`` weighs the micro-batches in flight (F run, backward — W when split — not
-yet) by a per-chunk weight (its layers' activation bytes) and returns each rank's peak. MPI-free.
+the bubble Σ idle / (pp · step); ``in_flight_peak`` weighs the micro-batches in flight (F run, backward — W when split —
+not yet) by a per-chunk weight (its layers' activation bytes) and returns each rank's peak. MPI-free.
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ Orders = Sequence[Sequence[tuple[str, int, int]]]
 @dataclass(frozen=True)
 class Compiled:
     """A schedule's compute actions as flat lists, numbered in an order they can run in. Node n runs on
-    ``rank[n]`` and costs entry ``key[n]`` of the flat [pp, vp, 3] compute costs; it waits for node ``dep[n]``
-    (−1: none) plus message ``hop[n]`` of the flat [pp·vp, 2] message costs (2 · sender stage + direction)."""
+    ``rank[n]`` and costs entry ``cost_entry[n]`` of the flat [pp, vp, 3] compute costs; it waits for node
+    ``waits_for[n]`` (−1: none) plus message ``message[n]`` of the flat [pp·vp, 2] message costs (2 · sender stage
+    + direction; −1: none)."""
 
     name: str
     pp: int
@@ -55,20 +56,21 @@ class Compiled:
     vp: int
     splits_backward: bool
     rank: tuple[int, ...]
-    key: tuple[int, ...]
-    dep: tuple[int, ...]
-    hop: tuple[int, ...]
-    counts: np.ndarray  # [pp, pp·vp·3]: how often each rank runs each compute key
+    cost_entry: tuple[int, ...]
+    waits_for: tuple[int, ...]
+    message: tuple[int, ...]
+    counts: np.ndarray  # [pp, pp·vp·3]: how often each rank runs each compute cost entry
     sends: tuple[int, ...]  # messages each rank sends a step
-    held: tuple[np.ndarray, ...]  # per rank [forwards, vp]: (micro-batch, chunk) pairs held per chunk after each F
+    in_flight: tuple[np.ndarray, ...]  # per rank [forwards, vp]: (micro-batch, chunk) pairs in flight per chunk
+    # after each F
 
     @cached_property
-    def key_index(self) -> np.ndarray:
-        return np.asarray(self.key, dtype=np.int64)
+    def cost_index(self) -> np.ndarray:
+        return np.asarray(self.cost_entry, dtype=np.int64)
 
     @cached_property
-    def hop_index(self) -> np.ndarray:
-        return np.asarray(self.hop, dtype=np.int64)  # −1 (no message) reads the 0 after the last
+    def message_index(self) -> np.ndarray:
+        return np.asarray(self.message, dtype=np.int64)  # −1 (no message) reads the 0 after the last
 
 
 def refuse(name: str, pp: int, m: int, vp: int) -> None:
@@ -87,9 +89,9 @@ def compile_orders(name: str, pp: int, m: int, vp: int, orders: Orders) -> Compi
     stages = pp * vp
     node = [-1] * (3 * m * stages)  # the number of (op, micro-batch j, virtual stage s) at (3·j + op)·stages + s
     rank: list[int] = []
-    key: list[int] = []
-    dep: list[int] = []
-    hop: list[int] = []
+    cost_entry: list[int] = []
+    waits_for: list[int] = []
+    message: list[int] = []
     pos, moved = [0] * pp, True
     while moved:  # round robin: each rank runs until it waits for a node not numbered yet
         moved = False
@@ -108,24 +110,25 @@ def compile_orders(name: str, pp: int, m: int, vp: int, orders: Orders) -> Compi
                     break  # waits for another rank, or its own F (or B) comes later: the checker says which
                 node[here + o * stages] = len(rank)
                 rank.append(r)
-                key.append((r * vp + c) * 3 + o)
-                dep.append(d)
-                hop.append(h)
+                cost_entry.append((r * vp + c) * 3 + o)
+                waits_for.append(d)
+                message.append(h)
                 i += 1
                 moved = True
             pos[r] = i
     if any(pos[r] < len(order) for r, order in enumerate(orders)):
         refuse(name, pp, m, vp)
     counts = np.zeros((pp, pp * vp * 3), dtype=np.int64)
-    np.add.at(counts, (np.array(rank), np.array(key)), 1)
+    np.add.at(counts, (np.array(rank), np.array(cost_entry)), 1)
     sends = tuple(sum((op == "F" and c * pp + r < last) + (op == "B" and c * pp + r > 0) for op, _, c in order)
                   for r, order in enumerate(orders))
-    held = tuple(held_per_chunk(order, vp, "W" if split else "B") for order in orders)
-    return Compiled(name, pp, m, vp, split, tuple(rank), tuple(key), tuple(dep), tuple(hop), counts, sends, held)
+    in_flight = tuple(in_flight_per_chunk(order, vp, "W" if split else "B") for order in orders)
+    return Compiled(name, pp, m, vp, split, tuple(rank), tuple(cost_entry), tuple(waits_for), tuple(message), counts,
+                    sends, in_flight)
 
 
-def held_per_chunk(order: Sequence[tuple[str, int, int]], vp: int, release: str) -> np.ndarray:
-    """The pairs held per chunk right after each F of one rank (a peak only ever follows an F)."""
+def in_flight_per_chunk(order: Sequence[tuple[str, int, int]], vp: int, release: str) -> np.ndarray:
+    """The pairs in flight per chunk right after each F of one rank (a peak only ever follows an F)."""
     delta = np.zeros((len(order), vp), dtype=np.int64)
     for i, (op, _, c) in enumerate(order):
         delta[i, c] = 1 if op == "F" else -1 if op == release else 0
@@ -162,7 +165,7 @@ def node_costs(c: Compiled, compute, message) -> tuple[list[float], list[float]]
     ``message[sender stage][direction]`` seconds."""
     table = np.asarray(compute, dtype=float).reshape(c.pp * c.vp * 3)
     hops = np.append(np.asarray(message, dtype=float).reshape(c.pp * c.vp * 2), 0.0)  # hop −1: none, 0 s
-    return table[c.key_index].tolist(), hops[c.hop_index].tolist()
+    return table[c.cost_index].tolist(), hops[c.message_index].tolist()
 
 
 def timed(c: Compiled, compute, message, start: Sequence[float] | None = None, runs=None) -> StageTiming:
@@ -171,11 +174,11 @@ def timed(c: Compiled, compute, message, start: Sequence[float] | None = None, r
     each rank's clock starts at ``start[rank]`` (default 0: a rank that waits for a collective before its
     schedule starts later). ``runs``: nodes whose end is a function of their start (``cost_rule.price``)."""
     cost, hop = node_costs(c, compute, message)
-    out = price(c.rank, c.dep, hop, cost, c.pp, None if start is None else [float(t) for t in start], runs)
+    out = price(c.rank, c.waits_for, hop, cost, c.pp, None if start is None else [float(t) for t in start], runs)
     busy = (c.counts @ np.asarray(compute, dtype=float).reshape(c.pp * c.vp * 3)).tolist()
     return StageTiming(max(out.clocks, default=0.0), tuple(busy), tuple(out.clocks), tuple(out.starts))
 
 
-def held_peak(c: Compiled, weights: Sequence[Sequence[float]]) -> list[float]:
-    """Each rank's peak of Σ_chunk pairs held × ``weights[rank][chunk]`` (weights 1: the peak in flight)."""
-    return [float((h @ np.asarray(w, dtype=float)).max()) for h, w in zip(c.held, weights)]
+def in_flight_peak(c: Compiled, weights: Sequence[Sequence[float]]) -> list[float]:
+    """Each rank's peak of Σ_chunk pairs in flight × ``weights[rank][chunk]`` (weights 1: the peak in flight)."""
+    return [float((h @ np.asarray(w, dtype=float)).max()) for h, w in zip(c.in_flight, weights)]

@@ -69,7 +69,7 @@ gradients (Megatron's distributed optimizer over DP × CP): 18 → 6 + 12/(d·C)
 
 **Pipeline**: a GPU holds the activations of the micro-batches in flight on its rank — forwards run whose
 backward (W, when the backward is split) has not — at the schedule's peak, read off the schedule's own action
-lists (``tpsim.pipeline.stage_clock.held_peak``), each (micro-batch, chunk) pair weighing its virtual stage's
+lists (``tpsim.pipeline.stage_clock.in_flight_peak``), each (micro-batch, chunk) pair weighing its virtual stage's
 layers × one layer's activations. That is Narayanan et al. 2021 (arXiv:2104.04473) §2.2's min(p − i, m)
 micro-batches for 1F1B (stage 0 the busiest: L/p layers × p micro-batches, Korthikanti et al. 2022's "L layers'
 worth"), m for AFAB, min(p, m) on every stage for ZB-H1 (Qi et al. 2023), and for interleaving rank 0's
@@ -84,7 +84,7 @@ from __future__ import annotations
 
 from tpsim.config import dtype_name
 from tpsim.partition import padded_vocab_size
-from tpsim.pipeline.stage_clock import compiled, held_peak
+from tpsim.pipeline.stage_clock import compiled, in_flight_peak
 from tpsim.plan.cp_shape import kv_heads_per_rank
 from tpsim.plan.layout import Layout, rank_layers, virtual_stage_layers
 from tpsim.plan.models import ModelSpec
@@ -189,7 +189,7 @@ def activation_peaks(model: ModelSpec, lay: Layout, count: str = "paper") -> lis
     layer = activation_bytes_per_layer(model, lay)[count]
     per = virtual_stage_layers(model, lay)
     weights = [[per[c * lay.pp + r] * layer for c in range(lay.vp)] for r in range(lay.pp)]
-    return held_peak(compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp), weights)
+    return in_flight_peak(compiled(lay.schedule, lay.pp, lay.microbatches, lay.vp), weights)
 
 
 def stage_memory(model: ModelSpec, lay: Layout, stage: int, peaks: list[float] | None = None) -> dict[str, float]:

@@ -73,7 +73,7 @@ def gated_timed(c, charged, message, start, plan: dict) -> tuple[StageTiming, li
             return ends[-1]
         return run
 
-    for n, (r, k) in enumerate(zip(c.rank, c.key)):
+    for n, (r, k) in enumerate(zip(c.rank, c.cost_entry)):
         if k % 3 == 0 and k not in seen:  # the first F of this (rank, chunk): micro-batch 0's
             seen.add(k)
             runs[n] = gated(r, k)

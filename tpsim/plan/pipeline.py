@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpsim.pipeline.stage_clock import compiled, held_peak, timed
+from tpsim.pipeline.stage_clock import compiled, in_flight_peak, timed
 from tpsim.plan import dp_overlap, param_gather
 from tpsim.plan.comm import boundary_bytes, links, ring_seconds
 from tpsim.gpus import GPU
@@ -96,7 +96,7 @@ def simulate(lay: Layout, compute: np.ndarray, message: np.ndarray, collectives:
     ungated = free if timer is timed else timed(c, charged, quiet, start)
     on_time = ungated if start is None else timed(c, charged, quiet)  # the last stage not held back
     bare, alone = timed(c, compute, message), timed(c, compute, quiet)
-    peaks = held_peak(c, np.ones((lay.pp, lay.vp)))
+    peaks = in_flight_peak(c, np.ones((lay.pp, lay.vp)))
     p, m, v = lay.pp, lay.microbatches, lay.vp
     bubble = formula.bubble_fraction(lay.schedule, p, m, v)
     return {"schedule": lay.schedule, "pp": p, "vp": v, "microbatches": m,

@@ -1,12 +1,12 @@
 """A training checkpoint's optimizer state, unsharded: gathered from any layout, cut again for any other.
 
-Whatever the layout, every optimizer lists the state this rank holds as ``StatePiece``s (``tpsim.train.protocol``):
-AdamW's ``exp_avg`` and ``exp_avg_sq`` over a whole TP shard, or under ZeRO-1 over the piece of it this DP rank
+Whatever the layout, every optimizer lists the state this rank holds as ``StateSlice``s (``tpsim.train.protocol``):
+AdamW's ``exp_avg`` and ``exp_avg_sq`` over a whole TP shard, or under ZeRO-1 over the slice of it this DP rank
 owns, and for a 16-bit model the float32 main parameter (slot ``main_param``). Each slot of each parameter is
 put back together as the serial model's tensor, the way the parameters themselves are (``tpsim.hf.checkpoint``):
 
-    1. piece -> shard     the piece at its offset in a zero shard-shaped array; under ZeRO-1 the DP ranks own
-                          disjoint pieces, so one sum over the DP group completes every shard (exact: each
+    1. slice -> shard     the slice at its offset in a zero shard-shaped array; under ZeRO-1 the DP ranks own
+                          disjoint slices, so one sum over the DP group completes every shard (exact: each
                           element has one non-zero term)
     2. shard -> tensor    over the TP group along the parameter's Partition, vocabulary padding cut
                           (``tpsim.hf.checkpoint.gather_full``)
@@ -14,7 +14,7 @@ put back together as the serial model's tensor, the way the parameters themselve
                           the last stage: the same numbers, both stepped with the summed gradient)
 
 Loading is the inverse and needs no communication: each rank cuts its shard (``take_shard``: padded rows zero,
-as a straight run keeps them) and its piece of it. Gathering is collective and untraced (the tracer paused):
+as a straight run keeps them) and its slice of it. Gathering is collective and untraced (the tracer paused):
 saving is not training traffic, so comm.jsonl and the FORMULA CHECK stay those of training alone.
 
 Keys of the full state: ``"<slot>.<parameter name>"`` (``state_key``), e.g. ``exp_avg.transformer.h.0.mlp.c_fc.weight``.
@@ -38,19 +38,19 @@ def state_key(slot: str, name: str) -> str:
 
 def state_slots(optimizer: OptimizerProtocol, model: Module) -> list[str]:
     """The slots every parameter has: the rule's (AdamW: exp_avg, exp_avg_sq), and ``main_param`` for a 16-bit
-    model. From the rule and the dtype, not from the pieces: a ZeRO-1 rank may own no piece at all."""
+    model. From the rule and the dtype, not from the slices: a ZeRO-1 rank may own no slice at all."""
     half = any(is_half(p.dtype) for _, p in model.named_parameters())
     return [*optimizer.rule.slots, *([MAIN_PARAM] if half else [])]
 
 
 def _local_shards(model: Module, optimizer: OptimizerProtocol, slots: list[str]) -> dict[str, dict[str, np.ndarray]]:
-    """``{slot: {name: shard-shaped array}}``: this rank's pieces placed in zeros (step 1 above)."""
+    """``{slot: {name: shard-shaped array}}``: this rank's slices placed in zeros (step 1 above)."""
     shards = {slot: {name: np.zeros(p.shape, grad_dtype(p.dtype)) for name, p in model.named_parameters()}
               for slot in slots}
-    for piece in optimizer.state_pieces():
-        for slot, values in piece.slots.items():
-            flat = shards[slot][piece.name].reshape(-1)
-            flat[piece.start:piece.start + values.size] = values.reshape(-1)
+    for part in optimizer.state_slices():
+        for slot, values in part.slots.items():
+            flat = shards[slot][part.name].reshape(-1)
+            flat[part.start:part.start + values.size] = values.reshape(-1)
     return shards
 
 
@@ -108,13 +108,13 @@ def check_state(state: dict[str, np.ndarray], slots: list[str], shapes: dict[str
 
 def load_state(model: Module, optimizer: OptimizerProtocol, state: dict[str, np.ndarray], *, step_count: int,
                loss_scaler: dict | None) -> None:
-    """Cut this rank's pieces of the full ``state`` into the optimizer's live arrays (no communication), and set
+    """Cut this rank's slices of the full ``state`` into the optimizer's live arrays (no communication), and set
     the rule's step count (Adam's bias corrections) and the loss scaler's state (float16)."""
     parts = dict(model.named_partitions())
-    for piece in optimizer.state_pieces():
-        for slot, values in piece.slots.items():
-            shard = take_shard(state[state_key(slot, piece.name)], parts[piece.name]).reshape(-1)
-            values[...] = shard[piece.start:piece.start + values.size].reshape(values.shape)
+    for part in optimizer.state_slices():
+        for slot, values in part.slots.items():
+            shard = take_shard(state[state_key(slot, part.name)], parts[part.name]).reshape(-1)
+            values[...] = shard[part.start:part.start + values.size].reshape(values.shape)
     optimizer.rule.step_count = int(step_count)
     if (optimizer.loss_scaler is None) != (loss_scaler is None):
         raise CheckpointError("the checkpoint's loss scaler does not fit this run's: float16 scales the loss, "

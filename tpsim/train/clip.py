@@ -66,7 +66,7 @@ def check_norm_type(norm_type: float) -> float:
 def local_contribution(entries: Iterable[GradEntry], p: float, count_replicated: bool) -> float:
     """This rank's share: Σ|g|^p (or max|g| for p = ∞) over its shards, plus replicated grads if asked.
 
-    ``entries``: (name, grad, Partition or None) — whole shards (``grad_norm``) or ZeRO-1's owned pieces of them
+    ``entries``: (name, grad, Partition or None) — whole shards (``grad_norm``) or ZeRO-1's owned slices of them
     (``DistributedOptimizer.grad_norm``); ``count_replicated``: true on the one rank that counts replicated
     gradients for its group (tp_rank 0)."""
     out = 0.0
@@ -130,7 +130,7 @@ def _check_max_norm(max_norm: float) -> None:
 def scale_grads(grads: Iterable[np.ndarray], max_norm: float, norm: float) -> None:
     """PyTorch's rule, given the norm: coef = max_norm / (norm + 1e-6), applied in place only when below 1 —
     never for a NaN norm: a broken step is left for the caller to see, not hidden. Every rank scales its
-    arrays (shards, replicated copies, owned pieces) by the same coefficient, so replicas stay identical."""
+    arrays (shards, replicated copies, owned slices) by the same coefficient, so replicas stay identical."""
     _check_max_norm(max_norm)
     coef = max_norm / (float(norm) + CLIP_EPS)
     if coef < 1.0:

@@ -79,7 +79,7 @@ def found_inf_anywhere(grads, world) -> bool:
 def unscale_and_agree(grads, scaler: DynamicLossScaler, world) -> bool:
     """Divide the float32 main gradients ``grads`` by the scale in place, agree on overflow over ``world``
     (``found_inf_anywhere``) and update ``scaler``; True when the step must be skipped. Plain mixed precision
-    passes whole gradients, ZeRO-1 its owned (reduced) pieces: each element is then checked by its one owner."""
+    passes whole gradients, ZeRO-1 its owned (reduced) slices: each element is then checked by its one owner."""
     inv = 1.0 / scaler.scale
     for g in grads:
         g *= inv

@@ -31,7 +31,7 @@ from tpsim.nn.module import Module
 from tpsim.nn.precision import FP32, is_half
 from tpsim.train.loss_scale import DynamicLossScaler, unscale_and_agree
 from tpsim.train.optim import Optimizer
-from tpsim.train.protocol import MAIN_PARAM, Overflow, StatePiece
+from tpsim.train.protocol import MAIN_PARAM, Overflow, StateSlice
 
 if TYPE_CHECKING:  # type-only
     from tpsim.comm import ProcessGrid
@@ -44,7 +44,7 @@ class MainParams:
     One implementation for both 16-bit optimizers: the copies live in flat float32 ``buffers`` of the given
     lengths, and ``add(b, at, model)`` registers the 16-bit array ``model`` at ``[at, at + model.size)`` of buffer
     ``b`` and returns its main copy, shaped like it. ``MixedPrecisionOptimizer`` gives each parameter a buffer of
-    its own; ZeRO-1 gives each bucket's owned range one and registers the flat views of its owned pieces. Elements
+    its own; ZeRO-1 gives each bucket's owned range one and registers the flat views of its owned slices. Elements
     nobody registers (ZeRO-1's padding) stay zero and count in ``nbytes``, as the state of the same range does.
     """
 
@@ -131,17 +131,17 @@ class MixedPrecisionOptimizer:
     def step(self) -> None:
         """The inner rule on the float32 main parameters, then the 16-bit copies refreshed from them."""
         inner = self.inner
-        inner.step_pieces((self.main_params[name], g, inner.state[name], inner.decay_for(name))
+        inner.step_slices((self.main_params[name], g, inner.state[name], inner.decay_for(name))
                           for name, _, g in inner.entries())
         self.main.round_into_model()
 
     def zero_grad(self) -> None:
         self.model.zero_grad()
 
-    def state_pieces(self) -> list[StatePiece]:
+    def state_slices(self) -> list[StateSlice]:
         """The inner rule's slots with each parameter's float32 main copy (slot ``main_param``): all a checkpoint
         needs to continue bit for bit, since rounding the main copy loses what the 16-bit weight does not hold."""
-        return [StatePiece(name, 0, {**slots, MAIN_PARAM: self.main_params[name]})
+        return [StateSlice(name, 0, {**slots, MAIN_PARAM: self.main_params[name]})
                 for name, slots in self.inner.state.items()]
 
     def state_bytes(self) -> int:

@@ -26,7 +26,7 @@ import numpy as np
 from tpsim.nn.module import Module
 from tpsim.nn.precision import grad_dtype
 from tpsim.train.clip import grad_entries, grad_norm, scale_grads
-from tpsim.train.protocol import Overflow, StatePiece
+from tpsim.train.protocol import Overflow, StateSlice
 
 if TYPE_CHECKING:  # type-only
     from tpsim.comm import ProcessGrid
@@ -53,8 +53,8 @@ class Optimizer:
     (TP × PP with pipeline stages).
 
     A subclass supplies ``slots`` (names of its per-parameter state arrays) and ``update(p, g, state, wd)``:
-    the rule on one array (a whole shard, or a flat piece of one: ZeRO-1 and the mixed-precision wrapper call it
-    on their own arrays through ``step_pieces``). It changes ``p`` (and ``state``) in place and must never write
+    the rule on one array (a whole shard, or a flat slice of one: ZeRO-1 and the mixed-precision wrapper call it
+    on their own arrays through ``step_slices``). It changes ``p`` (and ``state``) in place and must never write
     into ``g``: the gradient belongs to the module (clipping, logging or a DP sync may read it after the step).
     """
 
@@ -112,12 +112,12 @@ class Optimizer:
 
     def step(self) -> None:
         """Update every parameter in place from its current gradient."""
-        self.step_pieces((p, g, self.state[name], self.decay_for(name)) for name, p, g in self.entries())
+        self.step_slices((p, g, self.state[name], self.decay_for(name)) for name, p, g in self.entries())
 
-    def step_pieces(self, pieces: Iterable[tuple[np.ndarray, np.ndarray, State, float]]) -> None:
-        """One step of this rule: ``step_count`` + 1, then ``update(p, g, state, weight_decay)`` for each piece."""
+    def step_slices(self, parts: Iterable[tuple[np.ndarray, np.ndarray, State, float]]) -> None:
+        """One step of this rule: ``step_count`` + 1, then ``update(p, g, state, weight_decay)`` for each slice."""
         self.step_count += 1
-        for p, g, state, weight_decay in pieces:
+        for p, g, state, weight_decay in parts:
             self.update(p, g, state, weight_decay)
 
     def update(self, p: np.ndarray, g: np.ndarray, state: State, weight_decay: float) -> None:
@@ -144,8 +144,8 @@ class Optimizer:
     def zero_grad(self) -> None:
         self.module.zero_grad()
 
-    def state_pieces(self) -> list[StatePiece]:
-        return [StatePiece(name, 0, slots) for name, slots in self.state.items()]
+    def state_slices(self) -> list[StateSlice]:
+        return [StateSlice(name, 0, slots) for name, slots in self.state.items()]
 
     # --- checkpoints and accounting ---------------------------------------------------------------------------
     def state_dict(self) -> dict:

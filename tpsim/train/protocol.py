@@ -21,7 +21,7 @@ Three classes implement it, fully — nothing is optional, nothing is discovered
 
 What an optimizer *is* is said by the object, once (``zero_stage``), never by sniffing its type: a caller that
 must know whether the state is sliced asks ``zero_of(opt)`` (the stage as data, ``tpsim.zero_stage``); the state
-itself is ``opt.state_pieces()`` (whole shards, or the owned pieces with their offsets) and the hyper-parameters
+itself is ``opt.state_slices()`` (whole shards, or the owned slices with their offsets) and the hyper-parameters
 are ``opt.rule``'s.
 
 The step reads nothing else; checkpoints read ``state_dict``/``load_state_dict``, memory accounting
@@ -51,9 +51,9 @@ class Overflow(NamedTuple):
     counts: bool = False
 
 
-class StatePiece(NamedTuple):
+class StateSlice(NamedTuple):
     """Optimizer state this rank holds for one parameter: its slots over the flattened local shard's elements
-    ``[start, start + size)`` — the whole shard (start 0) or, under ZeRO-1, the piece this DP rank owns."""
+    ``[start, start + size)`` — the whole shard (start 0) or, under ZeRO-1, the slice this DP rank owns."""
 
     name: str
     start: int
@@ -61,7 +61,7 @@ class StatePiece(NamedTuple):
     # model's float32 main parameters are state too: slot MAIN_PARAM
 
 
-MAIN_PARAM = "main_param"  # the slot of a 16-bit model's float32 main parameter in a StatePiece
+MAIN_PARAM = "main_param"  # the slot of a 16-bit model's float32 main parameter in a StateSlice
 
 
 def zero_of(holder) -> ZeroStage:
@@ -106,8 +106,8 @@ class OptimizerProtocol(Protocol):
     def zero_grad(self) -> None:
         """Zero the model's gradients in place (they may be views into buckets)."""
 
-    def state_pieces(self) -> list[StatePiece]:
-        """The optimizer state this rank holds, per parameter piece (to compare against a serial twin)."""
+    def state_slices(self) -> list[StateSlice]:
+        """The optimizer state this rank holds, per parameter slice (to compare against a serial twin)."""
 
     def state_dict(self) -> dict:
         """This rank's state, copied: what a checkpoint saves."""

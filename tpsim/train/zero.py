@@ -18,7 +18,7 @@ Layout (``tpsim.predict.model_state``): the gradients become views into flat buc
 bucket. The reduce-scatter's result is written back into that range of the bucket, so the owned slice of the
 bucket is the "main gradient" (Megatron's, for fp32 grads) and costs nothing extra; the rest of the bucket
 holds this rank's unreduced gradients and is not read again. AdamW updates the model's own parameter arrays
-through flat views of the owned pieces: in fp32/fp64 the parameter is the main parameter.
+through flat views of the owned slices: in fp32/fp64 the parameter is the main parameter.
 
 Mixed precision (a bfloat16/float16 model, ``tpsim.train.mixed_precision``), as Megatron's distributed optimizer
 does it: the gradients are already float32 (the main gradients), so the buckets are float32 and reduce-scattered
@@ -26,7 +26,7 @@ in float32; ``main`` (the mixed-precision optimizer's ``MainParams``, one buffer
 parameters for the owned range of each bucket *only* (4 bytes, plus AdamW's float32 m and v: 12 bytes per
 parameter ÷ d); AdamW steps them, they are rounded (nearest-even) into the model's 16-bit parameters, and the
 all-gather moves the 16-bit parameters — 2 bytes per element, half the reduce-scatter's bytes. float16 adds the
-loss scaler: ``unscale_grads`` unscales the owned pieces and agrees found-inf once over the world (a skipped
+loss scaler: ``unscale_grads`` unscales the owned slices and agrees found-inf once over the world (a skipped
 step updates nothing and gathers nothing).
 
 Traced: reduce-scatter scope ``zero.bucket{i}`` phase ``dp_sync``; all-gather scope ``zero.bucket{i}`` phase
@@ -57,15 +57,15 @@ from tpsim.train.ddp import DEFAULT_BUCKET_CAP_BYTES, GradSync, Reduction
 from tpsim.train.loss_scale import DynamicLossScaler, unscale_and_agree
 from tpsim.train.mixed_precision import MainParams
 from tpsim.train.optim import Optimizer
-from tpsim.train.protocol import MAIN_PARAM, Overflow, StatePiece
+from tpsim.train.protocol import MAIN_PARAM, Overflow, StateSlice
 from tpsim.train.zero2 import ShardedGrads
 from tpsim.train.zero3 import ShardedParams, unit_groups
 from tpsim.train.zero_comm import ZeroCommunication, flat_view
 from tpsim.zero_stage import ZERO_STAGES
 
 
-class Piece(NamedTuple):
-    """One parameter's owned piece: flat views of the parameter, its gradient and its optimizer state."""
+class OwnedSlice(NamedTuple):
+    """One parameter's owned slice: flat views of the parameter, its gradient and its optimizer state."""
 
     name: str
     param: np.ndarray  # elements [start, stop) of the (main) parameter that the optimizer updates in place
@@ -73,8 +73,8 @@ class Piece(NamedTuple):
     state: dict[str, np.ndarray]  # the optimizer's slots for these elements: views into the owned slice's state
     partition: Partition | None  # None: replicated over TP (counted on tp_rank 0 by the clip norm)
     decay: float  # the weight decay of this parameter
-    at: int  # where the piece starts in this rank's owned range of the bucket
-    start: int  # where the piece starts in the flattened parameter (its elements are [start, start + size))
+    at: int  # where the slice starts in this rank's owned range of the bucket
+    start: int  # where the slice starts in the flattened parameter (its elements are [start, start + size))
     model: np.ndarray  # the model's own elements: ``param`` itself, or under mixed precision its 16-bit view
 
 
@@ -85,12 +85,12 @@ class DistributedOptimizer(ZeroCommunication):
     Implements the optimizer protocol (``tpsim.train.protocol``) with ``zero_stage`` 1, 2 or 3, and is also the
     gradient sync of the step (``sync()``: the reduce-scatter), so it goes where a ``GradSync`` goes. ZeRO-2
     (``tpsim.train.zero2.ShardedGrads``, ``sharded``) keeps only the owned slices of the gradients: each bucket is
-    reduce-scattered as its backward finishes it and freed, and the pieces' gradients are views into the owned
+    reduce-scattered as its backward finishes it and freed, and the slices' gradients are views into the owned
     slices instead of into the buckets; the rest — clipping, the step, the parameter all-gather — is ZeRO-1's.
-    ZeRO-3 (``tpsim.train.zero3.ShardedParams``, ``sparams``) cuts one bucket a unit and keeps only the owned
-    slices of the parameters too: the pieces step them in place, each unit gathers its bucket around its forward
+    ZeRO-3 (``tpsim.train.zero3.ShardedParams``, ``sharded_params``) cuts one bucket a unit and keeps only the owned
+    slices of the parameters too: the slices step them in place, each unit gathers its bucket around its forward
     and its backward, and nothing is gathered after the step. Attributes:
-    ``buckets``/``buffers`` (padded), ``owned`` (this rank's range of each bucket), ``pieces``, ``main`` (the
+    ``buckets``/``buffers`` (padded), ``owned`` (this rank's range of each bucket), ``slices``, ``main`` (the
     ``MainParams`` of the owned ranges: 16-bit models only, no buffers otherwise), ``loss_scaler``: float16's
     ``DynamicLossScaler`` (only for a 16-bit model).
     """
@@ -131,7 +131,7 @@ class DistributedOptimizer(ZeroCommunication):
         self.sharded = ShardedGrads(model, self.grad_sync, self.owned, self._reduce_into_owned,
                                     self.grad_sync.held) if sharding.shards_grads else None
         # ZeRO-3: the parameters' owned slices, each unit's bucket gathered around its forward and backward
-        self.sparams = (ShardedParams(model, self.buckets, self.bucket_sizes, self.owned, self.dp_group)
+        self.sharded_params = (ShardedParams(model, self.buckets, self.bucket_sizes, self.owned, self.dp_group)
                         if sharding.shards_params else None)
         if self.sharded is not None:
             self.grad_sync.hand_over(self.sharded.buffers)
@@ -139,28 +139,28 @@ class DistributedOptimizer(ZeroCommunication):
         # flat optimizer state for the owned slice of each bucket, padding included (Megatron's shard)
         self.slot_buffers = [{s: np.zeros(len(mine), bucket.dtype) for s in slots}
                              for mine, bucket in zip(self.owned, self.buckets)]
-        # 16 bits only: the float32 main parameters of the owned ranges (fp32/fp64 pieces are their own main)
+        # 16 bits only: the float32 main parameters of the owned ranges (fp32/fp64 slices are their own main)
         self.main = MainParams([len(mine) for mine in self.owned] if self.half else [])
-        self.pieces: list[list[Piece]] = [self._pieces(b) for b in range(len(self.buckets))]
+        self.slices: list[list[OwnedSlice]] = [self._slices(b) for b in range(len(self.buckets))]
         optimizer.release_state()  # the full-size state is never used: the owned slices' state replaces it
 
-    def _pieces(self, b: int) -> list[Piece]:
-        """The pieces of bucket ``b``'s parameters that fall into this rank's owned range, in packing order."""
+    def _slices(self, b: int) -> list[OwnedSlice]:
+        """The slices of bucket ``b``'s parameters that fall into this rank's owned range, in packing order."""
         model, bucket, buf, mine = self.optimizer.module, self.buckets[b], self.buffers[b], self.owned[b]
         params, partitions = dict(model.named_parameters()), dict(model.named_partitions())
-        pieces = []
+        parts = []
         for seg in owned_segments([params[n].size for n in bucket.names], self.dp, self.dp_group.rank):
             name, at, size = bucket.names[seg.index], seg.buffer_start - mine.start, seg.stop - seg.start
             state = {s: arr[at:at + size] for s, arr in self.slot_buffers[b].items()}
             grad = (self.sharded.owned[b][at:at + size] if self.sharded is not None
                     else buf[seg.buffer_start:seg.buffer_start + size])
-            own = (self.sparams.owned[b][at:at + size] if self.sparams is not None
+            own = (self.sharded_params.owned[b][at:at + size] if self.sharded_params is not None
                    else flat_view(params[name])[seg.start:seg.stop])
-            # 16 bits: the float32 main parameter of this piece, made once from the 16-bit weights
+            # 16 bits: the float32 main parameter of this slice, made once from the 16-bit weights
             param = self.main.add(b, at, own) if self.half else own
-            pieces.append(Piece(name, param, grad, state, partitions[name], self.optimizer.decay_for(name), at,
+            parts.append(OwnedSlice(name, param, grad, state, partitions[name], self.optimizer.decay_for(name), at,
                                 seg.start, own))
-        return pieces
+        return parts
 
     # --- the optimizer protocol (tpsim.train.protocol) ----------------------------------------------------------
     @property
@@ -201,7 +201,7 @@ class DistributedOptimizer(ZeroCommunication):
 
     def param_bytes(self) -> int:
         """Parameter bytes held here beside the model's arrays: ZeRO-3's owned slices (else none)."""
-        return self.sparams.nbytes if self.sparams is not None else 0
+        return self.sharded_params.nbytes if self.sharded_params is not None else 0
 
     def state_dict(self) -> dict:
         """``{"step", "dp", "slots"}``: this DP rank's shard of the state (one dict of slot arrays per bucket), as
@@ -222,7 +222,7 @@ class DistributedOptimizer(ZeroCommunication):
             for k, v in mine.items():
                 if saved[k].shape != v.shape:
                     raise ValueError(f"slot {k}: shape {saved[k].shape} != {v.shape} (another bucket layout?)")
-                np.copyto(v, saved[k])  # into the existing arrays: the pieces hold views of them
+                np.copyto(v, saved[k])  # into the existing arrays: the slices hold views of them
         self.main.load_state_dict(sd.get("main", []))
         if self.loss_scaler is not None and "loss_scaler" in sd:
             self.loss_scaler.load_state_dict(sd["loss_scaler"])
@@ -232,15 +232,15 @@ class DistributedOptimizer(ZeroCommunication):
         self.optimizer.module.zero_grad()  # the views are filled in place; the padding is never written
 
     # --- the three phases of a step ----------------------------------------------------------------------------
-    def _all_pieces(self):
-        return (piece for pieces in self.pieces for piece in pieces)
+    def _all_slices(self):
+        return (part for parts in self.slices for part in parts)
 
     def unscale_grads(self) -> Overflow:
         """After the reduce-scatter, float16 only: unscale the owned gradients and agree on overflow over the
         world (one all-reduce, scope ``loss_scaler``)."""
         self.skipped = False
         if self.loss_scaler is not None:
-            self.skipped = unscale_and_agree([p.grad for p in self._all_pieces()], self.loss_scaler, self.grid.world)
+            self.skipped = unscale_and_agree([p.grad for p in self._all_slices()], self.loss_scaler, self.grid.world)
         return Overflow(self.skipped, self.skipped and self.loss_scaler.at_minimum)
 
     def grad_norm(self, grid: ProcessGrid, norm_type: float = 2.0) -> float:
@@ -250,7 +250,7 @@ class DistributedOptimizer(ZeroCommunication):
         it once; a TP-replicated parameter is counted by ``tp_rank == 0`` only, as ``clip.grad_norm`` does.
         """
         p = check_norm_type(norm_type)
-        entries = [(piece.name, piece.grad, piece.partition) for piece in self._all_pieces()]
+        entries = [(part.name, part.grad, part.partition) for part in self._all_slices()]
         local = local_contribution(entries, p, count_replicated=grid.tp_rank == 0)
         with grid.tracer.region(scope="clip_grad_norm", phase=OPTIMIZER):
             total = float(grid.world.all_reduce(np.array([local]), op="max" if math.isinf(p) else "sum")[0])
@@ -258,24 +258,24 @@ class DistributedOptimizer(ZeroCommunication):
 
     def clip_grads(self, max_norm: float, norm: float) -> None:
         """Scale the owned gradients (views into the buckets) so the global norm is at most ``max_norm``."""
-        scale_grads([piece.grad for piece in self._all_pieces()], max_norm, norm)
+        scale_grads([part.grad for part in self._all_slices()], max_norm, norm)
 
     def step(self) -> None:
-        """Update the owned pieces with the wrapped optimizer's rule (16 bits: the float32 main pieces, then
+        """Update the owned slices with the wrapped optimizer's rule (16 bits: the float32 main slices, then
         rounded into the model's), then all-gather the parameters."""
-        self.optimizer.step_pieces((p.param, p.grad, p.state, p.decay) for p in self._all_pieces())
+        self.optimizer.step_slices((p.param, p.grad, p.state, p.decay) for p in self._all_slices())
         self.main.round_into_model()
         if self.sharded is not None:  # ZeRO-2: buckets a caller gathered gradients into (gather_grads) go
             self.sharded.free_all()
-        if self.sparams is not None:  # ZeRO-3: the owned slices are the parameters; whole ones are stale now
-            self.sparams.hook()
+        if self.sharded_params is not None:  # ZeRO-3: the owned slices are the parameters; whole ones are stale now
+            self.sharded_params.hook()
             return
         self.gather_params()
 
-    def state_pieces(self) -> list[StatePiece]:
-        """The owned pieces' slots; under mixed precision with their float32 main parameters (``main_param``)."""
-        return [StatePiece(p.name, p.start, {**p.state, MAIN_PARAM: p.param} if self.half else p.state)
-                for p in self._all_pieces()]
+    def state_slices(self) -> list[StateSlice]:
+        """The owned slices' slots; under mixed precision with their float32 main parameters (``main_param``)."""
+        return [StateSlice(p.name, p.start, {**p.state, MAIN_PARAM: p.param} if self.half else p.state)
+                for p in self._all_slices()]
 
     def describe(self) -> str:
         """The buckets, the owned range of each on this rank, and the state bytes, as text."""
@@ -284,7 +284,7 @@ class DistributedOptimizer(ZeroCommunication):
                  f"(padded to a multiple of {self.dp}), optimizer state {human_bytes(self.state_bytes())} per rank"]
         for i, (bucket, mine) in enumerate(zip(self.buckets, self.owned)):
             lines.append(f"  bucket {i}: {self.bucket_sizes[i]:>8} elements, this rank owns "
-                         f"[{mine.start}, {mine.stop}): {len(self.pieces[i])} parameter piece(s)")
+                         f"[{mine.start}, {mine.stop}): {len(self.slices[i])} parameter slice(s)")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -17,8 +17,8 @@ bytes in one dtype (§7) — and a rank holds 1/d of the parameters at rest, plu
 (``peak_bytes``). A tied LM head gathers the embedding's bucket for its own forward and backward (the weight is
 one parameter used by two units: 4 all-gathers of it a micro-batch).
 
-The optimizer updates the owned slices in place (``owned``: the pieces' parameters, or under mixed precision the
-16-bit slices its float32 main pieces are rounded into), so nothing is gathered after the step. Whoever reads the
+The optimizer updates the owned slices in place (``owned``: the slices' parameters, or under mixed precision the
+16-bit slices its float32 main slices are rounded into), so nothing is gathered after the step. Whoever reads the
 whole model (the checks against the serial model, ``--export``, a checkpoint, generation) calls ``gather_all``
 (phase ``verify``), which also unhooks the units until the next step's ``hook``.
 """

@@ -13,7 +13,7 @@ blocking ``Reduce_scatter_block`` sums large buffers in another order than ``Ire
 so one call for both paths keeps an overlapped run bit for bit the plain one.
 
 ZeRO-2 and 3 (``sharded``: ``tpsim.train.zero2``) reduce-scatter each bucket inside the backward instead, as its
-layers finish it, through the same call (``_reduce_into_owned``); ZeRO-3 (``sparams``: ``tpsim.train.zero3``)
+layers finish it, through the same call (``_reduce_into_owned``); ZeRO-3 (``sharded_params``: ``tpsim.train.zero3``)
 gathers no parameters after the step — ``finish_param_gather`` and ``gather_grads`` gather the whole model for a
 reader.
 """
@@ -36,13 +36,13 @@ def flat_view(a: np.ndarray) -> np.ndarray:
 
 class ZeroCommunication:
     """The DP collectives of a ``DistributedOptimizer`` (its attributes: ``grad_sync``, ``dp_group``, ``dp``,
-    ``buckets``, ``buffers``, ``bucket_sizes``, ``owned``, ``pieces``, ``optimizer``, ``overlap_param_gather``,
-    ``sharded`` (ZeRO-2/3's ``ShardedGrads``, else None), ``sparams`` (ZeRO-3's ``ShardedParams``, else None),
+    ``buckets``, ``buffers``, ``bucket_sizes``, ``owned``, ``slices``, ``optimizer``, ``overlap_param_gather``,
+    ``sharded`` (ZeRO-2/3's ``ShardedGrads``, else None), ``sharded_params`` (ZeRO-3's ``ShardedParams``, else None),
     ``_reduced``, ``_gathering``, ``_hooked``)."""
 
     def start_step(self) -> None:
-        if self.sparams is not None:
-            self.sparams.start()  # ZeRO-3: every unit gathers around its calls again
+        if self.sharded_params is not None:
+            self.sharded_params.start()  # ZeRO-3: every unit gathers around its calls again
         if self.sharded is not None:
             self.sharded.start()  # the owned slices zeroed, every bucket freed
         else:
@@ -61,8 +61,8 @@ class ZeroCommunication:
 
     def release_params(self) -> None:
         """RESHARD (``tpsim.pipeline.collectives``): ZeRO-3's gathered parameters freed (a no-op below ZeRO-3)."""
-        if self.sparams is not None:
-            self.sparams.release()
+        if self.sharded_params is not None:
+            self.sharded_params.release()
 
     @property
     def _grads(self):
@@ -161,8 +161,8 @@ class ZeroCommunication:
     def finish_param_gather(self, buckets=None) -> None:
         """Complete the posted parameter all-gathers (of ``buckets``, default all) into the model's arrays.
         ZeRO-3: gather the whole model (phase ``verify``) for whoever reads it next (until the next step)."""
-        if self.sparams is not None:
-            self.sparams.gather_all()
+        if self.sharded_params is not None:
+            self.sharded_params.gather_all()
             return
         targets = None
         keep = []
@@ -185,8 +185,8 @@ class ZeroCommunication:
         """All-gather the reduced gradients so the model's whole gradients are the DP mean again (to check them
         against a serial model: scope ``zero.grads{i}``, phase ``verify``). ZeRO-2 materialises its buckets for
         them first (freed again at the next step's start)."""
-        if self.sparams is not None:  # ZeRO-3: the whole parameters too, for whoever reads the model now
-            self.sparams.gather_all()
+        if self.sharded_params is not None:  # ZeRO-3: the whole parameters too, for whoever reads the model now
+            self.sharded_params.gather_all()
         if self.sharded is not None:
             self.sharded.materialise_all()
             if self.dp == 1:  # nothing to gather: the owned slice is the whole bucket
@@ -196,7 +196,7 @@ class ZeroCommunication:
         self._gather("grad", dict(self.optimizer.module.named_grads()), "zero.grads", VERIFY)
 
     def _gather(self, what: str, targets: dict[str, np.ndarray], scope: str, phase: str) -> None:
-        """All-gather each bucket's owned pieces of ``what`` ("model" or "grad") into the arrays ``targets``."""
+        """All-gather each bucket's owned slices of ``what`` ("model" or "grad") into the arrays ``targets``."""
         if self.dp == 1:
             return  # every range is mine: the update was already in place
         tracer = self.dp_group.tracer
@@ -209,8 +209,8 @@ class ZeroCommunication:
     def _owned_values(self, i: int, what: str, targets: dict[str, np.ndarray]) -> np.ndarray:
         """Bucket ``i``'s owned range of ``what`` ("model" or "grad") as one flat array (padding zeros)."""
         send = np.zeros(len(self.owned[i]), targets[self.buckets[i].names[0]].dtype)  # padding travels as zeros
-        for piece in self.pieces[i]:
-            send[piece.at:piece.at + piece.grad.size] = getattr(piece, what)
+        for part in self.slices[i]:
+            send[part.at:part.at + part.grad.size] = getattr(part, what)
         return send
 
     def _scatter_into(self, i: int, full: np.ndarray, targets: dict[str, np.ndarray]) -> None:

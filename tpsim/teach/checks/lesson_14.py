@@ -120,6 +120,6 @@ def check_14(r: Report) -> None:
     for b, bucket in enumerate(zero.buckets):
         names = list(bucket.names)
         got = lengths(as_rows(r.call("owned_pieces", [sizes[n] for n in names], grid.dp, grid.dp_rank)))
-        real = np.array([(names.index(p.name), p.param.size) for p in zero.pieces[b]], float).reshape(-1, 2)
+        real = np.array([(names.index(p.name), p.param.size) for p in zero.slices[b]], float).reshape(-1, 2)
         r.compare(f"owned_pieces of bucket {b} ({len(names)} parameters) on DP rank {grid.dp_rank}, as (parameter, "
                   "length): the pieces a real DistributedOptimizer updates", got, real, tol=0, layout="rows")

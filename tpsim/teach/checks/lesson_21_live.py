@@ -59,7 +59,7 @@ def check_live(r: Report) -> None:
             break
         rows.append(numbers[0].reshape(-1))
     real = [(mine.start, mine.stop, len(mine) - sum(p.param.size for p in pieces))
-            for mine, pieces in zip(zero.owned, zero.pieces)]
+            for mine, pieces in zip(zero.owned, zero.slices)]
     if rows is not None:
         r.compare(f"owned_slice(n, {grid.dp}, {grid.dp_rank}) for every bucket of {where}: its owned ranges and the "
                   "positions no parameter's piece fills", np.array(rows), np.array(real, dtype=np.float64), tol=0,
