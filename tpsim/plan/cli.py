@@ -7,6 +7,7 @@
                [--dtype bfloat16|float16|float32|fp8] [--attention unfused|fused] [--gpu h100-80gb|...]
                [--gpus-per-node N] [--mfu F | --gemm-efficiency F --hbm-efficiency F]
                [--overlap-grad-reduce] [--overlap-param-gather] [--tp-comm-overlap] [--bucket-mb MB] [--json]
+               [--figure step.png]   where the step goes, and the error to expect (``tpsim.plan.step_figure``)
     tpsim plan --model NAME --gpus N --search [...] [--top 10] [--json]
     tpsim plan --validate          live runs check every per-layer term (``tpsim.plan.validate``)
     tpsim plan --published         18 published runs' step times beside the planner's (``tpsim.plan.published``),
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from tpsim.config import dtype_alias
@@ -96,6 +98,7 @@ def _overlap_and_modes(p: argparse.ArgumentParser) -> None:
     p.add_argument("--search", action="store_true", help="rank every tp x pp x dp = --gpus layout that fits")
     p.add_argument("--top", type=count, default=10, help="--search: rows to print (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.add_argument("--figure", metavar="PATH", help="draw where the step goes, with the expected error, to PATH (.png)")
     p.add_argument("--validate", action="store_true", help="check the planner's terms against live runs")
     p.add_argument("--published", action="store_true",
                    help="step time vs 18 published runs (Narayanan et al. 2021, Korthikanti et al. 2022), and "
@@ -150,6 +153,9 @@ def run(args) -> int:
         raise ConfigError("give --model NAME or --config config.json")
     model = resolve(args.model, args.config)
     base = layout_of(args, model)
+    if args.figure and (args.search or not os.path.isdir(os.path.dirname(os.path.abspath(args.figure)))):
+        raise ConfigError(f"--figure {args.figure}: " + ("draws one layout's step; drop --search and give the layout"
+                                                          if args.search else "its folder does not exist"))
     if args.search:
         if not args.gpus:
             raise ConfigError("--search needs --gpus N")
@@ -166,6 +172,9 @@ def run(args) -> int:
                           f"or give --tp, --cp, --pp and --dp whose product is {args.gpus}")
     p = plan(model, base)
     print(format_plan(p))
+    if args.figure:
+        from tpsim.plan.step_figure import plot_step
+        print(f"wrote {plot_step(p, args.figure)}")
     if args.json:
         print(json.dumps(p.as_dict()))
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tpsim.plan.breakdown import class_line
 from tpsim.plan.planner import Plan
+from tpsim.plan.step_figure import error_line
 from tpsim.arch import architecture
 from tpsim.table import RULE, format_table
 from tpsim.zero_stage import zero_stage
@@ -188,7 +189,8 @@ def format_plan(p: Plan) -> str:
             *cp_rows(p),
             RULE, *pipeline_rows(p), RULE,
             *time_rows(p)]
-    return "\n".join([*head, format_table(rows, right=(1,)), class_line(p.compute_classes_s), *why_bubble(p)])
+    return "\n".join([*head, format_table(rows, right=(1,)), class_line(p.compute_classes_s), error_line(p),
+                      *why_bubble(p)])
 
 
 def format_search(plans: list[Plan], gpus: int, top: int = 10) -> str:
