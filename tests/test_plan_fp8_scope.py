@@ -55,12 +55,13 @@ PRICINGS = {
 
 INPUT = "layout/fp8"  # the switch itself, False -> True
 # derived sums of compute time (seconds, or instants on the step's clock): may change, only to smaller
-FASTER = re.compile(r"time_s/(compute|bubble|step|pipeline)|compute_classes_s/(GEMM|recompute)|pipeline/(step_s|makespan\w*_s)|pipeline/stages/\*/[FBW]_s"
+FASTER = re.compile(r"time_s/(compute|bubble|step|pipeline)|compute_classes_s/(GEMM|recompute)"
+                    r"|pipeline/(step_s|makespan\w*_s)|pipeline/stages/\*/[FBW]_s"
                     r"|pipeline/ranks/\*/(busy|idle|finish)_s|pipeline/after_schedule/(ends|before_dp)/\*"
                     r"|pipeline/after_schedule/dp_streams/\*/(compute_end_s|end_s|buckets/\*/(ready|start|end))")
 HIGHER = {"tflops_per_gpu", "hardware_tflops_per_gpu"}  # the same FLOPs over a shorter step
-EITHER = {"pipeline/bubble_fraction/measured",
-          "compute_classes_s/FP8 casts"}  # new in fp8, 0 bf16; 0 both under the flat --mfu (passes are free)  # idle over makespan: both shrink, the messages and collectives not
+EITHER = {"pipeline/bubble_fraction/measured",  # idle over makespan: both shrink, the messages and collectives not
+          "compute_classes_s/FP8 casts"}  # new in fp8, 0 bf16; 0 both under the flat --mfu (passes are free)
 KEPT = ("per_gpu/memory_bytes/total", "per_gpu/wire_bytes_per_step/tp", "per_gpu/wire_bytes_per_step/dp",
         "per_gpu/wire_bytes_per_step/pp", "pipeline/p2p_bytes/measured", "pipeline/messages", "time_s/tp",
         "time_s/dp", "time_s/pp", "time_s/loss", "time_s/embedding", "time_s/optimizer",

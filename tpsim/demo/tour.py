@@ -122,7 +122,8 @@ def first_step(grid, shard, run: RunConfig, loss: float, loss_scale: float = 1.0
                                 loss=loss, write=True, tp=grid.tp, dp=grid.dp,
                                 extra={"pp": grid.pp} if grid.pp > 1 else None)
             said = " (every stage's tensors, gathered)" if grid.pp > 1 else ""
-            say(grid, f"exported step 0 to {run.files.export}/{said}: " + ", ".join(Path(p).name for p in paths.values()))
+            names = ", ".join(Path(p).name for p in paths.values())
+            say(grid, f"exported step 0 to {run.files.export}/{said}: {names}")
         read_ok, lines = check_export(grid, run, loss, TOLERANCE[run.precision.dtype], loss_scale)
         say(grid, *lines, "")
         ok = ok and read_ok
@@ -236,8 +237,10 @@ def run(demo) -> int:
                                             peak, result.peak_layer_bytes, result.clock.time))
         dp_streams = grid.world.gather_objects((grid.rank, grid.pp_rank, stream_of(result.clock, run)))
     chains = per_stage(grid, virtual)  # rank 0's pipeline: one virtual-clock track per pipeline rank
-    tracks = None if chains is None or not staged(run) else {"clock": clock_words(run), "seconds": run.pipeline.clock != UNIT_CLOCK,
-                                          "ranks": list(grid.pp_group.ranks), "tracks": chains}
+    tracks = None  # the virtual clock's tracks for timeline.json, where the tour reports the pipeline
+    if chains is not None and staged(run):
+        tracks = {"clock": clock_words(run), "seconds": run.pipeline.clock != UNIT_CLOCK,
+                  "ranks": list(grid.pp_group.ranks), "tracks": chains}
     records, paths = gather_and_write(grid, run, metrics, virtual=tracks)
     final_ok = final_verdict(grid, shard, optimizer, run, metrics)
     replicas_ok, pipe_ok = True, True

@@ -106,7 +106,8 @@ def header(grid: ProcessGrid, run: RunConfig) -> list[str]:
             *cp_lines(grid, run), ""]
 
 
-def gather_and_write(grid, run: RunConfig, metrics, virtual: dict | None = None) -> tuple[list[dict] | None, list[Path]]:
+def gather_and_write(grid, run: RunConfig, metrics,
+                     virtual: dict | None = None) -> tuple[list[dict] | None, list[Path]]:
     """Every rank's records and spans to rank 0, which writes the run's files and figures (silently: the lines
     come with ``final_report``); ``(records, paths)`` on rank 0, ``(None, [])`` elsewhere. ``virtual``: a
     pipeline's virtual-clock tracks for timeline.json (``tpsim.trace.timeline.virtual_clock_events``)."""

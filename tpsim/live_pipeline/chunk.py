@@ -56,7 +56,8 @@ class ModelChunk(_Wiring):
         self.stage, self.stages = stage, stages
         self.first, self.last = stage == 0, stage == stages - 1
         if self.first != (edge is not None) or self.last != (head is not None):
-            raise ValueError(f"virtual stage {stage} of {stages}: the embedding goes with stage 0, the head with the last")
+            raise ValueError(f"virtual stage {stage} of {stages}: the embedding goes with stage 0, the head with "
+                             "the last")
         self.edge, self.blocks, self.head = edge, list(blocks), head
         self.region, self.group = region, group
         self.core = core  # context parallelism: tpsim.cp.context.ContextParallel, the attention of every layer here

@@ -155,7 +155,8 @@ class LiveClock:
         (``keys`` in backward order; F runs them reversed) each its compute seconds and ``scoped`` TP
         collectives, ZeRO-3's all-gathers (``gathers``: ``(piece, event)``) before their pieces, prefetched one
         ahead — the action an UNSHARD sits on (``unshard``; a W gathers nothing) —, the reduce-scatters
-        (``scatters``) after theirs, on the comm stream; the action ends when both streams are done. Its whole length is busy (the planner charges the exposed part to the action too)."""
+        (``scatters``) after theirs, on the comm stream; the action ends when both streams are done. Its whole length is
+        busy (the planner charges the exposed part to the action too)."""
         seconds, comm = self._piece_seconds(op, chunk, microbatch, keys, scoped)
         order = keys[::-1] if op == "F" else keys
         at, compute = {k: i for i, k in enumerate(order)}, seconds[::-1] if op == "F" else seconds
