@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from tpsim.plan.cli import main
-from tpsim.plan.published_fp8 import compare_fp8, fp8_layout, load_fp8
+from tpsim.plan.published_fp8 import compare_fp8, fp8_layout, load_fp8, load_own_fp8
 
 
 def test_ten_rows_each_with_its_source_and_its_gpus():
@@ -30,7 +30,49 @@ def test_published_prints_the_fp8_rows_apart_with_their_errors(capsys):
     assert result["median"] == statistics.median(abs(r["ratio"] - 1) for r in result["rows"])
     assert main(["--published"]) == 0
     out = capsys.readouterr().out
-    assert "NeMo 24.07 pretraining on DGX-H100 in FP8" in out
-    assert f"median {result['median']:.1%}, worst {result['worst']:.1%} over 10 runs" in out
-    assert all(r["name"].removeprefix("NEMO-") in out for r in result["rows"])
+    own = compare_fp8(load_own_fp8())
+    assert "FP8 pretraining on DGX-H100" in out and "MB = Megatron-Bridge 25.11" in out
+    nemo = f"median {result['median']:.1%}, worst {result['worst']:.1%} over 10"
+    assert f"NEMO: |predicted / published - 1| {nemo}" in out
+    assert f"MB (held out): |predicted / published - 1| median {own['median']:.1%}, worst {own['worst']:.1%}" in out
+    assert all(r["name"] in out for r in result["rows"] + own["rows"])
     assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_the_fp8_speed_up_is_the_grids_best_on_nemo_inside_the_cited_range():
+    """The committed ``FP8_GEMM_SPEEDUP`` is the best point of the committed grid on NeMo's rows, inside cuBLAS
+    12.9's 1.25-1.75x; the grid's column at that point is what the planner predicts now (so the file is not
+    stale); leaving each FP8 family out keeps the issue's bounds (median <= 8 %, worst <= 20 %)."""
+    import json
+    from tpsim.plan.fit_fp8 import CITED_RANGE, GRID_FILE, fitted, leave_one_family_out
+    from tpsim.plan.kernel_time import FP8_GEMM_SPEEDUP
+    table = json.loads(GRID_FILE.read_text())
+    assert fitted(table)["speedup"] == FP8_GEMM_SPEEDUP and CITED_RANGE[0] <= FP8_GEMM_SPEEDUP <= CITED_RANGE[1]
+    now = {r["name"]: r["ratio"] for r in compare_fp8(load_fp8() + load_own_fp8())["rows"]}
+    column = table["speedup"].index(FP8_GEMM_SPEEDUP)
+    assert now == pytest.approx({n: ratios[column] for n, ratios in table["ratios"].items()}, rel=1e-12)
+    lofo = leave_one_family_out(table)
+    assert set(lofo["families"]) == {"NEMO2407", "MB2511"} and lofo["median"] <= 0.08 and lofo["worst"] <= 0.20
+
+
+def test_each_recipe_prices_its_casts_and_mxfp8_needs_blackwell(capsys):
+    """Bytes an element: delayed 2 + 1 + 1, current one more read (6), blockwise a float32 scale per 128 in each
+    layout, mxfp8 an E8M0 byte per 32 in each; MXFP8 refused on Hopper, the FP8 knobs without --dtype fp8."""
+    from dataclasses import replace
+    from tpsim.errors import ConfigError
+    from tpsim.plan.kernels import fp8_casts
+    from tpsim.plan.layout import Layout
+    from tpsim.plan.models import PRESETS
+    model = PRESETS["llama3-8b"]
+    lay = Layout(tp=2, sp=True, seq_len=4096, global_batch=8, fp8=True)
+    base = sum(k.nbytes for ks in fp8_casts(model, lay).values() for k in ks) / 4
+    for recipe, per in (("current", 6), ("blockwise", 4 + 8 / 128), ("mxfp8", 4 + 2 / 32)):
+        got = sum(k.nbytes for ks in fp8_casts(model, replace(lay, fp8_recipe=recipe, gpu="b200")).values() for k in ks)
+        assert got == pytest.approx(base * per, rel=1e-12), recipe
+    refusals = {("--dtype", "fp8", "--fp8-recipe", "mxfp8"): "--fp8-recipe mxfp8 needs Blackwell tensor cores",
+                ("--fp8-recipe", "current"): "need --dtype fp8", ("--fp8-gemm-speedup", "1.5"): "need --dtype fp8",
+                ("--dtype", "fp8", "--fp8-gemm-speedup", "2.5"): "--fp8-gemm-speedup 2.5: must be in [1, 2]"}
+    for argv, message in refusals.items():
+        assert main(["--model", "llama3-8b", *argv]) != 0
+        assert message in capsys.readouterr().err, argv
+    assert main(["--model", "llama3-8b", "--dtype", "fp8", "--fp8-recipe", "mxfp8", "--gpu", "b200"]) == 0

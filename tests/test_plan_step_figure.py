@@ -10,6 +10,7 @@ import pytest
 
 from tpsim.plan.cli import main
 from tpsim.plan.layout import Layout
+from tpsim.plan.fit_fp8 import committed as committed_fp8
 from tpsim.plan.lofo import committed
 from tpsim.plan.models import PRESETS
 from tpsim.plan.planner import plan
@@ -43,10 +44,11 @@ def test_the_expected_error_is_the_validations_own():
     lofo = committed()
     band = expected_error(plan(PRESETS[model], lay))
     assert (band["median"], band["worst"]) == (lofo["median"], lofo["worst"]) and 0 < band["median"] < band["worst"]
-    fp8 = compare_fp8()
+    fp8 = committed_fp8()
     band = expected_error(plan(PRESETS[model], replace(lay, fp8=True)))
-    assert (band["median"], band["worst"]) == (fp8["median"], fp8["worst"]) and "too fast" in band["bias"]
-    for hand in ({"mfu": 0.4}, {"gemm_efficiency": 0.6}, {"hbm_efficiency": 0.6}):
+    assert (band["median"], band["worst"]) == (fp8["median"], fp8["worst"]) and "family left out" in band["rows"]
+    for hand in ({"mfu": 0.4}, {"gemm_efficiency": 0.6}, {"hbm_efficiency": 0.6},
+                 {"fp8": True, "fp8_gemm_speedup": 1.5}):
         p = plan(PRESETS[model], replace(lay, **hand))
         assert expected_error(p) is None and "none claimed" in format_plan(p)
     text = format_plan(plan(PRESETS[model], lay))

@@ -30,8 +30,8 @@ from tpsim.cp.choice import CP_COMMS, CP_LAYOUTS
 from tpsim.errors import ConfigError
 from tpsim.pipeline.schedules import SCHEDULES
 from tpsim.gpus import GPUS
-from tpsim.plan.kernel_time import GEMM_EFFICIENCY, HBM_EFFICIENCY
-from tpsim.plan.layout import ATTENTION, DTYPE_CHOICES, DTYPES, PLANNED_ZERO_STAGES, RECOMPUTE, Layout
+from tpsim.plan.kernel_time import FP8_GEMM_SPEEDUP, GEMM_EFFICIENCY, HBM_EFFICIENCY
+from tpsim.plan.layout import ATTENTION, DTYPE_CHOICES, DTYPES, FP8_RECIPES, PLANNED_ZERO_STAGES, RECOMPUTE, Layout
 from tpsim.plan.models import PRESETS, resolve
 from tpsim.options import OneLineParser, count, fraction, non_negative, run_command
 
@@ -66,7 +66,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="bfloat16", choices=[*DTYPE_CHOICES, "fp8"],
                    metavar="{" + ",".join(DTYPES) + ",fp8}",
                    help="bfloat16 (default; bf16), float16 (fp16) or float32 (fp32): Megatron's bytes per parameter; "
-                        "fp8: bfloat16 with the layers' matmuls at the FP8 peak and their casts (Hopper, Blackwell)")
+                        "fp8: bfloat16 with the layers' matmuls in FP8 and their casts (Hopper, Blackwell)")
+    p.add_argument("--fp8-recipe", default="delayed", choices=FP8_RECIPES,
+                   help="--dtype fp8: how the scales are found, which sets what each cast moves: delayed (amax "
+                        "history; default), current (this tensor's amax, one more read), blockwise (1x128 tiles, "
+                        "DeepSeek-V3's), mxfp8 (32-element E8M0 blocks; Blackwell)")
+    p.add_argument("--fp8-gemm-speedup", type=float, default=None,
+                   help="--dtype fp8: an FP8 GEMM's rate over the 16-bit GEMM's, 1 to 2 (default: the fitted "
+                        f"{FP8_GEMM_SPEEDUP:.2f}, tpsim.plan.kernel_time)")
     p.add_argument("--attention", default="unfused", choices=ATTENTION,
                    help="fused: a flash-style attention kernel, no s x s scores kept (default unfused)")
     p.add_argument("--gpu", default="h100-80gb", choices=list(GPUS))
@@ -123,7 +130,8 @@ def layout_of(args, model) -> Layout:
     return Layout(tp=args.tp, pp=args.pp, dp=args.dp, sp=args.sp, cp=args.cp, cp_comm=args.cp_comm,
                   cp_layout=args.cp_layout, zero=args.zero, recompute=args.recompute,
                   seq_len=seq, micro_batch=args.micro_batch, global_batch=args.global_batch,
-                  dtype="bfloat16" if fp8 else args.dtype, fp8=fp8, attention=args.attention,
+                  dtype="bfloat16" if fp8 else args.dtype, fp8=fp8, fp8_recipe=args.fp8_recipe,
+                  fp8_gemm_speedup=args.fp8_gemm_speedup, attention=args.attention,
                   gpu=args.gpu, gpus_per_node=args.gpus_per_node, mfu=args.mfu, schedule=args.schedule,
                   vp=args.vp, stage_layers=stage_layers(args.pp_layers), gemm_efficiency=args.gemm_efficiency,
                   hbm_efficiency=args.hbm_efficiency, overlap_grad_reduce=args.overlap_grad_reduce,
@@ -141,9 +149,10 @@ def run(args) -> int:
         return validate_main()
     if args.published:
         from tpsim.plan.published import format_published
-        from tpsim.plan.published_fp8 import compare_fp8, format_fp8
+        from tpsim.plan.published_fp8 import development_summary, format_fp8
         print(format_published())
-        print("\n" + format_fp8(compare_fp8()))
+        print("\n" + format_fp8())
+        print("\n" + development_summary())
         return 0
     if args.zero_example:
         from tpsim.plan.published import format_zero_example

@@ -21,9 +21,11 @@ list leaves out (bias adds, launch gaps; the optimizer's own kernels are priced 
 
 ``Layout.mfu`` set (``--mfu``): the textbook's flat model instead — every matmul at that fraction of the peak,
 the passes free — what the live ``--clock GPU`` tests and lesson 17 price by hand. ``Layout.fp8``: the layers'
-weight matmuls at the FP8 peak (Transformer Engine's FP8 GEMMs), and the casts that feed them
-(``tpsim.plan.kernels.fp8_casts``: each input and incoming gradient, each weight once a step, at HBM speed);
-attention's products, the LM head and every other pass stay bfloat16. Pure arithmetic, no MPI.
+weight matmuls at ``FP8_GEMM_SPEEDUP`` times the 16-bit GEMM rate (capped at the FP8 peak; **fitted**, the third
+constant, on NeMo 24.07's FP8 rows: ``tpsim.plan.fit_fp8``), and the casts that feed them
+(``tpsim.plan.kernels.fp8_casts``: each input and incoming gradient, each weight once a step, at HBM speed, their
+bytes by ``--fp8-recipe``); attention's products, the LM head and every other pass stay bfloat16. Under ``--mfu``
+the FP8 matmuls run at that fraction of the FP8 peak. Pure arithmetic, no MPI.
 """
 
 from __future__ import annotations
@@ -35,11 +37,18 @@ from tpsim.plan.models import ModelSpec
 
 GEMM_EFFICIENCY = 0.70  # fitted (module docstring)
 HBM_EFFICIENCY = 0.85  # fitted (module docstring)
+FP8_GEMM_SPEEDUP = 1.30  # fitted (module docstring): an FP8 GEMM's rate over the 16-bit GEMM's
 FP8_MATMULS = ("qkv", "proj", "fc1", "fc2", "gate_up", "down")  # the layers' weight matmuls, F, B and W
 
 
 def _fp8(lay: Layout, k: Kernel) -> bool:
     return lay.fp8 and k.name.removeprefix("d_").removesuffix("_input").removesuffix("_weight") in FP8_MATMULS
+
+
+def fp8_speedup(lay: Layout) -> float:
+    """How many times the 16-bit GEMM rate ``lay``'s FP8 GEMMs run at: its own (``--fp8-gemm-speedup``) or the
+    fitted ``FP8_GEMM_SPEEDUP``."""
+    return FP8_GEMM_SPEEDUP if lay.fp8_gemm_speedup is None else lay.fp8_gemm_speedup
 
 
 def efficiencies(lay: Layout) -> tuple[float, float]:
@@ -51,12 +60,13 @@ def efficiencies(lay: Layout) -> tuple[float, float]:
 def kernel_seconds(k: Kernel, lay: Layout, gpu) -> float:
     """Seconds of ``k`` on one GPU (module docstring)."""
     gemm, hbm = efficiencies(lay)
-    peak = gpu.peak("fp8" if _fp8(lay, k) else lay.dtype)
+    fp8 = _fp8(lay, k)
     if lay.mfu is not None:
-        return k.flops / (peak * lay.mfu) if k.is_matmul else 0.0
+        return k.flops / (gpu.peak("fp8" if fp8 else lay.dtype) * lay.mfu) if k.is_matmul else 0.0
+    rate = gpu.peak(lay.dtype) * gemm * (min(fp8_speedup(lay), gpu.peak("fp8") / gpu.peak(lay.dtype)) if fp8 else 1)
     nbytes = k.nbytes or (k.matmul_bytes(ACT_BYTES[lay.dtype]) if k.is_matmul else 0.0)
     memory = nbytes / (gpu.hbm_bytes_per_s * hbm)
-    return max(k.flops / (peak * gemm), memory) if k.is_matmul else memory
+    return max(k.flops / rate, memory) if k.is_matmul else memory
 
 
 def seconds(kernels: dict[str, list[Kernel]], lay: Layout, gpu) -> dict[str, float]:

@@ -69,6 +69,19 @@ def _passes(model: ModelSpec, lay: Layout) -> list[tuple[str, float, int]]:
                                                   ACT_BYTES[lay.dtype])
 
 
+FLASH_TILE = 128  # FlashAttention-2's key/query block on Hopper and Ampere (Dao 2023, §3.1; its kernels' kBlockN)
+
+
+def causal_tiles(s: int) -> float:
+    """The fraction of a causal [s, s] score square a flash kernel computes: it skips the tiles above the
+    diagonal and computes the diagonal ones whole (Dao 2023, FlashAttention-2 §3.1.1), (n + 1) / 2n of the
+    n² tiles, n = ⌈s / FLASH_TILE⌉. The same fraction of each CP rank's [q, k] (zigzag or Ulysses: a rank's
+    causal pairs are that fraction of its rectangle; contiguous: ``busiest_share`` already counts in pairs).
+    An unfused attention computes the whole square and masks it, so only the flash kernel takes it."""
+    n = -(-s // FLASH_TILE)
+    return (n + 1) / (2 * n)
+
+
 def attention(model: ModelSpec, lay: Layout, op: str) -> list[Kernel]:
     """The attention core's kernels for ``op`` "F" (forward) or "B" (its gradients; recompute apart): per
     sequence ``heads`` × [q, d]·[d, k] products, q query rows against k keys (``tpsim.plan.cp_shape``: q = k = s
@@ -80,7 +93,8 @@ def attention(model: ModelSpec, lay: Layout, op: str) -> list[Kernel]:
     if flash(lay):
         qkvo = e * heads * d * (2 * q + 2 * k)  # q and the context [q, d], k and v [k, d]
         products = 2 if op == "F" else 5  # forward QKᵀ, PV; backward dP, dV, dS→dQ, dK and S again
-        return [Kernel("flash_attention", q, k, d, heads * products, 0.0)._replace(nbytes=qkvo * (1 + (op != "F")))]
+        work = heads * products * causal_tiles(lay.seq_len)
+        return [Kernel("flash_attention", q, k, d, work, 0.0)._replace(nbytes=qkvo * (1 + (op != "F")))]
     passes = [Kernel("softmax", nbytes=2 * e * scores)]
     if model.architecture.memory.ATTENTION_DROPOUT:
         passes.append(Kernel("attention_dropout", nbytes=(2 * e + 1) * scores))
@@ -104,21 +118,28 @@ def forward(model: ModelSpec, lay: Layout) -> list[Kernel]:
     return out
 
 
-FP8_CAST_BYTES = 2 + 1 + 1  # read a 16-bit tensor, write its FP8 copy in both layouts (Transformer Engine's
-# cast_transpose: the GEMMs of the forward and of dX read one, dW's the transposed one; the amax comes with it)
+# Bytes an FP8 cast moves per element, by scaling recipe (``--fp8-recipe``; Transformer Engine's kernels): each reads
+# the 16-bit tensor and writes its FP8 copy in both layouts (the forward's and dX's GEMMs read one, dW's the
+# transposed one: Hopper's FP8 GEMMs take only the "TN" layout), 2 + 1 + 1, and then
+#   delayed    nothing more: the scale comes from the amax history, this tensor's amax is found in the same pass
+#   current    the tensor read once more first, for the amax that scales it (2): a pass before the cast
+#   blockwise  a float32 scale per 128 elements in each layout (1x128 tiles; 128x128 weight blocks: less), 2 * 4/128
+#   mxfp8      an E8M0 scale per 32 elements in each layout, 2 * 1/32
+FP8_CAST_BYTES = {"delayed": 2 + 1 + 1, "current": 2 + 2 + 1 + 1, "blockwise": 2 + 1 + 1 + 2 * 4 / 128,
+                  "mxfp8": 2 + 1 + 1 + 2 * 1 / 32}
 
 
 def fp8_casts(model: ModelSpec, lay: Layout) -> dict[str, list[Kernel]]:
-    """What ``--dtype fp8`` adds to a layer a micro-batch (Transformer Engine's FP8 linears, delayed scaling):
-    each weight matmul's input cast to FP8 in the forward, [T, in], and its incoming gradient in the backward,
-    [T, out], each ``FP8_CAST_BYTES`` an element at HBM speed; its weight cast once a step, [in, out], a
-    1/m share in each micro-batch's forward (the first pays it all; the step is the same)."""
+    """What ``--dtype fp8`` adds to a layer a micro-batch (Transformer Engine's FP8 linears): each weight
+    matmul's input cast to FP8 in the forward, [T, in], and its incoming gradient in the backward, [T, out], each
+    ``FP8_CAST_BYTES[recipe]`` an element at HBM speed; its weight cast once a step, [in, out], a 1/m share in
+    each micro-batch's forward (the first pays it all; the step is the same)."""
     if not lay.fp8:
         return {"F": [], "B": []}
-    T, m = lay.micro_batch * lay.local_seq, lay.microbatches
+    T, m, per = lay.micro_batch * lay.local_seq, lay.microbatches, FP8_CAST_BYTES[lay.fp8_recipe]
     weights = _weights(model, lay)
-    return {"F": [Kernel(f"fp8_cast_{name}", nbytes=FP8_CAST_BYTES * (T * k + k * n / m)) for name, k, n in weights],
-            "B": [Kernel(f"d_fp8_cast_{name}", nbytes=FP8_CAST_BYTES * T * n) for name, k, n in weights[::-1]]}
+    return {"F": [Kernel(f"fp8_cast_{name}", nbytes=per * (T * k + k * n / m)) for name, k, n in weights],
+            "B": [Kernel(f"d_fp8_cast_{name}", nbytes=per * T * n) for name, k, n in weights[::-1]]}
 
 
 def layer(model: ModelSpec, lay: Layout, recompute: str | None = None) -> dict[str, list[Kernel]]:

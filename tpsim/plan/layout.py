@@ -72,7 +72,9 @@ class Layout(Parallelism):
     gemm_efficiency: float | None = None  # None: tpsim.plan.kernel_time's fitted GEMM_EFFICIENCY
     hbm_efficiency: float | None = None  # None: its fitted HBM_EFFICIENCY
     p2p_scatter_gather: bool = True  # Megatron's: each TP rank sends 1/t of a message, NVLink all-gathers it
-    fp8: bool = False  # ``--dtype fp8``: the layers' weight matmuls at the FP8 peak, everything else bfloat16
+    fp8: bool = False  # ``--dtype fp8``: the layers' weight matmuls in FP8, everything else bfloat16
+    fp8_recipe: str = "delayed"  # how FP8 scales are found (FP8_RECIPES): what each cast reads and writes
+    fp8_gemm_speedup: float | None = None  # None: tpsim.plan.kernel_time's fitted FP8_GEMM_SPEEDUP
     attention: str = "unfused"  # "fused": a flash-style kernel (no s² scores in memory)
     overlap_grad_reduce: bool = False  # DP gradient buckets reduced during the last backward (Megatron's flag)
     overlap_param_gather: bool = False  # ZeRO-1's parameter all-gather hidden under the next forward
@@ -194,11 +196,32 @@ def problems(model: ModelSpec, lay: Layout) -> list[str]:
         out.append(f"--attention {lay.attention!r}: one of {', '.join(ATTENTION)}")
     if lay.fp8 and lay.dtype != "bfloat16":
         out.append(f"--dtype fp8 runs the matmuls in FP8 and keeps the rest in bfloat16, not {lay.dtype}")
+    out += fp8_problems(lay)
     if lay.overlap_param_gather and not (lay.zero in PLANNED_ZERO_STAGES
                                          and lay.zero_stage.overlap_param_gather_applies):
         out.append("--overlap-param-gather overlaps ZeRO-1/2's parameter all-gather after the step: it needs --zero 1 "
                    "or 2 (ZeRO-3 gathers each layer before its forward and backward instead)")
     return out + cp_problems(model, lay)
+
+
+FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")  # tpsim.plan.kernels.FP8_CAST_BYTES prices each
+MX_GPUS = ("b200", "gb200", "gb300")  # Blackwell: tensor cores that take MXFP8's 32-element block scales
+
+
+def fp8_problems(lay: Layout) -> list[str]:
+    """The FP8 knobs' rules: a known recipe, MXFP8 only where the tensor cores read its block scales, a speed-up
+    over the 16-bit GEMM in [1, 2] (an FP8 GEMM does twice the 16-bit work a cycle at most)."""
+    out = []
+    if lay.fp8_recipe not in FP8_RECIPES:
+        out.append(f"--fp8-recipe {lay.fp8_recipe!r}: one of {', '.join(FP8_RECIPES)}")
+    elif lay.fp8 and lay.fp8_recipe == "mxfp8" and lay.gpu in GPUS and lay.gpu not in MX_GPUS:
+        out.append(f"--fp8-recipe mxfp8 needs Blackwell tensor cores ({', '.join(MX_GPUS)}); the {lay.gpu} has "
+                   "none (Hopper runs FP8 with per-tensor or blockwise scales: delayed, current, blockwise)")
+    if lay.fp8_gemm_speedup is not None and not 1 <= lay.fp8_gemm_speedup <= 2:
+        out.append(f"--fp8-gemm-speedup {lay.fp8_gemm_speedup}: must be in [1, 2] (an FP8 GEMM over the 16-bit one)")
+    if not lay.fp8 and (lay.fp8_recipe != "delayed" or lay.fp8_gemm_speedup is not None):
+        out.append("--fp8-recipe and --fp8-gemm-speedup price FP8 matmuls: they need --dtype fp8")
+    return out
 
 
 def cp_problems(model: ModelSpec, lay: Layout) -> list[str]:

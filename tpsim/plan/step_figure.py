@@ -10,14 +10,14 @@ The step (``time_s.step``, the critical path) split into its parts, which add up
 
 and beside the total the error to expect (``expected_error``): what the kernel model missed, by median and worst,
 on the published runs of the families it was not fitted to (leave one family out, ``tpsim.plan.lofo``; under
-``--dtype fp8`` the FP8 rows of ``tpsim.plan.published_fp8``, which nothing was fitted to). Under ``--mfu`` or
-with efficiencies given by hand no band is claimed. The figure is written atomically. Pure arithmetic but for the
+``--dtype fp8`` the FP8 families of ``tpsim.plan.published_fp8``, each at the FP8 GEMM speed-up fitted without
+it, ``tpsim.plan.fit_fp8``). Under ``--mfu`` or with efficiencies or the speed-up given by hand no band is
+claimed. The figure is written atomically. Pure arithmetic but for the
 figure (matplotlib, imported when it draws); no MPI.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
 from tpsim.plan.breakdown import CLASSES
@@ -38,9 +38,11 @@ def step_parts(p: Plan) -> list[tuple[str, float]]:
 
 def expected_error(p: Plan) -> dict | None:
     """``{"median", "worst", "rows", "bias"}``: the relative step-time error to expect for this plan (module
-    docstring), or None where no validation speaks for it (``--mfu``, hand-set efficiencies)."""
+    docstring), or None where no validation speaks for it (``--mfu``, hand-set efficiencies or speed-up)."""
     lay = p.layout
     if lay["mfu"] is not None or lay["gemm_efficiency"] is not None or lay["hbm_efficiency"] is not None:
+        return None
+    if lay["fp8_gemm_speedup"] is not None:
         return None
     if lay["fp8"]:
         return fp8_band()
@@ -52,14 +54,15 @@ def expected_error(p: Plan) -> dict | None:
                                                                       "of the fit", "bias": None}
 
 
-@lru_cache(maxsize=1)
-def fp8_band() -> dict:
-    """The error on the FP8 rows (planned once a process: ten layouts)."""
-    from tpsim.plan.published_fp8 import compare_fp8
-    fp8 = compare_fp8()
-    fast = all(r["ratio"] < 1 for r in fp8["rows"])
-    return {"median": fp8["median"], "worst": fp8["worst"], "rows": "NeMo 24.07's FP8 rows on H100",
-            "bias": "every one predicted too fast" if fast else None}
+def fp8_band() -> dict | None:
+    """The error to expect under ``--dtype fp8``: each FP8 family priced at the speed-up fitted without it
+    (``tpsim.plan.fit_fp8``), or None before the grid was written."""
+    from tpsim.plan.fit_fp8 import committed
+    lofo = committed()
+    if lofo is None:
+        return None
+    return {"median": lofo["median"], "worst": lofo["worst"],
+            "rows": "the FP8 rows on H100, each family left out", "bias": None}
 
 
 def error_line(p: Plan) -> str:
