@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from tpsim.gpus import gpu
-from tpsim.nccl import Fabric, SpanningLink, bus_bandwidth, collective_seconds, message_bytes, option_seconds
+from tpsim.nccl import (Fabric, SpanningLink, alltoall_seconds, bus_bandwidth, collective_seconds, message_bytes,
+                        option_seconds)
 from tpsim.plan.comm import links
 from tpsim.plan.layout import Layout
 from tpsim.plan.models import PRESETS
@@ -68,9 +69,29 @@ def test_large_messages_reach_the_bus_bandwidth_nccl_tests_report():
     assert 340e9 < busbw("all_reduce", 1 << 30, 16, 8, H100) <= 370.8e9
 
 
+def test_alltoall_is_grouped_point_to_point_by_hand():
+    """64 MB a rank over 8 H100s in a node: 7 chunks of 8 MB on NVLink, 56 MB / 370.8 GB/s, after baseLat
+    8.4 µs + one NVLink hop 3.4 µs; over 16 ranks, 8 a node: 7 chunks on NVLink (28 MB) and 8 on the rank's own
+    400 Gb/s NIC (32 MB / 50 GB/s = 640 µs, the slower part), the hop the network's 14 µs. NCCL's choice is
+    named ("p2p", "Simple"); a group of one costs nothing."""
+    mb = 64e6
+    assert alltoall_seconds(mb, 8, 8, H100) == pytest.approx((8.4 + 3.4) * 1e-6 + 7 * 8e6 / 370.8e9, rel=1e-12)
+    assert alltoall_seconds(mb, 16, 8, H100) == pytest.approx((8.4 + 14.0) * 1e-6 + 8 * 4e6 / 50e9, rel=1e-12)
+    assert collective_seconds("all_to_all", mb, 16, 8, H100) == (alltoall_seconds(mb, 16, 8, H100), "p2p", "Simple")
+    assert alltoall_seconds(mb, 1, 1, H100) == 0.0
+    # nccl-tests' alltoall_perf bus bandwidth (algbw x (n - 1)/n) at 1 GB inside one DGX H100: NVLink's
+    # 370.8 GB/s but for the 11.8 µs of latency in 2.5 ms
+    big = 1 << 30
+    assert 365e9 < busbw_of(big, alltoall_seconds(big, 8, 8, H100), 8) < 370.8e9
+
+
+def busbw_of(nbytes: float, seconds: float, n: int) -> float:
+    return nbytes / seconds * (n - 1) / n
+
+
 def test_message_bytes_inverts_wire_bytes():
     from tpsim.cost import wire_bytes
-    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"):
         for n in (2, 3, 8, 64):
             assert message_bytes(op, wire_bytes(op, 6_000_000, n), n) == pytest.approx(6_000_000, rel=1e-6)
 

@@ -16,6 +16,13 @@ public source), restated for a group given by its size and its ranks per node:
                    (inter steps: all-reduce 2·nodes, all-gather / reduce-scatter nodes − 1, broadcast nodes)
     tree latency = base + 2 · ((k − 1) · intra + log₂(nodes) · inter)
 
+All-to-all is no ring: NCCL runs it as grouped point-to-point sends, one chunk of B/n to every peer at once,
+Simple protocol, so its time is the slowest path's (``alltoall_seconds``):
+
+    all-to-all = base + hop + max((k − 1) · B/n / NVLink, (n − k) · B/n / NIC)
+                 (k ranks of the group in a node; hop: NCCL's ring Simple hwLat, network row when a peer is in
+                 another node; each GPU's network share on its own rail's NIC, as PXN routes it)
+
 ``BASE_US`` and ``HW_US`` are NCCL's ``baseLat`` and ``hwLat`` tables (µs, NVLink and network rows), and
 ``NET_OVERHEAD_US`` its per-step network post overhead (1 µs, ×3 for Simple), the floor of an intra step once a
 ring leaves its node. NCCL's per-channel caps and its tree correction factors for mid-size messages are left
@@ -95,11 +102,27 @@ def option_seconds(op: str, nbytes: float, n: int, per_node: int, fabric: Fabric
     return latency * 1e-6 + nbytes / bandwidth
 
 
+def alltoall_seconds(nbytes: float, n: int, per_node: int, fabric: Fabric) -> float:
+    """Seconds of an all-to-all of ``nbytes`` a rank (B/n to each peer, its own chunk kept) over ``n`` ranks,
+    ``per_node`` of them in each node (module docstring): the NVLink and the network parts run at once."""
+    if n <= 1:
+        return 0.0
+    per_node = min(per_node, n)
+    chunk, simple = nbytes / n, PROTOCOLS.index("Simple")
+    remote = n - per_node
+    hop = HW_US["net" if remote else "nvlink"]["ring"][simple]
+    wire = max((per_node - 1) * chunk / fabric.nvlink, remote * chunk / fabric.nic if remote else 0.0)
+    return (BASE_US["ring"][simple] + hop) * 1e-6 + wire
+
+
 def collective_seconds(op: str, nbytes: float, n: int, per_node: int, fabric: Fabric) -> tuple[float, str, str]:
     """``(seconds, algorithm, protocol)`` of the fastest option for ``op`` on ``nbytes`` over ``n`` ranks,
-    ``per_node`` of them in each node; 0 seconds for a group of one."""
+    ``per_node`` of them in each node; 0 seconds for a group of one. An all-to-all is NCCL's grouped
+    point-to-point (``alltoall_seconds``), reported as ("p2p", "Simple")."""
     if n <= 1:
         return 0.0, "none", "none"
+    if op == "all_to_all":
+        return alltoall_seconds(nbytes, n, per_node, fabric), "p2p", "Simple"
     options = [(t, a, p) for a in ALGORITHMS for p in PROTOCOLS
                if (t := option_seconds(op, nbytes, n, per_node, fabric, a, p)) is not None]
     return min(options)
@@ -111,7 +134,7 @@ def message_bytes(op: str, wire: float, n: int) -> float:
     if n <= 1:
         return 0.0
     return wire * n / (2 * (n - 1)) if op == "all_reduce" else wire * n / (n - 1) \
-        if op in ("all_gather", "reduce_scatter") else wire
+        if op in ("all_gather", "reduce_scatter", "all_to_all") else wire
 
 
 @dataclass(frozen=True)

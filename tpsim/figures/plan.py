@@ -3,6 +3,7 @@
     plan_memory_by_layout.png   Llama-3-70B on 64 H100s: memory per GPU by component across layouts
     plan_search_frontier.png    the search's best step time and its layout vs the number of GPUs
     plan_tp_placement.png       TP 8 inside a node (NVLink) vs spread over two nodes (InfiniBand), real models
+    plan_step.png               where one step goes: NeMo's GPT-3 175B in FP8 on 128 H100s (tpsim.plan.step_figure)
 
 The planner's terms are the ones ``tpsim plan --validate`` checks against live runs; the pipeline's come from the
 1F1B schedule on the virtual clock (``tpsim.plan.pipeline``), each layer's time from its kernels on the GPU's
@@ -119,10 +120,20 @@ def plot_placement(numbers, path: Path) -> Path:
                        " or InfiniBand NDR (50 GB/s per GPU); nominal figures, alpha assumed.")
 
 
+def step_plan():
+    """NeMo 24.07's GPT-3 175B row in FP8 on 128 H100s, every knob as the row gives it."""
+    from tpsim.plan.published_fp8 import fp8_layout, fp8_model, load_fp8
+    row = next(r for r in load_fp8() if r["name"] == "NEMO-GPT3-175B-128")
+    return plan(fp8_model(row), fp8_layout(row))
+
+
 def plot_plan_figures(out: Path) -> tuple[list[Path], dict]:
+    from tpsim.plan.step_figure import plot_step, step_parts
+    p = step_plan()
     numbers = {"memory_by_layout": memory_numbers(), "frontier": frontier_numbers(),
-               "tp_placement": placement_numbers()}
+               "tp_placement": placement_numbers(), "step_parts": dict(step_parts(p))}
     paths = [plot_memory_by_layout(numbers["memory_by_layout"], out / "plan_memory_by_layout.png"),
              plot_frontier(numbers["frontier"], out / "plan_search_frontier.png"),
-             plot_placement(numbers["tp_placement"], out / "plan_tp_placement.png")]
+             plot_placement(numbers["tp_placement"], out / "plan_tp_placement.png"),
+             plot_step(p, out / "plan_step.png")]
     return paths, numbers
