@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpsim.arch import (ARCH_NAMES, ARCH_SPELLINGS, ARCHITECTURES, GPTConfig, LlamaConfig, architecture,
-                        architecture_of, hf_architecture)
+from tpsim.arch import (ARCH_NAMES, ARCH_SPELLINGS, ARCHITECTURES, GPTConfig, LlamaConfig, NemotronConfig,
+                        architecture, architecture_of, hf_architecture)
 from tpsim.arch.hf_keys import HFConfigError
 from tpsim.errors import ConfigError
 from tpsim.hf.layout import hf_shapes
@@ -17,12 +17,14 @@ from tpsim.predict.memory import param_elements
 # awkward sizes: vocab 13 (padded under TP), 3 layers; a Llama with grouped KV heads
 CONFIGS = {"gpt2": GPTConfig(vocab_size=13, n_positions=9, n_embd=12, n_layer=3, n_head=3),
            "llama": LlamaConfig(vocab_size=13, hidden_size=16, intermediate_size=24, num_hidden_layers=3,
-                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=9)}
+                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=9),
+           "nemotron": NemotronConfig(vocab_size=13, hidden_size=16, intermediate_size=24, num_hidden_layers=3,
+                                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=9)}
 
 
 def test_names_and_aliases():
-    assert ARCH_NAMES == ("gpt2", "llama")
-    assert set(ARCH_SPELLINGS) == {"gpt2", "gpt", "llama"}
+    assert ARCH_NAMES == ("gpt2", "llama", "nemotron")
+    assert set(ARCH_SPELLINGS) == {"gpt2", "gpt", "llama", "nemotron"}
     assert architecture("gpt") is architecture("gpt2") is ARCHITECTURES["gpt2"]
     assert all(architecture(a).name == a for a in ARCH_NAMES)
 
@@ -70,7 +72,8 @@ def test_every_entry_has_the_shared_shape_and_terms(name):
 
 
 def test_hf_architecture_refuses_an_unknown_model_type():
-    with pytest.raises(HFConfigError, match='model_type = "mistral" is not supported: tpsim reads gpt2 and llama'):
+    message = 'model_type = "mistral" is not supported: tpsim reads gpt2, llama and nemotron'
+    with pytest.raises(HFConfigError, match=message):
         hf_architecture("mistral")
 
 

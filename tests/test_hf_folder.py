@@ -205,6 +205,24 @@ def test_llama_biases_and_shape_errors_are_refused(tmp_path):
         read_folder(tmp_path / "b")
 
 
+def test_nemotron_folder_round_trip(tmp_path):
+    """Nemotron's names: each LayerNorm1P's stored weight and its bias, up_proj and down_proj (no gate), the
+    linears as nn.Linear's [out, in]; bfloat16 in two shards, read back as the same config and tensors."""
+    from tpsim.arch.nemotron import NemotronConfig
+    from tpsim.models.nemotron import serial_nemotron
+
+    cfg = NemotronConfig(vocab_size=13, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+    tensors = {n: p.copy() for n, p in serial_nemotron(cfg, 4).named_parameters()}
+    write_hf_folder(tmp_path, cfg, tensors, dtype="bfloat16", shards=2)
+    hf = read_hf_tensors(tmp_path)
+    assert hf["model.layers.0.mlp.up_proj.weight"].shape == (24, 16) and "model.norm.bias" in hf
+    config, read = read_folder(tmp_path)
+    assert config == cfg and set(read) == set(tensors)
+    for name, a in tensors.items():
+        np.testing.assert_array_equal(read[name], stored(a, "bfloat16"), err_msg=name)
+
+
 def test_a_truncated_weights_file_is_one_error_naming_it(tmp_path):
     write_hf_folder(tmp_path, CFG, gpt2_tensors())
     data = (tmp_path / "model.safetensors").read_bytes()

@@ -44,7 +44,9 @@ def test_the_fp8_speed_up_is_the_grids_best_on_nemo_inside_the_cited_range():
     12.9's 1.25-1.75x; the grid's column at that point is what the planner predicts now (so the file is not
     stale); leaving each FP8 family out keeps the issue's bounds (median <= 8 %, worst <= 20 %)."""
     import json
-    from tpsim.plan.fit_fp8 import CITED_RANGE, GRID_FILE, fitted, leave_one_family_out
+    from tpsim.plan.fit_fp8 import CITED_RANGE
+    from tpsim.plan.lofo import FP8_GRID_FILE as GRID_FILE, fitted_speedup as fitted
+    from tpsim.plan.lofo import fp8_leave_one_family_out as leave_one_family_out
     from tpsim.plan.kernel_time import FP8_GEMM_SPEEDUP
     table = json.loads(GRID_FILE.read_text())
     assert fitted(table)["speedup"] == FP8_GEMM_SPEEDUP and CITED_RANGE[0] <= FP8_GEMM_SPEEDUP <= CITED_RANGE[1]
@@ -70,9 +72,11 @@ def test_each_recipe_prices_its_casts_and_mxfp8_needs_blackwell(capsys):
         got = sum(k.nbytes for ks in fp8_casts(model, replace(lay, fp8_recipe=recipe, gpu="b200")).values() for k in ks)
         assert got == pytest.approx(base * per, rel=1e-12), recipe
     refusals = {("--dtype", "fp8", "--fp8-recipe", "mxfp8"): "--fp8-recipe mxfp8 needs Blackwell tensor cores",
-                ("--fp8-recipe", "current"): "need --dtype fp8", ("--fp8-gemm-speedup", "1.5"): "need --dtype fp8",
-                ("--dtype", "fp8", "--fp8-gemm-speedup", "2.5"): "--fp8-gemm-speedup 2.5: must be in [1, 2]"}
+                ("--fp8-recipe", "current"): "need --dtype fp8", ("--fp8-gemm-speedup", "1.5"): "need --dtype fp8"}
     for argv, message in refusals.items():
         assert main(["--model", "llama3-8b", *argv]) != 0
         assert message in capsys.readouterr().err, argv
+    with pytest.raises(SystemExit) as stop:  # out of range: refused by the option's own type, exit 2
+        main(["--model", "llama3-8b", "--dtype", "fp8", "--fp8-gemm-speedup", "2.5"])
+    assert stop.value.code == 2 and "'2.5' is not a number in [1, 2]" in capsys.readouterr().err
     assert main(["--model", "llama3-8b", "--dtype", "fp8", "--fp8-recipe", "mxfp8", "--gpu", "b200"]) == 0

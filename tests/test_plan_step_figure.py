@@ -10,7 +10,7 @@ import pytest
 
 from tpsim.plan.cli import main
 from tpsim.plan.layout import Layout
-from tpsim.plan.fit_fp8 import committed as committed_fp8
+from tpsim.plan.lofo import fp8_committed as committed_fp8
 from tpsim.plan.lofo import committed
 from tpsim.plan.models import PRESETS
 from tpsim.plan.planner import plan

@@ -79,4 +79,5 @@ positive = _number("positive", float, "a number > 0", lambda x: x > 0)
 non_negative = _number("non_negative", float, "a number >= 0", lambda x: x >= 0)
 fraction = _number("fraction", float, "a number in (0, 1]", lambda x: 0 < x <= 1)
 probability = _number("probability", float, "a number in [0, 1)", lambda x: 0 <= x < 1)
-NUMBERS = (count, whole, positive, non_negative, fraction, probability)
+speedup = _number("speedup", float, "a number in [1, 2]", lambda x: 1 <= x <= 2)  # FP8 over 16-bit, at most 2x
+NUMBERS = (count, whole, positive, non_negative, fraction, probability, speedup)

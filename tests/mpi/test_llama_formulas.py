@@ -8,20 +8,15 @@ parallelism; then the parameter, gradient, optimizer and activation bytes agains
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from tpsim.models.llama import build_llama
 from tpsim.arch.llama import LlamaConfig
-from tpsim.config import RunConfig
-from tpsim.predict.formulas import predict_step
-from tpsim.trace.formula_check import compare, format_comparison
 from tpsim.predict.llama_memory import llama_block_activation_elements
-from tpsim.predict.memory import param_elements, predict_memory
-from tpsim.trace.measure import format_memory, measure_activations, measure_memory
-from tpsim.train import AdamW, GradSync, apply_update, broadcast_batch, compute_grads, dp_slice
 
-ROWS, SEQ = 2, 8  # rows per DP rank; the sequence splits over every tp up to 8
+from _util import assert_memory_matches_formulas, assert_step_matches_formulas
+
+SEQ = 8  # the sequence splits over every tp up to 8 (2 rows a DP rank: tests/mpi/_util.py)
 
 
 def config(kv: int) -> LlamaConfig:
@@ -33,37 +28,12 @@ def config(kv: int) -> LlamaConfig:
 def test_llama_step_matches_the_formulas(grid, kv, sp):
     cfg = config(kv)
     model = build_llama(cfg, grid.tp_group, seed=2, sequence_parallel=sp)
-    sync = GradSync(model, grid.dp_group, bucket_cap_bytes=8192)
-    opt = AdamW(model, lr=1e-3)
-    batch = ROWS * grid.dp
-    rows = dp_slice(batch, grid.dp, grid.dp_rank)
-    ids, labels = np.random.default_rng(7).integers(0, cfg.vocab_size, (2, batch, SEQ))
-    grid.tracer.reset()
-    grid.tracer.step = 0
-    ids, labels = broadcast_batch(grid, ids[rows], labels[rows])
-    compute_grads(model, grid, sync, ids, labels)
-    apply_update(model, opt, grid, 1.0)
-    run = RunConfig.of(cfg, tp=grid.tp, dp=grid.dp, sp=sp, batch_size=batch, seq_len=SEQ)
-    predicted = predict_step(run, clip=True, ddp_buckets=len(sync.buckets))
-    rows = compare([e.as_dict() for e in grid.tracer.events], predicted)
-    table = format_comparison(rows, title=f"Llama kv {kv}, sp {sp}, TP({grid.tp}) x DP({grid.dp}) rank {grid.rank}:")
-    assert all(r.match and r.measured_wire == r.predicted_wire for r in rows), table
-    assert any(r.group == "kv" for r in rows) == (grid.tp > kv), table
-    assert sync.total_bytes == param_elements(cfg, grid.tp) * 8
+    assert_step_matches_formulas(grid, model, cfg, sp, SEQ, f"Llama kv {kv}, sp {sp}")
 
 
 @pytest.mark.parametrize("kv, sp", [(1, False), (8, True)], ids=["kv1", "kv8-sp"])
 def test_llama_memory_per_rank_matches_the_formulas(grid, kv, sp):
     cfg = config(kv)
     model = build_llama(cfg, grid.tp_group, seed=1, sequence_parallel=sp)
-    GradSync(model, grid.dp_group)
-    ids, labels = np.random.default_rng(3).integers(0, cfg.vocab_size, (2, 3, SEQ))
-    with grid.tracer.paused():
-        _, cache = model.forward(ids, labels)
-    measured = measure_memory(model, AdamW(model), cache, exclude=(ids, labels))
-    predicted = predict_memory(cfg, grid.tp, 3, SEQ, np.float64, tp_rank=grid.tp_rank, sequence_parallel=sp)
-    table = format_memory(measured, predicted, title=f"Llama TP({grid.tp}) rank {grid.tp_rank}, kv {kv}, sp {sp}:")
-    for key, value in predicted.items():
-        assert getattr(measured, key) == value, f"{key}\n{table}"
     block = llama_block_activation_elements(cfg, grid.tp, 3, SEQ, sp)
-    assert measure_activations(cache.transformer.h[0]) == {"activations": 8 * block, "masks": 0, "indices": 0}
+    assert_memory_matches_formulas(grid, model, cfg, sp, SEQ, block, f"Llama kv {kv}, sp {sp}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpsim.compare import shard_differences
 from tpsim.errors import ConfigError
 from tpsim.models.llama import build_llama, parallel_llama, serial_llama
 from tpsim.arch.llama import LlamaConfig
@@ -19,7 +18,8 @@ from tpsim.tp.column_parallel import ColumnParallelLinear
 from tpsim.tp.gqa_attention import kv_head_layout
 from tpsim.tp.multi_output_column_parallel import MultiOutputColumnParallelLinear
 from tpsim.tp.swiglu import ParallelSwiGLU, gate_up_columns
-from tpsim.train import AdamW, GradSync, check_replicas, dp_slice, train_step
+
+from _util import assert_shards_match_serial, assert_training_with_clipping_matches_serial
 
 TOL = 1e-10
 
@@ -37,11 +37,7 @@ def data(cfg, b=3, s=8, seed=1):
 
 
 def assert_matches_serial(par, serial, grads=True):
-    ref = dict(serial.named_grads() if grads else serial.named_parameters())
-    assert [n for n, _ in par.named_parameters()] == list(ref), "parameter names differ from the serial model's"
-    worst = shard_differences(par, ref, grads=grads, floor=1e-300)
-    bad = {k: f"{v:.1e}" for k, v in worst.items() if v > TOL}
-    assert not bad, f"{'gradients' if grads else 'parameters'} differ from serial (relative): {bad}"
+    assert_shards_match_serial(par, serial, grads, TOL)
 
 
 @pytest.mark.parametrize("kv, sp", [(1, False), (2, False), (None, False), (1, True)],
@@ -106,26 +102,9 @@ def test_kv_head_layout_heads_exist_and_cover_every_query_head():
 
 def test_dp_tp_training_with_clipping_equals_serial(grid):
     cfg = config(grid.tp, 1)  # replicated KV heads: the norm must count each once
-    batch = 8
-    ids, labels = data(cfg, b=batch, seed=6)
-    serial = serial_llama(cfg, seed=3)
-    opt_s = AdamW(serial, lr=1e-2)
+    ids, labels = data(cfg, b=8, seed=6)
     par = build_llama(cfg, grid.tp_group, seed=3)
-    sync, opt_p = GradSync(par, grid.dp_group), AdamW(par, lr=1e-2)
-    rows = dp_slice(batch, grid.dp, grid.dp_rank)
-    for step in range(2):
-        loss_s = serial.loss_and_grads(ids, labels)
-        norm_s = float(np.sqrt(sum(np.vdot(g, g) for _, g in serial.named_grads())))
-        max_norm = norm_s / 2  # clipping really scales
-        for _, g in serial.named_grads():
-            g *= max_norm / (norm_s + 1e-6)
-        opt_s.step()
-        result = train_step(par, opt_p, grid, sync, ids[rows], labels[rows], clip=max_norm)
-        assert abs(result.loss - loss_s) <= TOL * loss_s, f"step {step}: loss {result.loss} vs {loss_s}"
-        assert abs(result.grad_norm - norm_s) <= TOL * norm_s, f"step {step}: norm {result.grad_norm} vs {norm_s}"
-    assert_matches_serial(par, serial, grads=False)
-    report = check_replicas(par, grid)
-    assert report.ok, report.summary()
+    assert_training_with_clipping_matches_serial(grid, serial_llama(cfg, seed=3), par, ids, labels, tol=TOL)
 
 
 def test_fused_gate_up_split_contiguously_is_wrong(grid):

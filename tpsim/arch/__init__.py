@@ -3,6 +3,8 @@
     name   config class (shape, check)   HF config.json and names   memory terms               builders
     gpt2   tpsim.arch.gpt2.GPTConfig     tpsim.arch.gpt2_hf         tpsim.predict.gpt_memory   tpsim.models.build
     llama  tpsim.arch.llama.LlamaConfig  tpsim.arch.llama_hf        tpsim.predict.llama_memory tpsim.models.llama
+    nemotron  tpsim.arch.nemotron.NemotronConfig  tpsim.arch.nemotron_hf  tpsim.predict.nemotron_memory
+           tpsim.models.nemotron
 
 Every config exposes one shape (``tpsim.arch.shape``: ``hidden, heads, kv_heads, head_dim, ffn, layers, vocab,
 max_positions`` and the class constants ``arch, norm, activation, positions, tied, biases, norm_params,
@@ -28,10 +30,11 @@ from importlib import import_module
 from types import ModuleType
 from typing import Callable
 
-from tpsim.arch import gpt2_hf, llama_hf
+from tpsim.arch import gpt2_hf, llama_hf, nemotron_hf
 from tpsim.arch.gpt2 import GPTConfig
 from tpsim.arch.hf_keys import HFConfigError
 from tpsim.arch.llama import LlamaConfig
+from tpsim.arch.nemotron import NemotronConfig
 from tpsim.errors import ConfigError
 
 
@@ -88,6 +91,10 @@ ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
                  "Llama blocks: RMSNorm, SwiGLU, RoPE, grouped-query attention, untied LM head",
                  llama_hf, "tpsim.predict.llama_memory",
                  "tpsim.models.llama:serial_llama", "tpsim.models.llama:parallel_llama"),
+    Architecture("nemotron", (), NemotronConfig,
+                 "Nemotron-4 blocks: LayerNorm1P, squared-ReLU MLP (no gate), partial RoPE, GQA, untied LM head",
+                 nemotron_hf, "tpsim.predict.nemotron_memory",
+                 "tpsim.models.nemotron:serial_nemotron", "tpsim.models.nemotron:parallel_nemotron"),
 )}
 ARCH_NAMES = tuple(ARCHITECTURES)  # the names printed: the canonical spelling of each
 _SPELLINGS = {alias: a for a in ARCHITECTURES.values() for alias in (a.name, *a.aliases)}
@@ -115,9 +122,10 @@ def hf_architecture(model_type, where: str = "config.json") -> Architecture:
     for arch in ARCHITECTURES.values():
         if arch.hf.MODEL_TYPE == model_type:
             return arch
+    types = [a.hf.MODEL_TYPE for a in ARCHITECTURES.values()]
     raise HFConfigError(f"{where}: model_type = {json.dumps(model_type)} is not supported: tpsim reads "
-                        + " and ".join(a.hf.MODEL_TYPE for a in ARCHITECTURES.values()))
+                        + ", ".join(types[:-1]) + " and " + types[-1])
 
 
 __all__ = ["ARCHITECTURES", "ARCH_NAMES", "ARCH_SPELLINGS", "Architecture", "GPTConfig", "LlamaConfig",
-           "architecture", "architecture_of", "hf_architecture"]
+           "NemotronConfig", "architecture", "architecture_of", "hf_architecture"]

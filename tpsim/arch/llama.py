@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
-from tpsim.arch.shape import LayerNames, kv_heads_per_rank, kv_replicas
+from tpsim.arch.shape import DecoderShape, LayerNames
 from tpsim.errors import ConfigError
 
 
 @dataclass(frozen=True)
-class LlamaConfig:
+class LlamaConfig(DecoderShape):
     vocab_size: int = 64
     hidden_size: int = 64
     intermediate_size: int = 128
@@ -49,38 +49,6 @@ class LlamaConfig:
                                                 "num_key_value_heads")
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def hidden(self) -> int:
-        return self.hidden_size
-
-    @property
-    def heads(self) -> int:
-        return self.num_attention_heads
-
-    @property
-    def kv_heads(self) -> int:
-        return self.num_key_value_heads
-
-    @property
-    def ffn(self) -> int:
-        return self.intermediate_size
-
-    @property
-    def layers(self) -> int:
-        return self.num_hidden_layers
-
-    @property
-    def vocab(self) -> int:
-        return self.vocab_size
-
-    @property
-    def max_positions(self) -> int:
-        return self.max_position_embeddings
-
-    @property
     def norm_eps(self) -> float:
         return self.rms_norm_eps
 
@@ -103,36 +71,12 @@ class LlamaConfig:
 
     def check(self, tp: int = 1) -> "LlamaConfig":
         """Raise ``ConfigError`` naming the first constraint this config breaks at tensor-parallel size ``tp``."""
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                     "num_key_value_heads", "max_position_embeddings"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        h, heads, kv = self.hidden_size, self.num_attention_heads, self.num_key_value_heads
-        if h % heads:
-            raise ConfigError(f"hidden_size {h} is not divisible by num_attention_heads {heads}")
-        if self.head_dim % 2:
-            raise ConfigError(f"head_dim = hidden_size / heads = {self.head_dim} must be even (RoPE rotates pairs)")
-        if heads % kv:
-            raise ConfigError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
-        if heads % tp:
-            raise ConfigError(f"num_attention_heads {heads} is not divisible by tp {tp} (attention is split by heads)")
-        if kv % tp and tp % kv:
-            raise ConfigError(f"num_key_value_heads {kv} and tp {tp}: neither divides the other, so the ranks' "
-                              f"query heads would read overlapping, uneven sets of KV heads (KV heads are split "
-                              f"when kv % tp == 0 and replicated on tp / kv ranks when tp % kv == 0)")
-        if self.intermediate_size % tp:
-            raise ConfigError(f"intermediate_size {self.intermediate_size} is not divisible by tp {tp} "
-                              f"(gate/up are split by columns)")
+        self.check_decoder(tp, "gate/up are")
         return self
 
     def describe(self, tp: int) -> str:
         """The model in one line, as the demo's header shows it at tensor-parallel size ``tp``."""
-        kv, rep = self.num_key_value_heads, kv_replicas(self, tp)
-        kv_text = f"{kv_heads_per_rank(self, tp)} per TP rank" + (f", each replicated on {rep} ranks" if rep > 1
-                                                                   else "")
-        return (f"Llama: {self.num_hidden_layers} layers, hidden {self.hidden_size}, "
-                f"{self.num_attention_heads} heads ({self.num_attention_heads // tp} per TP rank), "
-                f"{kv} KV heads ({kv_text}), ffn {self.intermediate_size}")
+        return self.describe_decoder("Llama", tp)
 
     def hf_config(self) -> dict:
         """The keys of Hugging Face's LlamaConfig that describe this model (``LlamaConfig(**this)`` loads it)."""

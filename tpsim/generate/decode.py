@@ -33,7 +33,7 @@ from tpsim.errors import ConfigError
 from tpsim.generate.argmax import serial_argmax, vocab_parallel_argmax
 from tpsim.generate.kv_cache import LayerKV, cached_attention
 from tpsim.nn.attention import merge_heads, split_heads
-from tpsim.nn.rope import rope_cos_sin, rope_forward
+from tpsim.nn.rope import rope_cos_sin
 from tpsim.phases import FORWARD
 
 PREFILL, DECODE = "prefill", "decode"  # the scopes of the compute spans that time each forward
@@ -64,9 +64,10 @@ def gpt2_qkv(attn, x: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray, n
 def llama_qkv(attn, x: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Llama: q, k, v projections of this rank's heads, RoPE at positions ``start..`` (no communication)."""
     heads, kv_heads = local_heads(attn)
-    cos, sin = rope_cos_sin(np.arange(start, start + x.shape[1]), attn.head_dim, attn.rope_theta, x.dtype)
-    q = rope_forward(split_heads(attn.q_proj.forward(x)[0], heads), cos, sin)[0]
-    k = rope_forward(split_heads(attn.k_proj.forward(x)[0], kv_heads), cos, sin)[0]
+    cos, sin = rope_cos_sin(np.arange(start, start + x.shape[1]), attn.rotary_dim, attn.rope_theta, x.dtype)
+    turn = attn.rope[0]  # all of each head (Llama), or its first rotary_dim features (Nemotron)
+    q = turn(split_heads(attn.q_proj.forward(x)[0], heads), cos, sin)[0]
+    k = turn(split_heads(attn.k_proj.forward(x)[0], kv_heads), cos, sin)[0]
     return q, k, split_heads(attn.v_proj.forward(x)[0], kv_heads)
 
 

@@ -99,17 +99,26 @@ def parallel_llama(serial: LlamaForCausalLM, group: Group, *, sequence_parallel:
                    tp_comm_overlap: bool = False, core: AttentionCore = SERIAL_CORE) -> LlamaForCausalLM:
     """Shard a serial Llama over the TP ``group`` (collective over it: the ``kv`` sub-group is created here);
     ``core``: the attention core of every layer and the model's positions (CP: ``tpsim.cp.context.core_for``)."""
+    return shard_decoder(serial, group, LlamaForCausalLM, SequenceParallelRMSNorm, ParallelSwiGLU,
+                         sequence_parallel=sequence_parallel, tp_comm_overlap=tp_comm_overlap, core=core)
+
+
+def shard_decoder(serial, group: Group, model_class: type, sp_norm: type, parallel_mlp: type, *,
+                  sequence_parallel: bool, tp_comm_overlap: bool, core: AttentionCore):
+    """The Llama wiring sharded over ``group``, for any decoder built on it (the Llama, the Nemotron): norms
+    replicated (``sp_norm.from_serial`` under SP), GQA split by heads, the MLP by ``parallel_mlp.from_serial``,
+    a vocab-parallel embedding, untied column-parallel head and loss; returns ``model_class(config, ...)``."""
     config = serial.config
     config.check(group.size)
     sp, region = sequence_parallel, region_for(sequence_parallel, tp_comm_overlap)
-    norm = (lambda m: SequenceParallelRMSNorm.from_serial(m, group)) if sp else copy.deepcopy
+    norm = (lambda m: sp_norm.from_serial(m, group)) if sp else copy.deepcopy
     kv_sync = kv_group(group, config.num_attention_heads, config.num_key_value_heads)  # one for all layers
     embed = VocabParallelEmbedding.from_serial(serial.model.embed_tokens, group)
     layers = [LlamaDecoderLayer(norm(layer.input_layernorm),
                                 ParallelGQAttention.from_serial(layer.self_attn, group, region=region,
                                                                 kv_sync=kv_sync, core=core),
                                 norm(layer.post_attention_layernorm),
-                                ParallelSwiGLU.from_serial(layer.mlp, group, region=region))
+                                parallel_mlp.from_serial(layer.mlp, group, region=region))
               for layer in serial.model.layers]
     model = LlamaModel(embed, layers, norm(serial.model.norm), region=region, group=group, core=core)
     w = serial.lm_head.params["weight"]  # [V, h]: sharded by vocabulary rows exactly like an embedding table
@@ -117,7 +126,7 @@ def parallel_llama(serial: LlamaForCausalLM, group: Group, *, sequence_parallel:
                           tied=False, region=region)
     loss = VocabParallelCrossEntropy(group, vocab_size=embed.vocab_size, vocab_start=embed.vocab_start,
                                      ignore_index=serial.loss.ignore_index)
-    return attach_tracer(LlamaForCausalLM(config, model, head, loss), group.tracer)
+    return attach_tracer(model_class(config, model, head, loss), group.tracer)
 
 
 def build_llama(config: LlamaConfig, group: Group, seed: int = 0, dtype=np.float64, *,

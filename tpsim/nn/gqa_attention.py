@@ -32,7 +32,8 @@ from tpsim.nn.dropout import DropoutPlan
 from tpsim.nn.linear import Linear, LinearCache
 from tpsim.nn.module import Module
 from tpsim.nn.multi_output_linear import MultiOutputLinear
-from tpsim.nn.rope import RopeCache, rope_backward, rope_cos_sin, rope_forward
+from tpsim.nn.rope import (RopeCache, partial_rope_backward, partial_rope_forward, rope_backward, rope_cos_sin,
+                           rope_forward)
 
 
 class GQACoreCache(NamedTuple):
@@ -64,16 +65,22 @@ class GroupedQueryAttention(Module):
     ``heads_per_partition``/``kv_heads_per_partition``: the query and KV heads ``qkv`` holds here (default all
     of them: the serial layer ``GQAttention``; the TP twin ``tpsim.tp.gqa_attention`` holds a rank's share).
     ``core``: the attention core after RoPE (``tpsim.nn.attention.SERIAL_CORE``; context parallelism's
-    ``tpsim.cp.context.ContextParallel``), which also names the positions RoPE rotates by.
+    ``tpsim.cp.context.ContextParallel``), which also names the positions RoPE rotates by. ``rotary_dim``: the
+    features of each head RoPE turns (default all; Nemotron's half, ``tpsim.nn.rope.partial_rope_forward``).
     """
 
     def __init__(self, qkv: Module, o_proj: Module, heads: int, kv_heads: int, *, rope_theta: float = 10000.0,
                  heads_per_partition: int | None = None, kv_heads_per_partition: int | None = None,
-                 core: AttentionCore = SERIAL_CORE) -> None:
+                 core: AttentionCore = SERIAL_CORE, rotary_dim: int | None = None) -> None:
         super().__init__()
         self.qkv, self.o_proj = qkv, o_proj  # qkv is inline: its parts are named self_attn.q_proj, ...
         self.hidden, self.heads, self.kv_heads = qkv.in_features, heads, kv_heads
         self.head_dim, self.rope_theta = self.hidden // heads, float(rope_theta)
+        self.rotary_dim = self.head_dim if rotary_dim is None else rotary_dim
+        if not (0 < self.rotary_dim <= self.head_dim and self.rotary_dim % 2 == 0):
+            raise ValueError(f"rotary_dim = {self.rotary_dim} must be even and in 1 .. head_dim = {self.head_dim}")
+        self.rope = ((rope_forward, rope_backward) if self.rotary_dim == self.head_dim
+                     else (partial_rope_forward, partial_rope_backward))
         self.heads_per_partition = heads if heads_per_partition is None else heads_per_partition
         self.kv_heads_per_partition = kv_heads if kv_heads_per_partition is None else kv_heads_per_partition
         self.core = core
@@ -94,11 +101,11 @@ class GroupedQueryAttention(Module):
         s = self.sequence_length(x)
         if positions is None:  # the absolute positions of the rows held here (CP: this rank's tokens)
             positions = self.core.positions(s)
-        cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_theta, x.dtype)  # no communication
+        cos, sin = rope_cos_sin(positions, self.rotary_dim, self.rope_theta, x.dtype)  # no communication
         (q, k, v), c_qkv = self.qkv.forward(x)  # TP: f once for the three (SP: f̄ all-gathers s once)
         nq, nkv = self.heads_per_partition, self.kv_heads_per_partition
-        q, rope = rope_forward(split_heads(q, nq), cos, sin)
-        k, _ = rope_forward(split_heads(k, nkv), cos, sin)
+        q, rope = self.rope[0](split_heads(q, nq), cos, sin)
+        k, _ = self.rope[0](split_heads(k, nkv), cos, sin)
         ctx, core = self.core.forward(q, k, split_heads(v, nkv), scope=self.path)  # CP: across the CP group
         y, c_o = self.o_proj.forward(merge_heads(ctx))  # TP: g, the one all-reduce of the forward
         return y, GQAttentionCache(c_qkv, GQACoreCache(core, rope), c_o)
@@ -107,22 +114,24 @@ class GroupedQueryAttention(Module):
         """``dy`` shaped as the output -> ``dx`` shaped as the input; adds into the four projections' grads."""
         dctx = split_heads(self.o_proj.backward(dy, cache.o_proj), self.heads_per_partition)
         dq, dk, dv = self.core.backward(dctx, cache.core.core)  # each KV head's gradient summed over its readers
-        dq, dk = rope_backward(dq, cache.core.rope), rope_backward(dk, cache.core.rope)
+        dq, dk = self.rope[1](dq, cache.core.rope), self.rope[1](dk, cache.core.rope)
         return self.qkv.backward((merge_heads(dq), merge_heads(dk), merge_heads(dv)), cache.qkv)
 
 
 class GQAttention(GroupedQueryAttention):
-    """Serial: ``q_proj: Linear(h, heads·hd)``, ``k_proj, v_proj: Linear(h, kv·hd)``, ``o_proj: Linear(heads·hd, h)``."""
+    """Serial: ``q_proj: Linear(h, heads·hd)``, ``k_proj, v_proj: Linear(h, kv·hd)``,
+    ``o_proj: Linear(heads·hd, h)``."""
 
     def __init__(self, hidden: int, heads: int, kv_heads: int, *, rope_theta: float = 10000.0,
-                 rng: np.random.Generator | None = None, dtype=np.float64, std: float = 0.02) -> None:
+                 rng: np.random.Generator | None = None, dtype=np.float64, std: float = 0.02,
+                 rotary_dim: int | None = None) -> None:
         check_gqa_sizes(hidden, heads, kv_heads)
         rng = np.random.default_rng(0) if rng is None else rng
         hd = hidden // heads
         q, k, v, o = (Linear(n_in, n_out, bias=False, rng=rng, dtype=dtype, std=std) for n_in, n_out in
                       ((hidden, heads * hd), (hidden, kv_heads * hd), (hidden, kv_heads * hd), (heads * hd, hidden)))
         super().__init__(MultiOutputLinear({"q_proj": q, "k_proj": k, "v_proj": v}), o, heads, kv_heads,
-                         rope_theta=rope_theta)
+                         rope_theta=rope_theta, rotary_dim=rotary_dim)
 
     def __repr__(self) -> str:
         return f"GQAttention(hidden={self.hidden}, heads={self.heads}, kv_heads={self.kv_heads})"

@@ -14,6 +14,10 @@ Rᵀ = −R and
 
     dx = dy · cos − rotate_half(dy · sin)
 
+Partial rotary (Hugging Face's ``partial_rotary_factor``; GPT-NeoX's ``rotary_pct``; Nemotron-4 rotates half of
+each head): only the first r = factor · d features turn, by ``rope_cos_sin(positions, r)``'s angles and the
+halves of those r; the other d − r pass through unchanged, forward and backward (``partial_rope_forward``).
+
 RoPE touches q and k *per head and per position*: a rank holding whole heads (and, under sequence parallelism,
 the whole sequence again after f̄) rotates its own heads with no communication. cos and sin are computed in
 float64 and cast to the activations' dtype; Hugging Face computes them in float32, so it differs from tpsim by
@@ -61,3 +65,23 @@ def rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> tuple[np.nd
 def rope_backward(dy: np.ndarray, cache: RopeCache) -> np.ndarray:
     """``dy: [..., s, d]`` -> ``dx = dy · cos − rotate_half(dy · sin)`` (the inverse rotation)."""
     return dy * cache.cos - rotate_half(dy * cache.sin)
+
+
+@marked(ELEMENTWISE)
+def partial_rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> tuple[np.ndarray, RopeCache]:
+    """``x: [..., s, d]``, ``cos, sin: [s, r]`` with r ≤ d -> the first r features of each head rotated, the rest
+    as they are (the module docstring); r = d is ``rope_forward``."""
+    r = cos.shape[-1]
+    head = x[..., :r]
+    y = x.copy()
+    y[..., :r] = head * cos + rotate_half(head) * sin
+    return y, RopeCache(cos, sin)
+
+
+@marked(ELEMENTWISE)
+def partial_rope_backward(dy: np.ndarray, cache: RopeCache) -> np.ndarray:
+    """``dy: [..., s, d]`` -> the inverse rotation on the first r features, the identity on the rest."""
+    r = cache.cos.shape[-1]
+    dx = dy.copy()
+    dx[..., :r] = dy[..., :r] * cache.cos - rotate_half(dy[..., :r] * cache.sin)
+    return dx

@@ -33,7 +33,7 @@ from tpsim.gpus import GPUS
 from tpsim.plan.kernel_time import FP8_GEMM_SPEEDUP, GEMM_EFFICIENCY, HBM_EFFICIENCY
 from tpsim.plan.layout import ATTENTION, DTYPE_CHOICES, DTYPES, FP8_RECIPES, PLANNED_ZERO_STAGES, RECOMPUTE, Layout
 from tpsim.plan.models import PRESETS, resolve
-from tpsim.options import OneLineParser, count, fraction, non_negative, run_command
+from tpsim.options import OneLineParser, count, fraction, non_negative, run_command, speedup
 
 
 def parser() -> argparse.ArgumentParser:
@@ -71,7 +71,7 @@ def parser() -> argparse.ArgumentParser:
                    help="--dtype fp8: how the scales are found, which sets what each cast moves: delayed (amax "
                         "history; default), current (this tensor's amax, one more read), blockwise (1x128 tiles, "
                         "DeepSeek-V3's), mxfp8 (32-element E8M0 blocks; Blackwell)")
-    p.add_argument("--fp8-gemm-speedup", type=float, default=None,
+    p.add_argument("--fp8-gemm-speedup", type=speedup, default=None,
                    help="--dtype fp8: an FP8 GEMM's rate over the 16-bit GEMM's, 1 to 2 (default: the fitted "
                         f"{FP8_GEMM_SPEEDUP:.2f}, tpsim.plan.kernel_time)")
     p.add_argument("--attention", default="unfused", choices=ATTENTION,

@@ -22,19 +22,16 @@ two efficiencies were fitted on N21 and K22 alone, so neither FP8 family saw the
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from tpsim.atomic import write_text
 from tpsim.plan.kernel_time import FP8_GEMM_SPEEDUP
+from tpsim.plan.lofo import FP8_FIT_FAMILY, FP8_GRID_FILE, fitted_speedup, fp8_leave_one_family_out
 
-GRID_FILE = Path(__file__).with_name("data") / "fit_grid_fp8.json"
 SPEEDUP_GRID = tuple(round(x, 2) for x in np.arange(1.00, 2.0001, 0.05))
 CITED_RANGE = (1.25, 1.75)  # cuBLAS 12.9's scaled FP8 over BF16 on Hopper (module docstring)
-FIT_FAMILY = "NEMO2407"  # the shared development rows; our own rows are never fitted
 
 
 def grid(speedups=SPEEDUP_GRID) -> dict:
@@ -49,51 +46,19 @@ def grid(speedups=SPEEDUP_GRID) -> dict:
     return {"speedup": list(speedups), "family": {r["name"]: r["family"] for r in rows}, "ratios": ratios}
 
 
-def best_on(table: dict, names) -> dict:
-    """The speed-up of least (worst, median) |ratio − 1| over the rows ``names``: ``{"speedup", "worst",
-    "median"}``."""
-    scored = []
-    for i, x in enumerate(table["speedup"]):
-        errors = [abs(table["ratios"][n][i] - 1) for n in names]
-        scored.append((max(errors), statistics.median(errors), x))
-    worst, median, x = min(scored)
-    return {"speedup": x, "worst": worst, "median": median}
-
-
-def fitted(table: dict) -> dict:
-    """The committed choice: the best speed-up on the development family's rows."""
-    return best_on(table, [n for n, f in table["family"].items() if f == FIT_FAMILY])
-
-
-def leave_one_family_out(table: dict) -> dict:
-    """``{"families": {family: best_on(the other families' rows)}, "ratios": {row: its ratio there}, "median",
-    "worst"}``."""
-    names = list(table["ratios"])
-    families = sorted(set(table["family"].values()))
-    points = {f: best_on(table, [n for n in names if table["family"][n] != f]) for f in families}
-    ratios = {n: table["ratios"][n][table["speedup"].index(points[table["family"][n]]["speedup"])] for n in names}
-    errors = [abs(r - 1) for r in ratios.values()]
-    return {"families": points, "ratios": ratios, "median": statistics.median(errors), "worst": max(errors)}
-
-
-def committed() -> dict | None:
-    """The leave-one-family-out result of the committed grid (None before ``--write`` made one)."""
-    return leave_one_family_out(json.loads(GRID_FILE.read_text())) if GRID_FILE.exists() else None
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     table = grid()
-    b, out = fitted(table), leave_one_family_out(table)
-    print(f"best on {FIT_FAMILY}: FP8 GEMM speed-up {b['speedup']:.2f}: worst {b['worst']:.1%}, "
+    b, out = fitted_speedup(table), fp8_leave_one_family_out(table)
+    print(f"best on {FP8_FIT_FAMILY}: FP8 GEMM speed-up {b['speedup']:.2f}: worst {b['worst']:.1%}, "
           f"median {b['median']:.1%} (cited range {CITED_RANGE[0]:.2f} to {CITED_RANGE[1]:.2f})")
     print(f"committed:        {FP8_GEMM_SPEEDUP:.2f}")
     for f, p in out["families"].items():
         print(f"without {f}: {p['speedup']:.2f}")
     print(f"leave one family out: median {out['median']:.1%}, worst {out['worst']:.1%}")
     if "--write" in argv:
-        write_text(GRID_FILE, json.dumps(table, indent=0) + "\n")
-        print(f"wrote {GRID_FILE}")
+        write_text(FP8_GRID_FILE, json.dumps(table, indent=0) + "\n")
+        print(f"wrote {FP8_GRID_FILE}")
     return 0 if b["speedup"] == FP8_GEMM_SPEEDUP else 1
 
 

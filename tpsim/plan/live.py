@@ -1,9 +1,10 @@
 """The live side of ``tpsim plan --validate``: one rank of a small real run (run under ``mpiexec``).
 
-    mpiexec -n N python -m tpsim.plan.live --tp T --dp D [--sp] [--arch gpt2|llama] [--zero 0|1|2] [--dtype D]
+    mpiexec -n N python -m tpsim.plan.live --tp T --dp D [--sp] [--arch gpt2|llama|nemotron] [--zero 0|1|2] [--dtype D]
                                            [--cp C --cp-comm ring|allgather|ulysses] --json PATH
 
-Builds the toy GPT (float64, dropout 0.1 so the paper's masks exist) or the toy Llama (GQA, 2 KV heads), runs
+Builds the toy GPT (float64, dropout 0.1 so the paper's masks exist), the toy Llama or the toy Nemotron (GQA, 2 KV
+heads), runs
 one traced training step of a global batch split over the DP replicas (DDP, or ZeRO-1/2 with ``--zero``), and
 measures on every rank: the bytes the first layer caches (``transformer.h.0`` / ``model.layers.0``), the
 parameters, gradients and optimizer state held, and the wire bytes of the step's collectives — the first
@@ -16,14 +17,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tpsim.arch import ARCH_SPELLINGS, GPTConfig, LlamaConfig, architecture
+from tpsim.arch import ARCH_SPELLINGS, GPTConfig, LlamaConfig, NemotronConfig, architecture
 from tpsim.options import OneLineParser, count
 from tpsim.zero_stage import zero_stage
 
 TOYS = {"gpt2": GPTConfig(vocab_size=37, n_positions=16, n_embd=24, n_layer=2, n_head=4, dropout=0.1),
         "llama": LlamaConfig(vocab_size=37, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                              num_attention_heads=4, num_key_value_heads=2,  # split at tp 2, replicated at tp 4
-                             max_position_embeddings=16)}  # the toy model of each architecture, by registry name
+                             max_position_embeddings=16),
+        "nemotron": NemotronConfig(vocab_size=37, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16),
+        }  # the toy model of each architecture, by registry name
 ROWS_PER_REPLICA, SEED = 2, 16
 
 

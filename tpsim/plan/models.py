@@ -80,6 +80,11 @@ def llama(name: str, hidden: int, layers: int, heads: int, kv_heads: int, ffn: i
     return ModelSpec(name, "llama", vocab, hidden, layers, heads, kv_heads, ffn, positions, False, published)
 
 
+def nemotron(name: str, hidden: int, layers: int, heads: int, kv_heads: int, published=None) -> ModelSpec:
+    """Nemotron-4 (Parmar et al. 2024, Adler et al. 2024): 256,000 tokens, 4,096 positions, F = 4h, untied."""
+    return ModelSpec(name, "nemotron", 256000, hidden, layers, heads, kv_heads, 4 * hidden, 4096, False, published)
+
+
 PRESETS = {m.name: m for m in [
     gpt("gpt2", 50257, 768, 12, 12, 1024, 124_000_000),
     gpt("gpt2-medium", 50257, 1024, 24, 16, 1024, 355_000_000),
@@ -88,6 +93,8 @@ PRESETS = {m.name: m for m in [
     llama("llama3-8b", 4096, 32, 32, 8, 14336, 8_030_261_248),
     llama("llama3-70b", 8192, 80, 64, 8, 28672, 70_553_706_496),
     llama("llama3-405b", 16384, 126, 128, 8, 53248, 405_853_388_800, positions=131072),
+    nemotron("nemotron4-15b", 6144, 32, 48, 8),
+    nemotron("nemotron4-340b", 18432, 96, 96, 8),
 ]}
 
 

@@ -10,9 +10,8 @@ zero, attention, the overlaps, schedule, cp_comm, and where given fp8_recipe and
 step is global batch · sequence / (tokens a second a GPU · GPUs). The planner predicts each with those knobs and
 its defaults; the one constant fitted on FP8 rows, ``FP8_GEMM_SPEEDUP``, was fitted on NeMo's rows only
 (``tpsim.plan.fit_fp8``), and the LOFO column prices each family at the speed-up fitted on the other.
-Nemotron-4's squared-ReLU MLP is given as a Llama config with the same weights (``config``'s intermediate size is
-2/3 of its 73,728), so its FLOPs and bytes are right and its activations' kernels approximate. Pure arithmetic,
-no MPI.
+Nemotron-4's squared-ReLU MLP, which the shared row gives as a Llama config with the same weights, is planned as
+the ``nemotron`` architecture from the row's ``model`` sizes (F = 73,728, two matrices). Pure arithmetic, no MPI.
 """
 
 from __future__ import annotations
@@ -45,7 +44,12 @@ def load_own_fp8() -> list[dict]:
 
 
 def fp8_model(row: dict) -> ModelSpec:
-    """The row's model from its Hugging Face config, read as ``--config`` reads one."""
+    """The row's model from its Hugging Face config, read as ``--config`` reads one — but a squared-ReLU MLP
+    (``model.ffn_kind``), which the shared rows give as a Llama stand-in, as the ``nemotron`` architecture."""
+    if "squared-ReLU" in row.get("model", {}).get("ffn_kind", ""):
+        m, cfg = row["model"], row["config"]
+        return ModelSpec(row["name"], "nemotron", m["vocab"], m["hidden"], m["layers"], m["heads"], m["kv_heads"],
+                         m["ffn"], cfg["max_position_embeddings"], bool(cfg.get("tie_word_embeddings", False)))
     return from_hf_dict(row["config"], row["name"])
 
 
@@ -84,7 +88,7 @@ FAMILIES = {"NEMO2407": "NeMo 24.07, delayed scaling (development rows; the spee
 def format_fp8(dev: dict | None = None, own: dict | None = None) -> str:
     """The FP8 rows as one table (≤ 100 columns): each row's ratio and its leave-one-family-out ratio, then each
     family's median and worst error."""
-    from tpsim.plan.fit_fp8 import committed
+    from tpsim.plan.lofo import fp8_committed as committed
     from tpsim.plan.kernel_time import FP8_GEMM_SPEEDUP
     dev = compare_fp8() if dev is None else dev
     own = compare_fp8(load_own_fp8()) if own is None else own
@@ -110,7 +114,7 @@ def format_fp8(dev: dict | None = None, own: dict | None = None) -> str:
 def development_summary() -> str:
     """The development rows as the issue's bounds read them: all of them (the 18 and NeMo's 10) by median and
     worst, and every family left out of its own fit."""
-    from tpsim.plan.fit_fp8 import committed as fp8_lofo
+    from tpsim.plan.lofo import fp8_committed as fp8_lofo
     from tpsim.plan.lofo import committed as pair_lofo
     from tpsim.plan.published import compare
     ratios = [r["ratio"] for r in compare()["rows"] + compare_fp8()["rows"]]

@@ -57,7 +57,7 @@ def expected_error(p: Plan) -> dict | None:
 def fp8_band() -> dict | None:
     """The error to expect under ``--dtype fp8``: each FP8 family priced at the speed-up fitted without it
     (``tpsim.plan.fit_fp8``), or None before the grid was written."""
-    from tpsim.plan.fit_fp8 import committed
+    from tpsim.plan.lofo import fp8_committed as committed
     lofo = committed()
     if lofo is None:
         return None

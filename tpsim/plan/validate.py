@@ -72,7 +72,8 @@ def _case(name: str, tp: int, dp: int = 1, sp: bool = False, zero: int = 0, cp: 
 
 CASES = [_case("TP 2", 2), _case("TP 2 + SP", 2, sp=True), _case("DP 2", 1, dp=2),
          _case("TP 2 x DP 2 + SP", 2, 2, sp=True), _case("Llama TP 2", 2, arch="llama"),
-         _case("Llama TP 4 + SP, KV replicated", 4, sp=True, arch="llama"), _case("ZeRO-1 TP 2 x DP 2", 2, 2, zero=1)]
+         _case("Llama TP 4 + SP, KV replicated", 4, sp=True, arch="llama"), _case("ZeRO-1 TP 2 x DP 2", 2, 2, zero=1),
+         _case("Nemotron TP 2 x DP 2 + SP", 2, 2, sp=True, arch="nemotron")]
 BF16_CACHES = ("tpsim's 16-bit layers keep LayerNorm's x-hat, the GeLU input and the softmax probabilities in "
                "float32 (the fused-kernel inputs), where Korthikanti et al. count 2 bytes")
 CASES += [_case("bfloat16 TP 2 x DP 2", 2, 2, dtype="bfloat16",  # 16-bit mixed precision (tpsim.train.mixed_precision)

@@ -59,9 +59,16 @@ def activation_elements(config, tp: int, batch: int, seq: int, n_real: int, drop
                         sequence_parallel: bool = False) -> dict[str, int]:
     """``{"floats", "masks"}`` the Llama's forward caches on one rank; ``n_real``: its real vocabulary columns;
     ``dropout`` is not used (Llama has none)."""
-    b, s, h = batch, seq, config.hidden_size
-    r = tp if sequence_parallel else 1
-    block = llama_block_activation_elements(config, tp, b, s, sequence_parallel)
+    block = llama_block_activation_elements(config, tp, batch, seq, sequence_parallel)
+    return decoder_activation_elements(config, tp, batch, seq, n_real, block, sequence_parallel)
+
+
+def decoder_activation_elements(config, tp: int, b: int, s: int, n_real: int, block: int,
+                                sequence_parallel: bool = False) -> dict[str, int]:
+    """``{"floats", "masks"}`` of a decoder on the Llama's wiring whose layer caches ``block`` floats: L layers,
+    then the final norm's x̂ and rstd and the LM head's input ((2bsh + bs)/r), the loss's softmax (b·s·n_real),
+    and the two index masks (2bs). The Nemotron's count uses it too."""
+    h, r = config.hidden_size, tp if sequence_parallel else 1
     floats = config.num_hidden_layers * block + (2 * b * s * h + b * s) // r + b * s * n_real
     return {"floats": floats, "masks": 2 * b * s}
 

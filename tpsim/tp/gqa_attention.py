@@ -97,7 +97,8 @@ class ParallelGQAttention(GroupedQueryAttention):
     backward on column-parallel q/k/v (one ``MultiOutputColumnParallelLinear``) and a row-parallel o_proj."""
 
     def __init__(self, qkv: MultiOutputColumnParallelLinear, o_proj: RowParallelLinear, heads: int, kv_heads: int,
-                 *, rope_theta: float = 10000.0, core: AttentionCore = SERIAL_CORE) -> None:
+                 *, rope_theta: float = 10000.0, core: AttentionCore = SERIAL_CORE,
+                 rotary_dim: int | None = None) -> None:
         group = qkv.group
         kv_index, kv_replicas = kv_head_layout(heads, kv_heads, group.size, group.rank)
         kv_sync = qkv.replica_group
@@ -107,7 +108,8 @@ class ParallelGQAttention(GroupedQueryAttention):
         if qkv.region is not o_proj.region or not o_proj.input_is_parallel:
             raise ValueError("ParallelGQAttention needs o_proj(input_is_parallel=True) built with qkv's region")
         super().__init__(qkv, o_proj, heads, kv_heads, rope_theta=rope_theta,
-                         heads_per_partition=heads // group.size, kv_heads_per_partition=len(kv_index), core=core)
+                         heads_per_partition=heads // group.size, kv_heads_per_partition=len(kv_index), core=core,
+                         rotary_dim=rotary_dim)
         self.group, self.region = group, qkv.region
         self.kv_index, self.kv_replicas = kv_index, kv_replicas  # global KV heads held here; ranks holding each
 
@@ -124,7 +126,8 @@ class ParallelGQAttention(GroupedQueryAttention):
             attn.qkv, group, region=region, columns={"k_proj": kv, "v_proj": kv}, replica_group=kv_sync,
             replicated=("k_proj", "v_proj") if kv_sync is not None else ())
         o = RowParallelLinear.from_serial(attn.o_proj, group, input_is_parallel=True, region=region)
-        return cls(qkv, o, attn.heads, attn.kv_heads, rope_theta=attn.rope_theta, core=core)
+        return cls(qkv, o, attn.heads, attn.kv_heads, rope_theta=attn.rope_theta, core=core,
+                   rotary_dim=attn.rotary_dim)
 
     def sequence_length(self, x: np.ndarray) -> int:
         """The whole sequence: ``x``'s under f, p times the shard's under f̄ (RoPE's positions run over all of it)."""

@@ -29,6 +29,7 @@ import numpy as np
 
 from tpsim.comm import Group
 from tpsim.nn.layernorm import LayerNorm, LayerNormCache, layernorm_backward_weight
+from tpsim.nn.layernorm_1p import ZeroCentredScale
 from tpsim.phases import SP_GRAD_SYNC
 
 
@@ -57,3 +58,11 @@ class SequenceParallelLayerNorm(LayerNorm):
 
     def __repr__(self) -> str:
         return f"SequenceParallelLayerNorm({self.features}, eps={self.eps}, tp={self.group.size})"
+
+
+class SequenceParallelLayerNorm1P(ZeroCentredScale, SequenceParallelLayerNorm):
+    """``SequenceParallelLayerNorm`` with the scale ``1 + weight`` (``tpsim.nn.layernorm_1p``): the same gradients,
+    the same one [2, h] all-reduce."""
+
+    def __repr__(self) -> str:
+        return f"SequenceParallelLayerNorm1P({self.features}, eps={self.eps}, tp={self.group.size})"
