@@ -1,10 +1,10 @@
-"""The FP8 rows: NeMo 24.07's pretraining table on DGX-H100 (development) and Megatron-Bridge 25.11's (our own).
+"""The FP8 rows: NeMo 24.07's pretraining table on DGX-H100 (development), Megatron-Bridge 25.11's (our own).
 
 ``tpsim/plan/data/published_runs_dev.json`` holds, beside the 18 rows the two efficiencies were fitted on
 (``tpsim.plan.published``), ten rows of NVIDIA NeMo's performance summary (``rows_h100_fp8``: delayed scaling;
 each names its source and what the table leaves unstated). ``published_runs_own.json`` adds rows of our own, held
-out: Megatron-Bridge 25.11's dense H100 rows (per-tensor current scaling, ``--fp8-recipe current``), each with
-the table's line quoted. Each row gives its model as a Hugging Face ``config.json`` and every knob of the run in
+out: Megatron-Bridge 25.11's dense rows on DGX-H100, DGX-B200 and DGX-GB200 (per-tensor current scaling,
+``--fp8-recipe current``), each with the table's line quoted. Each row gives its model as a Hugging Face ``config.json`` and every knob of the run in
 ``tpsim plan``'s own option names (``lay``: tp, pp, dp, cp, vp, seq, micro, batch, dtype, gpu, recompute, sp,
 zero, attention, the overlaps, schedule, cp_comm, and where given fp8_recipe and stage_layers); the published
 step is global batch · sequence / (tokens a second a GPU · GPUs). The planner predicts each with those knobs and
@@ -33,14 +33,14 @@ OVERLAPS = {"grad": "overlap_grad_reduce", "param": "overlap_param_gather", "tp"
 OWN_ROWS = Path(__file__).with_name("data") / "published_runs_own.json"
 
 
-def load_fp8(path: Path = DEV_ROWS) -> list[dict]:
-    """The FP8 rows of ``path`` (``rows_h100_fp8``): by default the shared development rows."""
-    return json.loads(Path(path).read_text())["rows_h100_fp8"]
+def load_fp8(path: Path = DEV_ROWS, key: str = "rows_h100_fp8") -> list[dict]:
+    """The FP8 rows of ``path`` under ``key``: by default the shared development rows."""
+    return json.loads(Path(path).read_text())[key]
 
 
 def load_own_fp8() -> list[dict]:
-    """Our own FP8 rows (``published_runs_own.json``): held out, never fitted."""
-    return load_fp8(OWN_ROWS)
+    """Our own FP8 rows (``published_runs_own.json``'s ``rows_fp8``): held out, never fitted."""
+    return load_fp8(OWN_ROWS, "rows_fp8")
 
 
 def fp8_model(row: dict) -> ModelSpec:
@@ -81,8 +81,8 @@ def compare_fp8(rows: list[dict] | None = None, fp8_gemm_speedup: float | None =
     return {"rows": out, "median": statistics.median(errors), "worst": max(errors)}
 
 
-FAMILIES = {"NEMO2407": "NeMo 24.07, delayed scaling (development rows; the speed-up fitted on them)",
-            "MB2511": "Megatron-Bridge 25.11, current scaling (our own rows; never fitted)"}
+FAMILIES = {"NEMO2407": "NeMo 24.07 on H100, delayed scaling (development rows; the speed-up fitted on them)",
+            "MB2511": "Megatron-Bridge 25.11 on H100, B200, GB200, current scaling (our own; never fitted)"}
 
 
 def format_fp8(dev: dict | None = None, own: dict | None = None) -> str:
@@ -93,13 +93,13 @@ def format_fp8(dev: dict | None = None, own: dict | None = None) -> str:
     dev = compare_fp8() if dev is None else dev
     own = compare_fp8(load_own_fp8()) if own is None else own
     lofo = committed()
-    rows = [["run", "GPUs", "TPxCPxPPxDP", "vp", "recipe", "published", "planner", "ratio", "LOFO"], RULE]
+    rows = [["run", "GPU", "GPUs", "TPxCPxPPxDP", "vp", "recipe", "published", "planner", "ratio", "LOFO"], RULE]
     for r in dev["rows"] + own["rows"]:
         lay, left_out = r["layout"], lofo["ratios"].get(r["name"]) if lofo else None
-        rows.append([r["name"], f"{r['gpus']:,}", f"{lay.tp}x{lay.cp}x{lay.pp}x{lay.dp}", str(lay.vp),
-                     lay.fp8_recipe, f"{r['published_s']:.2f} s", f"{r['predicted_s']:.2f} s", f"{r['ratio']:.3f}",
-                     "-" if left_out is None else f"{left_out:.3f}"])
-    title = "FP8 pretraining on DGX-H100\n" + "\n".join(f"{k[:-4]} = {v}" for k, v in FAMILIES.items())
+        rows.append([r["name"], lay.gpu.split("-")[0], f"{r['gpus']:,}", f"{lay.tp}x{lay.cp}x{lay.pp}x{lay.dp}",
+                     str(lay.vp), lay.fp8_recipe, f"{r['published_s']:.2f} s", f"{r['predicted_s']:.2f} s",
+                     f"{r['ratio']:.3f}", "-" if left_out is None else f"{left_out:.3f}"])
+    title = "FP8 pretraining on DGX systems\n" + "\n".join(f"{k[:-4]} = {v}" for k, v in FAMILIES.items())
     foot = [f"FP8 GEMM speed-up over bf16 {FP8_GEMM_SPEEDUP:.2f} (fitted on NEMO's rows, tpsim.plan.fit_fp8)"]
     for name, res in (("NEMO", dev), ("MB (held out)", own)):
         foot.append(f"{name}: |predicted / published - 1| median {res['median']:.1%}, worst {res['worst']:.1%} "
@@ -108,7 +108,7 @@ def format_fp8(dev: dict | None = None, own: dict | None = None) -> str:
         fits = ", ".join(f"without {f[:-4]} {p['speedup']:.2f}" for f, p in lofo["families"].items())
         foot.append(f"LOFO: each family at the speed-up fitted on the other ({fits}):\n"
                     f"median {lofo['median']:.1%}, worst {lofo['worst']:.1%} (tpsim.plan.fit_fp8)")
-    return format_table(rows, right=(1, 3, 5, 6, 7, 8), title=title) + "\n" + "\n".join(foot)
+    return format_table(rows, right=(2, 4, 6, 7, 8, 9), title=title) + "\n" + "\n".join(foot)
 
 
 def development_summary() -> str:
