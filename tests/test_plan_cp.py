@@ -134,7 +134,9 @@ def test_placement_and_link():
     inside = Layout(tp=2, cp=4, seq_len=4096, global_batch=8)
     across = replace(inside, tp=4)
     assert cp_terms.placement(inside) == "CP inside a node" and links(inside, H100)["cp"] is H100.intra
-    assert cp_terms.placement(across) == "CP across nodes" and links(across, H100)["cp"] is H100.inter
+    spanning = links(across, H100)["cp"]  # NCCL's model for its collectives, one NIC for its sends
+    assert cp_terms.placement(across) == "CP across nodes" and spanning.point is H100.inter
+    assert (spanning.fabric, spanning.per_node) == (H100.fabric, 2)  # tp 4: two CP ranks of the group a node
     assert links(replace(inside, pp=2), H100)["pp"] is H100.inter  # tp·cp·pp = 16 > 8
     assert cp_terms.placement(replace(inside, cp=1)) == "no CP"
 

@@ -48,7 +48,9 @@ the [V/t, h] shard (V padded to a multiple of t) at the layout's gradient bytes 
 
 Links: TP on the node's link when the TP group fits in a node, else the inter-node link; CP while tp·cp GPUs
 do, PP while tp·cp·pp GPUs fit in a node (Megatron's order puts TP fastest, then CP, PP outermost), DP while
-the whole job does.
+the whole job does. A DP or CP group that spans nodes is a ``tpsim.nccl.SpanningLink``: its collectives (DP's
+all-reduce, CP's all-gather, reduce-scatter and Ulysses' all-to-all) as NCCL runs them over the NICs of its
+ranks in each node, its point-to-point sends (the CP ring's) α + β·bytes on one NIC.
 """
 
 from __future__ import annotations
@@ -127,8 +129,9 @@ def links(lay: Layout, gpu: GPU) -> dict:
     """Which link each group uses (see the module docstring)."""
     one_node, inner = lay.gpus <= lay.gpus_per_node, lay.tp * lay.cp  # TP fastest, then CP
     per_node = max(1, min(lay.dp, lay.gpus_per_node // inner))  # DP ranks of one group in a node
+    cp_per_node = max(1, lay.gpus_per_node // lay.tp)  # CP ranks of one group in a node, when it spans nodes
     return {"tp": gpu.intra if lay.tp <= lay.gpus_per_node else gpu.inter,
-            "cp": gpu.intra if inner <= lay.gpus_per_node else gpu.inter,
+            "cp": gpu.intra if inner <= lay.gpus_per_node else SpanningLink(gpu.inter, gpu.fabric, cp_per_node),
             "pp": gpu.intra if inner * lay.pp <= lay.gpus_per_node else gpu.inter,
             "dp": gpu.intra if one_node else SpanningLink(gpu.inter, gpu.fabric, per_node)}
 

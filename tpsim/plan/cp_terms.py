@@ -6,9 +6,11 @@ TP rank holds, d, e. Full recompute repeats the forward's messages in the backwa
 needs the other shards again), as it repeats the TP collectives. Per step: × the stage's layers × m.
 
 **Link**: the CP group is tp·cp consecutive ranks in Megatron's order (TP fastest, then CP), so it is on the
-node's link when tp·cp ≤ the GPUs of a node ("CP inside a node"), else on the inter-node link ("CP across
-nodes"). Each message costs α + β·bytes, a collective steps·α + wire bytes·β (``tpsim.cost``); a ring step is one
-send and one receive, on the link's two directions at once.
+node's link when tp·cp ≤ the GPUs of a node ("CP inside a node"), else across nodes ("CP across nodes"). Each
+message costs α + β·bytes (across nodes on one NIC), a collective steps·α + wire bytes·β inside a node
+(``tpsim.cost``) and NCCL's price across nodes (``tpsim.nccl``: the all-gather and reduce-scatter on the NICs of
+the group's ranks in a node, Ulysses' all-to-all as grouped sends); a ring step is one send and one receive, on
+the link's two directions at once.
 
 **Exposed time** of one layer, charged to the F and B actions on the virtual clock beside their TP collectives
 (t_kv: one K/V block's transfer; t_F, t_B: this rank's attention forward and backward kernels,
@@ -53,6 +55,12 @@ def layer_bytes(model: ModelSpec, lay: Layout) -> dict[str, int]:
     out = cp_layer_bytes(lay.cp_comm, lay.cp, **sizes(model, lay))
     redo = out[FORWARD] if lay.recompute == "full" else 0
     return {"forward": out[FORWARD], "backward": out[BACKWARD] + redo}
+
+
+def link_name(link) -> str:
+    """The CP link in a few words: a node's link by its name; across nodes the NIC's, NCCL pricing the
+    collectives (``tpsim.nccl.SpanningLink``)."""
+    return f"{link.point.name}; NCCL's collectives" if hasattr(link, "collective") else link.name
 
 
 def placement(lay: Layout) -> str:
@@ -111,7 +119,7 @@ def cp_terms(model: ModelSpec, lay: Layout, gpu: GPU, stage: int, exposed_s: flo
     t = layer_seconds(model, lay, gpu)
     per_step = rank_layers(model, lay)[stage] * lay.microbatches * (per["forward"] + per["backward"])
     return {"cp": lay.cp, "comm": lay.cp_comm, "layout": lay.cp_layout, "placement": placement(lay),
-            "link": links(lay, gpu)["cp"].name if lay.cp > 1 else None,
+            "link": link_name(links(lay, gpu)["cp"]) if lay.cp > 1 else None,
             "busiest_share": busiest_share(lay), "bytes_per_layer_per_microbatch": per,
             "wire_bytes_per_step": per_step, "transfer_s_per_layer": t["transfer"],
             "exposed_s_per_layer": t["exposed"], "exposed_s_per_step": exposed_s}
