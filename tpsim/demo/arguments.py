@@ -18,7 +18,7 @@ def model_arguments(m) -> None:
     m.add_argument("--seq-len", type=count, default=16, help="tokens per sequence (default 16)")
     m.add_argument("--dropout", type=probability, default=None,
                    help="embedding/residual/attention dropout p (default 0.1 for gpt2, so the checks against "
-                        "serial cover it; llama has none)")
+                        "serial cover it; llama and nemotron have none)")
     m.add_argument("--dropout-rng", choices=DROPOUT_RNGS, default="exact",
                    help="exact: masks keyed by global position (TP equals serial); megatron: per-rank streams")
     m.add_argument("--dtype", choices=[*DTYPE_NAMES, *DTYPE_ALIASES], default="float64",
@@ -26,11 +26,13 @@ def model_arguments(m) -> None:
                    help="compute dtype; bfloat16/float16: Megatron's mixed precision (float32 main params and "
                         "grads; float16 with dynamic loss scaling)")
     m.add_argument("--arch", choices=ARCH_SPELLINGS, default="gpt2", metavar="{" + ",".join(ARCH_NAMES) + "}",
-                   help="gpt2: GPT-2 blocks (default); llama: RMSNorm, SwiGLU, RoPE, grouped-query attention")
+                   help="gpt2: GPT-2 blocks (default); llama: RMSNorm, SwiGLU, RoPE, grouped-query attention; "
+                        "nemotron: LayerNorm1P, squared-ReLU MLP, RoPE on half of each head, grouped-query attention")
     m.add_argument("--kv-heads", type=count, default=None,
-                   help="llama: key/value heads, dividing --heads (default 2: tp > 2 replicates them)")
+                   help="llama, nemotron: key/value heads, dividing --heads (default 2: tp > 2 replicates them)")
     m.add_argument("--ffn", type=count, default=None,
-                   help="llama: intermediate size, divisible by tp (default 8h/3 rounded up to a multiple of 32)")
+                   help="llama, nemotron: intermediate size, divisible by tp (default: llama 8h/3 rounded up to a "
+                        "multiple of 32, nemotron 4h)")
 
 
 def cp_arguments(g) -> None:
