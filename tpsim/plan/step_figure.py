@@ -62,7 +62,7 @@ def fp8_band() -> dict | None:
     if lofo is None:
         return None
     return {"median": lofo["median"], "worst": lofo["worst"],
-            "rows": "the FP8 rows on H100, each family left out", "bias": None}
+            "rows": "the FP8 rows (H100, B200, GB200), each family left out", "bias": None}
 
 
 def error_line(p: Plan) -> str:
