@@ -102,7 +102,7 @@ class MoE(Module):
                 outputs.append(np.zeros((0, X.shape[1]), dtype=X.dtype))
                 continue
             out, cache = expert.forward(X[r])  # grouped: one pass over every token the expert got
-            np.add.at(y, r, weights[r, j][:, None] * out)
+            y[r] += weights[r, j][:, None] * out  # r holds each token once: a plain scatter-add
             caches.append(cache)
             outputs.append(out)
         shared, shared_out, gate = self._shared_forward(X, y)
@@ -135,7 +135,7 @@ class MoE(Module):
             if c is None:
                 continue
             dweights[r, j] = (dY[r] * out).sum(axis=-1)
-            np.add.at(dX, r, expert.backward(dY[r] * weights[r, j][:, None], c))
+            dX[r] += expert.backward(dY[r] * weights[r, j][:, None], c)
         dX += self.router.backward(dweights, cache.router)
         if self.shared_experts:
             d_shared = dY
