@@ -1,6 +1,7 @@
 # tpsim — the two commands of the quick start:
 #   make demo   creates .venv (if missing), installs tpsim with the MPICH wheel, runs the 8-rank demo
 #   make test   same set-up, then the simulator's tests: single-process tests and multi-rank runs at 2 and 4 ranks
+#               (and the expert-parallel file at 8)
 #               (make check-course: the lessons, exercises, notebooks, book and site; make test-mpi MPIRANKS="1 8":
 #               the multi-rank suite at the other sizes; CI runs all three)
 PYTHON   ?= python3
@@ -8,6 +9,7 @@ VENV     ?= .venv
 BIN      := $(VENV)/bin
 NP       ?= 8
 MPIRANKS ?= 2 4
+MPI8FILES ?= tests/mpi/test_ep_moe.py
 # Ranks run whichever python is first on PATH: put the venv's first. Agg backend and a writable
 # matplotlib cache so figures work on a headless machine.
 export PATH := $(abspath $(BIN)):$(PATH)
@@ -66,7 +68,9 @@ test-mpi: venv
 	@set -e; for n in $(MPIRANKS); do \
 	  echo "== tests/mpi on $$n ranks"; \
 	  $(BIN)/python -m tpsim.launcher -n $$n tests/mpi/pytest_on_every_rank.py -q -p no:cacheprovider --timeout=120 --timeout-method=thread; \
-	done
+	done; \
+	echo "== $(MPI8FILES) on 8 ranks (layouts that need 8: expert parallelism over 8)"; \
+	$(BIN)/python -m tpsim.launcher -n 8 tests/mpi/pytest_on_every_rank.py $(MPI8FILES) -q -p no:cacheprovider --timeout=120 --timeout-method=thread
 
 # the demo's losses, grad norms, collective bytes and pipeline numbers on the layouts a redesign touches, against
 # tests/baselines.json bit for bit (OPENBLAS_CORETYPE pinned; ~2 min on 2 cores). Record anew only when a number

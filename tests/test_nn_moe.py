@@ -108,3 +108,34 @@ def test_capacity_drops_the_later_tokens_and_they_add_nothing():
         MoE(6, 5, 4, 2, capacity_factor=0)
     with pytest.raises(ConfigError, match="top-k 5 must be in 1 .. experts"):
         MoE(6, 5, 4, 5)
+
+
+def test_the_auxiliary_losses_are_per_sequence_and_averaged():
+    """A batch of two sequences: L_aux and L_z are the mean of each sequence's alone (the rule every layout
+    shares), and the gradients are checked against finite differences above at b = 2."""
+    rng = np.random.default_rng(11)
+    moe = MoE(6, 5, 4, 2, aux_coef=0.1, z_coef=0.01, rng=rng, std=0.6)
+    x = rng.standard_normal((2, 5, 6))
+    both = moe.forward(x)[1].router
+    one, two = (moe.forward(x[i])[1].router for i in range(2))
+    assert abs(both.aux_loss - (one.aux_loss + two.aux_loss) / 2) < 1e-15
+    assert abs(both.z_loss - (one.z_loss + two.z_loss) / 2) < 1e-15
+
+
+def test_capacity_counts_within_each_group_of_tokens():
+    """Groups (each rank's tokens under expert parallelism): the capacity is ⌈c·n·k/E⌉ of each group's n tokens
+    and the later tokens *of the group* drop; the result is each group's layer run alone."""
+    rng = np.random.default_rng(12)
+    moe = MoE(6, 5, 4, 2, capacity_factor=0.5, rng=rng, std=0.6)
+    x = rng.standard_normal((12, 6))
+    groups = [np.array([11, 0, 5, 7, 2, 9]), np.array([1, 3, 4, 6, 8, 10])]
+    moe.groups = lambda shape: groups
+    y, cache = moe.forward(x)
+    moe.groups = None
+    for g in groups:
+        y_g, c_g = moe.forward(x[g])  # one sequence each; the capacity of 6 tokens
+        assert np.abs(y[g] - y_g).max() < 1e-14
+    dropped = sum(moe.forward(x[g])[1].dropped for g in groups)
+    assert cache.dropped == dropped > 0
+    moe.groups = lambda shape: groups
+    assert_backward_matches(moe, x, x.shape)

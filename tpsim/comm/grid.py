@@ -28,6 +28,12 @@ tp_rank, in cp_rank order.
 Every group is the order string's (``tpsim.rank_grid``, order ``"tp-cp-dp-pp"``): ``grid.group("tp")``,
 ``grid.group("dp", "cp")`` (the gradient group), ``grid.group("tp", "pp")`` (model-parallel) — a new axis is one more
 name in ``ORDER``.
+Experts fold the same ranks another way (Parallel Folding, Liu et al. 2025, Megatron-Core's MoE): with ``ep``
+given, the ranks of one stage, TP × CP × DP for attention, are also ETP × EP × EDP for the MoE layers, on a second
+order string ``EXPERT_ORDER`` ("etp-ep-edp-pp": expert-tensor ranks fastest). ``group("ep")`` holds the ranks
+that trade tokens, ``group("etp")`` those sharing one expert's columns, ``group("edp")`` the replicas of one
+expert (its gradients are summed there), ``group("ep", "etp")`` the ranks one MoE layer's experts are split
+over; ``group("tp", "cp")`` ("seq") the ranks holding the tokens of one sequence.
 Sizes are checked on every rank before the first collective, so a bad configuration fails the same way
 everywhere instead of leaving some ranks waiting. Every rank's host name is gathered once, at construction
 (untraced: set-up, not model traffic); when the ranks span several hosts the table shows them and warns about a
@@ -49,6 +55,17 @@ from tpsim.hosts import FAKE_HOSTS_ENV, host_lines, parse_fake_hosts, row_hosts
 from tpsim.rank_grid import RankGrid
 
 ORDER = "tp-cp-dp-pp"  # Megatron's rank order: TP fastest (inside a node), pipeline stages outermost
+EXPERT_ORDER = "etp-ep-edp-pp"  # the MoE layers' fold of the same ranks (Megatron's expert RankGenerator)
+
+
+def expert_grid(stage: int, pp: int, ep: int, etp: int = 1) -> RankGrid:
+    """The ETP × EP × EDP fold of a stage of ``stage`` ranks (pure arithmetic): EDP = stage / (ETP·EP)."""
+    if ep < 1 or etp < 1:
+        raise ConfigError(f"ep and etp must be >= 1, got ep {ep}, etp {etp}")
+    if stage % (ep * etp):
+        raise ConfigError(f"ep x etp = {ep} x {etp} does not divide the {stage} ranks of a stage (tp x cp x dp): the "
+                          f"MoE layers fold those ranks into etp x ep x expert-dp")
+    return RankGrid(EXPERT_ORDER, {"etp": etp, "ep": ep, "edp": stage // (ep * etp), "pp": pp})
 
 
 def grid_layout(world: int, tp: int, dp: int | None = None) -> np.ndarray:
@@ -85,11 +102,13 @@ class ProcessGrid:
     """TP × DP × PP grid over a communicator (default ``MPI.COMM_WORLD``); one tracer shared by all its groups."""
 
     def __init__(self, tp: int, dp: int | None = None, comm: MPI.Comm | None = None,
-                 tracer: Tracer | None = None, *, pp: int = 1, cp: int = 1) -> None:
+                 tracer: Tracer | None = None, *, pp: int = 1, cp: int = 1, ep: int | None = None,
+                 etp: int = 1) -> None:
         comm = MPI.COMM_WORLD if comm is None else comm
         self.world_size = comm.Get_size()
         self.rank = comm.Get_rank()
         self.cube = grid_cube(self.world_size, tp, dp, pp, cp)  # raises before any collective
+        self.experts = None if ep is None else expert_grid(self.world_size // pp, pp, ep, etp)  # so does this
         fake = os.environ.get(FAKE_HOSTS_ENV)
         my_host = (parse_fake_hosts(fake, self.world_size)[self.rank] if fake  # raises before any collective too
                    else MPI.Get_processor_name())
@@ -122,15 +141,31 @@ class ProcessGrid:
             self.model_parallel_group = self._split(comm, "mp", ("tp", "pp"))
         else:  # one stage: the stage is the world, a model is split over TP alone
             self._groups.update({("cp", "dp", "tp"): self.world, ("pp", "tp"): self.tp_group})
+        if self.experts is not None:
+            self._fold_experts(comm)
         with self.tracer.paused():
             self.hosts = gather_host_names(self.world, my_host)  # world rank -> host name, on every rank
         comm.Barrier()  # common clock origin for timelines (ranks on one node share perf_counter)
         self.tracer.reset(t0=time.perf_counter())
 
-    def _split(self, comm: MPI.Comm, name: str, axes: tuple[str, ...]) -> Group:
-        """The group over ``axes`` holding this rank (``tpsim.rank_grid``: which one, and this rank's place)."""
-        sub = comm.Split(color=self.ranks.color(self.rank, *axes), key=self.ranks.key(self.rank, *axes))
-        group = Group(sub, name, self.ranks.group(self.rank, *axes), self.tracer)
+    def _fold_experts(self, comm: MPI.Comm) -> None:
+        """The MoE layers' groups (Parallel Folding, module docstring) and the sequence group TP × CP."""
+        self.ep, self.etp, self.edp = (self.experts.sizes[a] for a in ("ep", "etp", "edp"))
+        mine = self.experts.coords(self.rank)
+        self.ep_rank, self.etp_rank, self.edp_rank = mine["ep"], mine["etp"], mine["edp"]
+        for name, axes in (("ep", ("ep",)), ("etp", ("etp",)), ("edp", ("edp",)), ("expert", ("ep", "etp"))):
+            self._split(comm, name, axes, self.experts)
+        if self.cp > 1:
+            self._split(comm, "seq", ("tp", "cp"))
+        else:
+            self._groups[("cp", "tp")] = self.tp_group
+
+    def _split(self, comm: MPI.Comm, name: str, axes: tuple[str, ...], grid: RankGrid | None = None) -> Group:
+        """The group over ``axes`` holding this rank (``tpsim.rank_grid``: which one, and this rank's place) on
+        ``grid`` (the attention grid unless given)."""
+        grid = self.ranks if grid is None else grid
+        sub = comm.Split(color=grid.color(self.rank, *axes), key=grid.key(self.rank, *axes))
+        group = Group(sub, name, grid.group(self.rank, *axes), self.tracer)
         self._groups[tuple(sorted(axes))] = group
         return group
 

@@ -11,6 +11,7 @@ caller's scope and phase. Shapes:
     send(x, peer, tag)            x: [...] to group rank peer    -> posted, never waits (``Isend``)
     recv(shape, dtype, peer, tag) from group rank peer           -> [...]            (waits for it)
     all_to_all(x, split, concat)  chunk j of split to rank j      -> chunks along concat (``tpsim.comm.all_to_all``)
+    all_to_all_v / all_gather_v / reduce_scatter_v               pieces of per-rank sizes (``tpsim.comm.variable``)
     iall_reduce(x) / ireduce_scatter(x) / iall_gather(x)         -> Pending; .wait() -> the result (flat buffers)
 
 Non-blocking (``tpsim.comm.pending``): the DP buckets' collectives, posted while the backward goes on
@@ -47,6 +48,7 @@ from tpsim.comm.all_to_all import AllToAll
 from tpsim.comm.chunked import ChunkedCollectives
 from tpsim.comm.pending import Pending
 from tpsim.comm.tracer import Tracer
+from tpsim.comm.variable import VariableCollectives
 from tpsim.comm.waiting import collective, wait_politely
 
 _REDUCE_OPS = NATIVE_OPS  # name -> MPI.Op; 16-bit arrays get theirs from tpsim.comm.half.reduce_op
@@ -65,7 +67,7 @@ def _check_inplace(x: np.ndarray, name: str) -> None:
         raise ValueError(f"{name} needs a writeable C-contiguous array (MPI reads it until the wait)")
 
 
-class Group(ChunkedCollectives, AllToAll):
+class Group(ChunkedCollectives, AllToAll, VariableCollectives):
     """A named group of ranks ("tp", "dp", "world") with traced collectives (SP's in chunks: ``ChunkedCollectives``)."""
 
     def __init__(self, comm: MPI.Comm, name: str, ranks: tuple[int, ...], tracer: Tracer) -> None:
@@ -97,6 +99,15 @@ class Group(ChunkedCollectives, AllToAll):
                          dtype=self._dtype_name(x.dtype), shape=tuple(shape), bytes=nbytes,
                          wire_bytes=wire_bytes(op, nbytes, self.size), start=t - tr.t0,
                          duration=time.perf_counter() - t, overlap=overlap)
+
+    def _record_v(self, op: str, x: np.ndarray, shape: tuple[int, ...], nbytes: int, wire: int, t: float) -> None:
+        """A collective of per-rank sizes: its bytes and wire bytes counted by the caller (``tpsim.comm.variable``)."""
+        tr = self.tracer
+        if tr.enabled:
+            tr.record(op=op, reduce_op="sum" if op == "reduce_scatter_v" else "", group=self.name,
+                      group_size=self.size, group_ranks=self.ranks, dtype=self._dtype_name(x.dtype),
+                      shape=tuple(shape), bytes=int(nbytes), wire_bytes=int(wire), start=t - tr.t0,
+                      duration=time.perf_counter() - t, overlap=False)
 
     def _record_p2p(self, op: str, x: np.ndarray, peer: int, t: float, microbatch: int, chunk: int) -> None:
         tr = self.tracer

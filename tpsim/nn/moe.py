@@ -10,7 +10,10 @@
 order), and its outputs are scattered back, weighted. **Capacity** (``capacity_factor`` c; None: dropless): an
 expert keeps at most C = ⌈c · T·k / E⌉ tokens, the first ones in token order; the rest of its assignments are
 dropped — they add nothing, so a token with every choice dropped passes through the block's residual alone.
-``cache.dropped`` counts them.
+``cache.dropped`` counts them. Capacity is a property of a *group* of tokens (GShard's groups): under expert
+parallelism each rank drops among its own tokens (Megatron-LM's ``drop_and_pad`` counts them per rank), so the
+serial twin of a parallel run is told those groups (``groups``: a function of x's shape giving each group's
+token rows in its order) and drops within each the same way; by default all T tokens are one group.
 
 Backward: for expert e and its rows R, d(out_e) = dy_R · w_R, dx_R += expert_e.backward(...), and the weight's
 gradient dw_R = Σ_h dy_R · out_e (a dropped assignment's is 0); the router turns dw (and its auxiliary losses) into
@@ -29,7 +32,7 @@ import numpy as np
 from tpsim.errors import ConfigError
 from tpsim.nn.linear import Linear
 from tpsim.nn.module import Module
-from tpsim.nn.router import Router, RouterCache
+from tpsim.nn.router import Router, RouterCache, SequenceStats
 from tpsim.nn.swiglu import SwiGLU
 
 
@@ -60,6 +63,51 @@ def assignments(index: np.ndarray, experts: int, capacity: int | None) -> tuple[
     return rows, slots, dropped
 
 
+def grouped_assignments(index: np.ndarray, experts: int, capacity, groups: list) -> tuple[list, list, int]:
+    """``assignments`` with the capacity applied within each group of token rows (``groups``: int arrays, each
+    in its own order; ``capacity(n)``: the capacity of a group of n), then every expert's rows in token order."""
+    parts = [assignments(index[g], experts, capacity(len(g))) for g in groups]
+    rows, slots = [], []
+    for e in range(experts):
+        t = np.concatenate([g[p[0][e]] for g, p in zip(groups, parts)])
+        j = np.concatenate([p[1][e] for p in parts])
+        order = np.argsort(t, kind="stable")
+        rows.append(t[order])
+        slots.append(j[order])
+    return rows, slots, sum(p[2] for p in parts)
+
+
+def shared_forward(experts: list, gate: Linear | None, X: np.ndarray, y: np.ndarray):
+    """``y += Σ shared experts(X)`` (times σ(X·g) with Qwen2-MoE's ``gate``) -> (caches, the sum, gate cache)."""
+    if not experts:
+        return (), None, None
+    outs = [expert.forward(X) for expert in experts]
+    total = sum(out for out, _ in outs)
+    c_gate = None
+    if gate is not None:
+        g, c_g = gate.forward(X)
+        sig = 1.0 / (1.0 + np.exp(-g))
+        y += sig * total
+        c_gate = (c_g, sig)
+    else:
+        y += total
+    return tuple(c for _, c in outs), total, c_gate
+
+
+def shared_backward(experts: list, gate: Linear | None, dY: np.ndarray, dX: np.ndarray, cache) -> None:
+    """``dX += `` the shared experts' (and their gate's) input gradients; adds into their weight gradients."""
+    if not experts:
+        return
+    d_shared = dY
+    if cache.gate is not None:
+        c_g, sig = cache.gate
+        d_shared = dY * sig
+        dg = (dY * cache.shared_out).sum(axis=-1, keepdims=True) * sig * (1.0 - sig)
+        dX += gate.backward(dg, c_g)
+    for expert, c in zip(experts, cache.shared):
+        dX += expert.backward(d_shared, c)
+
+
 class MoE(Module):
     """``router`` (``tpsim.nn.router.Router``), ``experts`` (E SwiGLU FFNs of width ``ffn``), ``shared_experts``
     (SwiGLUs of width ``shared_ffn``, always on) and, with ``shared_gate``, Qwen2-MoE's sigmoid gate on them."""
@@ -82,6 +130,7 @@ class MoE(Module):
         self.shared_expert_gate = Linear(hidden, 1, bias=False, rng=rng, dtype=dtype, std=std) if shared_gate \
             else None
         self.capacity_factor = capacity_factor
+        self.groups = None  # capacity groups: shape -> [int rows of each group] (module docstring); None: one
 
     def capacity(self, tokens: int) -> int | None:
         """C = ⌈c · T·k / E⌉ tokens an expert keeps (None: dropless)."""
@@ -92,8 +141,11 @@ class MoE(Module):
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, MoECache]:
         """``x: [b, s, h]`` (or ``[T, h]``) -> ``(y shaped as x, MoECache)``."""
         X = x.reshape(-1, x.shape[-1])
-        (index, weights), c_router = self.router.forward(X)
-        rows, slots, dropped = assignments(index, len(self.experts), self.capacity(len(X)))
+        (index, weights), c_router = self.router.forward(X, SequenceStats.serial(x.shape))
+        if self.groups is None or self.capacity_factor is None:
+            rows, slots, dropped = assignments(index, len(self.experts), self.capacity(len(X)))
+        else:
+            rows, slots, dropped = grouped_assignments(index, len(self.experts), self.capacity, self.groups(x.shape))
         y = np.zeros_like(X)
         caches, outputs = [], []
         for expert, r, j in zip(self.experts, rows, slots):
@@ -105,24 +157,9 @@ class MoE(Module):
             y[r] += weights[r, j][:, None] * out  # r holds each token once: a plain scatter-add
             caches.append(cache)
             outputs.append(out)
-        shared, shared_out, gate = self._shared_forward(X, y)
+        shared, shared_out, gate = shared_forward(self.shared_experts, self.shared_expert_gate, X, y)
         return y.reshape(x.shape), MoECache(c_router, rows, slots, caches, outputs, shared, shared_out, gate,
                                             dropped, x.shape)
-
-    def _shared_forward(self, X: np.ndarray, y: np.ndarray):
-        if not self.shared_experts:
-            return (), None, None
-        outs = [expert.forward(X) for expert in self.shared_experts]
-        total = sum(out for out, _ in outs)
-        gate = None
-        if self.shared_expert_gate is not None:
-            g, c_g = self.shared_expert_gate.forward(X)
-            sig = 1.0 / (1.0 + np.exp(-g))
-            y += sig * total
-            gate = (c_g, sig)
-        else:
-            y += total
-        return tuple(c for _, c in outs), total, gate
 
     def backward(self, dy: np.ndarray, cache: MoECache) -> np.ndarray:
         """``dy`` shaped as the output -> ``dx`` shaped as the input; adds into every expert's, the router's and
@@ -137,15 +174,7 @@ class MoE(Module):
             dweights[r, j] = (dY[r] * out).sum(axis=-1)
             dX[r] += expert.backward(dY[r] * weights[r, j][:, None], c)
         dX += self.router.backward(dweights, cache.router)
-        if self.shared_experts:
-            d_shared = dY
-            if cache.gate is not None:
-                c_g, sig = cache.gate
-                d_shared = dY * sig
-                dg = (dY * cache.shared_out).sum(axis=-1, keepdims=True) * sig * (1.0 - sig)
-                dX += self.shared_expert_gate.backward(dg, c_g)
-            for expert, c in zip(self.shared_experts, cache.shared):
-                dX += expert.backward(d_shared, c)
+        shared_backward(self.shared_experts, self.shared_expert_gate, dY, dX, cache)
         return dX.reshape(cache.shape)
 
     def __repr__(self) -> str:
