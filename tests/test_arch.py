@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpsim.arch import (ARCH_NAMES, ARCH_SPELLINGS, ARCHITECTURES, GPTConfig, LlamaConfig, NemotronConfig,
-                        architecture, architecture_of, hf_architecture)
+from tpsim.arch import (ARCH_NAMES, ARCH_SPELLINGS, ARCHITECTURES, GPTConfig, LlamaConfig, MixtralConfig,
+                        NemotronConfig, architecture, architecture_of, hf_architecture)
 from tpsim.arch.hf_keys import HFConfigError
 from tpsim.errors import ConfigError
 from tpsim.hf.layout import hf_shapes
@@ -19,12 +19,15 @@ CONFIGS = {"gpt2": GPTConfig(vocab_size=13, n_positions=9, n_embd=12, n_layer=3,
            "llama": LlamaConfig(vocab_size=13, hidden_size=16, intermediate_size=24, num_hidden_layers=3,
                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=9),
            "nemotron": NemotronConfig(vocab_size=13, hidden_size=16, intermediate_size=24, num_hidden_layers=3,
-                                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=9)}
+                                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=9),
+           "mixtral": MixtralConfig(vocab_size=13, hidden_size=16, intermediate_size=6, num_hidden_layers=3,
+                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=9,
+                                    num_local_experts=3, num_experts_per_tok=2, router_aux_loss_coef=0.02)}
 
 
 def test_names_and_aliases():
-    assert ARCH_NAMES == ("gpt2", "llama", "nemotron")
-    assert set(ARCH_SPELLINGS) == {"gpt2", "gpt", "llama", "nemotron"}
+    assert ARCH_NAMES == ("gpt2", "llama", "nemotron", "mixtral")
+    assert set(ARCH_SPELLINGS) == {"gpt2", "gpt", "llama", "nemotron", "mixtral"}
     assert architecture("gpt") is architecture("gpt2") is ARCHITECTURES["gpt2"]
     assert all(architecture(a).name == a for a in ARCH_NAMES)
 
@@ -53,6 +56,21 @@ def test_every_entry_builds_a_serial_model_holding_its_param_shapes(name):
     assert param_elements(config, 1) == sum(int(np.prod(s)) for s in config.param_shapes().values())
 
 
+def test_a_mixtral_with_dense_layers_and_shared_experts_holds_its_param_shapes():
+    """tpsim's knobs beyond Mixtral's file: a dense first layer, shared experts; the memory terms count them, and
+    an export would refuse them (``tpsim_only``)."""
+    config = MixtralConfig(vocab_size=13, hidden_size=16, intermediate_size=6, num_hidden_layers=3,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=9, num_local_experts=3,
+                           shared_experts=2, shared_expert_intermediate_size=4, first_dense_layers=1, router="sigmoid",
+                           router_aux_loss_coef=0.0)
+    model = architecture("mixtral").serial(config, seed=0)
+    assert {n: p.shape for n, p in model.named_parameters()} == config.param_shapes()
+    assert param_elements(config, 1) == sum(int(np.prod(s)) for s in config.param_shapes().values())
+    assert config.tpsim_only() == ["router sigmoid", "shared_experts 2", "first_dense_layers 1"]
+    assert "model.layers.0.mlp.gate_proj.weight" in config.param_shapes()  # dense
+    assert "model.layers.1.mlp.experts.2.down_proj.weight" in config.param_shapes()
+
+
 @pytest.mark.parametrize("name", ARCH_NAMES)
 def test_every_entry_has_the_shared_shape_and_terms(name):
     entry, config = architecture(name), CONFIGS[name]
@@ -72,7 +90,7 @@ def test_every_entry_has_the_shared_shape_and_terms(name):
 
 
 def test_hf_architecture_refuses_an_unknown_model_type():
-    message = 'model_type = "mistral" is not supported: tpsim reads gpt2, llama and nemotron'
+    message = 'model_type = "mistral" is not supported: tpsim reads gpt2, llama, nemotron and mixtral'
     with pytest.raises(HFConfigError, match=message):
         hf_architecture("mistral")
 

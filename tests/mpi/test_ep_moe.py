@@ -4,7 +4,8 @@ Every layout the world holds — tp 1 and 2 (with sequence parallelism), ep 1, 2
 both dispatchers — on the three routers (Mixtral's, Qwen2-MoE's with its gated shared expert and capacity
 dropping, DeepSeek-V3's sigmoid with a selection bias and shared experts) and a layer whose expert 5 gets no
 token. The serial twin applies the capacity to the same groups of tokens (each rank's own), so outputs, input
-gradients, every gradient (the router's and shared experts' averaged over DP — summed over TP under SP — the
+gradients, every gradient (the router's and shared experts' averaged over DP — summed over TP under SP by the
+layer's own all-reduce — the
 experts' summed over expert-DP and divided by dp), the auxiliary losses and the dropped count all equal it
 (float64, 1e-12). The traced all-to-all-v bytes equal the routing counts × h × 8.
 """
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 from tpsim.comm import ProcessGrid
-from tpsim.ep import ExpertParallelMoE
+from tpsim.ep.moe import ExpertParallelMoE
 from tpsim.errors import ConfigError
 from tpsim.nn.moe import MoE
 from tpsim.partition import take_shard
@@ -72,16 +73,7 @@ def reduce_grad(grid: ProcessGrid, name: str, g: np.ndarray, layer: ExpertParall
     """A gradient as the data-parallel step leaves it (the layer's docstring)."""
     if name.startswith("experts."):
         return grid.group("edp").all_reduce(g) / grid.dp
-    if name.startswith("shared_experts.") and grid.tp > 1:  # TP shards: their own part of every token
-        return grid.dp_group.all_reduce(g) / grid.dp
-    return grid.dp_group.all_reduce(grid.tp_group.all_reduce(g)) / grid.dp  # replicated, SP-local tokens
-
-
-def serial_name(name: str, layer: ExpertParallelMoE) -> str:
-    if name.startswith("experts."):
-        _, i, rest = name.split(".", 2)
-        return f"experts.{layer.experts.ids[int(i)]}.{rest}"
-    return name
+    return grid.dp_group.all_reduce(g) / grid.dp  # dense: TP shards, or replicated and summed over TP in-layer
 
 
 @pytest.mark.parametrize("dispatcher", ["alltoall", "allgather"])
@@ -113,7 +105,7 @@ def test_expert_parallel_layer_equals_serial(tp, ep, etp, case, dispatcher):
     assert_close(dx / grid.dp, local(dx_s), what="input gradient")
     ref = dict(serial.named_grads())
     for name, g in layer.named_grads():
-        assert_close(reduce_grad(grid, name, g, layer), shard_of(layer, name, ref[serial_name(name, layer)]),
+        assert_close(reduce_grad(grid, name, g, layer), shard_of(layer, name, ref[name]),
                      what=f"gradient of {name}")
     dp_mean = lambda v: float(grid.dp_group.all_reduce(np.array([v]))[0]) / grid.dp  # noqa: E731
     assert abs(dp_mean(cache.router.aux_loss) - c_s.router.aux_loss) <= 1e-12

@@ -5,6 +5,8 @@
     llama  tpsim.arch.llama.LlamaConfig  tpsim.arch.llama_hf        tpsim.predict.llama_memory tpsim.models.llama
     nemotron  tpsim.arch.nemotron.NemotronConfig  tpsim.arch.nemotron_hf  tpsim.predict.nemotron_memory
            tpsim.models.nemotron
+    mixtral   tpsim.arch.mixtral.MixtralConfig    tpsim.arch.mixtral_hf   tpsim.predict.mixtral_memory
+           tpsim.models.mixtral (its parallel builder also takes the grid: ``experts=True``)
 
 Every config exposes one shape (``tpsim.arch.shape``: ``hidden, heads, kv_heads, head_dim, ffn, layers, vocab,
 max_positions`` and the class constants ``arch, norm, activation, positions, tied, biases, norm_params,
@@ -30,10 +32,11 @@ from importlib import import_module
 from types import ModuleType
 from typing import Callable
 
-from tpsim.arch import gpt2_hf, llama_hf, nemotron_hf
+from tpsim.arch import gpt2_hf, llama_hf, mixtral_hf, nemotron_hf
 from tpsim.arch.gpt2 import GPTConfig
 from tpsim.arch.hf_keys import HFConfigError
 from tpsim.arch.llama import LlamaConfig
+from tpsim.arch.mixtral import MixtralConfig
 from tpsim.arch.nemotron import NemotronConfig
 from tpsim.errors import ConfigError
 
@@ -52,6 +55,7 @@ class Architecture:
     serial_builder: str  # "module:function"; function(config, seed=, dtype=) -> the serial model
     parallel_builder: str  # "module:function"; function(serial, group, *, sequence_parallel=, tp_comm_overlap=,
     #                        core=) -> this rank's TP model
+    experts: bool = False  # a mixture of experts: the parallel builder also takes grid=, dispatcher=, microbatches=
 
     def _resolve(self, where: str) -> Callable:
         module, function = where.split(":")
@@ -95,6 +99,10 @@ ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
                  "Nemotron-4 blocks: LayerNorm1P, squared-ReLU MLP (no gate), partial RoPE, GQA, untied LM head",
                  nemotron_hf, "tpsim.predict.nemotron_memory",
                  "tpsim.models.nemotron:serial_nemotron", "tpsim.models.nemotron:parallel_nemotron"),
+    Architecture("mixtral", (), MixtralConfig,
+                 "Mixtral blocks: the Llama's with a mixture of SwiGLU experts, top-k routed, for every MLP",
+                 mixtral_hf, "tpsim.predict.mixtral_memory",
+                 "tpsim.models.mixtral:serial_mixtral", "tpsim.models.mixtral:parallel_mixtral", experts=True),
 )}
 ARCH_NAMES = tuple(ARCHITECTURES)  # the names printed: the canonical spelling of each
 _SPELLINGS = {alias: a for a in ARCHITECTURES.values() for alias in (a.name, *a.aliases)}
@@ -110,7 +118,11 @@ def architecture(name: str) -> Architecture:
 
 
 def architecture_of(config) -> Architecture:
-    """The entry whose config class ``config`` is an instance of."""
+    """The entry whose config class ``config`` is an instance of (its own class first: a MixtralConfig is a
+    LlamaConfig too)."""
+    for arch in ARCHITECTURES.values():
+        if type(config) is arch.config:
+            return arch
     for arch in ARCHITECTURES.values():
         if isinstance(config, arch.config):
             return arch
@@ -128,4 +140,4 @@ def hf_architecture(model_type, where: str = "config.json") -> Architecture:
 
 
 __all__ = ["ARCHITECTURES", "ARCH_NAMES", "ARCH_SPELLINGS", "Architecture", "GPTConfig", "LlamaConfig",
-           "NemotronConfig", "architecture", "architecture_of", "hf_architecture"]
+           "MixtralConfig", "NemotronConfig", "architecture", "architecture_of", "hf_architecture"]

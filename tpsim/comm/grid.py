@@ -33,7 +33,8 @@ given, the ranks of one stage, TP × CP × DP for attention, are also ETP × EP 
 order string ``EXPERT_ORDER`` ("etp-ep-edp-pp": expert-tensor ranks fastest). ``group("ep")`` holds the ranks
 that trade tokens, ``group("etp")`` those sharing one expert's columns, ``group("edp")`` the replicas of one
 expert (its gradients are summed there), ``group("ep", "etp")`` the ranks one MoE layer's experts are split
-over; ``group("tp", "cp")`` ("seq") the ranks holding the tokens of one sequence.
+over (``group("ep", "etp", "pp")`` with the stages: the expert norm's); ``group("tp", "cp")`` ("seq") the ranks
+holding the tokens of one sequence.
 Sizes are checked on every rank before the first collective, so a bad configuration fails the same way
 everywhere instead of leaving some ranks waiting. Every rank's host name is gathered once, at construction
 (untraced: set-up, not model traffic); when the ranks span several hosts the table shows them and warns about a
@@ -155,6 +156,10 @@ class ProcessGrid:
         self.ep_rank, self.etp_rank, self.edp_rank = mine["ep"], mine["etp"], mine["edp"]
         for name, axes in (("ep", ("ep",)), ("etp", ("etp",)), ("edp", ("edp",)), ("expert", ("ep", "etp"))):
             self._split(comm, name, axes, self.experts)
+        if self.pp > 1:  # the ranks one replica's experts are split over, every stage
+            self._split(comm, "expert_mp", ("ep", "etp", "pp"), self.experts)
+        else:
+            self._groups[("ep", "etp", "pp")] = self._groups[("ep", "etp")]
         if self.cp > 1:
             self._split(comm, "seq", ("tp", "cp"))
         else:

@@ -100,15 +100,6 @@ class Group(ChunkedCollectives, AllToAll, VariableCollectives):
                          wire_bytes=wire_bytes(op, nbytes, self.size), start=t - tr.t0,
                          duration=time.perf_counter() - t, overlap=overlap)
 
-    def _record_v(self, op: str, x: np.ndarray, shape: tuple[int, ...], nbytes: int, wire: int, t: float) -> None:
-        """A collective of per-rank sizes: its bytes and wire bytes counted by the caller (``tpsim.comm.variable``)."""
-        tr = self.tracer
-        if tr.enabled:
-            tr.record(op=op, reduce_op="sum" if op == "reduce_scatter_v" else "", group=self.name,
-                      group_size=self.size, group_ranks=self.ranks, dtype=self._dtype_name(x.dtype),
-                      shape=tuple(shape), bytes=int(nbytes), wire_bytes=int(wire), start=t - tr.t0,
-                      duration=time.perf_counter() - t, overlap=False)
-
     def _record_p2p(self, op: str, x: np.ndarray, peer: int, t: float, microbatch: int, chunk: int) -> None:
         tr = self.tracer
         if not tr.enabled:

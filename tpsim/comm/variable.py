@@ -45,7 +45,17 @@ def _vector(x: np.ndarray, counts: np.ndarray):
 
 class VariableCollectives:
     """All-to-all, all-gather and reduce-scatter with per-rank sizes, a mixin of ``Group`` (which supplies
-    ``comm``, ``size``, ``rank``, ``name``, ``tracer``, ``all_to_all``, ``all_gather`` and ``_record_v``)."""
+    ``comm``, ``size``, ``rank``, ``name``, ``ranks``, ``tracer``, ``all_to_all``, ``all_gather``)."""
+
+    def _record_v(self, op: str, x: np.ndarray, shape: tuple[int, ...], nbytes: int, wire: int, t: float) -> None:
+        """A collective of per-rank sizes: its bytes and wire bytes counted by the caller (``tpsim.comm.variable``)."""
+        tr = self.tracer
+        if tr.enabled:
+            tr.record(op=op, reduce_op="sum" if op == "reduce_scatter_v" else "", group=self.name,
+                      group_size=self.size, group_ranks=self.ranks, dtype=self._dtype_name(x.dtype),
+                      shape=tuple(shape), bytes=int(nbytes), wire_bytes=int(wire), start=t - tr.t0,
+                      duration=time.perf_counter() - t, overlap=False)
+
 
     def all_to_all_v(self, x: np.ndarray, send_counts, recv_counts=None) -> tuple[np.ndarray, np.ndarray]:
         """Rows of ``x`` (grouped by destination, ``send_counts[j]`` for group rank j) to their ranks; the

@@ -17,8 +17,8 @@ one field of ``Parallelism``; how a pipeline runs (schedule, micro-batches, chun
 the ``Pipeline`` part, checked with the rest before any work.
 
 One vocabulary for dtypes (NumPy's names; ``fp32``, ``bf16``, ``fp16``, ``fp64`` accepted, printed in the long
-form) and one for architectures (``tpsim.arch``: gpt2, llama; ``gpt`` accepted). Pure arithmetic, no MPI. Beside
-it: ``pipeline`` (``Pipeline``), ``clock_choice`` (``--clock``, ``--mfu``), ``tp_overlap_choice``.
+form) and one for architectures (``tpsim.arch``; ``gpt`` accepted). Pure arithmetic, no MPI. Beside it: ``pipeline``,
+``experts`` (``Experts``: --ep, --etp, --dispatcher), ``clock_choice`` (``--clock``, ``--mfu``), ``tp_overlap_choice``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from tpsim.errors import ConfigError, at_least
 from tpsim.nn.precision import DTYPE_NAMES, dtype_of  # DTYPE_NAMES: what --dtype accepts and prints
 from tpsim.config import tp_overlap_choice  # pure: --tp-comm-overlap
 from tpsim.config.pipeline import Pipeline  # how pp > 1 runs (re-exported: tpsim.config.Pipeline)
+from tpsim.config.experts import Experts, has_experts, tell_groups  # noqa: F401 (has_experts: re-exported)
 from tpsim.cp import choice as cp_choice  # pure: --cp, --cp-comm, --cp-layout
 from tpsim.zero_stage import ZeroStage, zero_stage  # ZeRO's stages as data (every one runs live)
 
@@ -212,6 +213,7 @@ class RunConfig:
     schedule: Schedule = field(default_factory=Schedule)
     files: Files = field(default_factory=Files)
     pipeline: Pipeline = field(default_factory=Pipeline)
+    experts: Experts = field(default_factory=Experts)
 
     def __post_init__(self) -> None:
         architecture_of(self.model)  # TypeError for an unregistered config
@@ -224,6 +226,7 @@ class RunConfig:
             raise ConfigError(f"--seq-len {sch.seq_len} is not divisible by tp {par.tp} "
                               f"(sequence parallelism splits the sequence)")
         self.model.check(par.tp)
+        self.experts.check(par, self.model, self.precision)
         cp_choice.check_sizes(par, self.model, sch.seq_len)
         cp_choice.check_clock(par.cp, self.pipeline.clock)
         if self.optimizer.overlap_param_gather and not par.zero_stage.overlap_param_gather_applies:
@@ -263,8 +266,9 @@ class RunConfig:
         return self.local_batch // self.pipeline.microbatches
 
     def serial_model(self):
-        """The single-device model drawn from the run's seed, in the run's dtype (the registry's builder)."""
-        return architecture_of(self.model).serial(self.model, seed=self.schedule.seed, dtype=self.precision.numpy)
+        """The single-device model from the run's seed and dtype (experts: told where capacity drops, ``experts``)."""
+        return tell_groups(architecture_of(self.model).serial(self.model, seed=self.schedule.seed,
+                                                              dtype=self.precision.numpy), self)
 
     def build_model(self, tp_group, cp_group=None):
         """This rank's shard of the run's model over ``tp_group`` (sequence-parallel layers when ``sp``; with
@@ -292,5 +296,5 @@ class RunConfig:
                    OptimizerSettings(**optimizer), sch, pipeline=pipeline or Pipeline())
 
 
-__all__ = ["ARCH_NAMES", "DTYPE_ALIASES", "DTYPE_NAMES", "Files", "OptimizerSettings", "Parallelism", "Pipeline",
+__all__ = ["ARCH_NAMES", "DTYPE_ALIASES", "DTYPE_NAMES", "Experts", "Files", "OptimizerSettings", "Parallelism", "Pipeline",
            "Precision", "RunConfig", "Schedule", "arch_name", "dtype_name"]

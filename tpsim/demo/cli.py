@@ -14,23 +14,24 @@ from math import gcd
 
 from tpsim.arch import architecture
 from tpsim.comm.launch import world_size
-from tpsim.config import Files, OptimizerSettings, Parallelism, Pipeline, Precision, RunConfig, Schedule
+from tpsim.config import Experts, Files, OptimizerSettings, Parallelism, Pipeline, Precision, RunConfig, Schedule
 from tpsim.zero_stage import ZERO_STAGES
 from tpsim.errors import ConfigError
 from tpsim.paths import check_input_file, check_output_dir
 from tpsim.live_pipeline.split import parse_stage_layers
 from tpsim.demo.arguments import cp_arguments, clock_arguments, file_arguments, model_arguments, overlap_arguments
+from tpsim.demo.expert_arguments import expert_arguments, with_experts
 from tpsim.options import RankZeroParser, count, non_negative, positive, whole
 
 
 DEFAULT_BATCH = 16
+DESCRIPTION = ("Tensor parallelism on real MPI ranks: the rank grid, a check against the serial model, training, "
+               "and where every byte of communication goes.")
 DEFAULT_DROPOUT = 0.1  # gpt2: the verdicts against the serial model cover dropout (exact RNG)
 
 
 def build_parser() -> RankZeroParser:
-    p = RankZeroParser(prog="python -m tpsim.demo",
-                       description="Tensor parallelism on real MPI ranks: the rank grid, a check against the "
-                                   "serial model, training, and where every byte of communication goes.")
+    p = RankZeroParser(prog="python -m tpsim.demo", description=DESCRIPTION)
     p.add_argument("--scenario", choices=["gpt", "mlp", "partial-fc"], default="gpt",
                    help="gpt: train a tiny GPT with DP x TP (default); mlp: one parallel MLP step; "
                         "partial-fc: the InsightFace way vs the Megatron way")
@@ -61,6 +62,7 @@ def build_parser() -> RankZeroParser:
     cp_arguments(g)
     clock_arguments(g)
     model_arguments(p.add_argument_group("model"))
+    expert_arguments(p.add_argument_group("experts (--arch mixtral)"))
     t = p.add_argument_group("training")
     t.add_argument("--batch-size", type=count, default=None,
                    help="global batch, sequences per step (default: 16, rounded up to a multiple of dp)")
@@ -162,9 +164,9 @@ def _model(args: argparse.Namespace):
     dropout = (DEFAULT_DROPOUT if config_class.has_dropout else 0.0) if args.dropout is None else args.dropout
     if not 0.0 <= dropout < 1.0:
         raise ConfigError(f"--dropout must be in [0, 1), got {dropout}")
-    return config_class.from_sizes(
+    return with_experts(config_class.from_sizes(
         vocab=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads, max_positions=args.seq_len,
-        dropout=dropout, kv_heads=args.kv_heads, ffn=args.ffn)
+        dropout=dropout, kv_heads=args.kv_heads, ffn=args.ffn if args.ffn is not None else args.moe_ffn), args)
 
 
 def config_from(args: argparse.Namespace) -> DemoConfig:
@@ -200,7 +202,8 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
     run = RunConfig(model, Parallelism(tp=tp, dp=dp, pp=args.pp, sp=args.sequence_parallel, zero=args.zero,
                                        tp_comm_overlap=args.tp_comm_overlap, cp=args.cp, cp_comm=args.cp_comm,
                                        cp_layout=args.cp_layout),
-                    precision, optimizer, schedule, files, pipeline)
+                    precision, optimizer, schedule, files, pipeline,
+                    Experts(ep=args.ep, etp=args.etp, dispatcher=args.dispatcher))
     check_paths(files)
     if files.resume:
         from tpsim.demo.resume import check_resume

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from tpsim.comm import ProcessGrid
 from tpsim.config import RunConfig
+from tpsim.ep.params import expert_param_names
+from tpsim.train.expert_sync import FoldedGradSync
 from tpsim.nn.module import Module
 from tpsim.train import AdamW, DynamicLossScaler, GradSync, StepGuard, mixed_precision
 from tpsim.train.protocol import OptimizerProtocol
@@ -50,6 +52,9 @@ def make_sync(model: Module, grid: ProcessGrid, run: RunConfig) -> GradSync | Di
         return DistributedOptimizer(demo_adamw(model, run), grid, bucket_cap_bytes=cap, loss_scaler=_scaler(run),
                                     overlap_grad_reduce=overlap, overlap_param_gather=opt.overlap_param_gather,
                                     held=held, stage=run.parallel.zero)
+    experts = expert_param_names(model)
+    if experts:  # Parallel Folding: the expert buckets over expert-DP (tpsim.train.expert_sync)
+        return FoldedGradSync(model, grid, experts, bucket_cap_bytes=cap, overlap=overlap, held=held)
     return GradSync(model, grid.dp_group, bucket_cap_bytes=cap, overlap=overlap, held=held)
 
 

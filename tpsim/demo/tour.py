@@ -56,6 +56,8 @@ from tpsim.pipeline.schedules import build as build_schedule
 from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.plan.of_run import clock_costs, clock_words
 from tpsim.live_pipeline.buckets import bucket_specs
+from tpsim.config import has_experts
+from tpsim.ep.record import collect as collect_routing
 from tpsim.live_pipeline.build import build_pipeline
 from tpsim.live_pipeline.data import stage_batch
 from tpsim.live_pipeline.executor import Executor
@@ -143,6 +145,7 @@ class PipelineWork:
         self.moved = "moved by rank 0" if grid.pp > 1 else "collectives/rank"  # stages differ; without, ranks alike
         self.task, self.mine = task_of(run), cp_positions(shard.chunks[0], run.schedule.seq_len)  # CP: tokens here
         self.peak, self.last, self.virtual = 0, None, {}
+        self.experts, self.routing = has_experts(run.model), None  # the step's routing (tpsim.ep.record), rank 0
 
     def grads(self, step: int, rng, loss_scale: float) -> tuple[float, int, dict]:
         sch, task = self.run.schedule, self.task
@@ -151,9 +154,11 @@ class PipelineWork:
         loss, tokens, result = pipeline_grads(self.shard, self.executor, self.grid, self.grad_sync, ids, labels,
                                               rows=rows, rng=rng, step=step, loss_scale=loss_scale)
         self.peak, self.last = max(self.peak, result.peak_in_flight), result
+        self.routing = collect_routing(self.shard, self.grid) if self.experts else None  # rank 0's: the world's
         if step >= max(sch.steps, 1) - self.run.files.timeline_steps:  # the compute stream's spans, then the comm's
             self.virtual[step] = [tuple(span) for span in result.clock.spans + result.clock.comm_spans()]
-        return loss, tokens, ({"dp_exposed_s": result.clock.dp.exposed} if result.clock.dp is not None else {})
+        return loss, tokens, ({"dp_exposed_s": result.clock.dp.exposed} if result.clock.dp is not None else {}) | (
+            self.routing.metrics() if self.routing is not None else {})
 
     def notes(self) -> list[str]:
         """Without a clock to price them: what the overlap flags did (``overlap_words``); with one, the DP
@@ -170,7 +175,7 @@ def per_stage(grid: ProcessGrid, value) -> list | None:
         return grid.pp_group.gather_objects(value, root=0)
 
 
-def final_report(grid, run: RunConfig, metrics, stage_sync, records, paths, t_start: float) -> bool:
+def final_report(grid, run: RunConfig, metrics, stage_sync, records, paths, t_start: float, routing=None) -> bool:
     """Rank 0: the step table, measured vs predicted with every stage (FORMULA CHECK), the p2p bytes, the files."""
     if grid.rank != 0:
         return True
@@ -181,7 +186,8 @@ def final_report(grid, run: RunConfig, metrics, stage_sync, records, paths, t_st
     print(step_table(records, last, grid.world_size) + "\n")
     trained = run.schedule.steps > 0
     predicted = predict_pipeline_step(run, clip=trained, update=trained, buckets=[s[0] for s in stage_sync],
-                                      grad_bytes=[s[1] for s in stage_sync], held=[s[2] for s in stage_sync])
+                                      grad_bytes=[s[1] for s in stage_sync], held=[s[2] for s in stage_sync],
+                                      routing=routing)
     step_records = [r for r in records if r["step"] == last]
     rows = compare(step_records, predicted)
     formula_ok, verdict = formula_verdict(rows)
@@ -220,7 +226,8 @@ def run(demo) -> int:
     t_start, run = time.perf_counter(), demo.run
     resume = read_resume(run) if run.files.resume else None  # every rank, before any collective
     tensors = resume.params if resume else load_init(run.files.init_from, run.model) if run.files.init_from else None
-    grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp, pp=run.parallel.pp, cp=run.parallel.cp)
+    grid = ProcessGrid(tp=run.parallel.tp, dp=run.parallel.dp, pp=run.parallel.pp, cp=run.parallel.cp,
+                       ep=run.experts.ep if has_experts(run.model) else None, etp=run.experts.etp)
     say(grid, *header(grid, run), *resume_lines(run, resume))
     shard, grad_sync, executor = build(grid, run, tensors)
     work = PipelineWork(grid, shard, grad_sync, executor, run)  # the one loop, this layout's step (training_loop)
@@ -261,7 +268,7 @@ def run(demo) -> int:
     if run.files.save:
         save_training(grid, shard, optimizer, run)  # untraced: every stage's optimizer state, the position
     formula_ok = final_report(grid, run, metrics, [r[3] for r in stage_reports] if grid.rank == 0 else None,
-                              records, paths, t_start)
+                              records, paths, t_start, work.routing)
     if grid.rank == 0:
         say(grid, *reverse_lines(run, trained), "")
     first = metrics[0]["step"] if metrics else 0  # > 0 when resumed

@@ -49,6 +49,10 @@ class LocalExperts(Module):
         super().__init__()
         self.experts, self.ids, self.etp = list(experts), ids, etp
 
+    def children(self) -> dict[str, Module]:
+        """Named by their global index, as in the serial layer: ``experts.{e}`` (a checkpoint's names)."""
+        return {f"experts.{e}": m for e, m in zip(self.ids, self.experts)}
+
     @classmethod
     def from_serial(cls, serial_experts: list, ep: int, ep_rank: int, etp: int, etp_rank: int) -> "LocalExperts":
         divide(len(serial_experts), ep, "the number of experts")

@@ -25,15 +25,20 @@ from tpsim.live_pipeline.split import split_layers
 
 def pipeline_from_serial(serial, grid, stage_layers: tuple[range, ...], *,
                          sequence_parallel: bool = False, tp_comm_overlap: bool = False,
-                         core: AttentionCore = SERIAL_CORE) -> PipelineShard:
+                         core: AttentionCore = SERIAL_CORE, dispatcher: str = "alltoall",
+                         microbatches: int = 1) -> PipelineShard:
     """This rank's ``PipelineShard`` of ``serial`` on ``grid`` (TP group: the layers' shards; ``grid.pp``
     ranks × len(stage_layers) / pp chunks each). Collective over the TP group (as the TP build is).
-    ``core``: the attention core every attention layer and chunk is built with (CP: ``tpsim.cp.context``)."""
+    ``core``: the attention core every attention layer and chunk is built with (CP: ``tpsim.cp.context``).
+    A mixture of experts' builder also gets the grid (its expert groups), the ``dispatcher`` and the step's
+    ``microbatches`` (``tpsim.ep.moe``)."""
     stages = len(stage_layers)
     if stages % grid.pp:
         raise ValueError(f"{stages} virtual stages do not divide over {grid.pp} pipeline ranks")
-    full = architecture_of(serial.config).parallel(serial, grid.tp_group, sequence_parallel=sequence_parallel,
-                                                   tp_comm_overlap=tp_comm_overlap, core=core)
+    arch = architecture_of(serial.config)
+    experts = dict(grid=grid, dispatcher=dispatcher, microbatches=microbatches) if arch.experts else {}
+    full = arch.parallel(serial, grid.tp_group, sequence_parallel=sequence_parallel,
+                         tp_comm_overlap=tp_comm_overlap, core=core, **experts)
     body = full.body()
     wte, wpe, blocks, ln_f = body.parts()
     edge = copy.copy(body)  # the embedding's wiring (wte, wpe, dropout, SP split) without the blocks
@@ -73,4 +78,5 @@ def build_pipeline(run, grid) -> PipelineShard:
     par = run.parallel
     core = core_for(grid.cp_group, par.cp_comm, par.cp_layout)
     return pipeline_from_serial(run.serial_model(), grid, layers, sequence_parallel=run.parallel.sp,
-                                tp_comm_overlap=run.parallel.tp_comm_overlap, core=core)
+                                tp_comm_overlap=run.parallel.tp_comm_overlap, core=core,
+                                dispatcher=run.experts.dispatcher, microbatches=pipe.microbatches)

@@ -1,5 +1,8 @@
 """A pipeline's full tensors in one place: each stage gathers its shards over TP, the stages meet on rank 0.
 
+A mixture of experts' experts are gathered over their own groups: an expert's ETP shards over ETP, the experts of
+a layer over EP (to the stage's first rank, which is EP rank 0 and ETP rank 0: ``tpsim.comm.grid``).
+
 Untraced (the tracer paused): gathering for a file or a check is not training traffic. Every rank calls it; the
 TP × DP × PP world rank 0 gets the whole model's tensors by serial name, the others None.
 """
@@ -9,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.comm import ProcessGrid
-from tpsim.hf.checkpoint import full_tensors
+from tpsim.ep.params import expert_param_names
+from tpsim.hf.checkpoint import gather_full
 from tpsim.live_pipeline.chunk import PipelineShard
 
 
@@ -17,8 +21,17 @@ def gather_stages(shard: PipelineShard, grid: ProcessGrid, which: str = "params"
     """Every parameter (or gradient) of the model as its full serial tensor on rank 0; None elsewhere."""
     with grid.tracer.paused():
         shapes = shard.config.param_shapes()
-        mine = full_tensors(shard, grid.tp_group, which, {name: shapes[name] for name, _ in shard.named_parameters()})
+        experts = expert_param_names(shard)
+        local = dict(shard.named_parameters() if which == "params" else shard.named_grads())
+        parts = dict(shard.named_partitions())
+        dense = {n: a for n, a in local.items() if n not in experts}
+        mine = gather_full(dense, parts, {n: shapes[n] for n in dense}, grid.tp_group)
         first_chain = grid.replica_rank == 0 and grid.tp_rank == 0  # rank 0's pipeline group: one rank per stage
+        if experts:
+            held = {n: a for n, a in local.items() if n in experts}
+            full = gather_full(held, parts, {n: shapes[n] for n in held}, grid.group("etp"))
+            for piece in grid.group("ep").gather_objects(full if grid.etp_rank == 0 else {}, root=0) or []:
+                mine.update(piece)
         stages = grid.pp_group.gather_objects(mine if first_chain else {}, root=0)
     if grid.rank != 0:
         return None

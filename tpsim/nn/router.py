@@ -87,7 +87,10 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
 class Router(Module):
     """``gate: Linear(h, E)`` without bias, and the choice of ``kind`` (``ROUTERS``); ``aux_coef`` α and
     ``z_coef`` β weigh the auxiliary losses (module docstring); ``bias`` [E] is the sigmoid router's selection
-    bias, a buffer outside the parameters."""
+    bias, a buffer outside the parameters. Inline: its ``gate`` is named as the layer's (Hugging Face's
+    ``block_sparse_moe.gate``, ``mlp.gate``)."""
+
+    inline = True
 
     def __init__(self, hidden: int, experts: int, top: int, *, kind: str = "softmax", aux_coef: float = 0.0,
                  z_coef: float = 0.0, rng: np.random.Generator | None = None, dtype=np.float64,

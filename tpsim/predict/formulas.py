@@ -117,7 +117,9 @@ class PredictionRows:
     """The predictions being built, keyed by (layer, phase, op, group) in the order the collectives are issued.
     ``repeat``: every call added is issued that many times (a pipeline's micro-batches); ``pp``: the pipeline."""
 
-    def __init__(self, tp: int, dp: int, kv: int = 1, *, pp: int = 1, repeat: int = 1, cp: int = 1) -> None:
+    def __init__(self, tp: int, dp: int, kv: int = 1, *, pp: int = 1, repeat: int = 1, cp: int = 1,
+                 mlp_copies: dict[str, int] | None = None) -> None:
+        self.mlp_copies = mlp_copies or {}  # block -> its TP-parallel MLPs (a MoE layer: its shared experts)
         self.sizes = {"tp": tp, "dp": dp * cp, "kv": kv, "world": tp * dp * cp * pp, "pp": pp, "embedding": 2,
                       "mp": tp * pp, "cp": cp}  # "dp": the gradient group, DP x CP
         self.repeat = repeat
@@ -154,7 +156,7 @@ def _forward(rows: PredictionRows, blocks: list[str], act: int, sequence_paralle
     if first:
         rows.add(n.embed, FORWARD, "all_reduce", "tp", act)  # under SP too: then the sequence is split
     for blk in blocks:
-        for part in (n.attn, n.mlp):
+        for part in (n.attn, *[n.mlp] * rows.mlp_copies.get(blk, 1)):
             if sequence_parallel:  # f̄ gathers the sequence in, ḡ reduce-scatters the result out
                 rows.add_sp(f"{blk}.{part}", FORWARD, "all_gather", act, overlap)
                 rows.add_sp(f"{blk}.{part}", FORWARD, "reduce_scatter", act, overlap)
@@ -177,7 +179,7 @@ def _tp_backward(rows: PredictionRows, blocks: list[str], act: int, n: LayerName
     if last:
         rows.add("lm_head", BACKWARD, "all_reduce", "tp", act)
     for blk in reversed(blocks):
-        rows.add(f"{blk}.{n.mlp}", BACKWARD, "all_reduce", "tp", act)
+        rows.add(f"{blk}.{n.mlp}", BACKWARD, "all_reduce", "tp", act, calls=rows.mlp_copies.get(blk, 1))
         rows.add(f"{blk}.{n.attn}", BACKWARD, "all_reduce", "tp", act)
 
 
@@ -190,14 +192,19 @@ def _sp_backward(rows: PredictionRows, blocks: list[str], act: int, ln_grads: in
         rows.add_sp("lm_head", BACKWARD, "reduce_scatter", act, overlap)
         rows.add(n.final_norm, SP_GRAD_SYNC, "all_reduce", "tp", ln_grads)
     for blk in reversed(blocks):
-        for part, ln in ((n.mlp, n.norm_2), (n.attn, n.norm_1)):  # ḡ's all-gather, the re-gather, f̄'s scatter
+        parts = [(n.mlp, None)] * rows.mlp_copies.get(blk, 1) + [(None, n.norm_2), (n.attn, n.norm_1)]
+        for part, ln in parts:  # ḡ's all-gather, the re-gather, f̄'s scatter; then the norm's sync
+            if part is None:
+                rows.add(f"{blk}.{ln}", SP_GRAD_SYNC, "all_reduce", "tp", ln_grads)
+                continue
             if overlap:  # ḡ's all-gather pipelined with dz·Bᵀ; the re-gather stays whole (dW sums over its rows)
                 rows.add_sp(f"{blk}.{part}", BACKWARD, "all_gather", act, overlap)
                 rows.add(f"{blk}.{part}", BACKWARD, "all_gather", "tp", act, calls=regather)
             else:
                 rows.add(f"{blk}.{part}", BACKWARD, "all_gather", "tp", act, calls=1 + regather)
             rows.add_sp(f"{blk}.{part}", BACKWARD, "reduce_scatter", act, overlap)
-            rows.add(f"{blk}.{ln}", SP_GRAD_SYNC, "all_reduce", "tp", ln_grads)
+            if ln is not None:
+                rows.add(f"{blk}.{ln}", SP_GRAD_SYNC, "all_reduce", "tp", ln_grads)
     if first:
         rows.add(n.embed, BACKWARD, "all_gather", "tp", act)  # the sequence split's backward
 

@@ -35,7 +35,10 @@ from tpsim.predict.model_state import zero_optimizer_bytes
 
 def param_elements(config, tp: int) -> int:
     """Parameter elements one TP rank holds: its shards plus every replicated tensor; the tied head once
-    (the module docstring's formula)."""
+    (the module docstring's formula); an architecture with its own count (experts) gives it."""
+    terms = architecture_of(config).memory
+    if hasattr(terms, "param_elements"):
+        return terms.param_elements(config, tp)
     h = config.hidden
     vocab = padded_vocab_size(config.vocab, tp) // tp * h
     table = config.max_positions * h if config.position_table else 0

@@ -34,7 +34,9 @@ from tpsim.partition import padded_length, padded_vocab_size
 from tpsim.phases import BACKWARD, DATA, DP_SYNC, FORWARD, OPTIMIZER
 from tpsim.arch import architecture_of
 from tpsim.arch.shape import kv_replicas
+from tpsim.config.experts import has_experts
 from tpsim.predict.formulas import Prediction, PredictionRows, add_bucketed, model_rows
+from tpsim.predict.moe_comm import expert_stage_rows, mlp_copies, moe_predictions
 from tpsim.predict.zero_rows import zero2_reduce_scatter, zero_gathers
 from tpsim.predict.pipeline import p2p_bytes
 
@@ -44,7 +46,9 @@ def stage_elements(config, tp: int, layers: range, first: bool, last: bool) -> i
     first, the final norm and the LM head on the last (a tied head: the embedding's shard again, counted there)."""
     h = config.hidden
     vocab = padded_vocab_size(config.vocab, tp) // tp * h
-    n = len(layers) * architecture_of(config).memory.layer_param_elements(config, tp)
+    terms = architecture_of(config).memory
+    n = (sum(terms.dense_layer_elements(config, tp, i) for i in layers) if hasattr(terms, "dense_layer_elements")
+         else len(layers) * terms.layer_param_elements(config, tp))  # experts: their dense part (moe_comm the rest)
     if first:
         n += vocab + (config.max_positions * h if config.position_table else 0)
     if last:
@@ -54,21 +58,20 @@ def stage_elements(config, tp: int, layers: range, first: bool, last: bool) -> i
 
 def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update: bool, grad_bytes: int | None,
                buckets: int | None, held: tuple[int, int] | None = None) -> PredictionRows:
-    """Every collective and message one rank of pipeline rank ``stage`` issues in one step; ``chunks[c]``: the
-    layers of its chunk c (virtual stage c·pp + stage). ``held``: ZeRO-2's ``(bytes, buckets)`` held for the tied
-    embedding's sum (``zero2_reduce_scatter``)."""
+    """Every collective and message one rank of pipeline rank ``stage`` issues in one step; ``chunks[c]``: the layers
+    of its chunk c (virtual stage c·pp + stage). ``held``: ZeRO-2's held ``(bytes, buckets)`` (zero2_reduce_scatter)."""
     config, par, sch, pipe = run.model, run.parallel, run.schedule, run.pipeline
     tp, dp, pp, m = par.tp, par.dp, par.pp, pipe.microbatches
     first, last = stage == 0, stage == pp - 1  # virtual stage 0 is rank 0's chunk 0, the last the last rank's
-    e = run.precision.numpy.itemsize
-    acc = accum_itemsize(run.precision.numpy)
+    e, acc = run.precision.numpy.itemsize, accum_itemsize(run.precision.numpy)
     b, s, h = run.micro_batch, sch.seq_len // par.cp, config.hidden  # s: a CP rank's tokens
     rows = PredictionRows(tp, dp, kv_replicas(config, tp), pp=pp, cp=par.cp)
     if tp > 1 and (first or last):  # ids on the first stage, labels on the last (Megatron-LM's get_batch)
         rows.add("batch", DATA, "broadcast", "tp", (first + last) * run.local_batch * s * 8)  # pp 1: both, one call
-    per_micro = PredictionRows(tp, dp, kv_replicas(config, tp), pp=pp, repeat=m, cp=par.cp)
-    dp = par.grad_replicas  # from here on the gradient group: DP x CP
     blocks = [f"{config.layer_names.block}.{i}" for layers in chunks for i in layers]
+    copies = mlp_copies(config, chunks)  # a MoE layer's TP-parallel MLPs: its shared experts
+    per_micro = PredictionRows(tp, dp, kv_replicas(config, tp), pp=pp, repeat=m, cp=par.cp, mlp_copies=copies)
+    dp = par.grad_replicas  # from here on the gradient group: DP x CP
     model_rows(per_micro, config, tp, par.sp, blocks, b=b, s=s, e=e, acc=acc, first=first, last=last,
                overlap=par.tp_comm_overlap, cp_comm=par.cp_comm)
     boundary = b * (s // tp if par.sp else s) * h * e
@@ -89,6 +92,8 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
                  padded_vocab_size(config.vocab, tp) // tp * h * acc)
     elements = sum(stage_elements(config, tp, layers, first and c == 0, last and c == len(chunks) - 1)
                    for c, layers in enumerate(chunks))
+    if has_experts(config):  # dense buckets' bytes by formula; the expert buckets and norm apart (moe_comm)
+        grad_bytes = buckets = expert_stage_rows(run, rows, [i for layers in chunks for i in layers], clip=clip)
     zero = par.zero_stage
     if zero.shards_optimizer:
         total = padded_length(elements, dp) * acc if grad_bytes is None else grad_bytes
@@ -115,11 +120,12 @@ def stage_rows(run, stage: int, chunks: tuple[range, ...], *, clip: bool, update
 
 def predict_pipeline_step(run, *, clip: bool, update: bool = True, grad_bytes: list[int | None] | None = None,
                           buckets: list[int | None] | None = None,
-                          held: list[tuple[int, int] | None] | None = None) -> list[Prediction]:
+                          held: list[tuple[int, int] | None] | None = None, routing=None) -> list[Prediction]:
     """Every collective and message of one step of a pipeline ``run`` (pp > 1), as per-rank averages over the
     world (the module docstring): ``stage_rows`` of every stage, summed, ÷ pp. ``grad_bytes[i]`` /
     ``buckets[i]``: stage i's DP sync bytes and bucket count (None: its parameters' bytes, count unpredicted);
-    ``held[i]``: ZeRO-2's held ``(bytes, buckets)`` on stage i (None: all of a tied stage's, ``stage_rows``)."""
+    ``held[i]``: ZeRO-2's held ``(bytes, buckets)`` on stage i (None: all of a tied stage's, ``stage_rows``).
+    ``routing``: a mixture of experts' routing in the step (``tpsim.ep.record.Routing``): its dispatch rows."""
     from tpsim.live_pipeline.split import split_layers
 
     par, pipe = run.parallel, run.pipeline
@@ -136,8 +142,9 @@ def predict_pipeline_step(run, *, clip: bool, update: bool = True, grad_bytes: l
             total.calls = None if total.calls is None or row.calls is None else total.calls + row.calls
             total.bytes += row.bytes
             total.wire_bytes += row.wire_bytes
-    return [replace(r, calls=None if r.calls is None else r.calls / par.pp, bytes=r.bytes / par.pp,
+    rows = [replace(r, calls=None if r.calls is None else r.calls / par.pp, bytes=r.bytes / par.pp,
                     wire_bytes=r.wire_bytes / par.pp) for r in out.values()]
+    return rows + (moe_predictions(run, routing, par.world) if routing is not None else [])
 
 
 def p2p_bytes_formula(run) -> int:

@@ -9,7 +9,8 @@ drift, would leave replicas apart, and DP averaging cannot repair a difference i
 
     1. inside each TP group, TP rank 0 broadcasts every **replicated** parameter (LayerNorms, position
        embedding, row-parallel biases) — sharded ones differ by design and are left alone;
-    2. inside each DP group, DP rank 0 broadcasts **every** parameter (the twins of one shard).
+    2. inside each DP group, DP rank 0 broadcasts **every** parameter (the twins of one shard); an expert's
+       (``tpsim.ep``) inside its expert-DP group, the ranks holding the same experts.
 
 After step 1 every replica's replicated copies equal its TP rank 0's; after step 2 every rank equals the rank at
 (dp 0, same tp_rank), whose replicated copies came from (dp 0, tp 0): the whole grid agrees with DP replica 0.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.comm import ProcessGrid
+from tpsim.ep.params import expert_param_names
 from tpsim.errors import ConfigError
 from tpsim.nn.module import Module
 from tpsim.phases import DATA, INIT
@@ -36,16 +38,17 @@ def broadcast_params(module: Module, grid: ProcessGrid) -> None:
     guarantees it); a tied weight is listed once and so broadcast once.
     """
     tracer = grid.tracer
-    entries = list(module.named_entries())
+    entries, experts = list(module.named_entries()), expert_param_names(module)
     if grid.tp > 1:
         for e in entries:
-            if e.partition is None:  # replicated across TP: TP rank 0's copy wins
+            if e.partition is None and e.name not in experts:  # replicated across TP: TP rank 0's copy wins
                 with tracer.region(scope=e.name, phase=INIT):
                     grid.tp_group.broadcast(e.param, root=0)
-    if grid.replicas > 1:
-        for e in entries:  # every shard equals its twin in DP replica 0
+    for e in entries:  # every shard equals its twin in DP replica 0 (an expert's: in expert-DP replica 0)
+        group = grid.group("edp") if e.name in experts else grid.dp_group
+        if group.size > 1:
             with tracer.region(scope=e.name, phase=INIT):
-                grid.dp_group.broadcast(e.param, root=0)
+                group.broadcast(e.param, root=0)
 
 
 def broadcast_batch(grid: ProcessGrid, ids: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -4,7 +4,9 @@ TP × DP training is only correct while two invariants hold (they are what ``bro
 §3.1 of the SenseParrots article, and what identical averaged gradients preserve):
 
     (a) a **replicated** parameter (no ``Partition``) is bit-for-bit the same on every rank of a TP group;
-    (b) **every** parameter (shard) is bit-for-bit the same on every rank of a DP group.
+    (b) **every** parameter (shard) is bit-for-bit the same on every rank of a DP group — an expert's
+        (``tpsim.ep``) on every rank of its expert-DP group, reported in the DP group's row by its place in the
+        parameter list (its name as rank 0 holds that place).
 
 Comparing whole tensors would move the model over the network. Instead each rank hashes each parameter
 (BLAKE2b of dtype, shape and bytes -> an 8-byte digest read as ``uint64``) and the groups compare digests:
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpsim.ep.params import expert_param_names
 from tpsim.comm import ProcessGrid
 from tpsim.nn.module import Module
 from tpsim.phases import VERIFY
@@ -98,9 +101,11 @@ def check_replicas(module: Module, grid: ProcessGrid) -> ConsistencyReport:
     every rank. Cost: at most one all_gather in the TP group, one in the DP group and one world all-reduce, of
     8 bytes per parameter.
     """
-    entries = list(module.named_entries())
+    entries, experts = list(module.named_entries()), expert_param_names(module)
     names = [e.name for e in entries]
-    replicated = [i for i, e in enumerate(entries) if e.partition is None]
+    replicated = [i for i, e in enumerate(entries) if e.partition is None and e.name not in experts]
+    dense = [i for i, e in enumerate(entries) if e.name not in experts]
+    held = [i for i, e in enumerate(entries) if e.name in experts]  # an expert's twins: its expert-DP group
     digests = _digests([e.param for e in entries])
     n, n_rep = len(entries), len(replicated)
 
@@ -109,7 +114,9 @@ def check_replicas(module: Module, grid: ProcessGrid) -> ConsistencyReport:
     dp_bad = np.zeros((grid.tp, n), dtype=np.int8)
     with grid.tracer.region(scope="check_replicas", phase=VERIFY):
         tp_bad[grid.replica_rank] = _differs(grid.tp_group, digests[replicated])
-        dp_bad[grid.tp_rank] = _differs(grid.dp_group, digests)
+        dp_bad[grid.tp_rank, dense] = _differs(grid.dp_group, digests[dense])
+        if held:
+            dp_bad[grid.tp_rank, held] = _differs(grid.group("edp"), digests[held])
         flags = np.concatenate([tp_bad.ravel(), dp_bad.ravel()])
         if grid.stage_group.size > 1 and flags.size:  # the world, or one pipeline stage (its own parameters)
             flags = grid.stage_group.all_reduce(flags, op="max")

@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 
+from tpsim.ep.params import expert_param_names
 from tpsim.nn.module import Module
 from tpsim.nn.precision import grad_dtype
 from tpsim.train.clip import grad_entries, grad_norm, scale_grads
+from tpsim.train.expert_norm import folded_grad_norm
 from tpsim.train.protocol import Overflow, StateSlice
 
 if TYPE_CHECKING:  # type-only
@@ -74,6 +76,7 @@ class Optimizer:
         self.weight_decay = float(weight_decay)
         self.no_decay = no_decay
         self.param_names: list[str] = [name for name, _ in module.named_parameters()]
+        self.experts = expert_param_names(module)  # Parallel Folding's expert parameters (tpsim.ep)
         self.step_count = 0
         # State arrays exist from the start (zeros), so memory accounting is right before the first step.
         # For SGD/AdamW, a zero buffer gives bit-for-bit PyTorch's first step (m·0 + g == g exactly). They have
@@ -135,7 +138,9 @@ class Optimizer:
 
     def grad_norm(self, grid: ProcessGrid, norm_type: float = 2.0) -> float:
         """The serial model's gradient norm over ``grid``'s model-parallel group (``tpsim.train.clip.grad_norm``):
-        the TP group, or TP × PP when the model is cut into pipeline stages."""
+        the TP group, or TP × PP when the model is cut into pipeline stages; with experts, two sums."""
+        if self.experts:  # Parallel Folding: the experts' part over the expert groups (tpsim.train.expert_norm)
+            return folded_grad_norm(grad_entries(self.module), self.experts, grid, norm_type)
         return grad_norm(self.module, grid.model_parallel_group, norm_type, count_replicated=grid.tp_rank == 0)
 
     def clip_grads(self, max_norm: float, norm: float) -> None:
