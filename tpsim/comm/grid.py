@@ -53,22 +53,10 @@ from tpsim.comm.group import Group
 from tpsim.comm.tracer import Tracer
 from tpsim.errors import ConfigError
 from tpsim.hosts import FAKE_HOSTS_ENV, host_lines, parse_fake_hosts, row_hosts
+from tpsim.comm.expert_grid import EXPERT_ORDER, expert_grid, expert_lines  # noqa: F401 (EXPERT_ORDER re-exported)
 from tpsim.rank_grid import RankGrid
 
 ORDER = "tp-cp-dp-pp"  # Megatron's rank order: TP fastest (inside a node), pipeline stages outermost
-EXPERT_ORDER = "etp-ep-edp-pp"  # the MoE layers' fold of the same ranks (Megatron's expert RankGenerator)
-
-
-def expert_grid(stage: int, pp: int, ep: int, etp: int = 1) -> RankGrid:
-    """The ETP × EP × EDP fold of a stage of ``stage`` ranks (pure arithmetic): EDP = stage / (ETP·EP)."""
-    if ep < 1 or etp < 1:
-        raise ConfigError(f"ep and etp must be >= 1, got ep {ep}, etp {etp}")
-    if stage % (ep * etp):
-        raise ConfigError(f"ep x etp = {ep} x {etp} does not divide the {stage} ranks of a stage (tp x cp x dp): the "
-                          f"MoE layers fold those ranks into etp x ep x expert-dp")
-    return RankGrid(EXPERT_ORDER, {"etp": etp, "ep": ep, "edp": stage // (ep * etp), "pp": pp})
-
-
 def grid_layout(world: int, tp: int, dp: int | None = None) -> np.ndarray:
     """The [dp, tp] array of world ranks, after checking the sizes (pure arithmetic, no MPI)."""
     return grid_cube(world, tp, dp)[0]
@@ -218,9 +206,9 @@ class ProcessGrid:
                 f"dp_rank {self.dp_rank}, pp_rank {self.pp_rank}")
 
     def table(self) -> str:
-        if self.pp == 1:
-            return format_grid(self.cube[0], self.hosts, self.cp)
-        return format_cube(self.cube, self.hosts, self.cp)
+        text = format_grid(self.cube[0], self.hosts, self.cp) if self.pp == 1 else format_cube(self.cube, self.hosts,
+                                                                                               self.cp)
+        return text if self.experts is None else text + "\n" + expert_lines(self.experts)
 
 
 def gather_host_names(world: Group, name: str) -> list[str]:

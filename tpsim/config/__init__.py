@@ -226,7 +226,7 @@ class RunConfig:
             raise ConfigError(f"--seq-len {sch.seq_len} is not divisible by tp {par.tp} "
                               f"(sequence parallelism splits the sequence)")
         self.model.check(par.tp)
-        self.experts.check(par, self.model, self.precision)
+        self.experts.check(par, self.model, self.precision, self.pipeline)
         cp_choice.check_sizes(par, self.model, sch.seq_len)
         cp_choice.check_clock(par.cp, self.pipeline.clock)
         if self.optimizer.overlap_param_gather and not par.zero_stage.overlap_param_gather_applies:

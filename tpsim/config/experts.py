@@ -23,7 +23,7 @@ class Experts:
     etp: int = 1
     dispatcher: str = "alltoall"
 
-    def check(self, par, model, precision) -> "Experts":
+    def check(self, par, model, precision, pipeline=None) -> "Experts":
         """``ConfigError`` naming the first thing this layout cannot do with ``model`` on ``par``."""
         for name in ("ep", "etp"):
             if getattr(self, name) < 1:
@@ -52,6 +52,9 @@ class Experts:
         if precision.loss_scaling:
             raise ConfigError("--dtype float16 with experts: the routers' auxiliary-loss gradients are not loss-"
                               "scaled yet; use bfloat16 or float32")
+        if pipeline is not None and pipeline.clock != "unit":
+            raise ConfigError(f"--clock {pipeline.clock} prices the step with the planner's costs, which do not price "
+                              "experts yet (the issue \"Experts in the planner\"); use the unit clock")
         if par.zero_stage.shards_optimizer:
             raise ConfigError(f"--zero {par.zero} with experts is not built yet: ZeRO would shard the expert state "
                               "over expert-DP (issue 38 leaves it for later); use --zero 0")

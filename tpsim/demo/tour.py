@@ -57,7 +57,7 @@ from tpsim.config.clock_choice import UNIT_CLOCK
 from tpsim.plan.of_run import clock_costs, clock_words
 from tpsim.live_pipeline.buckets import bucket_specs
 from tpsim.config import has_experts
-from tpsim.ep.record import collect as collect_routing
+from tpsim.ep.record import collect as collect_routing, routing_lines
 from tpsim.live_pipeline.build import build_pipeline
 from tpsim.live_pipeline.data import stage_batch
 from tpsim.live_pipeline.executor import Executor
@@ -164,9 +164,10 @@ class PipelineWork:
         """Without a clock to price them: what the overlap flags did (``overlap_words``); with one, the DP
         OVERLAP CHECK says it."""
         opt = self.run.optimizer
+        experts = routing_lines(self.routing) if self.routing is not None else []
         if self.run.pipeline.clock != UNIT_CLOCK or not (opt.overlap_grad_reduce or opt.overlap_param_gather):
-            return []
-        return [overlap_words(self.run, self.grad_sync, self.grid.tracer)]
+            return experts
+        return [overlap_words(self.run, self.grad_sync, self.grid.tracer), *experts]
 
 
 def per_stage(grid: ProcessGrid, value) -> list | None:

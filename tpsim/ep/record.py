@@ -81,3 +81,14 @@ def collect(module, grid: ProcessGrid) -> Routing | None:
         aux.append(a / n)
         z.append(zs / n)
     return Routing(paths, [sorted(stage_of[p]) for p in paths], counts, dropped, aux, z)
+
+
+def routing_lines(routing: Routing) -> list[str]:
+    """The last step's routing in words: tokens per expert per layer, the imbalance, the drops, the losses."""
+    lines = ["Experts in the last step (tokens per expert: every rank and micro-batch, each of a token's k choices):"]
+    for path, load, imb, a, z in zip(routing.layers, routing.load, routing.imbalance, routing.aux_loss,
+                                     routing.z_loss):
+        lines.append(f"  {path:<22} {' '.join(f'{int(n):>5}' for n in load)}   imbalance (max/mean) {imb:.3f}"
+                     f"   L_aux {a:.5f}   L_z {z:.5f}")
+    lines.append(f"  {routing.dropped} assignments dropped by capacity (their tokens keep the residual alone)")
+    return lines

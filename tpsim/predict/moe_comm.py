@@ -20,7 +20,7 @@ With R = h·e bytes a row, for rank r of an EP group (EP rank q, experts X_q = [
       backward  all_gather_v 1 (dY), reduce_scatter_v 2 (dX, the weights' gradient)
     the router, per layer and micro-batch, where its sequences span more than one rank (SP, CP) and an
       auxiliary loss is on: all_reduce of float64 [b, 2E + 1] over TP × CP (``tpsim.ep.stats``)
-    under SP, per layer: the router's gate gradient [h, E] all-reduced over TP (phase sp_grad_sync)
+    under SP, per layer and micro-batch: the router's gate gradient [h, E] all-reduced over TP (sp_grad_sync)
 
 A measured trace averages over every rank of the world, and so do these rows (Σ over ranks ÷ world). Pure
 arithmetic, no MPI.
@@ -120,7 +120,8 @@ def router_totals(holders: list[list[int]], m: int, *, sequence_ranks: int, aux:
                                                               n * m * wire_bytes("all_reduce", nbytes, sequence_ranks)]
         if sp:
             nbytes = hidden * experts * acc
-            out[(i, SP_GRAD_SYNC, "all_reduce", "tp")] = [n, n * nbytes, n * wire_bytes("all_reduce", nbytes, tp)]
+            out[(i, SP_GRAD_SYNC, "all_reduce", "tp")] = [n * m, n * m * nbytes,  # each backward's W, as SP's norms
+                                                        n * m * wire_bytes("all_reduce", nbytes, tp)]
     return out
 
 
