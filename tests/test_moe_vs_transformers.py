@@ -56,7 +56,7 @@ def load(block, ours: MoE) -> None:
 
 def their_grads(block, ours: MoE) -> dict[str, np.ndarray]:
     """The block's gradients under tpsim's names and layouts."""
-    out = {"router.gate.weight": block.gate.weight.grad.numpy().T}
+    out = {"gate.weight": block.gate.weight.grad.numpy().T}
     for e in range(E):
         gate_up = block.experts.gate_up_proj.grad[e].numpy()
         out[f"experts.{e}.gate_proj.weight"] = gate_up[:F].T

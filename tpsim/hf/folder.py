@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from tpsim.hf.config import model_config, read_config_json
-from tpsim.hf.layout import hf_shapes
+from tpsim.hf.layout import file_shapes
 from tpsim.hf.names import to_internal
 from tpsim.hf.weights import INDEX, SINGLE, HFWeightsError, read_safetensors, read_sharded, to_float
 from tpsim.hf.checkpoint import CheckpointError, load_tensors
@@ -58,7 +58,7 @@ def load_init(path, config, dtype=np.float64, **load_kwargs) -> dict[str, np.nda
     """
     path = os.fspath(path)
     if not os.path.isdir(path):  # a tpsim .npz holds HF's names and layouts, as an export folder does
-        return to_internal(load_tensors(path, hf_shapes(config), config=config, **load_kwargs), config, label=path)
+        return to_internal(load_tensors(path, file_shapes(config), config=config, **load_kwargs), config, label=path)
     folder_config, tensors = read_folder(path, dtype)
     if describe(folder_config) != describe(config) or folder_config.norm_eps != config.norm_eps:
         raise CheckpointError(f"{path} holds {describe(folder_config)} (norm eps {folder_config.norm_eps:g}), but "

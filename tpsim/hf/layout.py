@@ -20,5 +20,12 @@ def hf_shapes(config) -> dict[str, tuple[int, ...]]:
 
 
 def to_hf(tensors: dict[str, np.ndarray], config) -> dict[str, np.ndarray]:
-    """tpsim's full tensors -> HF's layout (the inverse of ``tpsim.hf.names.to_internal``; names are HF's)."""
-    return {n: np.ascontiguousarray(a.T) if transposed(n, config) else a for n, a in tensors.items()}
+    """tpsim's full tensors -> HF's layout and the files' names (the inverse of ``tpsim.hf.names.to_internal``;
+    where an architecture's files spell a name otherwise, as Mixtral's experts, its ``file_names`` says how)."""
+    out = {n: np.ascontiguousarray(a.T) if transposed(n, config) else a for n, a in tensors.items()}
+    return getattr(architecture_of(config).hf, "file_names", lambda t: t)(out)
+
+
+def file_shapes(config) -> dict[str, tuple[int, ...]]:
+    """``hf_shapes`` under the names the files use (an export's ``.npz``, ``to_hf``'s names)."""
+    return getattr(architecture_of(config).hf, "file_names", lambda t: t)(hf_shapes(config))

@@ -12,8 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.comm import ProcessGrid
-from tpsim.ep.params import expert_param_names
-from tpsim.hf.checkpoint import gather_full
+from tpsim.train.gather_folded import gather_folded
 from tpsim.live_pipeline.chunk import PipelineShard
 
 
@@ -21,17 +20,9 @@ def gather_stages(shard: PipelineShard, grid: ProcessGrid, which: str = "params"
     """Every parameter (or gradient) of the model as its full serial tensor on rank 0; None elsewhere."""
     with grid.tracer.paused():
         shapes = shard.config.param_shapes()
-        experts = expert_param_names(shard)
         local = dict(shard.named_parameters() if which == "params" else shard.named_grads())
-        parts = dict(shard.named_partitions())
-        dense = {n: a for n, a in local.items() if n not in experts}
-        mine = gather_full(dense, parts, {n: shapes[n] for n in dense}, grid.tp_group)
+        mine = gather_folded(shard, local, shapes, grid)  # experts over ETP and EP (tpsim.train.gather_folded)
         first_chain = grid.replica_rank == 0 and grid.tp_rank == 0  # rank 0's pipeline group: one rank per stage
-        if experts:
-            held = {n: a for n, a in local.items() if n in experts}
-            full = gather_full(held, parts, {n: shapes[n] for n in held}, grid.group("etp"))
-            for piece in grid.group("ep").gather_objects(full if grid.etp_rank == 0 else {}, root=0) or []:
-                mine.update(piece)
         stages = grid.pp_group.gather_objects(mine if first_chain else {}, root=0)
     if grid.rank != 0:
         return None

@@ -20,6 +20,8 @@ EDP over the same ranks), a dense layer a ``ParallelSwiGLU``.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from tpsim.arch.mixtral import MixtralConfig
@@ -81,16 +83,21 @@ class _ExpertsOrDense:
         self.grid, self.dispatcher, self.microbatches = grid, dispatcher, microbatches
 
     def from_serial(self, mlp, group: Group, *, region):
+        if isinstance(mlp, MoE) and self.grid is None:  # decoding: every rank the whole layer, on the tokens it holds
+            return copy.deepcopy(mlp)
         if isinstance(mlp, MoE):
             return ExpertParallelMoE(mlp, self.grid, self.dispatcher, region=region, microbatches=self.microbatches)
         return ParallelSwiGLU.from_serial(mlp, group, region=region)
 
 
-def parallel_mixtral(serial: MixtralForCausalLM, group: Group, *, grid: ProcessGrid, dispatcher: str = "alltoall",
+def parallel_mixtral(serial: MixtralForCausalLM, group: Group, *, grid: ProcessGrid | None = None,
+                     dispatcher: str = "alltoall",
                      microbatches: int = 1, sequence_parallel: bool = False, tp_comm_overlap: bool = False,
                      core: AttentionCore = SERIAL_CORE) -> MixtralForCausalLM:
     """Shard a serial Mixtral over the TP ``group`` and the expert groups of ``grid`` (built with ``ep``);
-    ``microbatches``: a step's, so each forward's auxiliary losses weigh 1/m (``tpsim.ep.stats``)."""
+    ``microbatches``: a step's, so each forward's auxiliary losses weigh 1/m (``tpsim.ep.stats``). Without a
+    ``grid`` (decoding, ``tpsim.generate``: one token a step cannot be cut over SP) every MoE layer is replicated
+    whole on each TP rank and routes the tokens the rank holds, which attention left the same on every rank."""
     experts = _ExpertsOrDense(grid, dispatcher, microbatches)
     return shard_decoder(serial, group, MixtralForCausalLM, SequenceParallelRMSNorm, experts,
                          sequence_parallel=sequence_parallel, tp_comm_overlap=tp_comm_overlap, core=core)

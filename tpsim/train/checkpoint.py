@@ -9,7 +9,8 @@ put back together as the serial model's tensor, the way the parameters themselve
                           disjoint slices, so one sum over the DP group completes every shard (exact: each
                           element has one non-zero term)
     2. shard -> tensor    over the TP group along the parameter's Partition, vocabulary padding cut
-                          (``tpsim.hf.checkpoint.gather_full``)
+                          (``tpsim.hf.checkpoint.gather_full``); an expert's over ETP, then EP
+                          (``tpsim.train.gather_folded``)
     3. stages -> model    the stages' tensors meet on rank 0 (a tied embedding's state comes from the first and
                           the last stage: the same numbers, both stepped with the summed gradient)
 
@@ -25,10 +26,11 @@ from __future__ import annotations
 import numpy as np
 
 from tpsim.comm import ProcessGrid
-from tpsim.hf.checkpoint import CheckpointError, gather_full
+from tpsim.hf.checkpoint import CheckpointError
 from tpsim.nn.module import Module
 from tpsim.nn.precision import grad_dtype, is_half
 from tpsim.partition import take_shard
+from tpsim.train.gather_folded import gather_folded
 from tpsim.train.protocol import MAIN_PARAM, OptimizerProtocol, zero_of
 
 
@@ -76,10 +78,10 @@ def gather_state(model: Module, optimizer: OptimizerProtocol, grid: ProcessGrid)
         shards = _local_shards(model, optimizer, slots)
         if zero_of(optimizer).shards_optimizer:
             _sum_over_dp(shards, grid)
-        all_shapes, parts = model.config.param_shapes(), dict(model.named_partitions())
+        all_shapes = model.config.param_shapes()
         shapes = {name: all_shapes[name] for name, _ in model.named_parameters()}
-        mine = {state_key(slot, name): a for slot in slots
-                for name, a in gather_full(shards[slot], parts, shapes, grid.tp_group).items()}
+        mine = {state_key(slot, name): a for slot in slots  # experts: over ETP and EP too
+                for name, a in gather_folded(model, shards[slot], shapes, grid).items()}
         first_chain = grid.replica_rank == 0 and grid.tp_rank == 0  # one rank per stage: rank 0's pipeline group
         stages = grid.pp_group.gather_objects(mine if first_chain else {}, root=0)
     if grid.rank != 0:
