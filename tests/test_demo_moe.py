@@ -64,5 +64,6 @@ def test_a_mixtral_run_matches_its_serial_twin_and_its_formulas(tmp_path, flags)
     assert ("all_gather_v" if "allgather" in flags else "all_to_all_v") in r.stdout
     moe = [json.loads(line)["moe"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(moe) == 3 and all(len(m["tokens_per_expert"]) == 2 - ("--moe-layers" in flags) for m in moe)
+    assert (tmp_path / "experts.png").stat().st_size > 0  # the load per layer and step
     if "--capacity-factor" in flags:
         assert all(m["dropped"] > 0 for m in moe)  # capacity 1.0 on a tiny, untrained router drops

@@ -1,6 +1,6 @@
 """``tpsim plot`` and ``tpsim report``: a finished run, read back from the files in its folder (no MPI).
 
-    tpsim plot RUN_DIR [--step N]                                  redraw loss.png, comm_bytes.png, timeline.png
+    tpsim plot RUN_DIR [--step N]            redraw loss.png, comm_bytes.png, timeline.png (and a MoE run's experts.png)
     tpsim report RUN_DIR [--step N] [--by module|layer|op] [--rank R]   communication per module, one step
     tpsim report RUN_DIR --by kind [--step N] [--rank R]    where each layer's time goes: matmul, elementwise,
                                                             softmax/norm, waiting, moving bytes, other

@@ -15,7 +15,8 @@ from tpsim.trace.aggregate import layer_of
 from tpsim.atomic import save_figure
 
 OP_COLORS = {"all_reduce": "#4C72B0", "all_gather": "#55A868", "reduce_scatter": "#C44E52",
-             "broadcast": "#8172B2", "gather": "#CCB974", "barrier": "#999999"}
+             "broadcast": "#8172B2", "gather": "#CCB974", "barrier": "#999999", "all_to_all": "#DD8452",
+             "all_to_all_v": "#E377C2", "all_gather_v": "#8CD17D", "reduce_scatter_v": "#FF9D9A"}
 
 
 def plot_loss(steps: Sequence[int], losses: Sequence[float], path: str | Path, title: str = "") -> Path:

@@ -101,7 +101,8 @@ def run_title(records: list[dict]) -> str:
 def write_figures(out: Path, records: list[dict], metrics: list[dict] | None, spans: list[dict] | None,
                   step: int, ranks: int, title: str) -> list[Path]:
     """loss.png (from metrics), comm_bytes.png (one step's collectives), timeline.png (one step's spans and
-    collectives, when spans of that step exist). Returns the paths written."""
+    collectives, when spans of that step exist), experts.png (a MoE run's load). Returns the paths written."""
+    from tpsim.trace.expert_plot import plot_expert_load
     from tpsim.trace.plots import plot_layer_bytes, plot_loss
     from tpsim.trace.timeline import plot_timeline
 
@@ -109,6 +110,8 @@ def write_figures(out: Path, records: list[dict], metrics: list[dict] | None, sp
     if metrics:
         paths.append(plot_loss([m["step"] for m in metrics], [m["loss"] for m in metrics], out / "loss.png",
                                title=f"loss — {title}"))
+        experts = plot_expert_load(metrics, out / "experts.png", title=f"expert load per layer and step — {title}")
+        paths += [experts] if experts is not None else []
     one_step = [r for r in records if r["step"] == step]
     paths.append(plot_layer_bytes(one_step, out / "comm_bytes.png", ranks=ranks,
                                   phases=(*PASSES, DP_SYNC),
