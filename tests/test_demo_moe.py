@@ -67,3 +67,18 @@ def test_a_mixtral_run_matches_its_serial_twin_and_its_formulas(tmp_path, flags)
     assert (tmp_path / "experts.png").stat().st_size > 0  # the load per layer and step
     if "--capacity-factor" in flags:
         assert all(m["dropped"] > 0 for m in moe)  # capacity 1.0 on a tiny, untrained router drops
+
+
+def test_a_folder_whose_expert_count_disagrees_with_the_flags_is_refused(tmp_path):
+    """--init-from a Mixtral folder of 4 experts into a run of 2: one sentence naming both, before any work."""
+    from tpsim.arch.mixtral import MixtralConfig
+    from tpsim.hf.checkpoint import CheckpointError, write_model_folder
+    from tpsim.hf.folder import load_init
+    from tpsim.hf.layout import to_hf
+    from tpsim.models.mixtral import serial_mixtral
+
+    config = MixtralConfig(vocab_size=11, hidden_size=8, intermediate_size=4, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8, num_local_experts=4)
+    write_model_folder(tmp_path, config, to_hf(dict(serial_mixtral(config).named_parameters()), config))
+    with pytest.raises(CheckpointError, match="holds mixtral .*--experts 4 --top-k 2.* the run asks for .*--experts 2"):
+        load_init(tmp_path, MixtralConfig(**{**config.as_dict(), "num_local_experts": 2}))

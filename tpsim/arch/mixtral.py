@@ -39,6 +39,7 @@ class MixtralConfig(LlamaConfig):
 
     arch: ClassVar[str] = "mixtral"
     size_choices: ClassVar[tuple[str, ...]] = ("kv_heads", "ffn")
+    flag_sizes: ClassVar[tuple[str, ...]] = ("experts", "top_k")  # what a folder's model must match, as flags
     manifest_keys: ClassVar[tuple[str, ...]] = LlamaConfig.manifest_keys + ("num_local_experts",
                                                                             "num_experts_per_tok")
 

@@ -71,6 +71,7 @@ def load_init(path, config, dtype=np.float64, **load_kwargs) -> dict[str, np.nda
 
 def describe(config) -> str:
     """The model's sizes as the demo's flags spell them: the shared ones and the architecture's own choices."""
-    own = [f"--{size.replace('_', '-')} {getattr(config, size)}" for size in config.size_choices]
+    own = [f"--{size.replace('_', '-')} {getattr(config, size)}"
+           for size in (*config.size_choices, *getattr(config, "flag_sizes", ()))]  # flag_sizes: a MoE's experts
     return " ".join([config.arch, f"--layers {config.layers}", f"--hidden {config.hidden}",
                      f"--heads {config.heads}", *own, f"--vocab {config.vocab}"])
