@@ -18,7 +18,6 @@ REFUSED = {
     ("--experts", "6", "--ep", "4"): "--experts 6 is not divisible by --ep 4",
     ("--top-k", "9"): r"--top-k 9 must be in 1 \.\. experts \(8\)",
     ("--ep", "3"): r"--ep 3 x --etp 1 does not divide the 8 ranks of a stage",
-    ("--tp", "2"): "experts with --tp 2 need --sequence-parallel",
     ("--dtype", "float16"): "--dtype float16 with experts",
     ("--zero", "1"): "--zero 1 with experts is not built yet",
     ("--router", "sigmoid", "--aux-loss-coef", "0.1"): "--router sigmoid balances by its selection bias",
@@ -36,6 +35,18 @@ def test_bad_expert_layouts_are_refused_before_any_work(monkeypatch, flags, mess
     args = ["--arch", "mixtral", "--tp", "1", *flags] if "--arch" not in flags else list(flags)
     with pytest.raises(ConfigError, match=message):
         cli.parse(args)
+
+
+def test_experts_under_tp_turn_sequence_parallelism_on_and_a_library_run_must_ask_for_it(monkeypatch):
+    """The demo turns --sequence-parallel on for experts under TP (the header says so); ``RunConfig`` itself refuses
+    a layout without it, naming the rule."""
+    from tpsim.config import Experts, RunConfig
+
+    monkeypatch.setattr(cli, "world_size", lambda: 8)
+    run = cli.parse(["--arch", "mixtral", "--tp", "2", "--ep", "4"]).run
+    assert run.parallel.sp
+    with pytest.raises(ConfigError, match="experts with --tp 2 need --sequence-parallel"):
+        RunConfig.of(run.model, tp=2, dp=4).replace(experts=Experts(ep=4))
 
 
 def test_the_experts_flags_make_the_model_and_the_layout(monkeypatch):

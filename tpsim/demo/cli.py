@@ -14,7 +14,8 @@ from math import gcd
 
 from tpsim.arch import architecture
 from tpsim.comm.launch import world_size
-from tpsim.config import Experts, Files, OptimizerSettings, Parallelism, Pipeline, Precision, RunConfig, Schedule
+from tpsim.config import (Experts, Files, OptimizerSettings, Parallelism, Pipeline, Precision, RunConfig, Schedule,
+                          has_experts)
 from tpsim.zero_stage import ZERO_STAGES
 from tpsim.errors import ConfigError
 from tpsim.paths import check_input_file, check_output_dir
@@ -199,7 +200,8 @@ def config_from(args: argparse.Namespace) -> DemoConfig:
     model = _model(args)
     pipeline = Pipeline(schedule=args.schedule, microbatches=_microbatches(args), vp=args.vp,
                         stage_layers=parse_stage_layers(args.pp_layers), clock=args.clock, mfu=args.mfu)
-    run = RunConfig(model, Parallelism(tp=tp, dp=dp, pp=args.pp, sp=args.sequence_parallel, zero=args.zero,
+    sp = args.sequence_parallel or (tp > 1 and has_experts(model))  # experts need it under TP: said in the header
+    run = RunConfig(model, Parallelism(tp=tp, dp=dp, pp=args.pp, sp=sp, zero=args.zero,
                                        tp_comm_overlap=args.tp_comm_overlap, cp=args.cp, cp_comm=args.cp_comm,
                                        cp_layout=args.cp_layout),
                     precision, optimizer, schedule, files, pipeline,

@@ -102,7 +102,9 @@ def header(grid: ProcessGrid, run: RunConfig) -> list[str]:
             f"global batch {sch.batch_size} ({run.local_batch} per DP rank), {run.precision.dtype}, "
             f"dropout {run.dropout} ({sch.dropout_rng} RNG)",
             *(["sequence parallel: on (LayerNorm/dropout regions split along the sequence, "
-               f"{sch.seq_len // grid.cp // grid.tp} positions per TP rank)"] if run.parallel.sp else []),
+               f"{sch.seq_len // grid.cp // grid.tp} positions per TP rank"
+               + ("; experts under TP need it, so it is on" if grid.experts is not None else "") + ")"]
+              if run.parallel.sp else []),
             *cp_lines(grid, run), ""]
 
 
