@@ -172,4 +172,4 @@ def test_variable_collectives_move_uneven_pieces_and_trace_their_bytes(dtype):
     summed = world.reduce_scatter_v(gathered, sizes)
     assert np.array_equal(summed, (p * mine.astype(np.float64)).astype(dt))
     with pytest.raises(ValueError, match="send_counts"):
-        world.all_to_all_v(x, [0] * p)
+        world.all_to_all_v(x, [len(x) + 1] + [0] * (p - 1))  # counts that do not sum to the rows
