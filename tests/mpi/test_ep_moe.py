@@ -142,6 +142,10 @@ def test_bad_expert_layouts_are_refused_in_one_sentence():
             ExpertParallelMoE(MoE(H, F, 3, 1), grid)
     with pytest.raises(ConfigError, match="top-k 9 must be in 1 .. experts"):
         MoE(H, F, E, 9)
+    if n >= 2:
+        from tpsim.tp.regions import TP_REGION
+        with pytest.raises(ConfigError, match="experts with tp 2 need sequence parallelism"):
+            ExpertParallelMoE(MoE(H, F, E, K), grid_for(2, 1, 1), region=TP_REGION)
     with pytest.raises(ConfigError, match="dispatcher 'ring'"):
         ExpertParallelMoE(MoE(H, F, E, K), grid_for(1, 1, 1), "ring")
 

@@ -60,7 +60,8 @@ class EPCache(NamedTuple):
 class ExpertParallelMoE(Module):
     """The router (replicated), this rank's experts (``LocalExperts``), the shared experts (TP-split like a dense
     MLP) and Qwen2-MoE's shared-expert gate (replicated), with ``dispatcher`` between them. ``log``: per forward,
-    the kept assignments per expert, the dropped ones and the auxiliary losses (the run's routing record)."""
+    the kept assignments per expert, the dropped ones and the auxiliary losses (the run's routing record), emptied
+    by ``tpsim.ep.record.collect`` once a step (a loop that never collects keeps one entry per forward)."""
 
     def __init__(self, serial: MoE, grid: ProcessGrid, dispatcher: str = "alltoall", *,
                  region: Region = SP_REGION, microbatches: int = 1) -> None:
@@ -74,8 +75,8 @@ class ExpertParallelMoE(Module):
             raise ConfigError(f"{E} experts do not divide over ep {grid.ep}: each EP rank holds E/ep experts")
         tp = grid.tp_group
         if tp.size > 1 and not isinstance(region, SequenceParallelRegion):
-            raise ConfigError(f"experts with tp {tp.size} need sequence parallelism (--sp): the ranks of a TP group "
-                              "must hold different tokens to route (Megatron-LM's rule)")
+            raise ConfigError(f"experts with tp {tp.size} need sequence parallelism (--sequence-parallel): the "
+                              "ranks of a TP group must hold different tokens to route (Megatron-LM's rule)")
         self.router = copy.deepcopy(serial.router)
         self.experts = LocalExperts.from_serial(serial.experts, grid.ep, grid.ep_rank, grid.etp, grid.etp_rank)
         self.shared_expert_gate = copy.deepcopy(serial.shared_expert_gate)
