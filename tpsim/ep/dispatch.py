@@ -85,7 +85,7 @@ class AllToAllDispatcher:
         d_rows = experts.backward(self._to_experts(dY[tokens] * w[:, None], plan), plan.expert_counts, caches)
         d_back = self._from_experts(d_rows, plan)
         dX = np.zeros_like(dY)
-        scatter_weighted(dX, tokens, counts, d_back, np.ones(len(tokens), dtype=dY.dtype))
+        scatter_weighted(dX, tokens, counts, d_back, None)
         dweights = np.zeros((len(dY), k), dtype=dY.dtype)
         dweights[tokens, slots] = (dY[tokens] * back).sum(axis=-1)
         return dX, dweights
@@ -125,7 +125,7 @@ class AllGatherDispatcher:
         dY_all = self.group.all_gather_v(dY, sizes)[0]
         d_rows = experts.backward(dY_all[t_all] * w[:, None], local_counts, caches)
         dX_all = np.zeros_like(dY_all)
-        scatter_weighted(dX_all, t_all, local_counts, d_rows, np.ones(len(t_all), dtype=dY.dtype))
+        scatter_weighted(dX_all, t_all, local_counts, d_rows, None)
         dweights_all = np.zeros((len(dY_all), k), dtype=dY.dtype)
         dweights_all[t_all, j_all] = (dY_all[t_all] * out).sum(axis=-1)  # partial under ETP: the sum is exact
         return self.group.reduce_scatter_v(dX_all, sizes), self.group.reduce_scatter_v(dweights_all, sizes)

@@ -33,11 +33,11 @@ def expert_major(rows: list, slots: list) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def scatter_weighted(y: np.ndarray, tokens: np.ndarray, counts: np.ndarray, rows: np.ndarray,
-                     w: np.ndarray) -> None:
+                     w: np.ndarray | None) -> None:
     """``y[t] += w · row`` expert by expert (within one expert a token appears once: a plain indexed add, in the
-    serial layer's order)."""
+    serial layer's order); ``w`` None: unweighted (the input gradients' way back)."""
     start = 0
     for n in counts:
-        t = tokens[start:start + n]
-        y[t] += w[start:start + n, None] * rows[start:start + n]
+        t, piece = tokens[start:start + n], rows[start:start + n]
+        y[t] += piece if w is None else w[start:start + n, None] * piece
         start += n
